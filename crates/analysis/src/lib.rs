@@ -1,1 +1,34 @@
-//! placeholder
+//! Analyses over profiles. No IO and no platform code: profiles come in as
+//! values and symbols through the [`SymbolSource`] trait, so every analysis
+//! is testable on literal inputs.
+
+pub mod top;
+
+use loupe_model::{ImageId, ImageOffset};
+
+/// What the analyses need to know about one offset in an image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymInfo {
+    pub procedure: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+/// Names offsets. Implemented over ELF/DWARF/kallsyms by the CLI, and by
+/// tables in tests.
+pub trait SymbolSource {
+    /// One entry per offset, in order; `None` where the offset has no symbol.
+    fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Option<SymInfo>>;
+}
+
+/// How an image is shown in tables: its path, or its bracketed name.
+pub fn image_display(image: &ImageId) -> String {
+    image.path.clone()
+}
+
+/// `name+0xoff` for offsets without a symbol (what `perf report` does for
+/// stripped code), using the image's file name.
+pub fn unsymbolized(image: &ImageId, off: ImageOffset) -> String {
+    let base = image.path.rsplit('/').next().unwrap_or(&image.path);
+    format!("{base}+0x{:x}", off.0)
+}

@@ -1,1 +1,42 @@
-fn main() {}
+//! The `loupe` binary: flags, commands and output formatting.
+
+mod collect;
+mod flags;
+mod symbols;
+mod top;
+
+use clap::Parser;
+use flags::{Cli, Command};
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(a) => collect::record(a),
+        Command::Daemon(a) => collect::daemon(a),
+        Command::Flush(a) => collect::flush(a),
+        Command::Epoch(a) => collect::epoch(a),
+        Command::Epochs(a) => collect::epochs(a),
+        Command::Top(a) => top::run(a),
+        Command::Events => collect::events(),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The whole chain on one line: "what failed: why: underlying cause".
+            let _ = writeln!(std::io::stderr(), "loupe: {}", chain(&e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn chain(e: &anyhow::Error) -> String {
+    e.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}

@@ -1,1 +1,280 @@
-//! placeholder
+//! The collector: turns the kernel's sample stream into per-image profiles.
+//!
+//! Data flow (DCPI §4.3): perf records -> [`Collector::process`] keeps
+//! per-process image maps current and maps each (pid, pc) to (image, offset)
+//! -> [`aggregate::Aggregator`] counts -> [`Collector::take_profiles`] hands
+//! profiles to the store. [`daemon`] drives it from live samplers.
+//!
+//! Samples that cannot be attributed go to the `[unknown]` image (offset =
+//! raw pc) and are counted, never dropped.
+
+pub mod aggregate;
+pub mod daemon;
+pub mod images;
+pub mod kernel;
+pub mod process;
+pub mod procmaps;
+
+use aggregate::Aggregator;
+use images::{FileProbe, ImageTable};
+use loupe_model::{BuildId, CpuMode, EventName, ImageId, ImageKind, Profile};
+use loupe_perf::{Mmap, Record, Sample};
+use process::{Mapping, Processes};
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Counters the daemon reports per interval (DCPI Table VI's columns and more).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    pub samples: u64,
+    pub kernel_samples: u64,
+    pub unknown_samples: u64,
+    pub lost_records: u64,
+    pub mmaps: u64,
+    pub execs: u64,
+    pub forks: u64,
+    pub exits: u64,
+    pub proc_scans: u64,
+    pub images_preserved: u64,
+}
+
+/// Facts about the running kernel taken at start.
+pub struct KernelInfo {
+    pub text_base: Option<u64>,
+    pub build_id: Option<BuildId>,
+    pub modules: Vec<kernel::Module>,
+}
+
+impl KernelInfo {
+    pub fn read() -> KernelInfo {
+        let kallsyms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        KernelInfo {
+            text_base: kernel::text_base(&kallsyms),
+            build_id: fs::read("/sys/kernel/notes").ok().and_then(|n| kernel::build_id_from_notes(&n)),
+            modules: kernel::parse_modules(&fs::read_to_string("/proc/modules").unwrap_or_default()),
+        }
+    }
+}
+
+pub struct Collector {
+    images: ImageTable,
+    procs: Processes,
+    agg: Aggregator,
+    probe: Box<dyn FileProbe + Send>,
+    events: Vec<EventName>,
+    kernel: KernelInfo,
+    kernel_image: u32,
+    unknown_image: u32,
+    module_images: Vec<u32>,
+    vdso: ImageId,
+    /// Where copies of replaced/deleted binaries go (`DB/images`).
+    images_dir: Option<PathBuf>,
+    /// Pids whose /proc scan was already tried this drain.
+    scanned: HashSet<u32>,
+    drain: u64,
+    stats: Stats,
+    swapper: u32,
+}
+
+impl Collector {
+    pub fn new(events: Vec<EventName>, kernel: KernelInfo, images_dir: Option<PathBuf>) -> Collector {
+        let (vdso, vdso_bytes) = images::own_vdso();
+        if let (Some(dir), Some(bytes), Some(b)) = (&images_dir, vdso_bytes, &vdso.build_id) {
+            let dest = dir.join(b.to_hex());
+            if !dest.exists() && fs::create_dir_all(dir).is_ok() {
+                let _ = fs::write(&dest, bytes);
+            }
+        }
+        let mut images = ImageTable::default();
+        let kernel_image = images.intern(ImageId::kernel(kernel.build_id.clone())).0;
+        let unknown_image = images.intern(ImageId::unknown()).0;
+        let module_images = kernel
+            .modules
+            .iter()
+            .map(|m| {
+                let id = ImageId { kind: ImageKind::KernelModule, path: format!("[{}]", m.name), build_id: None, content_hash: None };
+                images.intern(id).0
+            })
+            .collect();
+        let mut agg = Aggregator::default();
+        let swapper = agg.intern_comm("swapper");
+        Collector {
+            images,
+            procs: Processes::default(),
+            agg,
+            probe: Box::new(images::Fs),
+            events,
+            kernel,
+            kernel_image,
+            unknown_image,
+            module_images,
+            vdso,
+            images_dir,
+            scanned: HashSet::new(),
+            drain: 0,
+            stats: Stats::default(),
+            swapper,
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    pub fn live_processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    pub fn aggregated_entries(&self) -> usize {
+        self.agg.entries()
+    }
+
+    pub fn image_count(&self) -> usize {
+        self.images.len()
+    }
+
+    /// Reads the maps of every running process (those alive before the
+    /// sampler started never produce mmap records).
+    pub fn scan_all(&mut self) {
+        let Ok(dir) = fs::read_dir("/proc") else { return };
+        let pids: Vec<u32> = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+        for pid in pids {
+            self.scan_pid(pid);
+        }
+    }
+
+    /// (Re)builds one process's maps from /proc. False if it is gone.
+    pub fn scan_pid(&mut self, pid: u32) -> bool {
+        self.stats.proc_scans += 1;
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/maps")) else { return false };
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let comm = self.agg.intern_comm(comm.trim_end());
+        let mut maps = Vec::new();
+        for l in procmaps::parse_exec_mappings(&text) {
+            let probe_path = images::map_files_path(pid, l.start, l.end);
+            let (image, new) = self.images.resolve(self.probe.as_mut(), &l.path, None, &probe_path, l.inode, &self.vdso);
+            if new {
+                self.preserve(image, &probe_path);
+            }
+            maps.push(Mapping { start: l.start, end: l.end, pgoff: l.pgoff, image });
+        }
+        self.procs.comm(pid, comm, true);
+        let p = self.procs.get_or_insert(pid);
+        for m in maps {
+            p.map(m);
+        }
+        true
+    }
+
+    fn preserve(&mut self, image: u32, mapped: &Path) {
+        if let Some(dir) = &self.images_dir {
+            if images::preserve_if_replaced(self.images.get(image), mapped, dir) {
+                self.stats.images_preserved += 1;
+            }
+        }
+    }
+
+    /// Applies one record from the kernel.
+    pub fn process(&mut self, rec: &Record) {
+        match rec {
+            Record::Sample(s) => self.sample(s),
+            Record::Mmap(m) => self.mmap(m),
+            // A thread renaming itself does not rename its process.
+            Record::Comm { pid, tid, exec: false, .. } if pid != tid => {}
+            Record::Comm { pid, comm, exec, .. } => {
+                let c = self.agg.intern_comm(comm);
+                self.procs.comm(*pid, c, *exec);
+                self.stats.execs += *exec as u64;
+            }
+            Record::Fork { pid, ppid, .. } => {
+                self.procs.fork(*pid, *ppid);
+                self.stats.forks += 1;
+            }
+            Record::Exit { pid, tid, .. } => {
+                self.procs.exit(*pid, *tid, self.drain);
+                self.stats.exits += (pid == tid) as u64;
+            }
+            Record::Lost { lost, .. } => self.stats.lost_records += lost,
+            _ => {}
+        }
+    }
+
+    fn mmap(&mut self, m: &Mmap) {
+        const PROT_EXEC: u32 = 4;
+        if m.prot & PROT_EXEC == 0 && m.prot != 0 {
+            return;
+        }
+        self.stats.mmaps += 1;
+        let probe_path = images::map_files_path(m.pid, m.addr, m.addr + m.len);
+        let fallback = if Path::new(&probe_path).exists() { probe_path } else { PathBuf::from(&m.filename) };
+        let bid = m.build_id.clone().map(BuildId);
+        let (image, new) = self.images.resolve(self.probe.as_mut(), &m.filename, bid, &fallback, 0, &self.vdso);
+        if new {
+            self.preserve(image, &fallback);
+        }
+        self.procs.get_or_insert(m.pid).map(Mapping { start: m.addr, end: m.addr + m.len, pgoff: m.pgoff, image });
+    }
+
+    fn sample(&mut self, s: &Sample) {
+        self.stats.samples += 1;
+        let event = s.event_index as u16;
+        let kernel_mode = matches!(s.mode, CpuMode::Kernel) || s.ip >= kernel::KERNEL_SPACE_START;
+        if kernel_mode {
+            self.stats.kernel_samples += 1;
+            let comm = self.procs.get(s.pid).map_or(self.swapper, |p| p.comm);
+            let (image, offset) = self.kernel_location(s.ip);
+            self.agg.add(image, event, s.pid, comm, offset, 1, s.period);
+            return;
+        }
+        match self.user_location(s.pid, s.ip) {
+            Some((image, offset, comm)) => self.agg.add(image, event, s.pid, comm, offset, 1, s.period),
+            None => {
+                self.stats.unknown_samples += 1;
+                let comm = self.procs.get(s.pid).map_or(self.swapper, |p| p.comm);
+                self.agg.add(self.unknown_image, event, s.pid, comm, s.ip, 1, s.period);
+            }
+        }
+    }
+
+    fn kernel_location(&self, ip: u64) -> (u32, u64) {
+        for (m, &img) in self.kernel.modules.iter().zip(&self.module_images) {
+            if ip >= m.base && ip < m.base + m.size {
+                return (img, ip - m.base);
+            }
+        }
+        (self.kernel_image, ip.wrapping_sub(self.kernel.text_base.unwrap_or(0)))
+    }
+
+    /// Finds the image; on a miss, re-reads the process's maps once per
+    /// drain (a missed mmap record, or a process older than the sampler).
+    fn user_location(&mut self, pid: u32, ip: u64) -> Option<(u32, u64, u32)> {
+        let hit = |c: &Collector| {
+            let p = c.procs.get(pid)?;
+            let m = p.lookup(ip)?;
+            Some((m.image, m.offset_of(ip), p.comm))
+        };
+        if let Some(h) = hit(self) {
+            return Some(h);
+        }
+        if self.scanned.insert(pid) && self.scan_pid(pid) {
+            return hit(self);
+        }
+        None
+    }
+
+    /// Marks the end of one drain of the kernel buffers: exited processes
+    /// are reaped a couple of drains later.
+    pub fn end_drain(&mut self) {
+        self.drain += 1;
+        self.scanned.clear();
+        self.procs.reap(self.drain);
+    }
+
+    /// Hands over the profiles of the images `select` picks (by index).
+    pub fn take_profiles(&mut self, select: impl Fn(u32) -> bool) -> Vec<Profile> {
+        let images = &self.images;
+        let events = &self.events;
+        self.agg.take(select, |i| images.get(i).clone(), |e| events[e as usize].clone())
+    }
+}

@@ -1,0 +1,182 @@
+//! `loupe top`: samples per image, procedure or source line, sorted
+//! descending, one column per event (DCPI's dcpiprof, Figure 1).
+
+use crate::{image_display, unsymbolized, SymbolSource};
+use loupe_model::{EventName, ImageKind, ImageOffset, ProcessKey, Profile};
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    Image,
+    Procedure,
+    Line,
+}
+
+/// One row of the table; `counts[i]` belongs to `TopReport::events[i]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopRow {
+    pub image: String,
+    pub procedure: Option<String>,
+    pub line: Option<String>,
+    pub counts: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopReport {
+    pub events: Vec<EventName>,
+    /// Samples per event in the selection, attributed or not.
+    pub totals: Vec<u64>,
+    /// Samples per event that no image could take.
+    pub unknown: Vec<u64>,
+    /// Sorted by the first event's count, descending.
+    pub rows: Vec<TopRow>,
+}
+
+impl TopReport {
+    pub fn percent(&self, row: &TopRow, event: usize) -> f64 {
+        pct(row.counts[event], self.totals[event])
+    }
+}
+
+pub fn pct(n: u64, total: u64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        100.0 * n as f64 / total as f64
+    }
+}
+
+/// Builds the table. `keep` selects processes (pid/comm filters);
+/// `keep_image` selects images by display name.
+pub fn top(
+    profiles: &[Profile],
+    events: &[EventName],
+    by: GroupBy,
+    keep: &dyn Fn(&ProcessKey) -> bool,
+    keep_image: &dyn Fn(&str) -> bool,
+    syms: &mut dyn SymbolSource,
+) -> TopReport {
+    let mut totals = vec![0; events.len()];
+    let mut unknown = vec![0; events.len()];
+    let mut rows: HashMap<(String, Option<String>, Option<String>), Vec<u64>> = HashMap::new();
+    for p in profiles {
+        let Some(ev) = events.iter().position(|e| *e == p.event) else { continue };
+        let counts = p.by_offset(keep);
+        let n: u64 = counts.values().sum();
+        totals[ev] += n;
+        if p.image.kind == ImageKind::Unknown {
+            unknown[ev] += n;
+        }
+        let image = image_display(&p.image);
+        if n == 0 || !keep_image(&image) {
+            continue;
+        }
+        for ((proc_, line), c) in group(p, &counts, by, syms) {
+            rows.entry((image.clone(), proc_, line)).or_insert_with(|| vec![0; events.len()])[ev] += c;
+        }
+    }
+    let mut rows: Vec<TopRow> = rows
+        .into_iter()
+        .map(|((image, procedure, line), counts)| TopRow { image, procedure, line, counts })
+        .collect();
+    rows.sort_by(|a, b| b.counts.cmp(&a.counts).then_with(|| a.image.cmp(&b.image)).then_with(|| a.procedure.cmp(&b.procedure)));
+    TopReport { events: events.to_vec(), totals, unknown, rows }
+}
+
+type GroupKey = (Option<String>, Option<String>);
+
+/// Sums one profile's offsets into (procedure, line) groups.
+fn group(p: &Profile, counts: &BTreeMap<ImageOffset, u64>, by: GroupBy, syms: &mut dyn SymbolSource) -> Vec<(GroupKey, u64)> {
+    if by == GroupBy::Image {
+        return vec![((None, None), counts.values().sum())];
+    }
+    if p.image.kind == ImageKind::Unknown {
+        let key = (Some(p.image.path.clone()), (by == GroupBy::Line).then(|| p.image.path.clone()));
+        return vec![(key, counts.values().sum())];
+    }
+    let offsets: Vec<ImageOffset> = counts.keys().copied().collect();
+    let names = syms.symbolize(&p.image, &offsets, by == GroupBy::Line);
+    let mut out: HashMap<GroupKey, u64> = HashMap::new();
+    for ((off, n), sym) in counts.iter().zip(names) {
+        let procedure = sym.as_ref().map_or_else(|| unsymbolized(&p.image, *off), |s| s.procedure.clone());
+        let line = (by == GroupBy::Line).then(|| match &sym {
+            Some(s) if s.file.is_some() => format!("{}:{}", s.file.as_deref().unwrap_or("??"), s.line.unwrap_or(0)),
+            _ => procedure.clone(),
+        });
+        *out.entry((Some(procedure), line)).or_insert(0) += n;
+    }
+    out.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SymInfo;
+    use loupe_model::{BuildId, ImageId};
+
+    /// Symbols by table: offsets below 0x100 are `f`, below 0x200 `g`, else none.
+    struct Table;
+    impl SymbolSource for Table {
+        fn symbolize(&mut self, _: &ImageId, offs: &[ImageOffset], lines: bool) -> Vec<Option<SymInfo>> {
+            offs.iter()
+                .map(|o| match o.0 {
+                    0..=0xff => Some(SymInfo { procedure: "f".into(), file: lines.then(|| "a.c".into()), line: Some((o.0 / 0x10) as u32) }),
+                    0x100..=0x1ff => Some(SymInfo { procedure: "g".into(), file: None, line: None }),
+                    _ => None,
+                })
+                .collect()
+        }
+    }
+
+    fn profiles() -> Vec<Profile> {
+        let ev = EventName::new("cpu-clock");
+        let mut a = Profile::new(ImageId::elf("/bin/app", Some(BuildId(vec![1]))), ev.clone());
+        a.add(ProcessKey::new(1, "app"), ImageOffset(0x10), 5, 0);
+        a.add(ProcessKey::new(1, "app"), ImageOffset(0x18), 1, 0);
+        a.add(ProcessKey::new(1, "app"), ImageOffset(0x150), 3, 0);
+        a.add(ProcessKey::new(2, "other"), ImageOffset(0x400), 2, 0);
+        let mut k = Profile::new(ImageId::kernel(None), ev.clone());
+        k.add(ProcessKey::new(1, "app"), ImageOffset(0x10), 4, 0);
+        let mut u = Profile::new(ImageId::unknown(), ev);
+        u.add(ProcessKey::new(1, "app"), ImageOffset(0xdead), 1, 0);
+        u.add(ProcessKey::new(1, "app"), ImageOffset(0xbeef), 1, 0);
+        vec![a, k, u]
+    }
+
+    fn run(by: GroupBy, keep: &dyn Fn(&ProcessKey) -> bool) -> TopReport {
+        top(&profiles(), &[EventName::new("cpu-clock")], by, keep, &|_| true, &mut Table)
+    }
+
+    #[test]
+    fn by_procedure_groups_offsets_and_sorts_descending() {
+        // Checks grouping by symbol, the name+offset fallback, and descending order.
+        let r = run(GroupBy::Procedure, &|_| true);
+        let got: Vec<(&str, u64)> = r.rows.iter().map(|x| (x.procedure.as_deref().unwrap(), x.counts[0])).collect();
+        assert_eq!(got[0], ("f", 6));
+        assert!(got.contains(&("g", 3)));
+        assert!(got.contains(&("app+0x400", 2)));
+        assert!(got.contains(&("[unknown]", 2)));
+        assert_eq!(r.totals[0], 17);
+        assert_eq!(r.unknown[0], 2);
+        assert!(r.rows.windows(2).all(|w| w[0].counts[0] >= w[1].counts[0]));
+    }
+
+    #[test]
+    fn process_filter_changes_totals() {
+        // Checks that a pid filter removes other processes from rows and totals.
+        let r = run(GroupBy::Image, &|p| p.pid == 2);
+        assert_eq!(r.totals[0], 2);
+        assert_eq!(r.rows.len(), 1);
+        assert_eq!(r.rows[0].image, "/bin/app");
+        assert_eq!(r.percent(&r.rows[0], 0), 100.0);
+    }
+
+    #[test]
+    fn by_line_uses_file_and_line() {
+        // Checks file:line keys and that lines without DWARF fall back to the procedure.
+        let r = run(GroupBy::Line, &|p| p.pid == 1);
+        let lines: Vec<&str> = r.rows.iter().filter_map(|x| x.line.as_deref()).collect();
+        assert!(lines.contains(&"a.c:1"));
+        assert!(lines.contains(&"g"));
+    }
+}

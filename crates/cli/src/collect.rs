@@ -1,0 +1,201 @@
+//! `record`, `daemon`, `flush`, `epoch`, `epochs`, `events`.
+
+use crate::flags::{DaemonArgs, DbArg, RecordArgs, SamplingArgs};
+use anyhow::{bail, Context, Result};
+use loupe_collector::daemon::{self, DaemonOptions, Engine};
+use loupe_perf::{EventSpec, GatedChild, SamplerConfig, Target};
+use loupe_store::Database;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Resolves event names, probing the machine: unknown names are errors
+/// that list what exists; hardware events without a PMU fall back to
+/// cpu-clock with a warning.
+fn resolve_events(names: &[String]) -> Result<Vec<EventSpec>> {
+    let names: Vec<String> = if names.is_empty() { vec!["cpu-clock".into()] } else { names.to_vec() };
+    let probed = loupe_perf::probe_events();
+    let missing: Vec<&str> = probed.iter().filter(|(_, r)| r.is_err()).map(|(e, _)| e.name.as_str()).collect();
+    let mut out: Vec<EventSpec> = Vec::new();
+    for n in &names {
+        let spec = loupe_perf::parse_event(n)?;
+        let ok = probed.iter().find(|(e, _)| e.name == spec.name).is_none_or(|(_, r)| r.is_ok());
+        let spec = if ok {
+            spec
+        } else {
+            eprintln!("loupe: event {} is not available on this machine (no hardware PMU); falling back to cpu-clock", spec.name);
+            loupe_perf::parse_event("cpu-clock")?
+        };
+        if !out.iter().any(|e| e.name == spec.name) {
+            out.push(spec);
+        }
+    }
+    let names: Vec<&str> = out.iter().map(|e| e.name.as_str()).collect();
+    if missing.is_empty() {
+        eprintln!("loupe: sampling {} (hardware PMU available)", names.join(", "));
+    } else {
+        eprintln!("loupe: sampling {}; unavailable here: {}", names.join(", "), missing.join(", "));
+    }
+    Ok(out)
+}
+
+fn sampler_config(s: &SamplingArgs) -> Result<SamplerConfig> {
+    Ok(SamplerConfig { events: resolve_events(&s.events)?, freq_hz: s.freq, ..SamplerConfig::default() })
+}
+
+fn seconds(s: f64, what: &str) -> Result<Duration> {
+    if !(s.is_finite() && s > 0.0) {
+        bail!("{what} must be a positive number of seconds, got {s}");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// Stop flag set by SIGTERM and SIGINT.
+fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    Ok(stop)
+}
+
+/// Finds a command the way a shell would, so a missing one is reported
+/// before anything starts (exit 127, as shells do).
+fn find_command(cmd: &str) -> Option<std::path::PathBuf> {
+    if cmd.contains('/') {
+        return std::path::Path::new(cmd).exists().then(|| cmd.into());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| p.is_file())
+}
+
+pub fn record(a: RecordArgs) -> Result<u8> {
+    if let Some(cmd) = a.command.first() {
+        if find_command(cmd).is_none() {
+            eprintln!("loupe: command not found: {cmd}");
+            return Ok(127);
+        }
+    }
+    let flush_every = seconds(a.flush_every, "--flush-every")?;
+    let duration = a.duration.map(|d| seconds(d, "--duration")).transpose()?;
+    let db = Database::create(&a.db.db).with_context(|| format!("cannot use database {}", a.db.db.display()))?;
+    let mut cfg = sampler_config(&a.sampling)?;
+    let stop = stop_flag()?;
+    let mut child = match a.command.split_first() {
+        Some((cmd, args)) => {
+            let c = GatedChild::spawn(cmd, args)?;
+            cfg.target = Target::Process { pid: c.pid };
+            cfg.enable_on_exec = true;
+            Some(c)
+        }
+        None => None,
+    };
+    let mut engine = Engine::new(&cfg, db, flush_every).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let started = Instant::now();
+    let mut status = 0;
+    match &mut child {
+        Some(c) => c.release()?,
+        None => {
+            engine.collector.scan_all();
+            engine.sampler.enable()?;
+        }
+    }
+    loop {
+        engine.step().map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Some(c) = &mut child {
+            if let Some(s) = c.try_wait()? {
+                status = s;
+                break;
+            }
+        } else if stop.load(Ordering::Relaxed) || duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+    }
+    engine.sampler.disable()?;
+    engine.flush_all().map_err(|e| anyhow::anyhow!("{e}"))?;
+    summarize(&engine, started.elapsed());
+    Ok(status.clamp(0, 255) as u8)
+}
+
+fn summarize(e: &Engine, took: Duration) {
+    let s = e.collector.stats();
+    let epoch = e.db.current_epoch().map(|e| e.to_string()).unwrap_or_else(|_| "?".into());
+    eprintln!(
+        "loupe: {} samples in {:.1} s ({} kernel, {} unknown, {} lost) -> {} epoch {}",
+        s.samples,
+        took.as_secs_f64(),
+        s.kernel_samples,
+        s.unknown_samples,
+        e.sampler.lost(),
+        e.db.root().display(),
+        epoch
+    );
+    for p in &e.problems {
+        eprintln!("loupe: warning: {p}");
+    }
+}
+
+pub fn daemon(a: DaemonArgs) -> Result<u8> {
+    let cfg = sampler_config(&a.sampling)?;
+    let opts = DaemonOptions {
+        db: a.db.db.clone(),
+        flush_every: seconds(a.flush_every, "--flush-every")?,
+        stats_every: a.stats.map(|s| seconds(s, "--stats")).transpose()?,
+    };
+    Database::create(&opts.db).with_context(|| format!("cannot use database {}", opts.db.display()))?;
+    let stop = stop_flag()?;
+    eprintln!("loupe: daemon {} collecting into {} (flush every {} s)", std::process::id(), opts.db.display(), a.flush_every);
+    let report = daemon::run_daemon(&cfg, &opts, &stop).map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!("loupe: daemon stopped: {}", serde_json::to_string(&report)?);
+    Ok(0)
+}
+
+pub fn flush(a: DbArg) -> Result<u8> {
+    let answer = daemon::send_command(&a.db, "flush")
+        .with_context(|| format!("no loupe daemon is running on {} (cannot reach its socket)", a.db.display()))?;
+    report_answer(&answer)
+}
+
+pub fn epoch(a: DbArg) -> Result<u8> {
+    if daemon::socket_path(&a.db).exists() {
+        if let Ok(answer) = daemon::send_command(&a.db, "epoch") {
+            return report_answer(&answer);
+        }
+    }
+    let db = Database::open(&a.db)?;
+    println!("epoch {}", db.new_epoch()?);
+    Ok(0)
+}
+
+fn report_answer(answer: &str) -> Result<u8> {
+    match answer.strip_prefix("ok ") {
+        Some(rest) => {
+            println!("{rest}");
+            Ok(0)
+        }
+        None => bail!("daemon answered: {answer}"),
+    }
+}
+
+pub fn epochs(a: DbArg) -> Result<u8> {
+    let db = Database::open(&a.db)?;
+    let current = db.current_epoch()?;
+    for e in db.epochs()? {
+        let (index, _) = db.index(e.id)?;
+        let samples: u64 = index.entries.iter().map(|x| x.total_samples).sum();
+        let mark = if e.id == current { "*" } else { " " };
+        println!("{mark}{:>6}  started {}  {:>10} samples  {} profiles", e.id, e.started_unix, samples, index.entries.len());
+    }
+    Ok(0)
+}
+
+pub fn events() -> Result<u8> {
+    for (e, r) in loupe_perf::probe_events() {
+        let kind = if loupe_perf::is_hardware(&e) { "hardware" } else { "software" };
+        match r {
+            Ok(()) => println!("{:<26} {kind:<9} available", e.name),
+            Err(why) => println!("{:<26} {kind:<9} unavailable: {why}", e.name),
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,30 @@
+//! The analysis crate's `SymbolSource`, backed by ELF/DWARF/kallsyms.
+
+use loupe_analysis::{SymInfo, SymbolSource};
+use loupe_model::{ImageId, ImageOffset};
+use loupe_symbolize::{Symbolizer, SymbolizerOptions};
+use std::path::Path;
+
+pub struct Symbols {
+    inner: Symbolizer,
+}
+
+impl Symbols {
+    /// Looks for replaced or deleted binaries in the database's image cache
+    /// before the usual places.
+    pub fn for_db(db: &Path) -> Symbols {
+        let mut opts = SymbolizerOptions::default();
+        opts.image_cache_dirs.push(db.join("images"));
+        Symbols { inner: Symbolizer::new(opts) }
+    }
+}
+
+impl SymbolSource for Symbols {
+    fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Option<SymInfo>> {
+        self.inner
+            .symbolize(image, offsets, lines)
+            .into_iter()
+            .map(|r| r.ok().map(|s| SymInfo { procedure: s.procedure, file: s.file, line: s.line }))
+            .collect()
+    }
+}

@@ -1,0 +1,162 @@
+//! The daemon under churn, crashes and corrupt files.
+
+mod util;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use util::*;
+
+struct Daemon {
+    child: Child,
+}
+
+impl Daemon {
+    fn start(db: &Path, extra: &[&str]) -> Daemon {
+        let child = loupe()
+            .args(["daemon", "--db"])
+            .arg(db)
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let sock = db.join("daemon.sock");
+        let t = Instant::now();
+        while !sock.exists() {
+            assert!(t.elapsed() < Duration::from_secs(20), "daemon did not come up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Daemon { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn status_kib(&self, field: &str) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = s.lines().find(|l| l.starts_with(field)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    fn stop(mut self) -> String {
+        // SAFETY: sending SIGTERM to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let out = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap()).wait_with_output().unwrap();
+        assert!(out.status.success(), "daemon exit {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn total(db: &Path) -> u64 {
+    top_json(db, &["--by", "image", "--epoch", "all"])["total_samples"].as_u64().unwrap()
+}
+
+#[test]
+fn churn_of_short_lived_processes_stays_attributed_and_bounded() {
+    // Checks unknown < 0.5% and bounded daemon memory while 2000+ processes come and go.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let d = Daemon::start(&db, &["--flush-every", "2"]);
+    let churn = workloads().join("churn");
+    let out = run_ok(Command::new(&churn).args(["--count", "2000"]));
+    eprintln!("churn: {}", String::from_utf8_lossy(&out.stdout).trim());
+    let peak_kib = d.status_kib("VmHWM:");
+    run_ok(loupe().args(["flush", "--db"]).arg(&db));
+    d.stop();
+    let top = top_json(&db, &["--by", "image", "--epoch", "all"]);
+    let (all, unknown) = (top["total_samples"].as_u64().unwrap(), top["unknown_samples"].as_u64().unwrap());
+    let spin = top_json(&db, &["--by", "procedure", "--comm", "churn-child"]);
+    let spin_samples = spin["total_samples"].as_u64().unwrap();
+    eprintln!("samples {all}, unknown {unknown}, churn-child samples {spin_samples}, daemon peak RSS {peak_kib} KiB");
+    assert!(spin_samples > 1000, "the short-lived processes must be sampled: {spin_samples}");
+    assert!((unknown as f64) < 0.005 * all as f64, "unknown {unknown} of {all}");
+    assert!(peak_kib < 100 * 1024, "daemon peak RSS {peak_kib} KiB");
+}
+
+#[test]
+fn kill_9_loses_at_most_the_last_flush_interval() {
+    // Checks that after SIGKILL the database opens and holds all but the last ~flush interval of samples.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let d = Daemon::start(&db, &["--flush-every", "1", "--freq", "500"]);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let mut child = std::mem::replace(&mut std::mem::ManuallyDrop::new(d).child, Command::new("true").spawn().unwrap());
+    child.kill().unwrap();
+    let ran = started.elapsed().as_secs_f64();
+    child.wait().unwrap();
+    let cpus = std::thread::available_parallelism().unwrap().get() as f64;
+    // cpu-clock samples idle CPUs too: expect ~ rate x CPUs x seconds.
+    let expected_min = 500.0 * cpus * (ran - 2.5);
+    let got = total(&db) as f64;
+    assert!(got >= expected_min, "only {got} samples survived; expected at least {expected_min:.0}");
+    let d2 = Daemon::start(&db, &["--flush-every", "1"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    d2.stop();
+    assert!(total(&db) as f64 > got, "restarted daemon must add to the same database");
+}
+
+#[test]
+fn corrupt_profile_is_named_and_the_rest_still_reads() {
+    // Checks that a flipped byte in one profile file is reported by name and skipped.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(workloads().join("selftime")).args(["--seconds", "1"]));
+    let epoch_dir = std::fs::read_dir(db.join("epochs")).unwrap().next().unwrap().unwrap().path();
+    let mut profs: Vec<_> = std::fs::read_dir(&epoch_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "prof"))
+        .collect();
+    profs.sort();
+    assert!(profs.len() >= 3, "expected several profiles, got {profs:?}");
+    let victim = profs.iter().find(|p| p.to_string_lossy().contains("selftime-")).unwrap().clone();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&victim, bytes).unwrap();
+    let out = loupe().args(["top", "--db"]).arg(&db).args(["--by", "procedure"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "top must still succeed: {stderr}");
+    assert!(stderr.contains(victim.file_name().unwrap().to_str().unwrap()), "stderr must name the file: {stderr}");
+    assert!(stdout.contains("[kernel]") || stdout.contains("libselftime.so"), "the rest must show: {stdout}");
+}
+
+#[test]
+fn flush_and_epoch_commands_reach_the_daemon() {
+    // Checks that `loupe flush` writes data now and `loupe epoch` starts epoch 2 with new samples.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let d = Daemon::start(&db, &["--flush-every", "3600"]);
+    std::thread::sleep(Duration::from_millis(800));
+    run_ok(loupe().args(["flush", "--db"]).arg(&db));
+    let after_flush = total(&db);
+    assert!(after_flush > 0, "flush must write samples");
+    let out = run_ok(loupe().args(["epoch", "--db"]).arg(&db));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("epoch 2"));
+    std::thread::sleep(Duration::from_millis(800));
+    d.stop();
+    let e1 = top_json(&db, &["--by", "image", "--epoch", "1"])["total_samples"].as_u64().unwrap();
+    let e2 = top_json(&db, &["--by", "image", "--epoch", "2"])["total_samples"].as_u64().unwrap();
+    assert!(e1 >= after_flush && e2 > 0, "epoch 1 {e1}, epoch 2 {e2}");
+}

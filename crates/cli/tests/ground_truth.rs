@@ -1,0 +1,86 @@
+//! Attribution against workloads whose answer is known by construction:
+//! `selftime` measures its own CPU time per procedure with
+//! CLOCK_THREAD_CPUTIME_ID and its user/system split with getrusage.
+
+mod util;
+use util::*;
+
+const PROCEDURES: [&str; 4] = ["hot_alpha", "hot_beta", "hot_gamma", "lib_spin"];
+
+#[test]
+fn procedure_and_kernel_shares_match_self_measured_cpu_time() {
+    // Checks per-procedure shares within 2 points, the kernel share within 3, and library/kernel image attribution.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let truth_file = dir.path().join("truth.json");
+    let w = workloads();
+    run_ok(loupe()
+        .args(["record", "--freq", "4000", "--db"])
+        .arg(&db)
+        .arg("--")
+        .arg(w.join("selftime"))
+        .args(["--seconds", "5", "--out"])
+        .arg(&truth_file));
+    let truth: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth_file).unwrap()).unwrap();
+    let pid = truth["pid"].as_u64().unwrap().to_string();
+    let total_cpu = truth["total_cpu"].as_f64().unwrap();
+    let top = top_json(&db, &["--by", "procedure", "--pid", &pid]);
+    let total = top["total_samples"].as_u64().unwrap() as f64;
+    assert!(total > 10_000.0, "too few samples to judge: {total}");
+    let mut report = String::new();
+    for p in PROCEDURES {
+        let truth_share = 100.0 * truth["procedures"][p].as_f64().unwrap() / total_cpu;
+        let got = 100.0 * sum_rows(&top, |r| r["procedure"] == p) as f64 / total;
+        report += &format!("{p}: loupe {got:.2}% truth {truth_share:.2}%\n");
+        assert!((got - truth_share).abs() <= 2.0, "{p} off by more than 2 points:\n{report}");
+    }
+    let kernel = 100.0 * sum_rows(&top, |r| r["image"] == "[kernel]") as f64 / total;
+    let kernel_truth = 100.0 * truth["stime"].as_f64().unwrap() / total_cpu;
+    eprintln!("{report}kernel: loupe {kernel:.2}% truth {kernel_truth:.2}%");
+    assert!((kernel - kernel_truth).abs() <= 3.0, "kernel share {kernel:.2}% vs stime share {kernel_truth:.2}%");
+    let lib_rows: Vec<&serde_json::Value> = top["rows"].as_array().unwrap().iter().filter(|r| r["procedure"] == "lib_spin").collect();
+    assert!(lib_rows.iter().all(|r| r["image"].as_str().unwrap().ends_with("libselftime.so")), "lib_spin must land in the library image: {lib_rows:?}");
+    let unknown = top["unknown_samples"].as_u64().unwrap() as f64;
+    assert!(unknown / total < 0.005, "unknown fraction {}", unknown / total);
+}
+
+#[test]
+fn record_returns_the_command_status_and_passes_output_through() {
+    // Checks that record exits with the command's status and leaves stdout untouched.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = loupe()
+        .args(["record", "--db"])
+        .arg(dir.path().join("db"))
+        .args(["--", "/bin/sh", "-c", "echo hello-from-child; exit 7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello-from-child\n");
+}
+
+#[test]
+fn recording_twice_sums_into_the_current_epoch() {
+    // Checks DCPI's behaviour: several runs into one database add up in one epoch.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let run = || {
+        run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(workloads().join("selftime")).args(["--seconds", "1"]));
+    };
+    run();
+    let first = top_json(&db, &["--by", "image"])["total_samples"].as_u64().unwrap();
+    run();
+    let second = top_json(&db, &["--by", "image"])["total_samples"].as_u64().unwrap();
+    assert!(first > 500, "first run gave {first} samples");
+    assert!(second as f64 > first as f64 * 1.6, "second run must add to the first: {first} then {second}");
+    let epochs = run_ok(loupe().args(["epochs", "--db"]).arg(&db));
+    assert_eq!(String::from_utf8_lossy(&epochs.stdout).lines().count(), 1);
+}

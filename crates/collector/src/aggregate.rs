@@ -1,0 +1,126 @@
+//! In-memory aggregation between flushes: DCPI's per-image hash tables.
+//!
+//! Keyed by small integers so the per-sample cost is one hash lookup; turned
+//! into [`Profile`]s only when a slice of images is flushed.
+
+use loupe_model::{EventName, ImageId, ImageOffset, ProcessKey, Profile};
+use std::collections::HashMap;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    pid: u32,
+    comm: u32,
+    event: u16,
+    offset: u64,
+}
+
+#[derive(Default)]
+struct ImageCounts {
+    counts: HashMap<Key, u64>,
+    period_sums: HashMap<u16, u64>,
+}
+
+/// Sample counts of every image since its last flush.
+#[derive(Default)]
+pub struct Aggregator {
+    images: HashMap<u32, ImageCounts>,
+    /// Interned process names; reset whenever nothing refers to them.
+    comms: Vec<String>,
+    comm_index: HashMap<String, u32>,
+    entries: usize,
+}
+
+impl Aggregator {
+    pub fn intern_comm(&mut self, comm: &str) -> u32 {
+        if let Some(&i) = self.comm_index.get(comm) {
+            return i;
+        }
+        self.comms.push(comm.to_string());
+        let i = (self.comms.len() - 1) as u32;
+        self.comm_index.insert(comm.to_string(), i);
+        i
+    }
+
+    pub fn comm(&self, i: u32) -> &str {
+        self.comms.get(i as usize).map(String::as_str).unwrap_or("?")
+    }
+
+    /// Counts one or more samples.
+    pub fn add(&mut self, image: u32, event: u16, pid: u32, comm: u32, offset: u64, count: u64, period: u64) {
+        let ic = self.images.entry(image).or_default();
+        let slot = ic.counts.entry(Key { pid, comm, event, offset }).or_insert(0);
+        if *slot == 0 {
+            self.entries += 1;
+        }
+        *slot += count;
+        *ic.period_sums.entry(event).or_insert(0) += period;
+    }
+
+    /// Distinct (image, process, event, offset) entries held.
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.images.is_empty()
+    }
+
+    /// Removes the images that `select` picks and returns their profiles,
+    /// one per (image, event).
+    pub fn take(
+        &mut self,
+        select: impl Fn(u32) -> bool,
+        image_id: impl Fn(u32) -> ImageId,
+        event_name: impl Fn(u16) -> EventName,
+    ) -> Vec<Profile> {
+        let chosen: Vec<u32> = self.images.keys().copied().filter(|&i| select(i)).collect();
+        let mut out = Vec::new();
+        for img in chosen {
+            let ic = self.images.remove(&img).expect("key just listed");
+            self.entries -= ic.counts.len();
+            let mut per_event: HashMap<u16, Profile> = HashMap::new();
+            for (k, n) in ic.counts {
+                let p = per_event.entry(k.event).or_insert_with(|| Profile::new(image_id(img), event_name(k.event)));
+                p.add(ProcessKey::new(k.pid, self.comm(k.comm)), ImageOffset(k.offset), n, 0);
+            }
+            for (ev, mut p) in per_event {
+                p.period_sum = ic.period_sums.get(&ev).copied().unwrap_or(0);
+                out.push(p);
+            }
+        }
+        if self.images.is_empty() {
+            self.comms.clear();
+            self.comm_index.clear();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loupe_model::BuildId;
+
+    #[test]
+    fn take_builds_one_profile_per_image_and_event() {
+        // Checks that counts and periods survive the conversion to profiles exactly.
+        let mut a = Aggregator::default();
+        let c = a.intern_comm("prog");
+        a.add(0, 0, 1, c, 0x10, 1, 100);
+        a.add(0, 0, 1, c, 0x10, 1, 100);
+        a.add(0, 1, 1, c, 0x10, 1, 7);
+        a.add(1, 0, 2, c, 0x20, 3, 300);
+        assert_eq!(a.entries(), 3);
+        let img = |i: u32| ImageId::elf("/x", Some(BuildId(vec![i as u8])));
+        let ev = |e: u16| EventName(format!("e{e}"));
+        let mut ps = a.take(|i| i == 0, img, ev);
+        ps.sort_by(|x, y| x.event.cmp(&y.event));
+        assert_eq!(ps.len(), 2);
+        assert_eq!((ps[0].total_samples(), ps[0].period_sum), (2, 200));
+        assert_eq!((ps[1].total_samples(), ps[1].period_sum), (1, 7));
+        assert_eq!(a.entries(), 1);
+        let rest = a.take(|_| true, img, ev);
+        assert_eq!(rest[0].processes[0], ProcessKey::new(2, "prog"));
+        assert!(a.is_empty());
+    }
+}

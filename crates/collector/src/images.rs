@@ -1,0 +1,233 @@
+//! Image identities: turning what the kernel says about a mapping (path,
+//! maybe a build-id) into a stable [`ImageId`], and keeping a copy of binaries
+//! that were deleted or replaced while running so they can still be
+//! symbolized later.
+//!
+//! File access goes through [`FileProbe`] so the identity rules are testable
+//! without a file system.
+
+use loupe_model::{fnv1a, BuildId, ImageId, ImageKind, ANON_IMAGE, VDSO_IMAGE};
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Reads identities from files. `read_build_id` returns `None` both for a
+/// missing file and for one without a build-id note.
+pub trait FileProbe {
+    fn read_build_id(&mut self, path: &Path) -> Option<BuildId>;
+    fn content_hash(&mut self, path: &Path) -> Option<u64>;
+}
+
+/// The real file system.
+pub struct Fs;
+
+impl FileProbe for Fs {
+    fn read_build_id(&mut self, path: &Path) -> Option<BuildId> {
+        build_id_of_file(path)
+    }
+    fn content_hash(&mut self, path: &Path) -> Option<u64> {
+        fs::read(path).ok().map(|b| fnv1a(&b))
+    }
+}
+
+/// The GNU build-id note of an ELF file.
+pub fn build_id_of_file(path: &Path) -> Option<BuildId> {
+    let data = fs::read(path).ok()?;
+    build_id_of_bytes(&data)
+}
+
+pub fn build_id_of_bytes(data: &[u8]) -> Option<BuildId> {
+    use object::Object;
+    let file = object::File::parse(data).ok()?;
+    file.build_id().ok().flatten().map(|b| BuildId(b.to_vec()))
+}
+
+/// Interns image identities to small indices used on the sample path.
+#[derive(Default)]
+pub struct ImageTable {
+    ids: Vec<ImageId>,
+    index: HashMap<ImageId, u32>,
+    /// Identity of files seen without a kernel build-id, by path and inode,
+    /// so a file is read at most once.
+    by_file: HashMap<(String, u64), u32>,
+}
+
+impl ImageTable {
+    pub fn intern(&mut self, id: ImageId) -> (u32, bool) {
+        if let Some(&i) = self.index.get(&id) {
+            return (i, false);
+        }
+        let i = self.ids.len() as u32;
+        self.index.insert(id.clone(), i);
+        self.ids.push(id);
+        (i, true)
+    }
+
+    pub fn get(&self, i: u32) -> &ImageId {
+        &self.ids[i as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Identity of a file-backed or special mapping. `kernel_build_id` is
+    /// what the MMAP2 record carried; `probe_path` is where the mapped bytes
+    /// can be read (e.g. `/proc/PID/map_files/...`, which still works for a
+    /// deleted file), `inode` disambiguates files replaced at the same path.
+    pub fn resolve(
+        &mut self,
+        probe: &mut dyn FileProbe,
+        path: &str,
+        kernel_build_id: Option<BuildId>,
+        probe_path: &Path,
+        inode: u64,
+        vdso: &ImageId,
+    ) -> (u32, bool) {
+        if path == VDSO_IMAGE {
+            return self.intern(vdso.clone());
+        }
+        if path.is_empty() || path.starts_with('[') || path.starts_with("//anon") || path.starts_with("/memfd:") {
+            let kind = ImageKind::Anonymous;
+            return self.intern(ImageId { kind, path: ANON_IMAGE.into(), build_id: None, content_hash: None });
+        }
+        if let Some(b) = kernel_build_id.filter(|b| !b.0.is_empty()) {
+            return self.intern(ImageId::elf(path, Some(b)));
+        }
+        if inode != 0 {
+            if let Some(&i) = self.by_file.get(&(path.to_string(), inode)) {
+                return (i, false);
+            }
+        }
+        let id = match probe.read_build_id(probe_path) {
+            Some(b) => ImageId::elf(path, Some(b)),
+            None => ImageId { content_hash: probe.content_hash(probe_path), ..ImageId::elf(path, None) },
+        };
+        let r = self.intern(id);
+        if inode != 0 {
+            self.by_file.insert((path.to_string(), inode), r.0);
+        }
+        r
+    }
+}
+
+/// `/proc/PID/map_files/START-END`: the mapped file itself, even after it was
+/// deleted or replaced on disk (needs CAP_SYS_ADMIN).
+pub fn map_files_path(pid: u32, start: u64, end: u64) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+}
+
+/// Makes sure the bytes of a newly seen image stay available for analysis:
+/// when the file at its path is gone or has another build-id (replaced since
+/// the process mapped it), copy the mapped file into the database's image
+/// cache as `<build-id hex>`. Returns true when a copy was made.
+pub fn preserve_if_replaced(image: &ImageId, mapped: &Path, cache_dir: &Path) -> bool {
+    let Some(bid) = &image.build_id else { return false };
+    if image.kind != ImageKind::Elf {
+        return false;
+    }
+    if build_id_of_file(Path::new(&image.path)).as_ref() == Some(bid) {
+        return false;
+    }
+    let dest = cache_dir.join(bid.to_hex());
+    if dest.exists() {
+        return false;
+    }
+    let Ok(data) = fs::read(mapped) else { return false };
+    if build_id_of_bytes(&data).as_ref() != Some(bid) {
+        return false;
+    }
+    let tmp = dest.with_extension("tmp");
+    fs::create_dir_all(cache_dir).is_ok() && fs::write(&tmp, &data).is_ok() && fs::rename(&tmp, &dest).is_ok()
+}
+
+/// The vDSO of this very process: every process on this kernel maps the
+/// same one. Returns its identity and bytes (to save in the image cache).
+pub fn own_vdso() -> (ImageId, Option<Vec<u8>>) {
+    let bytes = read_own_vdso();
+    let build_id = bytes.as_deref().and_then(build_id_of_bytes);
+    (ImageId { kind: ImageKind::Vdso, path: VDSO_IMAGE.into(), build_id, content_hash: None }, bytes)
+}
+
+fn read_own_vdso() -> Option<Vec<u8>> {
+    let maps = fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().filter_map(crate::procmaps::parse_line).find(|l| l.path == VDSO_IMAGE)?;
+    let len = (line.end - line.start) as usize;
+    let mut buf = vec![0u8; len];
+    // SAFETY: the range is this process's own [vdso] mapping as listed in
+    // /proc/self/maps; it is readable, never unmapped, and `buf` has `len` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(line.start as *const u8, buf.as_mut_ptr(), len) };
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct FakeFs {
+        reads: usize,
+        bid: Option<BuildId>,
+    }
+    impl FileProbe for FakeFs {
+        fn read_build_id(&mut self, _: &Path) -> Option<BuildId> {
+            self.reads += 1;
+            self.bid.clone()
+        }
+        fn content_hash(&mut self, _: &Path) -> Option<u64> {
+            Some(42)
+        }
+    }
+
+    fn vdso() -> ImageId {
+        ImageId { kind: ImageKind::Vdso, path: VDSO_IMAGE.into(), build_id: None, content_hash: None }
+    }
+
+    #[test]
+    fn kernel_build_id_wins_and_needs_no_file_read() {
+        // Checks that a build-id from the MMAP2 record is used as is.
+        let mut t = ImageTable::default();
+        let mut fs = FakeFs { reads: 0, bid: None };
+        let (i, new) = t.resolve(&mut fs, "/bin/x", Some(BuildId(vec![1])), Path::new("/x"), 5, &vdso());
+        assert!(new);
+        assert_eq!(t.get(i).build_id, Some(BuildId(vec![1])));
+        assert_eq!(fs.reads, 0);
+    }
+
+    #[test]
+    fn files_without_kernel_build_id_are_read_once_per_inode() {
+        // Checks the fallback: build-id read from the file, cached by (path, inode); content hash without one.
+        let mut t = ImageTable::default();
+        let mut fs = FakeFs { reads: 0, bid: Some(BuildId(vec![9])) };
+        let a = t.resolve(&mut fs, "/bin/x", None, Path::new("/x"), 5, &vdso());
+        let b = t.resolve(&mut fs, "/bin/x", None, Path::new("/x"), 5, &vdso());
+        assert_eq!((a.0, fs.reads), (b.0, 1));
+        let mut nobid = FakeFs { reads: 0, bid: None };
+        let (c, _) = t.resolve(&mut nobid, "/bin/x", None, Path::new("/x"), 6, &vdso());
+        assert_eq!(t.get(c).content_hash, Some(42));
+        assert_ne!(a.0, c);
+    }
+
+    #[test]
+    fn special_mappings_get_special_images() {
+        // Checks vdso and anonymous executable memory are not treated as files.
+        let mut t = ImageTable::default();
+        let mut fs = FakeFs { reads: 0, bid: None };
+        let (v, _) = t.resolve(&mut fs, "[vdso]", None, Path::new("/x"), 0, &vdso());
+        let (a, _) = t.resolve(&mut fs, "//anon", None, Path::new("/x"), 0, &vdso());
+        assert_eq!(t.get(v).kind, ImageKind::Vdso);
+        assert_eq!(t.get(a).kind, ImageKind::Anonymous);
+        assert_eq!(fs.reads, 0);
+    }
+
+    #[test]
+    fn own_vdso_has_a_build_id() {
+        // Checks that the vDSO can be read from memory and identified.
+        let (id, bytes) = own_vdso();
+        assert!(bytes.is_some_and(|b| b.starts_with(b"\x7fELF")));
+        assert!(id.build_id.is_some());
+    }
+}

@@ -1,0 +1,95 @@
+//! What the daemon needs to know about the running kernel: where `_text` is
+//! (kernel offsets are relative to it, so KASLR does not move them), the
+//! kernel's build-id, and the load ranges of modules.
+
+use loupe_model::BuildId;
+
+/// Lowest kernel address on x86-64 (canonical upper half).
+pub const KERNEL_SPACE_START: u64 = 0xffff_8000_0000_0000;
+
+/// Address of `_text` in a kallsyms listing.
+pub fn text_base(kallsyms: &str) -> Option<u64> {
+    kallsyms.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let addr = it.next()?;
+        let _ty = it.next()?;
+        (it.next()? == "_text").then(|| u64::from_str_radix(addr, 16).ok())?
+    })
+}
+
+/// The GNU build-id from an ELF notes blob such as `/sys/kernel/notes`.
+pub fn build_id_from_notes(mut notes: &[u8]) -> Option<BuildId> {
+    const NT_GNU_BUILD_ID: u32 = 3;
+    let word = |b: &[u8], i: usize| -> Option<u32> { Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
+    let align4 = |n: usize| (n + 3) & !3;
+    while notes.len() >= 12 {
+        let namesz = word(notes, 0)? as usize;
+        let descsz = word(notes, 4)? as usize;
+        let ty = word(notes, 8)?;
+        let name_end = 12 + align4(namesz);
+        let desc_end = name_end.checked_add(align4(descsz))?;
+        let name = notes.get(12..12 + namesz)?;
+        if ty == NT_GNU_BUILD_ID && name.starts_with(b"GNU") {
+            return Some(BuildId(notes.get(name_end..name_end + descsz)?.to_vec()));
+        }
+        notes = notes.get(desc_end..)?;
+    }
+    None
+}
+
+/// A loaded kernel module's text range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    pub name: String,
+    pub base: u64,
+    pub size: u64,
+}
+
+/// Parses `/proc/modules` ("name size refcount deps state address").
+pub fn parse_modules(text: &str) -> Vec<Module> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let base = u64::from_str_radix(f.get(5)?.trim_start_matches("0x"), 16).ok()?;
+            Some(Module { name: f[0].to_string(), base, size: f[1].parse().ok()? })
+        })
+        .filter(|m| m.base != 0)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_text_base() {
+        // Checks that _text is found among other symbols at the same address.
+        let k = "ffffffff81000000 T _stext\nffffffff81000000 T _text\nffffffff81001000 t foo\n";
+        assert_eq!(text_base(k), Some(0xffffffff81000000));
+        assert_eq!(text_base("0000000000000000 T foo\n"), None);
+    }
+
+    #[test]
+    fn parses_build_id_note_after_other_notes() {
+        // Checks note walking with 4-byte padding, skipping a non-GNU note.
+        let mut b = Vec::new();
+        for (name, ty, desc) in [(&b"Linux\0"[..], 6u32, &[1u8, 0, 0, 0][..]), (&b"GNU\0"[..], 3, &[0xde, 0xad, 0xbe, 0xef, 0x01][..])] {
+            b.extend((name.len() as u32).to_ne_bytes());
+            b.extend((desc.len() as u32).to_ne_bytes());
+            b.extend(ty.to_ne_bytes());
+            b.extend(name);
+            b.resize((b.len() + 3) & !3, 0);
+            b.extend(desc);
+            b.resize((b.len() + 3) & !3, 0);
+        }
+        assert_eq!(build_id_from_notes(&b).unwrap().to_hex(), "deadbeef01");
+        assert_eq!(build_id_from_notes(&b[..10]), None);
+    }
+
+    #[test]
+    fn parses_modules_and_skips_hidden_addresses() {
+        // Checks /proc/modules parsing; address 0 (kptr_restrict) is dropped.
+        let m = parse_modules("ext4 999424 1 - Live 0xffffffffc0400000\nhidden 10 0 - Live 0x0000000000000000\n");
+        assert_eq!(m, vec![Module { name: "ext4".into(), base: 0xffffffffc0400000, size: 999424 }]);
+    }
+}

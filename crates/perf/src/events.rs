@@ -1,0 +1,99 @@
+//! Event names as perf spells them, and which ones this machine supports.
+
+use crate::sys::{self, PerfEventAttr, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE};
+use crate::{Error, ErrorKind};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    pub name: String,
+    pub type_: u32,
+    pub config: u64,
+}
+
+/// (canonical name, aliases, type, config)
+const EVENTS: &[(&str, &[&str], u32, u64)] = &[
+    ("cpu-clock", &[], PERF_TYPE_SOFTWARE, 0),
+    ("task-clock", &[], PERF_TYPE_SOFTWARE, 1),
+    ("page-faults", &["faults"], PERF_TYPE_SOFTWARE, 2),
+    ("context-switches", &["cs"], PERF_TYPE_SOFTWARE, 3),
+    ("cpu-migrations", &["migrations"], PERF_TYPE_SOFTWARE, 4),
+    ("minor-faults", &[], PERF_TYPE_SOFTWARE, 5),
+    ("major-faults", &[], PERF_TYPE_SOFTWARE, 6),
+    ("cycles", &["cpu-cycles"], PERF_TYPE_HARDWARE, 0),
+    ("instructions", &[], PERF_TYPE_HARDWARE, 1),
+    ("cache-references", &[], PERF_TYPE_HARDWARE, 2),
+    ("cache-misses", &[], PERF_TYPE_HARDWARE, 3),
+    ("branch-instructions", &["branches"], PERF_TYPE_HARDWARE, 4),
+    ("branch-misses", &[], PERF_TYPE_HARDWARE, 5),
+    ("bus-cycles", &[], PERF_TYPE_HARDWARE, 6),
+    ("stalled-cycles-frontend", &["idle-cycles-frontend"], PERF_TYPE_HARDWARE, 7),
+    ("stalled-cycles-backend", &["idle-cycles-backend"], PERF_TYPE_HARDWARE, 8),
+    ("ref-cycles", &[], PERF_TYPE_HARDWARE, 9),
+];
+
+pub fn known_events() -> Vec<EventSpec> {
+    EVENTS.iter().map(|&(n, _, t, c)| EventSpec { name: n.into(), type_: t, config: c }).collect()
+}
+
+pub fn parse_event(name: &str) -> Result<EventSpec, Error> {
+    EVENTS
+        .iter()
+        .find(|(n, aliases, _, _)| *n == name || aliases.contains(&name))
+        .map(|&(n, _, t, c)| EventSpec { name: n.into(), type_: t, config: c })
+        .ok_or_else(|| {
+            let known: Vec<String> = EVENTS.iter().map(|e| e.0.to_string()).collect();
+            Error::new(ErrorKind::UnknownEvent { name: name.into(), known: known.clone() }, format!("unknown event {name:?}; known events: {}", known.join(", ")))
+        })
+}
+
+pub fn is_hardware(e: &EventSpec) -> bool {
+    e.type_ == PERF_TYPE_HARDWARE
+}
+
+/// Tries to open each known event as a counter on CPU 0 for the whole
+/// machine (or for this process when that is not allowed).
+pub fn probe_events() -> Vec<(EventSpec, Result<(), String>)> {
+    known_events()
+        .into_iter()
+        .map(|e| {
+            let attr = PerfEventAttr {
+                type_: e.type_,
+                size: sys::ATTR_SIZE,
+                config: e.config,
+                flags: sys::flag::DISABLED,
+                ..Default::default()
+            };
+            let r = sys::perf_event_open(&attr, -1, 0, -1).or_else(|_| sys::perf_event_open(&attr, 0, -1, -1));
+            let r = r.map(drop).map_err(|err| match err.raw_os_error() {
+                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) if is_hardware(&e) => {
+                    "not supported: no hardware PMU".to_string()
+                }
+                _ => err.to_string(),
+            });
+            (e, r)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_resolve_and_unknown_lists_known() {
+        // Checks alias lookup and that an unknown name's error lists the real names.
+        assert_eq!(parse_event("cs").unwrap().name, "context-switches");
+        let e = parse_event("cpu-clocks").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("cpu-clocks") && msg.contains("cpu-clock,") && msg.contains("branch-misses"), "{msg}");
+        assert!(matches!(e.kind(), ErrorKind::UnknownEvent { .. }));
+    }
+
+    #[test]
+    fn cpu_clock_is_available_here() {
+        // Checks the probe on a real kernel: the software clock always works.
+        let p = probe_events();
+        let clock = p.iter().find(|(e, _)| e.name == "cpu-clock").unwrap();
+        assert!(clock.1.is_ok(), "{:?}", clock.1);
+    }
+}

@@ -1,0 +1,332 @@
+//! Parsing perf records from bytes. Pure functions over byte slices, so
+//! every record layout is tested on literal input.
+
+use crate::sys::*;
+use loupe_model::CpuMode;
+
+/// A sample: one interrupt of one event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub event_index: usize,
+    pub pid: u32,
+    pub tid: u32,
+    pub ip: u64,
+    pub time: u64,
+    pub cpu: u32,
+    pub period: u64,
+    pub mode: CpuMode,
+    /// Return addresses with perf's context markers removed; empty unless
+    /// call chains were requested.
+    pub callchain: Vec<u64>,
+}
+
+/// A new mapping (PERF_RECORD_MMAP2, or MMAP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mmap {
+    pub pid: u32,
+    pub tid: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub pgoff: u64,
+    /// PROT_* bits; 0 when the record did not say (plain MMAP: exec only).
+    pub prot: u32,
+    pub flags: u32,
+    pub filename: String,
+    /// Build-id of the mapped file as the kernel read it (kernel 5.12+).
+    pub build_id: Option<Vec<u8>>,
+    pub time: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Sample(Sample),
+    Mmap(Mmap),
+    Comm { pid: u32, tid: u32, comm: String, exec: bool, time: u64 },
+    Fork { pid: u32, ppid: u32, tid: u32, ptid: u32, time: u64 },
+    Exit { pid: u32, ppid: u32, tid: u32, ptid: u32, time: u64 },
+    Lost { lost: u64, time: u64 },
+    Throttle { time: u64, unthrottle: bool },
+    Other { kind: u32 },
+}
+
+impl Record {
+    /// Kernel timestamp, for ordering records across CPUs.
+    pub fn time(&self) -> Option<u64> {
+        match self {
+            Record::Sample(s) => Some(s.time),
+            Record::Mmap(m) => Some(m.time),
+            Record::Comm { time, .. }
+            | Record::Fork { time, .. }
+            | Record::Exit { time, .. }
+            | Record::Lost { time, .. }
+            | Record::Throttle { time, .. } => Some(*time),
+            Record::Other { .. } => None,
+        }
+    }
+}
+
+/// How to read the variable parts: which fields the sample type holds, and
+/// which event each sample id belongs to.
+#[derive(Clone, Debug, Default)]
+pub struct Layout {
+    pub callchain: bool,
+    /// (kernel event id, event index)
+    pub ids: Vec<(u64, usize)>,
+}
+
+/// Size of the `sample_id_all` trailer: TID, TIME, CPU, IDENTIFIER.
+const TRAILER: usize = 32;
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn u64(&mut self) -> Option<u64> {
+        let v = u64::from_ne_bytes(self.b.get(self.at..self.at + 8)?.try_into().ok()?);
+        self.at += 8;
+        Some(v)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        let v = u32::from_ne_bytes(self.b.get(self.at..self.at + 4)?.try_into().ok()?);
+        self.at += 4;
+        Some(v)
+    }
+    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let v = self.b.get(self.at..self.at + n)?;
+        self.at += n;
+        Some(v)
+    }
+}
+
+fn cpu_mode(misc: u16) -> CpuMode {
+    match misc & MISC_CPUMODE_MASK {
+        1 => CpuMode::Kernel,
+        2 => CpuMode::User,
+        3 => CpuMode::Hypervisor,
+        4 => CpuMode::GuestKernel,
+        5 => CpuMode::GuestUser,
+        _ => CpuMode::Unknown,
+    }
+}
+
+/// A NUL-terminated, padded string field.
+fn c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// Time from the `sample_id_all` trailer of a non-sample record.
+fn trailer_time(rec: &[u8]) -> u64 {
+    let at = rec.len().saturating_sub(TRAILER) + 8;
+    rec.get(at..at + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+/// Parses one whole record (header included). `None` for a record too short
+/// for its type: the caller counts it and goes on.
+pub fn parse(rec: &[u8], layout: &Layout) -> Option<Record> {
+    let mut c = Cursor { b: rec, at: 0 };
+    let kind = c.u32()?;
+    let misc = u16::from_ne_bytes(c.bytes(2)?.try_into().ok()?);
+    let _size = c.bytes(2)?;
+    let body_end = rec.len().checked_sub(TRAILER)?;
+    let time = trailer_time(rec);
+    Some(match kind {
+        RECORD_SAMPLE => Record::Sample(parse_sample(&mut c, misc, layout)?),
+        RECORD_MMAP | RECORD_MMAP2 => Record::Mmap(parse_mmap(&mut c, kind, misc, body_end, time)?),
+        RECORD_COMM => {
+            let (pid, tid) = (c.u32()?, c.u32()?);
+            let comm = c_string(rec.get(c.at..body_end)?);
+            Record::Comm { pid, tid, comm, exec: misc & MISC_COMM_EXEC != 0, time }
+        }
+        RECORD_FORK | RECORD_EXIT => {
+            let (pid, ppid, tid, ptid, time) = (c.u32()?, c.u32()?, c.u32()?, c.u32()?, c.u64()?);
+            match kind {
+                RECORD_FORK => Record::Fork { pid, ppid, tid, ptid, time },
+                _ => Record::Exit { pid, ppid, tid, ptid, time },
+            }
+        }
+        RECORD_LOST => {
+            let _id = c.u64()?;
+            Record::Lost { lost: c.u64()?, time }
+        }
+        RECORD_THROTTLE | RECORD_UNTHROTTLE => Record::Throttle { time: c.u64()?, unthrottle: kind == RECORD_UNTHROTTLE },
+        other => Record::Other { kind: other },
+    })
+}
+
+fn parse_sample(c: &mut Cursor, misc: u16, layout: &Layout) -> Option<Sample> {
+    let id = c.u64()?;
+    let ip = c.u64()?;
+    let (pid, tid) = (c.u32()?, c.u32()?);
+    let time = c.u64()?;
+    let cpu = c.u32()?;
+    let _res = c.u32()?;
+    let period = c.u64()?;
+    let mut callchain = Vec::new();
+    if layout.callchain {
+        let n = c.u64()? as usize;
+        const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
+        for _ in 0..n.min(4096) {
+            let a = c.u64()?;
+            if a < PERF_CONTEXT_MAX {
+                callchain.push(a);
+            }
+        }
+    }
+    let event_index = layout.ids.iter().find(|(i, _)| *i == id).map_or(0, |(_, e)| *e);
+    Some(Sample { event_index, pid, tid, ip, time, cpu, period, mode: cpu_mode(misc), callchain })
+}
+
+fn parse_mmap(c: &mut Cursor, kind: u32, misc: u16, body_end: usize, time: u64) -> Option<Mmap> {
+    let (pid, tid) = (c.u32()?, c.u32()?);
+    let (addr, len, pgoff) = (c.u64()?, c.u64()?, c.u64()?);
+    let (prot, flags, mut build_id);
+    if kind == RECORD_MMAP2 {
+        let ids = c.bytes(24)?;
+        build_id = None;
+        if misc & MISC_MMAP_BUILD_ID != 0 {
+            let n = (ids[0] as usize).min(20);
+            build_id = Some(ids[4..4 + n].to_vec()).filter(|b| !b.is_empty());
+        }
+        prot = c.u32()?;
+        flags = c.u32()?;
+    } else {
+        (prot, flags, build_id) = (libc::PROT_EXEC as u32, 0, None);
+    }
+    let filename = c_string(c.b.get(c.at..body_end)?);
+    Some(Mmap { pid, tid, addr, len, pgoff, prot, flags, filename, build_id, time })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn header(kind: u32, misc: u16, body: &[u8]) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend(kind.to_ne_bytes());
+        r.extend(misc.to_ne_bytes());
+        r.extend(((8 + body.len()) as u16).to_ne_bytes());
+        r.extend(body);
+        r
+    }
+
+    fn trailer(pid: u32, tid: u32, time: u64) -> Vec<u8> {
+        let mut t = Vec::new();
+        t.extend(pid.to_ne_bytes());
+        t.extend(tid.to_ne_bytes());
+        t.extend(time.to_ne_bytes());
+        t.extend(0u64.to_ne_bytes());
+        t.extend(77u64.to_ne_bytes());
+        t
+    }
+
+    pub fn sample_bytes(id: u64, ip: u64, pid: u32, time: u64, chain: Option<&[u64]>) -> Vec<u8> {
+        let mut b = Vec::new();
+        for v in [id, ip] {
+            b.extend(v.to_ne_bytes());
+        }
+        b.extend(pid.to_ne_bytes());
+        b.extend((pid + 1).to_ne_bytes());
+        b.extend(time.to_ne_bytes());
+        b.extend(1u32.to_ne_bytes());
+        b.extend(0u32.to_ne_bytes());
+        b.extend(1_000_000u64.to_ne_bytes());
+        if let Some(ch) = chain {
+            b.extend((ch.len() as u64).to_ne_bytes());
+            for a in ch {
+                b.extend(a.to_ne_bytes());
+            }
+        }
+        header(RECORD_SAMPLE, 2, &b)
+    }
+
+    #[test]
+    fn sample_fields_in_abi_order() {
+        // Checks the IDENTIFIER|IP|TID|TIME|CPU|PERIOD layout and id -> event index mapping.
+        let layout = Layout { callchain: false, ids: vec![(5, 0), (9, 1)] };
+        let Some(Record::Sample(s)) = parse(&sample_bytes(9, 0x401000, 42, 1234, None), &layout) else { panic!() };
+        assert_eq!((s.event_index, s.ip, s.pid, s.tid, s.time, s.cpu, s.period), (1, 0x401000, 42, 43, 1234, 1, 1_000_000));
+        assert_eq!(s.mode, CpuMode::User);
+    }
+
+    #[test]
+    fn callchain_drops_context_markers() {
+        // Checks that PERF_CONTEXT_* entries are removed from call chains.
+        let layout = Layout { callchain: true, ids: vec![] };
+        let chain = [(-128i64) as u64, 0xffffffff81000010, (-512i64) as u64, 0x401000, 0x402000];
+        let Some(Record::Sample(s)) = parse(&sample_bytes(1, 0x401000, 1, 1, Some(&chain)), &layout) else { panic!() };
+        assert_eq!(s.callchain, vec![0xffffffff81000010, 0x401000, 0x402000]);
+    }
+
+    fn mmap2(build_id: Option<&[u8]>, name: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend(7u32.to_ne_bytes());
+        b.extend(8u32.to_ne_bytes());
+        for v in [0x7f00_0000_0000u64, 0x2000, 0x1000] {
+            b.extend(v.to_ne_bytes());
+        }
+        let mut ids = [0u8; 24];
+        if let Some(bid) = build_id {
+            ids[0] = bid.len() as u8;
+            ids[4..4 + bid.len()].copy_from_slice(bid);
+        }
+        b.extend(ids);
+        b.extend(5u32.to_ne_bytes());
+        b.extend(2u32.to_ne_bytes());
+        b.extend(name.as_bytes());
+        b.push(0);
+        b.resize((b.len() + 7) & !7, 0);
+        b.extend(trailer(7, 8, 999));
+        let misc = if build_id.is_some() { MISC_MMAP_BUILD_ID } else { 0 };
+        header(RECORD_MMAP2, misc, &b)
+    }
+
+    #[test]
+    fn mmap2_with_and_without_build_id() {
+        // Checks MMAP2 fields, the build-id union, and the filename before the trailer.
+        let Some(Record::Mmap(m)) = parse(&mmap2(Some(&[0xab; 20]), "/usr/lib/libc.so.6"), &Layout::default()) else { panic!() };
+        assert_eq!((m.pid, m.addr, m.len, m.pgoff, m.prot, m.time), (7, 0x7f00_0000_0000, 0x2000, 0x1000, 5, 999));
+        assert_eq!(m.filename, "/usr/lib/libc.so.6");
+        assert_eq!(m.build_id, Some(vec![0xab; 20]));
+        let Some(Record::Mmap(m)) = parse(&mmap2(None, "/bin/x"), &Layout::default()) else { panic!() };
+        assert_eq!(m.build_id, None);
+        assert_eq!(m.filename, "/bin/x");
+    }
+
+    #[test]
+    fn comm_fork_exit_lost() {
+        // Checks the side-band records the image maps depend on.
+        let mut b = Vec::new();
+        b.extend(3u32.to_ne_bytes());
+        b.extend(3u32.to_ne_bytes());
+        b.extend(b"selftime\0\0\0\0\0\0\0\0");
+        b.extend(trailer(3, 3, 55));
+        let r = parse(&header(RECORD_COMM, MISC_COMM_EXEC, &b), &Layout::default()).unwrap();
+        assert_eq!(r, Record::Comm { pid: 3, tid: 3, comm: "selftime".into(), exec: true, time: 55 });
+        let mut f = Vec::new();
+        for v in [10u32, 9, 10, 9] {
+            f.extend(v.to_ne_bytes());
+        }
+        f.extend(66u64.to_ne_bytes());
+        f.extend(trailer(10, 10, 66));
+        assert_eq!(parse(&header(RECORD_FORK, 0, &f), &Layout::default()).unwrap(), Record::Fork { pid: 10, ppid: 9, tid: 10, ptid: 9, time: 66 });
+        assert_eq!(parse(&header(RECORD_EXIT, 0, &f), &Layout::default()).unwrap(), Record::Exit { pid: 10, ppid: 9, tid: 10, ptid: 9, time: 66 });
+        let mut l = Vec::new();
+        l.extend(1u64.to_ne_bytes());
+        l.extend(12u64.to_ne_bytes());
+        l.extend(trailer(0, 0, 70));
+        assert_eq!(parse(&header(RECORD_LOST, 0, &l), &Layout::default()).unwrap(), Record::Lost { lost: 12, time: 70 });
+    }
+
+    #[test]
+    fn truncated_records_are_rejected_not_misread() {
+        // Checks that every prefix of a valid record parses to None or a record, never panics.
+        let full = mmap2(Some(&[1; 20]), "/x");
+        for n in 0..full.len() {
+            let _ = parse(&full[..n], &Layout::default());
+        }
+        assert!(parse(&full[..20], &Layout::default()).is_none());
+    }
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what building and testing Loupe needs on Debian 12 (run as root).
+# Idempotent: skips apt when everything is already there.
+set -euo pipefail
+pkgs=(build-essential pkg-config linux-perf valgrind bpftrace libc6-dbg binutils python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
+    [ -x "$d/cargo" ] && export PATH="$d:$PATH"
+  done
+fi
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup or Debian's cargo)" >&2; exit 1; }
