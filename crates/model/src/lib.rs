@@ -46,7 +46,7 @@ pub struct BuildId(pub Vec<u8>);
 
 impl BuildId {
     pub fn from_hex(s: &str) -> Option<BuildId> {
-        if s.len() % 2 != 0 {
+        if !s.len().is_multiple_of(2) {
             return None;
         }
         (0..s.len())

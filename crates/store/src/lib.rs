@@ -1,1 +1,533 @@
-//! placeholder
+//! Loupe's profile database (DCPI §4.3.3): a directory, one subdirectory
+//! per epoch, one compact checksummed file per (image, event).
+//!
+//! ```text
+//! DB/LOUPE_DB                      marker: format version, creation time
+//! DB/CURRENT                       number of the current epoch
+//! DB/lock                          flock held while merging or switching epochs
+//! DB/images/<build-id hex>         copies of binaries (vDSO, replaced files)
+//! DB/epochs/000001/epoch.json      {"started_unix", "meta": {..}}
+//! DB/epochs/000001/index.json      per file: image, event, totals, per-process totals
+//! DB/epochs/000001/<key>.<event>.prof   see [`format`]
+//! ```
+//! Every file is replaced atomically (temporary file, fsync, rename, fsync
+//! of the directory), so a crash or `kill -9` leaves the old or the new
+//! version, never a torn one. Readers name and skip corrupt files.
+//!
+//! ```
+//! use loupe_model::*;
+//! let dir = tempfile::tempdir().unwrap();
+//! let db = loupe_store::Database::create(&dir.path().join("db")).unwrap();
+//! let mut p = Profile::new(ImageId::kernel(None), EventName::new("cpu-clock"));
+//! p.add(ProcessKey::new(1, "init"), ImageOffset(0x100), 4, 4_000_000);
+//! let e = db.current_epoch().unwrap();
+//! db.merge(e, &[p.clone()]).unwrap();
+//! db.merge(e, &[p]).unwrap();
+//! let (index, problems) = db.index(e).unwrap();
+//! assert!(problems.is_empty());
+//! assert_eq!(index.entries[0].total_samples, 8);
+//! ```
+
+pub mod format;
+
+use loupe_model::{EventName, ImageId, ProcessKey, Profile};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+pub const DB_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    NotADatabase,
+    Io,
+    Corrupt,
+    NoSuchEpoch,
+}
+
+/// A database error: what failed, on which path, and why, on one line.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    path: PathBuf,
+    reason: String,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, path: &Path, reason: impl fmt::Display) -> Error {
+        Error { kind, path: path.to_path_buf(), reason: reason.to_string() }
+    }
+    fn io(path: &Path, e: std::io::Error) -> Error {
+        Error::new(ErrorKind::Io, path, e)
+    }
+    pub fn kind(&self) -> &ErrorKind {
+        &self.kind
+    }
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EpochId(pub u32);
+
+impl fmt::Display for EpochId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EpochInfo {
+    pub id: EpochId,
+    pub dir: PathBuf,
+    pub started_unix: u64,
+    pub meta: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    pub file: String,
+    pub image: ImageId,
+    pub event: EventName,
+    pub total_samples: u64,
+    pub period_sum: u64,
+    pub processes: Vec<(ProcessKey, u64)>,
+}
+
+impl IndexEntry {
+    fn of(file: &str, p: &Profile) -> IndexEntry {
+        let mut per_proc = vec![0u64; p.processes.len()];
+        for (&(pi, _), &n) in &p.entries {
+            per_proc[pi as usize] += n;
+        }
+        IndexEntry {
+            file: file.to_string(),
+            image: p.image.clone(),
+            event: p.event.clone(),
+            total_samples: per_proc.iter().sum(),
+            period_sum: p.period_sum,
+            processes: p.processes.iter().cloned().zip(per_proc).collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochIndex {
+    pub entries: Vec<IndexEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct IndexFile {
+    version: u32,
+    entries: Vec<IndexEntry>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct EpochFile {
+    started_unix: u64,
+    meta: BTreeMap<String, String>,
+}
+
+/// A file that could not be read, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileProblem {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl fmt::Display for FileProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct MergeReport {
+    pub files_written: usize,
+    pub bytes_written: u64,
+    pub samples_added: u64,
+    pub problems: Vec<FileProblem>,
+}
+
+pub struct Database {
+    root: PathBuf,
+}
+
+const MARKER: &str = "LOUPE_DB";
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Replaces `path` atomically with `bytes`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(path, e)
+    })
+}
+
+/// An exclusive flock, released on drop.
+struct Lock(File);
+
+impl Lock {
+    fn take(path: &Path) -> Result<Lock, Error> {
+        let f = OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(Error::io(path, std::io::Error::last_os_error()));
+        }
+        Ok(Lock(f))
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // SAFETY: unlocking the descriptor we locked.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+impl Database {
+    /// Opens the database at `root`, creating it if needed.
+    pub fn create(root: &Path) -> Result<Database, Error> {
+        if !root.join(MARKER).exists() {
+            fs::create_dir_all(root.join("epochs")).map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot create database directory: {e}")))?;
+            let marker = format!("{{\"version\": {DB_VERSION}, \"created_unix\": {}}}\n", now_unix());
+            write_atomic(&root.join(MARKER), marker.as_bytes())
+                .map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot write to database directory: {}", e.reason)))?;
+        }
+        Database::open(root)
+    }
+
+    /// Opens an existing database.
+    pub fn open(root: &Path) -> Result<Database, Error> {
+        if !root.join(MARKER).is_file() {
+            return Err(Error::new(ErrorKind::NotADatabase, root, "not a Loupe database (no LOUPE_DB marker)"));
+        }
+        Ok(Database { root: root.to_path_buf() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn images_dir(&self) -> PathBuf {
+        self.root.join("images")
+    }
+
+    fn epoch_dir(&self, e: EpochId) -> PathBuf {
+        self.root.join("epochs").join(format!("{:06}", e.0))
+    }
+
+    fn lock(&self) -> Result<Lock, Error> {
+        Lock::take(&self.root.join("lock"))
+    }
+
+    /// The current epoch; creates epoch 1 in a new database.
+    pub fn current_epoch(&self) -> Result<EpochId, Error> {
+        let path = self.root.join("CURRENT");
+        if let Ok(text) = fs::read_to_string(&path) {
+            if let Ok(n) = text.trim().parse() {
+                return Ok(EpochId(n));
+            }
+        }
+        let _lock = self.lock()?;
+        // Whatever epochs exist (CURRENT lost or never written): continue the last.
+        let last = self.epoch_ids()?.last().copied();
+        let e = last.unwrap_or(EpochId(1));
+        self.start_epoch(e)?;
+        Ok(e)
+    }
+
+    fn start_epoch(&self, e: EpochId) -> Result<(), Error> {
+        let dir = self.epoch_dir(e);
+        fs::create_dir_all(&dir).map_err(|err| Error::io(&dir, err))?;
+        if !dir.join("epoch.json").exists() {
+            let ef = EpochFile { started_unix: now_unix(), meta: BTreeMap::new() };
+            write_atomic(&dir.join("epoch.json"), &serde_json::to_vec_pretty(&ef).expect("serializable"))?;
+        }
+        write_atomic(&self.root.join("CURRENT"), format!("{}\n", e.0).as_bytes())
+    }
+
+    /// Starts the next epoch and makes it current.
+    pub fn new_epoch(&self) -> Result<EpochId, Error> {
+        let cur = self.current_epoch()?;
+        let _lock = self.lock()?;
+        let next = EpochId(self.epoch_ids()?.last().copied().unwrap_or(cur).0.max(cur.0) + 1);
+        self.start_epoch(next)?;
+        Ok(next)
+    }
+
+    fn epoch_ids(&self) -> Result<Vec<EpochId>, Error> {
+        let dir = self.root.join("epochs");
+        let mut ids: Vec<EpochId> = fs::read_dir(&dir)
+            .map_err(|e| Error::io(&dir, e))?
+            .flatten()
+            .filter_map(|d| d.file_name().to_str()?.parse().ok().map(EpochId))
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    pub fn set_epoch_meta(&self, epoch: EpochId, key: &str, value: &str) -> Result<(), Error> {
+        let _lock = self.lock()?;
+        let path = self.epoch_dir(epoch).join("epoch.json");
+        let mut ef: EpochFile = fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        ef.meta.insert(key.to_string(), value.to_string());
+        write_atomic(&path, &serde_json::to_vec_pretty(&ef).expect("serializable"))
+    }
+
+    pub fn epochs(&self) -> Result<Vec<EpochInfo>, Error> {
+        Ok(self
+            .epoch_ids()?
+            .into_iter()
+            .map(|id| {
+                let dir = self.epoch_dir(id);
+                let ef: EpochFile = fs::read(dir.join("epoch.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+                EpochInfo { id, dir, started_unix: ef.started_unix, meta: ef.meta }
+            })
+            .collect())
+    }
+
+    /// File name of an (image, event) profile.
+    pub fn file_name(image: &ImageId, event: &EventName) -> String {
+        let ev: String = event.0.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        format!("{}.{}.prof", image.file_key(), ev)
+    }
+
+    /// Adds `profiles` into the epoch: each (image, event) file is read,
+    /// summed and replaced atomically, then the index is rewritten.
+    pub fn merge(&self, epoch: EpochId, profiles: &[Profile]) -> Result<MergeReport, Error> {
+        let _lock = self.lock()?;
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            self.start_epoch(epoch)?;
+        }
+        let mut grouped: BTreeMap<String, Profile> = BTreeMap::new();
+        for p in profiles {
+            let name = Database::file_name(&p.image, &p.event);
+            match grouped.get_mut(&name) {
+                Some(acc) => acc.merge(p).map_err(|e| Error::new(ErrorKind::Io, &dir.join(&name), e))?,
+                None => {
+                    grouped.insert(name, p.clone());
+                }
+            }
+        }
+        let mut report = MergeReport::default();
+        let (index, problems) = self.index_locked(epoch)?;
+        report.problems = problems;
+        let mut entries: BTreeMap<String, IndexEntry> = index.entries.into_iter().map(|e| (e.file.clone(), e)).collect();
+        for (name, mut p) in grouped {
+            let path = dir.join(&name);
+            report.samples_added += p.total_samples();
+            match fs::read(&path) {
+                Ok(bytes) => match format::decode(&bytes).map_err(|e| e.to_string()).and_then(|old| {
+                    let mut old = old;
+                    old.merge(&p).map_err(|e| e.to_string())?;
+                    Ok(old)
+                }) {
+                    Ok(merged) => p = merged,
+                    Err(reason) => {
+                        let aside = path.with_extension("prof.corrupt");
+                        let _ = fs::rename(&path, &aside);
+                        report.problems.push(FileProblem { path: path.clone(), reason: format!("{reason}; moved aside to {}", aside.display()) });
+                    }
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&path, e)),
+            }
+            let bytes = format::encode(&p);
+            write_atomic(&path, &bytes)?;
+            report.files_written += 1;
+            report.bytes_written += bytes.len() as u64;
+            entries.insert(name.clone(), IndexEntry::of(&name, &p));
+        }
+        self.write_index(epoch, entries.into_values().collect())?;
+        Ok(report)
+    }
+
+    fn write_index(&self, epoch: EpochId, entries: Vec<IndexEntry>) -> Result<(), Error> {
+        let f = IndexFile { version: 1, entries };
+        write_atomic(&self.epoch_dir(epoch).join("index.json"), &serde_json::to_vec(&f).expect("serializable"))
+    }
+
+    /// The epoch's index; rebuilt from the profile files when it is missing
+    /// or unreadable (corrupt files are skipped and reported).
+    pub fn index(&self, epoch: EpochId) -> Result<(EpochIndex, Vec<FileProblem>), Error> {
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
+        }
+        if let Some(idx) = self.read_index(epoch) {
+            return Ok((idx, Vec::new()));
+        }
+        let _lock = self.lock()?;
+        self.index_locked(epoch)
+    }
+
+    fn read_index(&self, epoch: EpochId) -> Option<EpochIndex> {
+        let bytes = fs::read(self.epoch_dir(epoch).join("index.json")).ok()?;
+        let f: IndexFile = serde_json::from_slice(&bytes).ok()?;
+        Some(EpochIndex { entries: f.entries })
+    }
+
+    fn index_locked(&self, epoch: EpochId) -> Result<(EpochIndex, Vec<FileProblem>), Error> {
+        if let Some(idx) = self.read_index(epoch) {
+            return Ok((idx, Vec::new()));
+        }
+        let dir = self.epoch_dir(epoch);
+        let mut entries = Vec::new();
+        let mut problems = Vec::new();
+        let Ok(listing) = fs::read_dir(&dir) else { return Ok((EpochIndex::default(), problems)) };
+        let mut names: Vec<String> = listing.flatten().filter_map(|d| d.file_name().into_string().ok()).filter(|n| n.ends_with(".prof")).collect();
+        names.sort();
+        for name in names {
+            let path = dir.join(&name);
+            match Database::read_profile_file(&path) {
+                Ok(p) => entries.push(IndexEntry::of(&name, &p)),
+                Err(e) => problems.push(FileProblem { path, reason: e.reason }),
+            }
+        }
+        if dir.join("epoch.json").exists() {
+            self.write_index(epoch, entries.clone())?;
+        }
+        Ok((EpochIndex { entries }, problems))
+    }
+
+    /// Reads the profiles the index lists and `select` accepts; corrupt
+    /// files are named in the problems and skipped.
+    pub fn load(&self, epoch: EpochId, select: &dyn Fn(&IndexEntry) -> bool) -> Result<(Vec<Profile>, Vec<FileProblem>), Error> {
+        let (index, mut problems) = self.index(epoch)?;
+        let dir = self.epoch_dir(epoch);
+        let mut out = Vec::new();
+        for e in index.entries.iter().filter(|e| select(e)) {
+            let path = dir.join(&e.file);
+            match Database::read_profile_file(&path) {
+                Ok(p) => out.push(p),
+                Err(err) => problems.push(FileProblem { path, reason: err.reason }),
+            }
+        }
+        Ok((out, problems))
+    }
+
+    pub fn read_profile_file(path: &Path) -> Result<Profile, Error> {
+        let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
+        format::decode(&bytes).map_err(|e| Error::new(ErrorKind::Corrupt, path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loupe_model::{BuildId, ImageOffset};
+
+    fn prof(n: u64, build: u8) -> Profile {
+        let mut p = Profile::new(ImageId::elf("/bin/app", Some(BuildId(vec![build]))), EventName::new("cpu-clock"));
+        p.add(ProcessKey::new(1, "app"), ImageOffset(0x10), n, n * 1000);
+        p
+    }
+
+    fn db() -> (tempfile::TempDir, Database) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(&dir.path().join("db")).unwrap();
+        (dir, db)
+    }
+
+    #[test]
+    fn merges_sum_and_epochs_stay_apart() {
+        // Checks repeated merges add up within an epoch and a new epoch starts empty.
+        let (_d, db) = db();
+        let e1 = db.current_epoch().unwrap();
+        assert_eq!(e1, EpochId(1));
+        db.merge(e1, &[prof(2, 1), prof(3, 1)]).unwrap();
+        db.merge(e1, &[prof(5, 1), prof(1, 2)]).unwrap();
+        let (idx, _) = db.index(e1).unwrap();
+        let totals: Vec<u64> = idx.entries.iter().map(|e| e.total_samples).collect();
+        assert_eq!(totals.iter().sum::<u64>(), 11);
+        assert!(totals.contains(&10));
+        let e2 = db.new_epoch().unwrap();
+        assert_eq!((e2, db.current_epoch().unwrap()), (EpochId(2), EpochId(2)));
+        assert!(db.index(e2).unwrap().0.entries.is_empty());
+        db.merge(e2, &[prof(4, 1)]).unwrap();
+        assert_eq!(db.load(e2, &|_| true).unwrap().0[0].total_samples(), 4);
+        assert_eq!(db.epochs().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn corrupt_file_is_named_and_the_rest_loads() {
+        // Checks that a flipped byte makes load skip that file, name it, and return the others.
+        let (_d, db) = db();
+        let e = db.current_epoch().unwrap();
+        db.merge(e, &[prof(2, 1), prof(3, 2)]).unwrap();
+        let victim = db.epoch_dir(e).join(Database::file_name(&prof(1, 1).image, &EventName::new("cpu-clock")));
+        let mut b = fs::read(&victim).unwrap();
+        b[20] ^= 0xff;
+        fs::write(&victim, b).unwrap();
+        let (ps, problems) = db.load(e, &|_| true).unwrap();
+        assert_eq!(ps.len(), 1);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].to_string().contains(victim.file_name().unwrap().to_str().unwrap()));
+        // A merge replaces the corrupt file and keeps going.
+        let r = db.merge(e, &[prof(7, 1)]).unwrap();
+        assert_eq!(r.problems.len(), 1);
+        assert_eq!(db.load(e, &|_| true).unwrap().1.len(), 0);
+    }
+
+    #[test]
+    fn lost_index_is_rebuilt_from_files() {
+        // Checks that deleting or garbling index.json loses nothing.
+        let (_d, db) = db();
+        let e = db.current_epoch().unwrap();
+        db.merge(e, &[prof(2, 1), prof(3, 2)]).unwrap();
+        let before = db.index(e).unwrap().0;
+        fs::write(db.epoch_dir(e).join("index.json"), b"{garbage").unwrap();
+        assert_eq!(db.index(e).unwrap().0, before);
+        fs::remove_file(db.epoch_dir(e).join("index.json")).unwrap();
+        assert_eq!(db.index(e).unwrap().0, before);
+    }
+
+    #[test]
+    fn unwritable_or_missing_databases_fail_clearly() {
+        // Checks one-line errors that name the path.
+        let err = Database::create(Path::new("/proc/loupe-db")).err().unwrap().to_string();
+        assert!(err.starts_with("/proc/loupe-db: cannot") && !err.contains('\n'), "{err}");
+        let err = Database::open(Path::new("/nonexistent/x")).err().unwrap().to_string();
+        assert!(err.contains("not a Loupe database"), "{err}");
+    }
+
+    #[test]
+    fn no_temporary_files_are_left_behind() {
+        // Checks that atomic writes clean up after themselves.
+        let (_d, db) = db();
+        let e = db.current_epoch().unwrap();
+        db.merge(e, &[prof(2, 1)]).unwrap();
+        let names: Vec<String> = fs::read_dir(db.epoch_dir(e)).unwrap().map(|d| d.unwrap().file_name().into_string().unwrap()).collect();
+        assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
+    }
+}
