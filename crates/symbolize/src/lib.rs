@@ -1,1 +1,167 @@
-//! placeholder
+//! Analysis-time symbolization of (image, offset) pairs from the profile
+//! database: ELF symbol tables, DWARF line tables (via `addr2line`),
+//! separate debug files found by build-id or `.gnu_debuglink`, and
+//! `/proc/kallsyms` for the kernel.
+//!
+//! Design constraint: never symbolize against the wrong bytes. An image is
+//! identified by build-id; a file at the recorded path with another
+//! build-id is refused (the database's `images/` cache is tried first).
+//! Batch API: one result per offset, a bad offset never fails the batch.
+//!
+//! ```no_run
+//! use loupe_model::{ImageId, ImageOffset};
+//! use loupe_symbolize::{Symbolizer, SymbolizerOptions};
+//! let mut s = Symbolizer::new(SymbolizerOptions::default());
+//! let r = s.symbolize(&ImageId::elf("/usr/bin/ls", None), &[ImageOffset(0x4000)], true);
+//! println!("{:?}", r[0]);
+//! ```
+
+mod elf;
+mod kernel;
+
+pub use kernel::{kernel_text_base, parse_kallsyms, KernelSymbols};
+
+use loupe_model::{BuildId, ImageId, ImageKind, ImageOffset};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug)]
+pub struct SymbolizerOptions {
+    pub debug_dirs: Vec<PathBuf>,
+    pub image_cache_dirs: Vec<PathBuf>,
+    pub kallsyms: PathBuf,
+}
+
+impl Default for SymbolizerOptions {
+    fn default() -> Self {
+        SymbolizerOptions { debug_dirs: vec!["/usr/lib/debug".into()], image_cache_dirs: Vec::new(), kallsyms: "/proc/kallsyms".into() }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    pub procedure: String,
+    /// Where the procedure starts, in the same offset space as the input.
+    pub procedure_start: ImageOffset,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    ImageNotFound(String),
+    BuildIdMismatch { path: String, expected: String, found: String },
+    NoSymbols,
+    NotInAnySegment,
+    UnknownImage,
+    Other(String),
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::ImageNotFound(p) => write!(f, "image not found: {p}"),
+            Reason::BuildIdMismatch { path, expected, found } => write!(f, "{path} has build-id {found}, profile needs {expected}"),
+            Reason::NoSymbols => write!(f, "no symbol covers this address"),
+            Reason::NotInAnySegment => write!(f, "offset is in no loadable segment"),
+            Reason::UnknownImage => write!(f, "image has no file to symbolize"),
+            Reason::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+pub struct Symbolizer {
+    opts: SymbolizerOptions,
+    images: HashMap<ImageId, Result<elf::Image, Reason>>,
+    kernel: Option<KernelSymbols>,
+}
+
+impl Symbolizer {
+    pub fn new(opts: SymbolizerOptions) -> Symbolizer {
+        Symbolizer { opts, images: HashMap::new(), kernel: None }
+    }
+
+    pub fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Result<Symbol, Reason>> {
+        match image.kind {
+            ImageKind::Kernel => {
+                let k = self.kernel.get_or_insert_with(|| {
+                    let text = std::fs::read_to_string(&self.opts.kallsyms).unwrap_or_default();
+                    parse_kallsyms(&text)
+                });
+                offsets.iter().map(|o| k.symbolize(*o)).collect()
+            }
+            ImageKind::KernelModule | ImageKind::Unknown | ImageKind::Anonymous => offsets.iter().map(|_| Err(Reason::UnknownImage)).collect(),
+            ImageKind::Elf | ImageKind::Vdso => {
+                if !self.images.contains_key(image) {
+                    let loaded = self.load(image);
+                    self.images.insert(image.clone(), loaded);
+                }
+                match &self.images[image] {
+                    Ok(img) => offsets.iter().map(|o| img.symbolize(*o, lines)).collect(),
+                    Err(r) => offsets.iter().map(|_| Err(r.clone())).collect(),
+                }
+            }
+        }
+    }
+
+    fn load(&self, image: &ImageId) -> Result<elf::Image, Reason> {
+        let path = self.find_file(image)?;
+        elf::Image::load(&path, image.build_id.as_ref(), &self.opts.debug_dirs)
+    }
+
+    /// The file holding the image's bytes: its path when the build-id
+    /// matches, else a copy in the image cache.
+    fn find_file(&self, image: &ImageId) -> Result<PathBuf, Reason> {
+        let cached = || {
+            let bid = image.build_id.as_ref()?;
+            self.opts.image_cache_dirs.iter().map(|d| d.join(bid.to_hex())).find(|p| p.is_file())
+        };
+        if image.kind == ImageKind::Vdso {
+            return cached().ok_or_else(|| Reason::ImageNotFound(format!("[vdso] (no copy in the image cache {:?})", self.opts.image_cache_dirs)));
+        }
+        let path = Path::new(&image.path);
+        let on_disk = Symbolizer::read_build_id(path);
+        match (&image.build_id, &on_disk) {
+            (None, _) if path.is_file() => return Ok(path.to_path_buf()),
+            (Some(want), Some(got)) if want == got => return Ok(path.to_path_buf()),
+            _ => {}
+        }
+        if let Some(c) = cached() {
+            return Ok(c);
+        }
+        match (&image.build_id, on_disk) {
+            (Some(want), Some(got)) => Err(Reason::BuildIdMismatch { path: image.path.clone(), expected: want.to_hex(), found: got.to_hex() }),
+            _ if path.is_file() => Err(Reason::BuildIdMismatch {
+                path: image.path.clone(),
+                expected: image.build_id.as_ref().map_or("none".into(), |b| b.to_hex()),
+                found: "none".into(),
+            }),
+            _ => Err(Reason::ImageNotFound(image.path.clone())),
+        }
+    }
+
+    /// The GNU build-id note of an ELF file.
+    pub fn read_build_id(path: &Path) -> Option<BuildId> {
+        use object::Object;
+        let data = std::fs::read(path).ok()?;
+        let file = object::File::parse(&*data).ok()?;
+        file.build_id().ok().flatten().map(|b| BuildId(b.to_vec()))
+    }
+}
+
+/// Demangles Rust (without the hash) and C++ names; others pass through.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(s) = cpp_demangle::Symbol::new(name) {
+            if let Ok(d) = s.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return d;
+            }
+        }
+    }
+    name.to_string()
+}
