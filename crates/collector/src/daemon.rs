@@ -52,6 +52,7 @@ pub struct Engine {
     slice: u64,
     pub flush_bytes: u64,
     pub problems: Vec<String>,
+    pub started: Instant,
 }
 
 impl Engine {
@@ -74,6 +75,7 @@ impl Engine {
             slice: 0,
             flush_bytes: 0,
             problems: Vec::new(),
+            started: Instant::now(),
         })
     }
 
@@ -208,7 +210,7 @@ pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) 
     engine.sampler.disable()?;
     engine.flush_all()?;
     let _ = std::fs::remove_file(&sock);
-    Ok(Meter::start().report_total(&engine))
+    Ok(Meter::report_total(&engine))
 }
 
 fn serve_commands(listener: &UnixListener, engine: &mut Engine, meter: &Meter) {
@@ -279,8 +281,8 @@ impl Meter {
     }
 
     /// Totals since the engine started (CPU since process start).
-    fn report_total(&self, e: &Engine) -> IntervalReport {
-        Meter { at: self.at, cpu: 0.0, stats: Stats::default(), lost: 0 }.report(e)
+    fn report_total(e: &Engine) -> IntervalReport {
+        Meter { at: e.started, cpu: 0.0, stats: Stats::default(), lost: 0 }.report(e)
     }
 }
 

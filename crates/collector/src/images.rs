@@ -26,14 +26,23 @@ impl FileProbe for Fs {
         build_id_of_file(path)
     }
     fn content_hash(&mut self, path: &Path) -> Option<u64> {
-        fs::read(path).ok().map(|b| fnv1a(&b))
+        let map = map_file(path)?;
+        Some(fnv1a(&map))
     }
+}
+
+/// Maps a file read-only: only the pages looked at (ELF headers and notes)
+/// are read, which keeps the daemon's memory small next to big binaries.
+fn map_file(path: &Path) -> Option<memmap2::Mmap> {
+    let f = fs::File::open(path).ok()?;
+    // SAFETY: a private read-only view; a concurrent truncation could fault,
+    // which is the accepted risk of every ELF reader that maps files.
+    unsafe { memmap2::Mmap::map(&f) }.ok()
 }
 
 /// The GNU build-id note of an ELF file.
 pub fn build_id_of_file(path: &Path) -> Option<BuildId> {
-    let data = fs::read(path).ok()?;
-    build_id_of_bytes(&data)
+    build_id_of_bytes(&map_file(path)?)
 }
 
 pub fn build_id_of_bytes(data: &[u8]) -> Option<BuildId> {
@@ -137,12 +146,13 @@ pub fn preserve_if_replaced(image: &ImageId, mapped: &Path, cache_dir: &Path) ->
     if dest.exists() {
         return false;
     }
-    let Ok(data) = fs::read(mapped) else { return false };
-    if build_id_of_bytes(&data).as_ref() != Some(bid) {
-        return false;
-    }
     let tmp = dest.with_extension("tmp");
-    fs::create_dir_all(cache_dir).is_ok() && fs::write(&tmp, &data).is_ok() && fs::rename(&tmp, &dest).is_ok()
+    let copied = fs::create_dir_all(cache_dir).is_ok() && fs::copy(mapped, &tmp).is_ok();
+    if copied && build_id_of_file(&tmp).as_ref() == Some(bid) && fs::rename(&tmp, &dest).is_ok() {
+        return true;
+    }
+    let _ = fs::remove_file(&tmp);
+    false
 }
 
 /// The vDSO of this very process: every process on this kernel maps the

@@ -17,6 +17,14 @@ pub fn text_base(kallsyms: &str) -> Option<u64> {
     })
 }
 
+/// `_text` from a kallsyms file, reading only as far as needed (it is
+/// near the top; the whole file is megabytes).
+pub fn text_base_from_file(path: &std::path::Path) -> Option<u64> {
+    use std::io::BufRead;
+    let f = std::io::BufReader::new(std::fs::File::open(path).ok()?);
+    f.lines().map_while(Result::ok).find_map(|l| text_base(&l))
+}
+
 /// The GNU build-id from an ELF notes blob such as `/sys/kernel/notes`.
 pub fn build_id_from_notes(mut notes: &[u8]) -> Option<BuildId> {
     const NT_GNU_BUILD_ID: u32 = 3;

@@ -48,9 +48,8 @@ pub struct KernelInfo {
 
 impl KernelInfo {
     pub fn read() -> KernelInfo {
-        let kallsyms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
         KernelInfo {
-            text_base: kernel::text_base(&kallsyms),
+            text_base: kernel::text_base_from_file(Path::new("/proc/kallsyms")),
             build_id: fs::read("/sys/kernel/notes").ok().and_then(|n| kernel::build_id_from_notes(&n)),
             modules: kernel::parse_modules(&fs::read_to_string("/proc/modules").unwrap_or_default()),
         }

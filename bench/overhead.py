@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Slowdown of a CPU-bound workload on all CPUs under a profiler, side by side.
+
+Configs per round, in rotating order so drift hits all alike:
+  none   no profiler
+  floor  the sampling interrupt alone: bpftrace -e 'profile:hz:RATE { }'
+  perf   perf record -a -F RATE
+  loupe  loupe daemon --freq RATE
+
+`burn --threads $(nproc)` does fixed work and times itself from inside, so
+profiler start-up and shutdown are not in the figure. Reports the median
+elapsed time, its min-max, and the median of per-round slowdowns versus
+`none` from the same round. For loupe it also reports the daemon's CPU time
+per sample and peak RSS; for perf its CPU time.
+
+Usage: bench/overhead.py [--rounds N] [--rates 250,1000,5000] [--configs none,floor,perf,loupe]
+Environment: LOUPE (default target/release/loupe).
+"""
+import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
+WL = os.path.join(ROOT, "target/bench-workloads")
+
+
+def build():
+    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "testdata/workloads"), f"OUT={WL}"], check=True)
+
+
+def burn():
+    out = subprocess.run([os.path.join(WL, "burn"), "--threads", str(os.cpu_count())], check=True, capture_output=True, text=True).stdout
+    return float(out.strip().split("=")[1])
+
+
+def proc_cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_hwm_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def run_floor(rate):
+    p = subprocess.Popen(["bpftrace", "-e", f"profile:hz:{rate} {{ }}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p.stdout.readline()  # "Attaching 1 probe..."
+    time.sleep(1.0)
+    t = burn()
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=30)
+    return t, {}
+
+
+def run_perf(rate, tmp):
+    p = subprocess.Popen(["perf", "record", "-a", "-q", "-F", str(rate), "-o", os.path.join(tmp, "perf.data")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.5)
+    t = burn()
+    cpu = proc_cpu(p.pid)
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    return t, {"perf_cpu_s": cpu}
+
+
+def run_loupe(rate, tmp):
+    db = os.path.join(tmp, f"db-{time.time_ns()}")
+    p = subprocess.Popen([LOUPE, "daemon", "--db", db, "--freq", str(rate)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while not os.path.exists(os.path.join(db, "daemon.sock")):
+        time.sleep(0.05)
+    time.sleep(1.0)
+    t = burn()
+    hwm = proc_hwm_kib(p.pid)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    report = {}
+    for line in err.splitlines():
+        if line.startswith("loupe: daemon stopped: "):
+            report = json.loads(line.split(": ", 2)[2])
+    samples = report.get("stats", {}).get("samples", 0)
+    cpu = report.get("daemon_cpu_seconds", 0.0)
+    return t, {"loupe_cpu_s": cpu, "loupe_samples": samples, "loupe_us_per_sample": 1e6 * cpu / max(samples, 1), "loupe_hwm_kib": hwm}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--rates", default="250,1000,5000")
+    ap.add_argument("--configs", default="none,floor,perf,loupe")
+    a = ap.parse_args()
+    build()
+    configs = a.configs.split(",")
+    if "loupe" in configs and not os.path.exists(LOUPE):
+        print(f"skipping loupe: {LOUPE} not built", file=sys.stderr)
+        configs.remove("loupe")
+    results_dir = os.path.join(ROOT, "bench/results")
+    os.makedirs(results_dir, exist_ok=True)
+    raw = open(os.path.join(results_dir, f"overhead-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"), "w")
+    print(f"# overhead: {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, kernel {os.uname().release}, {a.rounds} rounds")
+    print("| rate/s/CPU | config | median s | min-max s | slowdown vs none (median) | extra |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for rate in [int(r) for r in a.rates.split(",")]:
+            times = {c: [] for c in configs}
+            extras = {c: [] for c in configs}
+            for r in range(a.rounds):
+                order = configs[r % len(configs):] + configs[:r % len(configs)]
+                for c in order:
+                    if c == "none":
+                        t, x = burn(), {}
+                    elif c == "floor":
+                        t, x = run_floor(rate)
+                    elif c == "perf":
+                        t, x = run_perf(rate, tmp)
+                    else:
+                        t, x = run_loupe(rate, tmp)
+                    times[c].append(t)
+                    extras[c].append(x)
+                    raw.write(json.dumps({"rate": rate, "round": r, "config": c, "elapsed_s": t, **x}) + "\n")
+                    raw.flush()
+            for c in configs:
+                ts = times[c]
+                slow = [100.0 * (t / n - 1) for t, n in zip(ts, times.get("none", ts))]
+                extra = ""
+                if c == "loupe":
+                    e = extras[c]
+                    extra = (f"daemon {statistics.median(x['loupe_us_per_sample'] for x in e):.2f} µs CPU/sample over "
+                             f"{statistics.median(x['loupe_samples'] for x in e):.0f} samples; peak RSS {max(x['loupe_hwm_kib'] for x in e) / 1024:.1f} MiB")
+                elif c == "perf":
+                    extra = f"perf CPU {statistics.median(x['perf_cpu_s'] for x in extras[c]):.3f} s per round"
+                print(f"| {rate} | {c} | {statistics.median(ts):.3f} | {min(ts):.3f}-{max(ts):.3f} | "
+                      f"{statistics.median(slow):+.2f}% | {extra} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
