@@ -84,3 +84,27 @@ fn recording_twice_sums_into_the_current_epoch() {
     let epochs = run_ok(loupe().args(["epochs", "--db"]).arg(&db));
     assert_eq!(String::from_utf8_lossy(&epochs.stdout).lines().count(), 1);
 }
+
+#[test]
+fn binary_deleted_while_running_still_symbolizes() {
+    // Checks that a program and library deleted while they run are kept in the image cache and still named.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["selftime", "libselftime.so"] {
+        std::fs::copy(workloads().join(f), dir.path().join(f)).unwrap();
+    }
+    let db = dir.path().join("db");
+    let script = format!(
+        "{d}/selftime --seconds 4 > /dev/null & sleep 1; rm {d}/selftime {d}/libselftime.so; wait",
+        d = dir.path().display()
+    );
+    run_ok(loupe().args(["record", "--db"]).arg(&db).args(["--", "/bin/sh", "-c", &script]));
+    assert!(!dir.path().join("selftime").exists());
+    let top = top_json(&db, &["--by", "procedure", "--comm", "selftime"]);
+    let total = top["total_samples"].as_u64().unwrap() as f64;
+    let alpha = sum_rows(&top, |r| r["procedure"] == "hot_alpha") as f64;
+    let lib = sum_rows(&top, |r| r["procedure"] == "lib_spin") as f64;
+    assert!(alpha / total > 0.25 && lib / total > 0.05, "deleted images lost their names: {top}");
+}

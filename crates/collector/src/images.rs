@@ -155,6 +155,31 @@ pub fn preserve_if_replaced(image: &ImageId, mapped: &Path, cache_dir: &Path) ->
     false
 }
 
+/// What a file looked like when first mapped: a change means it was
+/// deleted or replaced while processes still run the old bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileSig {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i64,
+}
+
+pub fn file_sig(path: &Path) -> Option<FileSig> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).ok()?;
+    Some(FileSig { dev: m.dev(), ino: m.ino(), size: m.size(), mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec() })
+}
+
+/// An image file under watch, with one live mapping of it to copy from.
+#[derive(Clone, Debug)]
+pub struct Watch {
+    pub sig: Option<FileSig>,
+    pub pid: u32,
+    pub start: u64,
+    pub end: u64,
+}
+
 /// The vDSO of this very process: every process on this kernel maps the
 /// same one. Returns its identity and bytes (to save in the image cache).
 pub fn own_vdso() -> (ImageId, Option<Vec<u8>>) {

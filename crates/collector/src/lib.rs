@@ -20,7 +20,7 @@ use images::{FileProbe, ImageTable};
 use loupe_model::{BuildId, CpuMode, EventName, ImageId, ImageKind, Profile};
 use loupe_perf::{Mmap, Record, Sample};
 use process::{Mapping, Processes};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -74,6 +74,9 @@ pub struct Collector {
     drain: u64,
     stats: Stats,
     swapper: u32,
+    /// Image files watched for deletion or replacement while mapped.
+    watches: HashMap<u32, images::Watch>,
+    last_watch_check: std::time::Instant,
 }
 
 impl Collector {
@@ -114,6 +117,8 @@ impl Collector {
             drain: 0,
             stats: Stats::default(),
             swapper,
+            watches: HashMap::new(),
+            last_watch_check: std::time::Instant::now(),
         }
     }
 
@@ -153,9 +158,7 @@ impl Collector {
         for l in procmaps::parse_exec_mappings(&text) {
             let probe_path = images::map_files_path(pid, l.start, l.end);
             let (image, new) = self.images.resolve(self.probe.as_mut(), &l.path, None, &probe_path, l.inode, &self.vdso);
-            if new {
-                self.preserve(image, &probe_path);
-            }
+            self.watch(image, new, pid, l.start, l.end, &probe_path);
             maps.push(Mapping { start: l.start, end: l.end, pgoff: l.pgoff, image });
         }
         self.procs.comm(pid, comm, true);
@@ -166,12 +169,51 @@ impl Collector {
         true
     }
 
-    fn preserve(&mut self, image: u32, mapped: &Path) {
+    /// A new image is preserved at once if its file is already gone or
+    /// different, and watched otherwise; a known one just records a fresher
+    /// live mapping to copy from later.
+    fn watch(&mut self, image: u32, new: bool, pid: u32, start: u64, end: u64, mapped: &Path) {
+        if self.images_dir.is_none() || self.images.get(image).kind != ImageKind::Elf || self.images.get(image).build_id.is_none() {
+            return;
+        }
+        if new && self.preserve(image, mapped) {
+            return;
+        }
+        if new {
+            let sig = images::file_sig(Path::new(&self.images.get(image).path));
+            self.watches.insert(image, images::Watch { sig, pid, start, end });
+        } else if let Some(w) = self.watches.get_mut(&image) {
+            (w.pid, w.start, w.end) = (pid, start, end);
+        }
+    }
+
+    /// Copies watched images whose files changed on disk, from a process
+    /// that still maps them. At most once a second.
+    fn check_watches(&mut self) {
+        if self.last_watch_check.elapsed() < std::time::Duration::from_secs(1) {
+            return;
+        }
+        self.last_watch_check = std::time::Instant::now();
+        let changed: Vec<(u32, images::Watch)> = self
+            .watches
+            .iter()
+            .filter(|(i, w)| images::file_sig(Path::new(&self.images.get(**i).path)) != w.sig)
+            .map(|(i, w)| (*i, w.clone()))
+            .collect();
+        for (image, w) in changed {
+            self.watches.remove(&image);
+            self.preserve(image, &images::map_files_path(w.pid, w.start, w.end));
+        }
+    }
+
+    fn preserve(&mut self, image: u32, mapped: &Path) -> bool {
         if let Some(dir) = &self.images_dir {
             if images::preserve_if_replaced(self.images.get(image), mapped, dir) {
                 self.stats.images_preserved += 1;
+                return true;
             }
         }
+        false
     }
 
     /// Applies one record from the kernel.
@@ -209,9 +251,7 @@ impl Collector {
         let fallback = if Path::new(&probe_path).exists() { probe_path } else { PathBuf::from(&m.filename) };
         let bid = m.build_id.clone().map(BuildId);
         let (image, new) = self.images.resolve(self.probe.as_mut(), &m.filename, bid, &fallback, 0, &self.vdso);
-        if new {
-            self.preserve(image, &fallback);
-        }
+        self.watch(image, new, m.pid, m.addr, m.addr + m.len, &fallback);
         self.procs.get_or_insert(m.pid).map(Mapping { start: m.addr, end: m.addr + m.len, pgoff: m.pgoff, image });
     }
 
@@ -267,6 +307,7 @@ impl Collector {
     pub fn end_drain(&mut self) {
         self.drain += 1;
         self.scanned.clear();
+        self.check_watches();
         self.procs.reap(self.drain);
     }
 

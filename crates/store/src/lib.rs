@@ -106,6 +106,9 @@ pub struct IndexEntry {
     pub total_samples: u64,
     pub period_sum: u64,
     pub processes: Vec<(ProcessKey, u64)>,
+    /// Distinct (process, offset) entries in the file.
+    #[serde(default)]
+    pub entries: u64,
 }
 
 impl IndexEntry {
@@ -121,6 +124,7 @@ impl IndexEntry {
             total_samples: per_proc.iter().sum(),
             period_sum: p.period_sum,
             processes: p.processes.iter().cloned().zip(per_proc).collect(),
+            entries: p.entries.len() as u64,
         }
     }
 }
