@@ -75,10 +75,8 @@ pub fn top(
             rows.entry((image.clone(), proc_, line)).or_insert_with(|| vec![0; events.len()])[ev] += c;
         }
     }
-    let mut rows: Vec<TopRow> = rows
-        .into_iter()
-        .map(|((image, procedure, line), counts)| TopRow { image, procedure, line, counts })
-        .collect();
+    let mut rows: Vec<TopRow> =
+        rows.into_iter().map(|((image, procedure, line), counts)| TopRow { image, procedure, line, counts }).collect();
     rows.sort_by(|a, b| b.counts.cmp(&a.counts).then_with(|| a.image.cmp(&b.image)).then_with(|| a.procedure.cmp(&b.procedure)));
     TopReport { events: events.to_vec(), totals, unknown, rows }
 }

@@ -42,8 +42,10 @@ Control a running daemon with `loupe flush --db DIR` and `loupe epoch --db DIR`.
     /// List the epochs of a database.
     Epochs(DbArg),
     /// Samples per image, procedure or source line, sorted descending (DCPI's dcpiprof).
-    #[command(after_help = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n\n\
-Percentages are of all samples of the event in the selected epochs and processes, including the [unknown] image.")]
+    #[command(
+        after_help = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n\n\
+Percentages are of all samples of the event in the selected epochs and processes, including the [unknown] image."
+    )]
     Top(TopArgs),
     /// Show which sampling events this machine supports.
     Events,

@@ -43,7 +43,11 @@ fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
         n => {
             let Ok(n) = n.parse::<u32>() else { bail!("--epoch takes a number, `current` or `all`, not {n:?}") };
             if !all.contains(&EpochId(n)) {
-                bail!("no epoch {n} in {} (epochs: {})", db.root().display(), all.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", "));
+                bail!(
+                    "no epoch {n} in {} (epochs: {})",
+                    db.root().display(),
+                    all.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
+                );
             }
             vec![EpochId(n)]
         }
@@ -96,7 +100,10 @@ fn choose_events(profiles: &[Profile], wanted: &[String]) -> Result<Vec<EventNam
             if present.contains(&e) || present.is_empty() {
                 Ok(e)
             } else {
-                bail!("no samples of event {w} in the selection (events present: {})", present.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(", "))
+                bail!(
+                    "no samples of event {w} in the selection (events present: {})",
+                    present.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(", ")
+                )
             }
         })
         .collect()

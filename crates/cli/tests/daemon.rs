@@ -12,13 +12,7 @@ struct Daemon {
 
 impl Daemon {
     fn start(db: &Path, extra: &[&str]) -> Daemon {
-        let child = loupe()
-            .args(["daemon", "--db"])
-            .arg(db)
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = loupe().args(["daemon", "--db"]).arg(db).args(extra).stderr(Stdio::piped()).spawn().unwrap();
         let sock = db.join("daemon.sock");
         let t = Instant::now();
         while !sock.exists() {
@@ -119,11 +113,8 @@ fn corrupt_profile_is_named_and_the_rest_still_reads() {
     let db = dir.path().join("db");
     run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(workloads().join("selftime")).args(["--seconds", "1"]));
     let epoch_dir = std::fs::read_dir(db.join("epochs")).unwrap().next().unwrap().unwrap().path();
-    let mut profs: Vec<_> = std::fs::read_dir(&epoch_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "prof"))
-        .collect();
+    let mut profs: Vec<_> =
+        std::fs::read_dir(&epoch_dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prof")).collect();
     profs.sort();
     assert!(profs.len() >= 3, "expected several profiles, got {profs:?}");
     let victim = profs.iter().find(|p| p.to_string_lossy().contains("selftime-")).unwrap().clone();

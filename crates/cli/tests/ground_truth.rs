@@ -17,13 +17,15 @@ fn procedure_and_kernel_shares_match_self_measured_cpu_time() {
     let db = dir.path().join("db");
     let truth_file = dir.path().join("truth.json");
     let w = workloads();
-    run_ok(loupe()
-        .args(["record", "--freq", "4000", "--db"])
-        .arg(&db)
-        .arg("--")
-        .arg(w.join("selftime"))
-        .args(["--seconds", "5", "--out"])
-        .arg(&truth_file));
+    run_ok(
+        loupe()
+            .args(["record", "--freq", "4000", "--db"])
+            .arg(&db)
+            .arg("--")
+            .arg(w.join("selftime"))
+            .args(["--seconds", "5", "--out"])
+            .arg(&truth_file),
+    );
     let truth: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth_file).unwrap()).unwrap();
     let pid = truth["pid"].as_u64().unwrap().to_string();
     let total_cpu = truth["total_cpu"].as_f64().unwrap();
@@ -42,7 +44,10 @@ fn procedure_and_kernel_shares_match_self_measured_cpu_time() {
     eprintln!("{report}kernel: loupe {kernel:.2}% truth {kernel_truth:.2}%");
     assert!((kernel - kernel_truth).abs() <= 3.0, "kernel share {kernel:.2}% vs stime share {kernel_truth:.2}%");
     let lib_rows: Vec<&serde_json::Value> = top["rows"].as_array().unwrap().iter().filter(|r| r["procedure"] == "lib_spin").collect();
-    assert!(lib_rows.iter().all(|r| r["image"].as_str().unwrap().ends_with("libselftime.so")), "lib_spin must land in the library image: {lib_rows:?}");
+    assert!(
+        lib_rows.iter().all(|r| r["image"].as_str().unwrap().ends_with("libselftime.so")),
+        "lib_spin must land in the library image: {lib_rows:?}"
+    );
     let unknown = top["unknown_samples"].as_u64().unwrap() as f64;
     assert!(unknown / total < 0.005, "unknown fraction {}", unknown / total);
 }
@@ -96,10 +101,8 @@ fn binary_deleted_while_running_still_symbolizes() {
         std::fs::copy(workloads().join(f), dir.path().join(f)).unwrap();
     }
     let db = dir.path().join("db");
-    let script = format!(
-        "{d}/selftime --seconds 4 > /dev/null & sleep 1; rm {d}/selftime {d}/libselftime.so; wait",
-        d = dir.path().display()
-    );
+    let script =
+        format!("{d}/selftime --seconds 4 > /dev/null & sleep 1; rm {d}/selftime {d}/libselftime.so; wait", d = dir.path().display());
     run_ok(loupe().args(["record", "--db"]).arg(&db).args(["--", "/bin/sh", "-c", &script]));
     assert!(!dir.path().join("selftime").exists());
     let top = top_json(&db, &["--by", "procedure", "--comm", "selftime"]);

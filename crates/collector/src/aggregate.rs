@@ -14,6 +14,16 @@ struct Key {
     offset: u64,
 }
 
+/// Where samples land: image, event, process (pid and interned name), offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub image: u32,
+    pub event: u16,
+    pub pid: u32,
+    pub comm: u32,
+    pub offset: u64,
+}
+
 #[derive(Default)]
 struct ImageCounts {
     counts: HashMap<Key, u64>,
@@ -46,7 +56,8 @@ impl Aggregator {
     }
 
     /// Counts one or more samples.
-    pub fn add(&mut self, image: u32, event: u16, pid: u32, comm: u32, offset: u64, count: u64, period: u64) {
+    pub fn add(&mut self, at: Slot, count: u64, period: u64) {
+        let Slot { image, event, pid, comm, offset } = at;
         let ic = self.images.entry(image).or_default();
         let slot = ic.counts.entry(Key { pid, comm, event, offset }).or_insert(0);
         if *slot == 0 {
@@ -106,10 +117,10 @@ mod tests {
         // Checks that counts and periods survive the conversion to profiles exactly.
         let mut a = Aggregator::default();
         let c = a.intern_comm("prog");
-        a.add(0, 0, 1, c, 0x10, 1, 100);
-        a.add(0, 0, 1, c, 0x10, 1, 100);
-        a.add(0, 1, 1, c, 0x10, 1, 7);
-        a.add(1, 0, 2, c, 0x20, 3, 300);
+        a.add(Slot { image: 0, event: 0, pid: 1, comm: c, offset: 0x10 }, 1, 100);
+        a.add(Slot { image: 0, event: 0, pid: 1, comm: c, offset: 0x10 }, 1, 100);
+        a.add(Slot { image: 0, event: 1, pid: 1, comm: c, offset: 0x10 }, 1, 7);
+        a.add(Slot { image: 1, event: 0, pid: 2, comm: c, offset: 0x20 }, 3, 300);
         assert_eq!(a.entries(), 3);
         let img = |i: u32| ImageId::elf("/x", Some(BuildId(vec![i as u8])));
         let ev = |e: u16| EventName(format!("e{e}"));

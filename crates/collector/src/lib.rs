@@ -15,7 +15,7 @@ pub mod kernel;
 pub mod process;
 pub mod procmaps;
 
-use aggregate::Aggregator;
+use aggregate::{Aggregator, Slot};
 use images::{FileProbe, ImageTable};
 use loupe_model::{BuildId, CpuMode, EventName, ImageId, ImageKind, Profile};
 use loupe_perf::{Mmap, Record, Sample};
@@ -263,15 +263,15 @@ impl Collector {
             self.stats.kernel_samples += 1;
             let comm = self.procs.get(s.pid).map_or(self.swapper, |p| p.comm);
             let (image, offset) = self.kernel_location(s.ip);
-            self.agg.add(image, event, s.pid, comm, offset, 1, s.period);
+            self.agg.add(Slot { image, event, pid: s.pid, comm, offset }, 1, s.period);
             return;
         }
         match self.user_location(s.pid, s.ip) {
-            Some((image, offset, comm)) => self.agg.add(image, event, s.pid, comm, offset, 1, s.period),
+            Some((image, offset, comm)) => self.agg.add(Slot { image, event, pid: s.pid, comm, offset }, 1, s.period),
             None => {
                 self.stats.unknown_samples += 1;
                 let comm = self.procs.get(s.pid).map_or(self.swapper, |p| p.comm);
-                self.agg.add(self.unknown_image, event, s.pid, comm, s.ip, 1, s.period);
+                self.agg.add(Slot { image: self.unknown_image, event, pid: s.pid, comm, offset: s.ip }, 1, s.period);
             }
         }
     }

@@ -40,13 +40,7 @@ impl Process {
 
     /// Inserts a mapping, cutting away whatever it overlaps (as mmap does).
     pub fn map(&mut self, new: Mapping) {
-        let overlapping: Vec<u64> = self
-            .maps
-            .range(..new.end)
-            .rev()
-            .take_while(|(_, m)| m.end > new.start)
-            .map(|(s, _)| *s)
-            .collect();
+        let overlapping: Vec<u64> = self.maps.range(..new.end).rev().take_while(|(_, m)| m.end > new.start).map(|(s, _)| *s).collect();
         for s in overlapping {
             let old = self.maps.remove(&s).expect("key just listed");
             if old.start < new.start {

@@ -49,11 +49,7 @@ impl BuildId {
         if !s.len().is_multiple_of(2) {
             return None;
         }
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
-            .collect::<Option<Vec<u8>>>()
-            .map(BuildId)
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect::<Option<Vec<u8>>>().map(BuildId)
     }
     pub fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()

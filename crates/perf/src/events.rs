@@ -42,7 +42,10 @@ pub fn parse_event(name: &str) -> Result<EventSpec, Error> {
         .map(|&(n, _, t, c)| EventSpec { name: n.into(), type_: t, config: c })
         .ok_or_else(|| {
             let known: Vec<String> = EVENTS.iter().map(|e| e.0.to_string()).collect();
-            Error::new(ErrorKind::UnknownEvent { name: name.into(), known: known.clone() }, format!("unknown event {name:?}; known events: {}", known.join(", ")))
+            Error::new(
+                ErrorKind::UnknownEvent { name: name.into(), known: known.clone() },
+                format!("unknown event {name:?}; known events: {}", known.join(", ")),
+            )
         })
 }
 
@@ -56,13 +59,8 @@ pub fn probe_events() -> Vec<(EventSpec, Result<(), String>)> {
     known_events()
         .into_iter()
         .map(|e| {
-            let attr = PerfEventAttr {
-                type_: e.type_,
-                size: sys::ATTR_SIZE,
-                config: e.config,
-                flags: sys::flag::DISABLED,
-                ..Default::default()
-            };
+            let attr =
+                PerfEventAttr { type_: e.type_, size: sys::ATTR_SIZE, config: e.config, flags: sys::flag::DISABLED, ..Default::default() };
             let r = sys::perf_event_open(&attr, -1, 0, -1).or_else(|_| sys::perf_event_open(&attr, 0, -1, -1));
             let r = r.map(drop).map_err(|err| match err.raw_os_error() {
                 Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) if is_hardware(&e) => {

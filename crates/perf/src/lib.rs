@@ -34,8 +34,13 @@ use sys::PerfEventAttr;
 pub enum ErrorKind {
     /// perf_event_paranoid or missing capabilities.
     Permission,
-    UnknownEvent { name: String, known: Vec<String> },
-    NotSupported { event: String },
+    UnknownEvent {
+        name: String,
+        known: Vec<String>,
+    },
+    NotSupported {
+        event: String,
+    },
     TooManyFiles,
     Io,
 }
@@ -64,7 +69,9 @@ impl Error {
 pub enum Target {
     SystemWide,
     /// That process and all its descendants.
-    Process { pid: i32 },
+    Process {
+        pid: i32,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -164,7 +171,9 @@ fn open_error(e: &EventSpec, err: std::io::Error) -> Error {
             ErrorKind::NotSupported { event: e.name.clone() },
             format!("event {} is not supported on this machine ({}; no hardware PMU?)", e.name, err),
         ),
-        Some(libc::EMFILE) => Error::new(ErrorKind::TooManyFiles, "perf_event_open: too many open files; raise the limit (ulimit -n)".into()),
+        Some(libc::EMFILE) => {
+            Error::new(ErrorKind::TooManyFiles, "perf_event_open: too many open files; raise the limit (ulimit -n)".into())
+        }
         _ => Error::io(&format!("perf_event_open({})", e.name), err),
     }
 }
@@ -214,7 +223,9 @@ impl Sampler {
                     self.rings.push(Ring::map(raw, cfg.ring_pages).map_err(|err| Error::io("mmap of perf ring buffer", err))?);
                     leader = Some(raw);
                 }
-                Some(l) => sys::ioctl(raw, sys::IOC_SET_OUTPUT, l as libc::c_ulong).map_err(|err| Error::io("PERF_EVENT_IOC_SET_OUTPUT", err))?,
+                Some(l) => {
+                    sys::ioctl(raw, sys::IOC_SET_OUTPUT, l as libc::c_ulong).map_err(|err| Error::io("PERF_EVENT_IOC_SET_OUTPUT", err))?
+                }
             }
             let id = sys::event_id(raw).map_err(|err| Error::io("PERF_EVENT_IOC_ID", err))?;
             self.layout.ids.push((id, index));
@@ -233,7 +244,8 @@ impl Sampler {
         if sideband {
             flags |= MMAP | MMAP2 | COMM | COMM_EXEC | TASK | BUILD_ID;
         }
-        let mut sample_type = sys::SAMPLE_IDENTIFIER | sys::SAMPLE_IP | sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_CPU | sys::SAMPLE_PERIOD;
+        let mut sample_type =
+            sys::SAMPLE_IDENTIFIER | sys::SAMPLE_IP | sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_CPU | sys::SAMPLE_PERIOD;
         if cfg.callchain {
             sample_type |= sys::SAMPLE_CALLCHAIN;
         }
@@ -456,7 +468,8 @@ mod tests {
         assert_eq!(child.wait().unwrap(), 0);
         let mut recs = Vec::new();
         s.drain(&mut recs);
-        let pids: std::collections::HashSet<u32> = recs.iter().filter_map(|r| if let Record::Sample(x) = r { Some(x.pid) } else { None }).collect();
+        let pids: std::collections::HashSet<u32> =
+            recs.iter().filter_map(|r| if let Record::Sample(x) = r { Some(x.pid) } else { None }).collect();
         assert!(!pids.is_empty(), "no samples");
         assert_eq!(pids, [child.pid as u32].into_iter().collect());
     }

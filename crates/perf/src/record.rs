@@ -311,8 +311,14 @@ pub(crate) mod tests {
         }
         f.extend(66u64.to_ne_bytes());
         f.extend(trailer(10, 10, 66));
-        assert_eq!(parse(&header(RECORD_FORK, 0, &f), &Layout::default()).unwrap(), Record::Fork { pid: 10, ppid: 9, tid: 10, ptid: 9, time: 66 });
-        assert_eq!(parse(&header(RECORD_EXIT, 0, &f), &Layout::default()).unwrap(), Record::Exit { pid: 10, ppid: 9, tid: 10, ptid: 9, time: 66 });
+        assert_eq!(
+            parse(&header(RECORD_FORK, 0, &f), &Layout::default()).unwrap(),
+            Record::Fork { pid: 10, ppid: 9, tid: 10, ptid: 9, time: 66 }
+        );
+        assert_eq!(
+            parse(&header(RECORD_EXIT, 0, &f), &Layout::default()).unwrap(),
+            Record::Exit { pid: 10, ppid: 9, tid: 10, ptid: 9, time: 66 }
+        );
         let mut l = Vec::new();
         l.extend(1u64.to_ne_bytes());
         l.extend(12u64.to_ne_bytes());

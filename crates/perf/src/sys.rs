@@ -88,9 +88,7 @@ pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32, group_fd: i32) 
     const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
     // SAFETY: `attr` points to a valid, fully initialized perf_event_attr of
     // the size it declares; the kernel only reads it.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_perf_event_open, attr as *const PerfEventAttr, pid, cpu, group_fd, PERF_FLAG_FD_CLOEXEC)
-    };
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr as *const PerfEventAttr, pid, cpu, group_fd, PERF_FLAG_FD_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }

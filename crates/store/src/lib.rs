@@ -221,7 +221,8 @@ impl Database {
     /// Opens the database at `root`, creating it if needed.
     pub fn create(root: &Path) -> Result<Database, Error> {
         if !root.join(MARKER).exists() {
-            fs::create_dir_all(root.join("epochs")).map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot create database directory: {e}")))?;
+            fs::create_dir_all(root.join("epochs"))
+                .map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot create database directory: {e}")))?;
             let marker = format!("{{\"version\": {DB_VERSION}, \"created_unix\": {}}}\n", now_unix());
             write_atomic(&root.join(MARKER), marker.as_bytes())
                 .map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot write to database directory: {}", e.reason)))?;
@@ -360,7 +361,9 @@ impl Database {
                     Err(reason) => {
                         let aside = path.with_extension("prof.corrupt");
                         let _ = fs::rename(&path, &aside);
-                        report.problems.push(FileProblem { path: path.clone(), reason: format!("{reason}; moved aside to {}", aside.display()) });
+                        report
+                            .problems
+                            .push(FileProblem { path: path.clone(), reason: format!("{reason}; moved aside to {}", aside.display()) });
                     }
                 },
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -409,7 +412,8 @@ impl Database {
         let mut entries = Vec::new();
         let mut problems = Vec::new();
         let Ok(listing) = fs::read_dir(&dir) else { return Ok((EpochIndex::default(), problems)) };
-        let mut names: Vec<String> = listing.flatten().filter_map(|d| d.file_name().into_string().ok()).filter(|n| n.ends_with(".prof")).collect();
+        let mut names: Vec<String> =
+            listing.flatten().filter_map(|d| d.file_name().into_string().ok()).filter(|n| n.ends_with(".prof")).collect();
         names.sort();
         for name in names {
             let path = dir.join(&name);

@@ -92,7 +92,9 @@ impl Symbolizer {
                 });
                 offsets.iter().map(|o| k.symbolize(*o)).collect()
             }
-            ImageKind::KernelModule | ImageKind::Unknown | ImageKind::Anonymous => offsets.iter().map(|_| Err(Reason::UnknownImage)).collect(),
+            ImageKind::KernelModule | ImageKind::Unknown | ImageKind::Anonymous => {
+                offsets.iter().map(|_| Err(Reason::UnknownImage)).collect()
+            }
             ImageKind::Elf | ImageKind::Vdso => {
                 if !self.images.contains_key(image) {
                     let loaded = self.load(image);
@@ -119,7 +121,8 @@ impl Symbolizer {
             self.opts.image_cache_dirs.iter().map(|d| d.join(bid.to_hex())).find(|p| p.is_file())
         };
         if image.kind == ImageKind::Vdso {
-            return cached().ok_or_else(|| Reason::ImageNotFound(format!("[vdso] (no copy in the image cache {:?})", self.opts.image_cache_dirs)));
+            return cached()
+                .ok_or_else(|| Reason::ImageNotFound(format!("[vdso] (no copy in the image cache {:?})", self.opts.image_cache_dirs)));
         }
         let path = Path::new(&image.path);
         let on_disk = Symbolizer::read_build_id(path);
@@ -132,7 +135,9 @@ impl Symbolizer {
             return Ok(c);
         }
         match (&image.build_id, on_disk) {
-            (Some(want), Some(got)) => Err(Reason::BuildIdMismatch { path: image.path.clone(), expected: want.to_hex(), found: got.to_hex() }),
+            (Some(want), Some(got)) => {
+                Err(Reason::BuildIdMismatch { path: image.path.clone(), expected: want.to_hex(), found: got.to_hex() })
+            }
             _ if path.is_file() => Err(Reason::BuildIdMismatch {
                 path: image.path.clone(),
                 expected: image.build_id.as_ref().map_or("none".into(), |b| b.to_hex()),

@@ -42,7 +42,8 @@ fn file_offset_of(bin: &Path, func: &str) -> (u64, u64) {
         .unwrap_or_else(|| panic!("{func} not in nm output"));
     let ph = run(Command::new("readelf").arg("-lW").arg(bin));
     for l in ph.lines().filter(|l| l.trim_start().starts_with("LOAD")) {
-        let f: Vec<u64> = l.split_whitespace().skip(1).take(5).map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap()).collect();
+        let f: Vec<u64> =
+            l.split_whitespace().skip(1).take(5).map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap()).collect();
         let (off, vaddr, filesz) = (f[0], f[1], f[3]);
         if addr >= vaddr && addr < vaddr + filesz {
             return (addr, addr - vaddr + off);
