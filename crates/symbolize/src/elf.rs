@@ -109,7 +109,8 @@ fn symbols_of(file: &object::File<'static>) -> Vec<(u64, u64, String)> {
         .chain(file.dynamic_symbols())
         .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
         .filter_map(|s| {
-            let name = s.name().ok()?;
+            // Drop symbol versions ("clock_gettime@@GLIBC_2.17").
+            let name = s.name().ok()?.split('@').next()?;
             let underscores = name.len() - name.trim_start_matches('_').len();
             Some((s.address(), std::cmp::Reverse(s.size()), !s.is_global(), underscores, name.len(), demangle(name)))
         })
