@@ -90,7 +90,8 @@ pub fn record(a: RecordArgs) -> Result<u8> {
         }
         None => None,
     };
-    let mut engine = Engine::new(&cfg, db, flush_every).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut engine = Engine::new(&cfg, db, flush_every, a.sampling.backend.choice()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!("loupe: backend {}", engine.backend_note);
     let started = Instant::now();
     let mut status = 0;
     match &mut child {
@@ -141,6 +142,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         db: a.db.db.clone(),
         flush_every: seconds(a.flush_every, "--flush-every")?,
         stats_every: a.stats.map(|s| seconds(s, "--stats")).transpose()?,
+        backend: a.sampling.backend.choice(),
     };
     Database::create(&opts.db).with_context(|| format!("cannot use database {}", opts.db.display()))?;
     let stop = stop_flag()?;

@@ -67,15 +67,31 @@ pub struct SamplingArgs {
     /// Hardware events the machine lacks fall back to cpu-clock with a warning.
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
-    /// Collection backend (only the perf ring-buffer stream exists so far).
-    #[arg(long, value_enum, default_value_t = Backend::Stream)]
+    /// Collection backend. `auto` uses in-kernel BPF aggregation when the kernel and privileges allow it
+    /// and says why when it falls back to streaming.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
+    /// BPF when possible, else the stream.
+    Auto,
+    /// Samples counted per CPU in kernel hash tables by an eBPF program (DCPI's driver); only the buckets reach user space.
+    Bpf,
     /// Every sample streamed through per-CPU perf ring buffers and aggregated in the daemon.
     Stream,
+}
+
+impl Backend {
+    pub fn choice(self) -> loupe_collector::daemon::BackendChoice {
+        use loupe_collector::daemon::BackendChoice;
+        match self {
+            Backend::Auto => BackendChoice::Auto,
+            Backend::Bpf => BackendChoice::Bpf,
+            Backend::Stream => BackendChoice::Stream,
+        }
+    }
 }
 
 #[derive(Args, Debug)]

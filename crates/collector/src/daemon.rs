@@ -7,6 +7,7 @@
 //! sample reaches the disk within one `flush_every`.
 
 use crate::{Collector, KernelInfo, Stats};
+use loupe_bpf::{AggEntry, BpfAggregator};
 use loupe_model::EventName;
 use loupe_perf::{Record, Sampler, SamplerConfig};
 use loupe_store::{Database, EpochId};
@@ -18,6 +19,24 @@ use std::time::{Duration, Instant};
 
 /// Groups the images are split into for incremental flushing.
 pub const FLUSH_SLICES: u64 = 10;
+
+/// How often the BPF tables are drained (DCPI drained every few seconds;
+/// longer intervals aggregate more but hold more in the kernel).
+const BPF_DRAIN_EVERY: Duration = Duration::from_secs(1);
+
+/// Keys per BPF table generation.
+const BPF_TABLE_ENTRIES: u32 = 16384;
+
+/// Which sample path to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// BPF when the kernel and privileges allow, else streaming.
+    Auto,
+    /// Every sample through the perf ring buffers, aggregated in the daemon.
+    Stream,
+    /// In-kernel aggregation; an error if BPF cannot be used.
+    Bpf,
+}
 
 /// Longest the loop sleeps in `poll`; bounds the reaction time to control
 /// commands and signals.
@@ -39,6 +58,15 @@ pub struct IntervalReport {
     pub rss_kib: u64,
     pub flush_bytes: u64,
     pub sample_period: u64,
+    pub backend: &'static str,
+    /// BPF backend: samples the program saw, entries that reached user
+    /// space (table entries + evictions), evictions, drops, and the
+    /// aggregation factor (samples per entry moved).
+    pub bpf_samples: u64,
+    pub bpf_entries_drained: u64,
+    pub bpf_evicted: u64,
+    pub bpf_dropped: u64,
+    pub aggregation_factor: f64,
 }
 
 /// A sampler feeding a collector feeding a database.
@@ -53,12 +81,20 @@ pub struct Engine {
     pub flush_bytes: u64,
     pub problems: Vec<String>,
     pub started: Instant,
+    bpf: Option<BpfAggregator>,
+    entries: Vec<AggEntry>,
+    last_drain: Instant,
+    /// Entries moved out of the BPF tables so far.
+    pub bpf_entries_drained: u64,
+    /// Which backend runs, and why, for the user.
+    pub backend_note: String,
 }
 
 impl Engine {
-    pub fn new(cfg: &SamplerConfig, db: Database, flush_every: Duration) -> Result<Engine> {
+    pub fn new(cfg: &SamplerConfig, db: Database, flush_every: Duration, choice: BackendChoice) -> Result<Engine> {
         let events: Vec<EventName> = cfg.events.iter().map(|e| EventName::new(&e.name)).collect();
         let sampler = Sampler::open(cfg)?;
+        let (bpf, backend_note) = open_backend(&sampler, choice)?;
         let collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
         let epoch = db.current_epoch()?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -76,13 +112,24 @@ impl Engine {
             flush_bytes: 0,
             problems: Vec::new(),
             started: Instant::now(),
+            bpf,
+            entries: Vec::new(),
+            last_drain: Instant::now(),
+            bpf_entries_drained: 0,
+            backend_note,
         })
+    }
+
+    pub fn bpf(&self) -> Option<&BpfAggregator> {
+        self.bpf.as_ref()
     }
 
     /// Waits for data (or the poll timeout), then drains and attributes it.
     pub fn step(&mut self) -> Result<()> {
         self.sampler.poll(POLL_TIMEOUT)?;
-        self.drain();
+        if self.bpf.is_none() || self.last_drain.elapsed() >= BPF_DRAIN_EVERY {
+            self.drain()?;
+        }
         if Instant::now() >= self.next_slice_at {
             self.flush_slice()?;
         }
@@ -92,15 +139,27 @@ impl Engine {
     /// Moves everything in the kernel buffers into the aggregator, in time
     /// order across CPUs so an exit on one CPU never precedes the process's
     /// last sample on another.
-    pub fn drain(&mut self) {
+    /// With BPF, side-band records come first, then the aggregated
+    /// buckets, so mappings made in this interval are known.
+    pub fn drain(&mut self) -> Result<()> {
+        self.last_drain = Instant::now();
         self.records.clear();
         self.sampler.drain(&mut self.records);
         self.records.sort_by_key(|r| r.time().unwrap_or(0));
         for r in &self.records {
             self.collector.process(r);
         }
+        if let Some(bpf) = &mut self.bpf {
+            self.entries.clear();
+            bpf.drain(&mut self.entries)?;
+            self.bpf_entries_drained += self.entries.len() as u64;
+            for e in &self.entries {
+                self.collector.attribute(e.pid, e.ip, e.kernel, e.event_index, e.count, e.period);
+            }
+        }
         self.collector.end_drain();
         self.sampler.rerandomize();
+        Ok(())
     }
 
     fn flush_slice(&mut self) -> Result<()> {
@@ -113,7 +172,11 @@ impl Engine {
 
     /// Drains the kernel and merges every image now (`loupe flush`, exit).
     pub fn flush_all(&mut self) -> Result<()> {
-        self.drain();
+        self.drain()?;
+        if self.bpf.is_some() {
+            // The other generation filled while the first was drained.
+            self.drain()?;
+        }
         let profiles = self.collector.take_profiles(|_| true);
         self.store(profiles)
     }
@@ -133,6 +196,23 @@ impl Engine {
     pub fn new_epoch(&mut self) -> Result<EpochId> {
         self.flush_all()?;
         Ok(self.db.new_epoch()?)
+    }
+}
+
+/// Loads and attaches the BPF aggregator when chosen and possible.
+fn open_backend(sampler: &Sampler, choice: BackendChoice) -> Result<(Option<BpfAggregator>, String)> {
+    if choice == BackendChoice::Stream {
+        return Ok((None, "stream (chosen with --backend stream)".into()));
+    }
+    let attached = BpfAggregator::load(BPF_TABLE_ENTRIES).and_then(|mut b| {
+        let fds: Vec<(usize, i32)> = sampler.event_fds().collect();
+        b.attach(&fds)?;
+        Ok(b)
+    });
+    match (attached, choice) {
+        (Ok(b), _) => Ok((Some(b), format!("bpf (in-kernel per-CPU aggregation, {BPF_TABLE_ENTRIES} keys per table)"))),
+        (Err(e), BackendChoice::Bpf) => Err(format!("the BPF backend cannot run here: {e}").into()),
+        (Err(e), _) => Ok((None, format!("stream (BPF unavailable: {e})"))),
     }
 }
 
@@ -179,6 +259,7 @@ pub struct DaemonOptions {
     pub flush_every: Duration,
     /// Print an [`IntervalReport`] as a JSON line to stderr this often.
     pub stats_every: Option<Duration>,
+    pub backend: BackendChoice,
 }
 
 /// Runs until `stop` is set (SIGTERM/SIGINT), serving control commands on
@@ -190,7 +271,8 @@ pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) 
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(|e| format!("cannot create control socket {}: {e}", sock.display()))?;
     listener.set_nonblocking(true)?;
-    let mut engine = Engine::new(cfg, db, opts.flush_every)?;
+    let mut engine = Engine::new(cfg, db, opts.flush_every, opts.backend)?;
+    eprintln!("loupe: backend {}", engine.backend_note);
     engine.collector.scan_all();
     engine.sampler.enable()?;
     let mut meter = Meter::start();
@@ -239,15 +321,23 @@ struct Meter {
     cpu: f64,
     stats: Stats,
     lost: u64,
+    bpf: loupe_bpf::Counters,
+    drained: u64,
 }
 
 impl Meter {
     fn start() -> Meter {
-        Meter { at: Instant::now(), cpu: own_cpu_seconds(), stats: Stats::default(), lost: 0 }
+        Meter { at: Instant::now(), cpu: own_cpu_seconds(), stats: Stats::default(), lost: 0, bpf: Default::default(), drained: 0 }
     }
 
     fn start_from(e: &Engine) -> Meter {
-        Meter { stats: e.collector.stats(), lost: e.sampler.lost(), ..Meter::start() }
+        Meter {
+            stats: e.collector.stats(),
+            lost: e.sampler.lost(),
+            bpf: e.bpf().map(|b| b.counters()).unwrap_or_default(),
+            drained: e.bpf_entries_drained,
+            ..Meter::start()
+        }
     }
 
     fn report(&self, e: &Engine) -> IntervalReport {
@@ -265,7 +355,16 @@ impl Meter {
             images_preserved: now.images_preserved - self.stats.images_preserved,
         };
         let cpu = own_cpu_seconds() - self.cpu;
+        let bpf = e.bpf().map(|b| b.counters()).unwrap_or_default();
+        let moved = e.bpf_entries_drained - self.drained;
+        let bpf_samples = bpf.samples - self.bpf.samples;
         IntervalReport {
+            backend: if e.bpf().is_some() { "bpf" } else { "stream" },
+            bpf_samples,
+            bpf_entries_drained: moved,
+            bpf_evicted: bpf.evicted - self.bpf.evicted,
+            bpf_dropped: bpf.dropped - self.bpf.dropped,
+            aggregation_factor: if moved > 0 { bpf_samples as f64 / moved as f64 } else { 0.0 },
             seconds: self.at.elapsed().as_secs_f64(),
             stats: d,
             kernel_lost: e.sampler.lost() - self.lost,
@@ -282,7 +381,7 @@ impl Meter {
 
     /// Totals since the engine started (CPU since process start).
     fn report_total(e: &Engine) -> IntervalReport {
-        Meter { at: e.started, cpu: 0.0, stats: Stats::default(), lost: 0 }.report(e)
+        Meter { at: e.started, cpu: 0.0, ..Meter::start() }.report(e)
     }
 }
 

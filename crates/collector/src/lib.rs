@@ -256,22 +256,27 @@ impl Collector {
     }
 
     fn sample(&mut self, s: &Sample) {
-        self.stats.samples += 1;
-        let event = s.event_index as u16;
-        let kernel_mode = matches!(s.mode, CpuMode::Kernel) || s.ip >= kernel::KERNEL_SPACE_START;
-        if kernel_mode {
-            self.stats.kernel_samples += 1;
-            let comm = self.procs.get(s.pid).map_or(self.swapper, |p| p.comm);
-            let (image, offset) = self.kernel_location(s.ip);
-            self.agg.add(Slot { image, event, pid: s.pid, comm, offset }, 1, s.period);
+        let kernel = matches!(s.mode, CpuMode::Kernel);
+        self.attribute(s.pid, s.ip, kernel, s.event_index as u16, 1, s.period);
+    }
+
+    /// Counts `count` samples of one (pid, pc, event) — one sample from the
+    /// stream, or an aggregated bucket from the BPF tables.
+    pub fn attribute(&mut self, pid: u32, ip: u64, kernel: bool, event: u16, count: u64, period: u64) {
+        self.stats.samples += count;
+        if kernel || ip >= kernel::KERNEL_SPACE_START {
+            self.stats.kernel_samples += count;
+            let comm = self.procs.get(pid).map_or(self.swapper, |p| p.comm);
+            let (image, offset) = self.kernel_location(ip);
+            self.agg.add(Slot { image, event, pid, comm, offset }, count, period);
             return;
         }
-        match self.user_location(s.pid, s.ip) {
-            Some((image, offset, comm)) => self.agg.add(Slot { image, event, pid: s.pid, comm, offset }, 1, s.period),
+        match self.user_location(pid, ip) {
+            Some((image, offset, comm)) => self.agg.add(Slot { image, event, pid, comm, offset }, count, period),
             None => {
-                self.stats.unknown_samples += 1;
-                let comm = self.procs.get(s.pid).map_or(self.swapper, |p| p.comm);
-                self.agg.add(Slot { image: self.unknown_image, event, pid: s.pid, comm, offset: s.ip }, 1, s.period);
+                self.stats.unknown_samples += count;
+                let comm = self.procs.get(pid).map_or(self.swapper, |p| p.comm);
+                self.agg.add(Slot { image: self.unknown_image, event, pid, comm, offset: ip }, count, period);
             }
         }
     }
