@@ -85,6 +85,15 @@ pub struct BpfAggregator {
     max_entries: u32,
     /// Generation the program fills now.
     generation: u32,
+    /// Held open while the kernel keeps run-time statistics of programs.
+    stats_fd: Option<std::os::fd::OwnedFd>,
+}
+
+/// The kernel's own account of the program: how often it ran, and how long.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    pub run_count: u64,
+    pub run_time_ns: u64,
 }
 
 /// Why BPF cannot be used here, if it cannot: checked before loading so
@@ -122,7 +131,7 @@ impl BpfAggregator {
         }
         let skel = open.load().map_err(|e| err("loading the BPF program (verifier)", e))?;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| err("counting CPUs", e))?;
-        Ok(BpfAggregator { skel, links: Vec::new(), ncpus, max_entries: max_entries_per_cpu, generation: 0 })
+        Ok(BpfAggregator { skel, links: Vec::new(), ncpus, max_entries: max_entries_per_cpu, generation: 0, stats_fd: None })
     }
 
     /// Attaches to sampling perf events, given as (event index, fd); the
@@ -181,6 +190,33 @@ impl BpfAggregator {
         drop(rb);
         out.append(&mut got.borrow_mut());
         Ok(())
+    }
+
+    /// Asks the kernel to count the program's runs and run time (about two
+    /// clock reads per run); on until the aggregator is dropped.
+    pub fn enable_run_stats(&mut self) -> Result<(), Error> {
+        // SAFETY: a plain syscall wrapper; it returns a new fd or -errno.
+        let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
+        if fd < 0 {
+            return Err(err("enabling BPF run-time statistics", std::io::Error::from_raw_os_error(-fd)));
+        }
+        // SAFETY: the fd was just returned to us and is owned by nobody else.
+        self.stats_fd = Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+        Ok(())
+    }
+
+    /// The kernel's counts for the program (zero time unless
+    /// [`enable_run_stats`](Self::enable_run_stats) was called).
+    pub fn run_stats(&self) -> RunStats {
+        let mut info = libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+        let fd = self.skel.progs.on_sample.as_fd().as_raw_fd();
+        // SAFETY: info is a zeroed bpf_prog_info and len its size.
+        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+        if rc != 0 {
+            return RunStats::default();
+        }
+        RunStats { run_count: info.run_cnt, run_time_ns: info.run_time_ns }
     }
 
     pub fn counters(&self) -> Counters {

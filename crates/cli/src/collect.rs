@@ -143,6 +143,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         flush_every: seconds(a.flush_every, "--flush-every")?,
         stats_every: a.stats.map(|s| seconds(s, "--stats")).transpose()?,
         backend: a.sampling.backend.choice(),
+        max_overhead_pct: a.max_overhead.0,
     };
     Database::create(&opts.db).with_context(|| format!("cannot use database {}", opts.db.display()))?;
     let stop = stop_flag()?;

@@ -120,9 +120,29 @@ pub struct DaemonArgs {
     /// Merge in-memory profiles into the database within this many seconds; the work is spread evenly over the interval.
     #[arg(long, default_value_t = 60.0)]
     pub flush_every: f64,
+    /// Keep the cost of sampling under this percent of each CPU: at start the daemon measures what one sample
+    /// costs on this host (about 1.5 s of spinning threads at two rates), then samples at the highest rate that fits,
+    /// never above --freq, re-checking its own CPU per sample and the BPF handler's cost every 10 s.
+    /// `off` samples at --freq regardless.
+    #[arg(long, value_name = "PCT|off", default_value = "1", value_parser = parse_overhead)]
+    pub max_overhead: Overhead,
     /// Print per-interval statistics (samples, unknown, lost, daemon CPU per sample, RSS) as JSON lines to stderr every SECONDS.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "10")]
     pub stats: Option<f64>,
+}
+
+/// `--max-overhead`: a percent of each CPU, or off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Overhead(pub Option<f64>);
+
+fn parse_overhead(s: &str) -> Result<Overhead, String> {
+    if s == "off" {
+        return Ok(Overhead(None));
+    }
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(Overhead(Some(p))),
+        _ => Err(format!("expected a percent in (0, 100] or `off`, got {s:?}")),
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

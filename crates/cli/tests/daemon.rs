@@ -85,7 +85,7 @@ fn kill_9_loses_at_most_the_last_flush_interval() {
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let d = Daemon::start(&db, &["--flush-every", "1", "--freq", "500"]);
+    let d = Daemon::start(&db, &["--flush-every", "1", "--freq", "500", "--max-overhead", "off"]);
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
     let mut child = std::mem::replace(&mut std::mem::ManuallyDrop::new(d).child, Command::new("true").spawn().unwrap());

@@ -9,7 +9,17 @@ const PROCEDURES: [&str; 4] = ["hot_alpha", "hot_beta", "hot_gamma", "lib_spin"]
 
 #[test]
 fn procedure_and_kernel_shares_match_self_measured_cpu_time() {
-    // Checks per-procedure shares within 2 points, the kernel share within 3, and library/kernel image attribution.
+    // Checks per-procedure shares within 2 points, the kernel share within 3, and library/kernel image attribution (BPF backend).
+    shares_match_truth("bpf");
+}
+
+#[test]
+fn streaming_backend_matches_self_measured_cpu_time_too() {
+    // Checks the same ground truth through the fallback backend (every sample through the perf rings).
+    shares_match_truth("stream");
+}
+
+fn shares_match_truth(backend: &str) {
     if !require_root() {
         return;
     }
@@ -19,7 +29,7 @@ fn procedure_and_kernel_shares_match_self_measured_cpu_time() {
     let w = workloads();
     run_ok(
         loupe()
-            .args(["record", "--freq", "4000", "--db"])
+            .args(["record", "--freq", "4000", "--backend", backend, "--db"])
             .arg(&db)
             .arg("--")
             .arg(w.join("selftime"))

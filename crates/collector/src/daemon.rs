@@ -6,6 +6,7 @@
 //! `flush_every / FLUSH_SLICES`, so disk work is spread evenly and any
 //! sample reaches the disk within one `flush_every`.
 
+use crate::budget::{self, RateSwitch, SampleCost};
 use crate::{Collector, KernelInfo, Stats};
 use loupe_bpf::{AggEntry, BpfAggregator};
 use loupe_model::EventName;
@@ -20,12 +21,18 @@ use std::time::{Duration, Instant};
 /// Groups the images are split into for incremental flushing.
 pub const FLUSH_SLICES: u64 = 10;
 
-/// How often the BPF tables are drained (DCPI drained every few seconds;
-/// longer intervals aggregate more but hold more in the kernel).
-const BPF_DRAIN_EVERY: Duration = Duration::from_secs(1);
+/// How often the BPF tables are drained: longer intervals aggregate more
+/// (a hot pc repeats more often within one) but hold more in the kernel.
+/// Side-band records are still read as they come, so the perf rings never
+/// overflow under process churn.
+const BPF_DRAIN_EVERY: Duration = Duration::from_secs(4);
 
-/// Keys per BPF table generation.
-const BPF_TABLE_ENTRIES: u32 = 16384;
+/// Keys per BPF table generation: room for every sample of one drain
+/// interval on every CPU at the configured rate, within bounds.
+fn bpf_table_entries(cfg: &SamplerConfig) -> u32 {
+    let per_interval = loupe_perf::online_cpus().len() as u64 * cfg.freq_hz * cfg.events.len() as u64 * BPF_DRAIN_EVERY.as_secs();
+    per_interval.clamp(16 * 1024, 1 << 20) as u32
+}
 
 /// Which sample path to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +65,8 @@ pub struct IntervalReport {
     pub rss_kib: u64,
     pub flush_bytes: u64,
     pub sample_period: u64,
+    /// Mean samples/s per CPU per event in force at the end of the interval.
+    pub rate_hz: u64,
     pub backend: &'static str,
     /// BPF backend: samples the program saw, entries that reached user
     /// space (table entries + evictions), evictions, drops, and the
@@ -67,6 +76,27 @@ pub struct IntervalReport {
     pub bpf_evicted: u64,
     pub bpf_dropped: u64,
     pub aggregation_factor: f64,
+    /// BPF: the kernel's count of program runs and their mean run time
+    /// (DCPI Table VI's interrupt handler cost, without entry and exit).
+    pub bpf_runs: u64,
+    pub bpf_handler_ns_per_sample: f64,
+    /// The overhead budget, when one is set.
+    pub budget: Option<BudgetReport>,
+}
+
+/// How the overhead budget chose the rate.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct BudgetReport {
+    pub max_overhead_pct: f64,
+    /// Interrupt cost per sample now: calibrated, adjusted by the change in
+    /// the BPF handler's own run time since calibration.
+    pub interrupt_us: f64,
+    pub daemon_us: f64,
+    pub rate_hz: u64,
+    pub ceiling_hz: u64,
+    /// Estimated cost of sampling at `rate_hz`, percent of each CPU.
+    pub estimated_overhead_pct: f64,
+    pub calibration: SampleCost,
 }
 
 /// A sampler feeding a collector feeding a database.
@@ -88,13 +118,15 @@ pub struct Engine {
     pub bpf_entries_drained: u64,
     /// Which backend runs, and why, for the user.
     pub backend_note: String,
+    /// CPU time the cost calibration spent spinning.
+    pub calibration_cpu_seconds: f64,
 }
 
 impl Engine {
     pub fn new(cfg: &SamplerConfig, db: Database, flush_every: Duration, choice: BackendChoice) -> Result<Engine> {
         let events: Vec<EventName> = cfg.events.iter().map(|e| EventName::new(&e.name)).collect();
         let sampler = Sampler::open(cfg)?;
-        let (bpf, backend_note) = open_backend(&sampler, choice)?;
+        let (bpf, backend_note) = open_backend(&sampler, choice, bpf_table_entries(cfg))?;
         let collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
         let epoch = db.current_epoch()?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -117,6 +149,7 @@ impl Engine {
             last_drain: Instant::now(),
             bpf_entries_drained: 0,
             backend_note,
+            calibration_cpu_seconds: 0.0,
         })
     }
 
@@ -124,11 +157,50 @@ impl Engine {
         self.bpf.as_ref()
     }
 
+    /// Samples the kernel has taken so far (BPF: the program's counter;
+    /// stream: records read from the rings, so drain first).
+    pub fn samples_taken(&self) -> u64 {
+        match &self.bpf {
+            Some(b) => b.counters().samples,
+            None => self.sampler.samples_seen(),
+        }
+    }
+
+    /// The BPF program's mean run time per sample since `since`, in seconds.
+    fn handler_seconds(&self, since: loupe_bpf::RunStats) -> Option<f64> {
+        let now = self.bpf.as_ref()?.run_stats();
+        let runs = now.run_count.checked_sub(since.run_count)?;
+        (runs > 0).then(|| (now.run_time_ns - since.run_time_ns) as f64 / runs as f64 / 1e9)
+    }
+
+    /// Measures what one sample costs on this host with this backend
+    /// (spinning threads on every CPU for about 1.5 s). Samples taken
+    /// meanwhile, the spinners' included, are attributed as usual.
+    pub fn calibrate(&mut self) -> Result<SampleCost> {
+        let ceiling = self.sampler.freq();
+        let cpu_before = own_cpu_seconds();
+        let mut switch = CalibrationSwitch { engine: self, last: 0, error: None };
+        switch.set_rate(CALIBRATION_LOW_HZ);
+        let mut cost = budget::measure_sample_cost(&mut switch, CALIBRATION_HIGH_HZ, CALIBRATION_LOW_HZ, 6, CALIBRATION_WINDOW);
+        if cost.slowdown <= 0.0 {
+            // Noise hid the cost; one longer try before giving up on it.
+            cost = budget::measure_sample_cost(&mut switch, CALIBRATION_HIGH_HZ, CALIBRATION_LOW_HZ, 12, CALIBRATION_WINDOW);
+        }
+        if let Some(e) = switch.error.take() {
+            return Err(e);
+        }
+        self.sampler.set_freq(ceiling);
+        self.calibration_cpu_seconds += own_cpu_seconds() - cpu_before;
+        Ok(cost)
+    }
+
     /// Waits for data (or the poll timeout), then drains and attributes it.
     pub fn step(&mut self) -> Result<()> {
         self.sampler.poll(POLL_TIMEOUT)?;
         if self.bpf.is_none() || self.last_drain.elapsed() >= BPF_DRAIN_EVERY {
             self.drain()?;
+        } else {
+            self.drain_sideband();
         }
         if Instant::now() >= self.next_slice_at {
             self.flush_slice()?;
@@ -143,12 +215,7 @@ impl Engine {
     /// buckets, so mappings made in this interval are known.
     pub fn drain(&mut self) -> Result<()> {
         self.last_drain = Instant::now();
-        self.records.clear();
-        self.sampler.drain(&mut self.records);
-        self.records.sort_by_key(|r| r.time().unwrap_or(0));
-        for r in &self.records {
-            self.collector.process(r);
-        }
+        self.drain_sideband();
         if let Some(bpf) = &mut self.bpf {
             self.entries.clear();
             bpf.drain(&mut self.entries)?;
@@ -160,6 +227,19 @@ impl Engine {
         self.collector.end_drain();
         self.sampler.rerandomize();
         Ok(())
+    }
+
+    /// Reads and applies the perf rings' records (all of them with the
+    /// stream backend; mmap/comm/fork/exit only with BPF) without ending a
+    /// drain: processes that exit stay until two full drains later, so the
+    /// BPF buckets holding their last samples still resolve.
+    fn drain_sideband(&mut self) {
+        self.records.clear();
+        self.sampler.drain(&mut self.records);
+        self.records.sort_by_key(|r| r.time().unwrap_or(0));
+        for r in &self.records {
+            self.collector.process(r);
+        }
     }
 
     fn flush_slice(&mut self) -> Result<()> {
@@ -199,18 +279,154 @@ impl Engine {
     }
 }
 
+const CALIBRATION_HIGH_HZ: u64 = 5000;
+const CALIBRATION_LOW_HZ: u64 = 10;
+const CALIBRATION_WINDOW: Duration = Duration::from_millis(120);
+/// How often the budget re-chooses the rate from fresh costs.
+const BUDGET_RECHECK: Duration = Duration::from_secs(10);
+const MIN_RATE_HZ: u64 = 10;
+
+/// Drives the sampler for [`budget::measure_sample_cost`], draining between
+/// windows so the rings never overflow and the daemon's work stays outside
+/// the timed windows.
+struct CalibrationSwitch<'a> {
+    engine: &'a mut Engine,
+    last: u64,
+    error: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl RateSwitch for CalibrationSwitch<'_> {
+    fn set_rate(&mut self, hz: u64) -> u64 {
+        if let Err(e) = self.engine.drain() {
+            self.error.get_or_insert(e);
+        }
+        let now = self.engine.samples_taken();
+        self.engine.sampler.set_freq(hz);
+        let taken = now - self.last;
+        self.last = now;
+        taken
+    }
+}
+
+/// Chooses the sampling rate from measured costs (`--max-overhead`).
+pub struct Budget {
+    pub fraction: f64,
+    pub ceiling_hz: u64,
+    pub calibration: SampleCost,
+    /// BPF handler run time per sample during calibration, seconds.
+    handler_at_calibration: Option<f64>,
+    /// Smoothed daemon CPU seconds per sample.
+    daemon_s: f64,
+    at: Instant,
+    cpu: f64,
+    samples: u64,
+    run_stats: loupe_bpf::RunStats,
+    pub last: BudgetReport,
+}
+
+impl Budget {
+    /// Calibrates on `engine` and sets its first rate.
+    pub fn start(engine: &mut Engine, max_overhead_pct: f64) -> Result<Budget> {
+        let ceiling_hz = engine.sampler.freq();
+        let run_stats = engine.bpf.as_ref().map(|b| b.run_stats()).unwrap_or_default();
+        let calibration = engine.calibrate()?;
+        let handler_at_calibration = engine.handler_seconds(run_stats);
+        let mut b = Budget {
+            fraction: max_overhead_pct / 100.0,
+            ceiling_hz,
+            calibration,
+            handler_at_calibration,
+            daemon_s: 0.0,
+            at: Instant::now(),
+            cpu: own_cpu_seconds(),
+            samples: engine.samples_taken(),
+            run_stats: engine.bpf.as_ref().map(|b| b.run_stats()).unwrap_or_default(),
+            last: BudgetReport::default(),
+        };
+        b.apply(engine);
+        Ok(b)
+    }
+
+    /// Re-measures the load-dependent costs and re-chooses the rate, every
+    /// [`BUDGET_RECHECK`].
+    pub fn recheck(&mut self, engine: &mut Engine) {
+        if self.at.elapsed() < BUDGET_RECHECK {
+            return;
+        }
+        let (cpu, samples) = (own_cpu_seconds(), engine.samples_taken());
+        let n = samples.saturating_sub(self.samples);
+        if n >= 100 {
+            let d = (cpu - self.cpu) / n as f64;
+            self.daemon_s = if self.daemon_s == 0.0 { d } else { 0.7 * self.daemon_s + 0.3 * d };
+        }
+        if let (Some(now), Some(then)) = (engine.handler_seconds(self.run_stats), self.handler_at_calibration) {
+            // The handler's share moves with the table's miss rate; the
+            // interrupt's entry and exit do not.
+            let entry_exit = (self.calibration.interrupt_us / 1e6 - then).max(0.0);
+            self.last.interrupt_us = (entry_exit + now) * 1e6;
+        }
+        self.run_stats = engine.bpf.as_ref().map(|b| b.run_stats()).unwrap_or_default();
+        (self.at, self.cpu, self.samples) = (Instant::now(), cpu, samples);
+        self.apply(engine);
+    }
+
+    fn apply(&mut self, engine: &mut Engine) {
+        let interrupt_us = if self.last.interrupt_us > 0.0 { self.last.interrupt_us } else { self.calibration.interrupt_us };
+        let rate = budget::rate_for_budget(self.fraction, interrupt_us / 1e6, self.daemon_s, MIN_RATE_HZ, self.ceiling_hz);
+        let current = engine.sampler.freq();
+        if rate.abs_diff(current) * 20 > current {
+            engine.sampler.set_freq(rate);
+        }
+        let rate = engine.sampler.freq();
+        self.last = BudgetReport {
+            max_overhead_pct: self.fraction * 100.0,
+            interrupt_us,
+            daemon_us: self.daemon_s * 1e6,
+            rate_hz: rate,
+            ceiling_hz: self.ceiling_hz,
+            estimated_overhead_pct: rate as f64 * (interrupt_us / 1e6 + self.daemon_s) * 100.0,
+            calibration: self.calibration,
+        };
+    }
+
+    pub fn describe(&self) -> String {
+        let c = &self.calibration;
+        format!(
+            "overhead budget {}%: one sample costs {:.1} µs of interrupt time here (calibrated: {:.2}% slowdown at {:.0} samples/s per CPU); \
+sampling at {} samples/s per CPU (ceiling --freq {}), estimated {:.2}%",
+            self.last.max_overhead_pct,
+            c.interrupt_us,
+            c.slowdown * 100.0,
+            c.high_hz,
+            self.last.rate_hz,
+            self.ceiling_hz,
+            self.last.estimated_overhead_pct
+        )
+    }
+}
+
 /// Loads and attaches the BPF aggregator when chosen and possible.
-fn open_backend(sampler: &Sampler, choice: BackendChoice) -> Result<(Option<BpfAggregator>, String)> {
+fn open_backend(sampler: &Sampler, choice: BackendChoice, entries: u32) -> Result<(Option<BpfAggregator>, String)> {
     if choice == BackendChoice::Stream {
         return Ok((None, "stream (chosen with --backend stream)".into()));
     }
-    let attached = BpfAggregator::load(BPF_TABLE_ENTRIES).and_then(|mut b| {
+    let attached = BpfAggregator::load(entries).and_then(|mut b| {
+        // Before attaching, so the kernel's run count covers every run.
+        if let Err(e) = b.enable_run_stats() {
+            eprintln!("loupe: warning: no BPF run-time statistics ({e}); handler cost is not reported");
+        }
         let fds: Vec<(usize, i32)> = sampler.event_fds().collect();
         b.attach(&fds)?;
         Ok(b)
     });
+    // libbpf enables an event when it attaches to it; sampling starts when
+    // the caller says (or at exec, for a command).
+    sampler.disable()?;
     match (attached, choice) {
-        (Ok(b), _) => Ok((Some(b), format!("bpf (in-kernel per-CPU aggregation, {BPF_TABLE_ENTRIES} keys per table)"))),
+        (Ok(b), _) => Ok((
+            Some(b),
+            format!("bpf (in-kernel per-CPU aggregation, {entries} keys per table, drained every {} s)", BPF_DRAIN_EVERY.as_secs()),
+        )),
         (Err(e), BackendChoice::Bpf) => Err(format!("the BPF backend cannot run here: {e}").into()),
         (Err(e), _) => Ok((None, format!("stream (BPF unavailable: {e})"))),
     }
@@ -260,6 +476,9 @@ pub struct DaemonOptions {
     /// Print an [`IntervalReport`] as a JSON line to stderr this often.
     pub stats_every: Option<Duration>,
     pub backend: BackendChoice,
+    /// Keep sampling cost under this percent of each CPU (`None`: sample at
+    /// the configured rate regardless).
+    pub max_overhead_pct: Option<f64>,
 }
 
 /// Runs until `stop` is set (SIGTERM/SIGINT), serving control commands on
@@ -267,23 +486,37 @@ pub struct DaemonOptions {
 pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) -> Result<IntervalReport> {
     let db = Database::create(&opts.db)?;
     let _lock = DaemonLock::acquire(&opts.db)?;
-    let sock = socket_path(&opts.db);
-    let _ = std::fs::remove_file(&sock);
-    let listener = UnixListener::bind(&sock).map_err(|e| format!("cannot create control socket {}: {e}", sock.display()))?;
-    listener.set_nonblocking(true)?;
     let mut engine = Engine::new(cfg, db, opts.flush_every, opts.backend)?;
     eprintln!("loupe: backend {}", engine.backend_note);
     engine.collector.scan_all();
     engine.sampler.enable()?;
-    let mut meter = Meter::start();
+    let mut budget = match opts.max_overhead_pct {
+        Some(pct) => {
+            let b = Budget::start(&mut engine, pct)?;
+            eprintln!("loupe: {}", b.describe());
+            Some(b)
+        }
+        None => None,
+    };
+    // The socket appears once sampling runs: clients (and tests) can take
+    // it as the sign that the daemon is collecting.
+    let sock = socket_path(&opts.db);
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).map_err(|e| format!("cannot create control socket {}: {e}", sock.display()))?;
+    listener.set_nonblocking(true)?;
+    let mut meter = Meter::start_from(&engine);
     let mut last_stats = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         engine.step()?;
-        serve_commands(&listener, &mut engine, &meter);
+        if let Some(b) = budget.as_mut() {
+            b.recheck(&mut engine);
+        }
+        let budget_now = budget.as_ref().map(|b| b.last);
+        serve_commands(&listener, &mut engine, &meter, budget_now);
         if let Some(every) = opts.stats_every {
             if last_stats.elapsed() >= every {
                 last_stats = Instant::now();
-                let report = meter.report(&engine);
+                let report = IntervalReport { budget: budget_now, ..meter.report(&engine) };
                 eprintln!("{}", serde_json::to_string(&report).unwrap_or_default());
                 meter = Meter::start_from(&engine);
             }
@@ -292,10 +525,10 @@ pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) 
     engine.sampler.disable()?;
     engine.flush_all()?;
     let _ = std::fs::remove_file(&sock);
-    Ok(Meter::report_total(&engine))
+    Ok(IntervalReport { budget: budget.map(|b| b.last), ..Meter::report_total(&engine) })
 }
 
-fn serve_commands(listener: &UnixListener, engine: &mut Engine, meter: &Meter) {
+fn serve_commands(listener: &UnixListener, engine: &mut Engine, meter: &Meter, budget: Option<BudgetReport>) {
     while let Ok((stream, _)) = listener.accept() {
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
@@ -307,7 +540,7 @@ fn serve_commands(listener: &UnixListener, engine: &mut Engine, meter: &Meter) {
         let answer = match line.trim() {
             "flush" => engine.flush_all().map(|_| "ok flushed".to_string()),
             "epoch" => engine.new_epoch().map(|e| format!("ok epoch {e}")),
-            "stats" => Ok(serde_json::to_string(&meter.report(engine)).unwrap_or_default()),
+            "stats" => Ok(serde_json::to_string(&IntervalReport { budget, ..meter.report(engine) }).unwrap_or_default()),
             other => Ok(format!("error unknown command {other:?}")),
         };
         let answer = answer.unwrap_or_else(|e| format!("error {e}"));
@@ -323,11 +556,20 @@ struct Meter {
     lost: u64,
     bpf: loupe_bpf::Counters,
     drained: u64,
+    runs: loupe_bpf::RunStats,
 }
 
 impl Meter {
     fn start() -> Meter {
-        Meter { at: Instant::now(), cpu: own_cpu_seconds(), stats: Stats::default(), lost: 0, bpf: Default::default(), drained: 0 }
+        Meter {
+            at: Instant::now(),
+            cpu: own_cpu_seconds(),
+            stats: Stats::default(),
+            lost: 0,
+            bpf: Default::default(),
+            drained: 0,
+            runs: Default::default(),
+        }
     }
 
     fn start_from(e: &Engine) -> Meter {
@@ -336,6 +578,7 @@ impl Meter {
             lost: e.sampler.lost(),
             bpf: e.bpf().map(|b| b.counters()).unwrap_or_default(),
             drained: e.bpf_entries_drained,
+            runs: e.bpf().map(|b| b.run_stats()).unwrap_or_default(),
             ..Meter::start()
         }
     }
@@ -358,7 +601,13 @@ impl Meter {
         let bpf = e.bpf().map(|b| b.counters()).unwrap_or_default();
         let moved = e.bpf_entries_drained - self.drained;
         let bpf_samples = bpf.samples - self.bpf.samples;
+        let runs = e.bpf().map(|b| b.run_stats()).unwrap_or_default();
+        let (nruns, run_ns) = (runs.run_count - self.runs.run_count, runs.run_time_ns - self.runs.run_time_ns);
         IntervalReport {
+            bpf_runs: nruns,
+            bpf_handler_ns_per_sample: if nruns > 0 { run_ns as f64 / nruns as f64 } else { 0.0 },
+            rate_hz: e.sampler.freq(),
+            budget: None,
             backend: if e.bpf().is_some() { "bpf" } else { "stream" },
             bpf_samples,
             bpf_entries_drained: moved,
@@ -381,7 +630,8 @@ impl Meter {
 
     /// Totals since the engine started (CPU since process start).
     fn report_total(e: &Engine) -> IntervalReport {
-        Meter { at: e.started, cpu: 0.0, ..Meter::start() }.report(e)
+        // The calibration's spinning threads are not the daemon's running cost.
+        Meter { at: e.started, cpu: e.calibration_cpu_seconds, ..Meter::start() }.report(e)
     }
 }
 

@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 pub trait FileProbe {
     fn read_build_id(&mut self, path: &Path) -> Option<BuildId>;
     fn content_hash(&mut self, path: &Path) -> Option<u64>;
+    /// (inode, modification time in ns) of the file, to cache by when the
+    /// MMAP2 record carried no inode (it carries a build-id slot instead).
+    fn file_key(&mut self, path: &Path) -> Option<(u64, i64)>;
 }
 
 /// The real file system.
@@ -28,6 +31,11 @@ impl FileProbe for Fs {
     fn content_hash(&mut self, path: &Path) -> Option<u64> {
         let map = map_file(path)?;
         Some(fnv1a(&map))
+    }
+    fn file_key(&mut self, path: &Path) -> Option<(u64, i64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = fs::metadata(path).ok()?;
+        Some((m.ino(), m.mtime() * 1_000_000_000 + m.mtime_nsec()))
     }
 }
 
@@ -58,7 +66,7 @@ pub struct ImageTable {
     index: HashMap<ImageId, u32>,
     /// Identity of files seen without a kernel build-id, by path and inode,
     /// so a file is read at most once.
-    by_file: HashMap<(String, u64), u32>,
+    by_file: HashMap<(String, u64, i64), u32>,
 }
 
 impl ImageTable {
@@ -107,18 +115,21 @@ impl ImageTable {
         if let Some(b) = kernel_build_id.filter(|b| !b.0.is_empty()) {
             return self.intern(ImageId::elf(path, Some(b)));
         }
-        if inode != 0 {
-            if let Some(&i) = self.by_file.get(&(path.to_string(), inode)) {
-                return (i, false);
-            }
+        // With build-ids in MMAP2 the kernel sends no inode; without a key,
+        // a file with no build-id (rustup's 200 MB libLLVM) would be hashed
+        // again at every mapping.
+        let key = if inode != 0 { Some((inode, 0)) } else { probe.file_key(probe_path).or_else(|| probe.file_key(Path::new(path))) };
+        let key = key.map(|(ino, mtime)| (path.to_string(), ino, mtime));
+        if let Some(i) = key.as_ref().and_then(|k| self.by_file.get(k)) {
+            return (*i, false);
         }
         let id = match probe.read_build_id(probe_path) {
             Some(b) => ImageId::elf(path, Some(b)),
             None => ImageId { content_hash: probe.content_hash(probe_path), ..ImageId::elf(path, None) },
         };
         let r = self.intern(id);
-        if inode != 0 {
-            self.by_file.insert((path.to_string(), inode), r.0);
+        if let Some(k) = key {
+            self.by_file.insert(k, r.0);
         }
         r
     }
@@ -205,6 +216,7 @@ mod tests {
 
     struct FakeFs {
         reads: usize,
+        hashes: usize,
         bid: Option<BuildId>,
     }
     impl FileProbe for FakeFs {
@@ -213,7 +225,11 @@ mod tests {
             self.bid.clone()
         }
         fn content_hash(&mut self, _: &Path) -> Option<u64> {
+            self.hashes += 1;
             Some(42)
+        }
+        fn file_key(&mut self, p: &Path) -> Option<(u64, i64)> {
+            (p == Path::new("/proc/1/map_files/big")).then_some((77, 123))
         }
     }
 
@@ -225,7 +241,7 @@ mod tests {
     fn kernel_build_id_wins_and_needs_no_file_read() {
         // Checks that a build-id from the MMAP2 record is used as is.
         let mut t = ImageTable::default();
-        let mut fs = FakeFs { reads: 0, bid: None };
+        let mut fs = FakeFs { reads: 0, hashes: 0, bid: None };
         let (i, new) = t.resolve(&mut fs, "/bin/x", Some(BuildId(vec![1])), Path::new("/x"), 5, &vdso());
         assert!(new);
         assert_eq!(t.get(i).build_id, Some(BuildId(vec![1])));
@@ -236,21 +252,32 @@ mod tests {
     fn files_without_kernel_build_id_are_read_once_per_inode() {
         // Checks the fallback: build-id read from the file, cached by (path, inode); content hash without one.
         let mut t = ImageTable::default();
-        let mut fs = FakeFs { reads: 0, bid: Some(BuildId(vec![9])) };
+        let mut fs = FakeFs { reads: 0, hashes: 0, bid: Some(BuildId(vec![9])) };
         let a = t.resolve(&mut fs, "/bin/x", None, Path::new("/x"), 5, &vdso());
         let b = t.resolve(&mut fs, "/bin/x", None, Path::new("/x"), 5, &vdso());
         assert_eq!((a.0, fs.reads), (b.0, 1));
-        let mut nobid = FakeFs { reads: 0, bid: None };
+        let mut nobid = FakeFs { reads: 0, hashes: 0, bid: None };
         let (c, _) = t.resolve(&mut nobid, "/bin/x", None, Path::new("/x"), 6, &vdso());
         assert_eq!(t.get(c).content_hash, Some(42));
         assert_ne!(a.0, c);
     }
 
     #[test]
+    fn file_without_build_id_or_inode_is_hashed_once() {
+        // Regression: MMAP2 records with build-ids carry no inode, so a big file without a build-id was re-hashed at every mapping.
+        let mut t = ImageTable::default();
+        let mut fs = FakeFs { reads: 0, hashes: 0, bid: None };
+        let p = Path::new("/proc/1/map_files/big");
+        let a = t.resolve(&mut fs, "/lib/libLLVM.so", None, p, 0, &vdso());
+        let b = t.resolve(&mut fs, "/lib/libLLVM.so", None, p, 0, &vdso());
+        assert_eq!((a.0, fs.hashes, fs.reads), (b.0, 1, 1));
+    }
+
+    #[test]
     fn special_mappings_get_special_images() {
         // Checks vdso and anonymous executable memory are not treated as files.
         let mut t = ImageTable::default();
-        let mut fs = FakeFs { reads: 0, bid: None };
+        let mut fs = FakeFs { reads: 0, hashes: 0, bid: None };
         let (v, _) = t.resolve(&mut fs, "[vdso]", None, Path::new("/x"), 0, &vdso());
         let (a, _) = t.resolve(&mut fs, "//anon", None, Path::new("/x"), 0, &vdso());
         assert_eq!(t.get(v).kind, ImageKind::Vdso);

@@ -9,6 +9,7 @@
 //! raw pc) and are counted, never dropped.
 
 pub mod aggregate;
+pub mod budget;
 pub mod daemon;
 pub mod images;
 pub mod kernel;

@@ -120,6 +120,8 @@ pub struct Sampler {
     lost: u64,
     malformed: u64,
     period_sums: Vec<(u64, u64)>,
+    /// Mean samples/s per CPU the nominal periods correspond to.
+    freq_hz: u64,
 }
 
 /// CPUs that are online, from sysfs (`0-3,5`).
@@ -192,6 +194,7 @@ impl Sampler {
             lost: 0,
             malformed: 0,
             period_sums: vec![(0, 0); cfg.events.len()],
+            freq_hz: cfg.freq_hz,
         };
         for &cpu in &cpus {
             s.open_cpu(cfg, cpu)?;
@@ -341,6 +344,26 @@ impl Sampler {
                 let _ = sys::set_period(e.fd.as_raw_fd(), next);
             }
         }
+    }
+
+    /// Changes the mean sampling rate of every periodic event (the overhead
+    /// budget moves it as load changes); takes effect at once with a fresh
+    /// random period. Events in frequency mode keep their kernel-chosen rate.
+    pub fn set_freq(&mut self, freq_hz: u64) {
+        let freq_hz = freq_hz.max(1);
+        let old = self.freq_hz;
+        for e in &mut self.events {
+            if let Some(p) = e.period.as_mut() {
+                *p = (*p as u128 * old as u128 / freq_hz as u128).max(1000) as u64;
+            }
+        }
+        self.freq_hz = freq_hz;
+        self.rerandomize();
+    }
+
+    /// Mean samples/s per CPU per periodic event.
+    pub fn freq(&self) -> u64 {
+        self.freq_hz
     }
 
     pub fn cpus(&self) -> &[u32] {
