@@ -6,7 +6,7 @@
 //! File access goes through [`FileProbe`] so the identity rules are testable
 //! without a file system.
 
-use loupe_model::{fnv1a, BuildId, ImageId, ImageKind, ANON_IMAGE, VDSO_IMAGE};
+use loupe_model::{BuildId, ImageId, ImageKind, ANON_IMAGE, VDSO_IMAGE};
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -29,8 +29,20 @@ impl FileProbe for Fs {
         build_id_of_file(path)
     }
     fn content_hash(&mut self, path: &Path) -> Option<u64> {
-        let map = map_file(path)?;
-        Some(fnv1a(&map))
+        // Streamed through a small buffer: mapping a 200 MB library to hash
+        // it would show up as 200 MB of daemon RSS.
+        use std::io::Read;
+        let mut f = fs::File::open(path).ok()?;
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            match f.read(&mut buf) {
+                Ok(0) => return Some(h.digest()),
+                Ok(n) => h.update(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
     }
     fn file_key(&mut self, path: &Path) -> Option<(u64, i64)> {
         use std::os::unix::fs::MetadataExt;

@@ -106,7 +106,9 @@ impl ImageId {
         ImageId { kind: ImageKind::Unknown, path: UNKNOWN_IMAGE.to_string(), build_id: None, content_hash: None }
     }
     /// A short, file-name-safe key that is unique per identity: used to name
-    /// the profile file of this image in the database.
+    /// the profile file of this image in the database. The same build at two
+    /// paths (a copy in a temporary directory) gets two keys, so each
+    /// profile keeps the path its samples were mapped from.
     pub fn file_key(&self) -> String {
         let base: String = self
             .path
@@ -117,13 +119,13 @@ impl ImageId {
             .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' { c } else { '_' })
             .take(40)
             .collect();
+        let path_hash = fnv1a(self.path.as_bytes());
         let ident = match (&self.build_id, self.content_hash) {
-            (Some(b), _) => b.to_hex(),
+            (Some(b), _) => b.to_hex().chars().take(40).collect(),
             (None, Some(h)) => format!("h{h:016x}"),
-            (None, None) => format!("p{:016x}", fnv1a(self.path.as_bytes())),
+            (None, None) => return format!("{base}-p{path_hash:016x}"),
         };
-        let ident: String = ident.chars().take(40).collect();
-        format!("{base}-{ident}")
+        format!("{base}-{ident}-{:08x}", path_hash as u32)
     }
     pub fn is_kernel(&self) -> bool {
         matches!(self.kind, ImageKind::Kernel | ImageKind::KernelModule)
@@ -323,8 +325,10 @@ mod tests {
         // Checks that file keys have no path separators and differ by build-id.
         let a = ImageId::elf("/usr/lib/libc.so.6", Some(BuildId(vec![0xab])));
         let b = ImageId::elf("/usr/lib/libc.so.6", Some(BuildId(vec![0xcd])));
-        assert_eq!(a.file_key(), "libc.so.6-ab");
+        assert!(a.file_key().starts_with("libc.so.6-ab-"), "{}", a.file_key());
         assert_ne!(a.file_key(), b.file_key());
+        let copy = ImageId::elf("/tmp/x/libc.so.6", Some(BuildId(vec![0xab])));
+        assert_ne!(a.file_key(), copy.file_key(), "same build at another path keeps its own file");
         assert!(!ImageId::kernel(None).file_key().contains('/'));
     }
 

@@ -335,10 +335,18 @@ impl Database {
             self.start_epoch(epoch)?;
         }
         let mut grouped: BTreeMap<String, Profile> = BTreeMap::new();
+        let mut refused = Vec::new();
         for p in profiles {
             let name = Database::file_name(&p.image, &p.event);
             match grouped.get_mut(&name) {
-                Some(acc) => acc.merge(p).map_err(|e| Error::new(ErrorKind::Io, &dir.join(&name), e))?,
+                // Distinct identities share a file name only if their keys
+                // collide; say so rather than fail the whole merge.
+                Some(acc) => {
+                    if let Err(e) = acc.merge(p) {
+                        refused
+                            .push(FileProblem { path: dir.join(&name), reason: format!("{e}; {} samples not stored", p.total_samples()) });
+                    }
+                }
                 None => {
                     grouped.insert(name, p.clone());
                 }
@@ -347,6 +355,7 @@ impl Database {
         let mut report = MergeReport::default();
         let (index, problems) = self.index_locked(epoch)?;
         report.problems = problems;
+        report.problems.extend(refused);
         let mut entries: BTreeMap<String, IndexEntry> = index.entries.into_iter().map(|e| (e.file.clone(), e)).collect();
         for (name, mut p) in grouped {
             let path = dir.join(&name);
