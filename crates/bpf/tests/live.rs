@@ -2,13 +2,21 @@
 
 use loupe_bpf::{AggEntry, BpfAggregator};
 use loupe_perf::{Record, Sampler, SamplerConfig};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+/// Spins until this thread has used `ms` of CPU time (not wall time, so a
+/// busy machine only makes the test slower, not weaker).
 fn burn(ms: u64) -> u32 {
-    let t = Instant::now();
+    let cpu = || {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes into the timespec we pass.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    };
+    let start = cpu();
     let mut x = 1u64;
-    while t.elapsed() < Duration::from_millis(ms) {
-        for _ in 0..1000 {
+    while cpu() - start < Duration::from_millis(ms) {
+        for _ in 0..200_000 {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
         }
         std::hint::black_box(x);
@@ -22,9 +30,10 @@ fn sampler(freq: u64) -> Sampler {
 
 #[test]
 fn counts_add_up_and_aggregate_a_tight_loop() {
-    // Checks drained counts == BPF sample counter, no samples in the perf ring, and a high aggregation factor.
+    // Checks drained counts == BPF sample counter == the kernel's run count, no samples in the perf ring, and a high aggregation factor.
     let mut s = sampler(1000);
     let mut bpf = BpfAggregator::load(16384).expect("load BPF");
+    bpf.enable_run_stats().unwrap();
     let fds: Vec<(usize, i32)> = s.event_fds().collect();
     bpf.attach(&fds).unwrap();
     s.enable().unwrap();
@@ -37,6 +46,7 @@ fn counts_add_up_and_aggregate_a_tight_loop() {
     let total: u64 = entries.iter().map(|e| e.count).sum();
     assert_eq!(total + c.dropped, c.samples, "{c:?}");
     assert_eq!(c.dropped, 0);
+    assert_eq!(bpf.run_stats().run_count, c.samples, "the kernel ran the program once per counted sample");
     let mine: u64 = entries.iter().filter(|e| e.pid == pid).map(|e| e.count).sum();
     let mine_entries = entries.iter().filter(|e| e.pid == pid).count() as f64;
     assert!(mine > 1500, "{mine} samples of the busy process");
