@@ -27,6 +27,13 @@ pub const FLUSH_SLICES: u64 = 10;
 /// overflow under process churn.
 const BPF_DRAIN_EVERY: Duration = Duration::from_secs(4);
 
+/// The drain interval for a flush interval: samples wait in the kernel
+/// tables at most a quarter of `flush_every`, so a crash still loses at most
+/// about one flush interval.
+fn bpf_drain_every(flush_every: Duration) -> Duration {
+    (flush_every / 4).clamp(Duration::from_millis(250), BPF_DRAIN_EVERY)
+}
+
 /// Keys per BPF table generation: room for every sample of one drain
 /// interval on every CPU at the configured rate, within bounds.
 fn bpf_table_entries(cfg: &SamplerConfig) -> u32 {
@@ -197,7 +204,7 @@ impl Engine {
     /// Waits for data (or the poll timeout), then drains and attributes it.
     pub fn step(&mut self) -> Result<()> {
         self.sampler.poll(POLL_TIMEOUT)?;
-        if self.bpf.is_none() || self.last_drain.elapsed() >= BPF_DRAIN_EVERY {
+        if self.bpf.is_none() || self.last_drain.elapsed() >= bpf_drain_every(self.flush_every) {
             self.drain()?;
         } else {
             self.drain_sideband();
@@ -425,7 +432,7 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, entries: u32) -> Resul
     match (attached, choice) {
         (Ok(b), _) => Ok((
             Some(b),
-            format!("bpf (in-kernel per-CPU aggregation, {entries} keys per table, drained every {} s)", BPF_DRAIN_EVERY.as_secs()),
+            format!("bpf (in-kernel per-CPU aggregation, {entries} keys per table)"),
         )),
         (Err(e), BackendChoice::Bpf) => Err(format!("the BPF backend cannot run here: {e}").into()),
         (Err(e), _) => Ok((None, format!("stream (BPF unavailable: {e})"))),
