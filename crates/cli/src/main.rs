@@ -1,6 +1,7 @@
 //! The `loupe` binary: flags, commands and output formatting.
 
 mod collect;
+mod diff;
 mod flags;
 mod symbols;
 mod top;
@@ -20,6 +21,8 @@ fn main() -> ExitCode {
         Command::Epochs(a) => collect::epochs(a),
         Command::Top(a) => top::run(a),
         Command::Events => collect::events(),
+        Command::Diff(a) => diff::diff(a),
+        Command::Stats(a) => diff::stats(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
