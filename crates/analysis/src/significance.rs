@@ -122,6 +122,70 @@ pub fn change_p_value(a: u64, b: u64, null_ratio: f64, min_change: f64) -> f64 {
     (2.0 * up.min(down)).min(1.0)
 }
 
+/// Regularized upper incomplete gamma Q(a, x) = Γ(a, x) / Γ(a).
+fn gamma_q(a: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 1.0;
+    }
+    let front = (-x + a * x.ln() - ln_gamma(a)).exp();
+    if x < a + 1.0 {
+        // Series for P(a, x).
+        let (mut term, mut sum, mut ap) = (1.0 / a, 1.0 / a, a);
+        for _ in 0..100_000 {
+            ap += 1.0;
+            term *= x / ap;
+            sum += term;
+            if term.abs() < sum.abs() * 1e-15 {
+                break;
+            }
+        }
+        (1.0 - sum * front).clamp(0.0, 1.0)
+    } else {
+        // Continued fraction for Q(a, x) (modified Lentz).
+        const TINY: f64 = 1e-300;
+        let mut b = x + 1.0 - a;
+        let mut c = 1.0 / TINY;
+        let mut d = 1.0 / b;
+        let mut h = d;
+        for i in 1..100_000 {
+            let an = -(i as f64) * (i as f64 - a);
+            b += 2.0;
+            d = an * d + b;
+            d = 1.0 / if d.abs() < TINY { TINY } else { d };
+            c = b + an / c;
+            if c.abs() < TINY {
+                c = TINY;
+            }
+            let del = d * c;
+            h *= del;
+            if (del - 1.0).abs() < 1e-15 {
+                break;
+            }
+        }
+        (front * h).clamp(0.0, 1.0)
+    }
+}
+
+/// P(χ²_k >= x).
+pub fn chi2_upper(x: f64, k: f64) -> f64 {
+    gamma_q(k / 2.0, x / 2.0)
+}
+
+/// Poisson index-of-dispersion test: p-value that counts of one bucket in
+/// N runs vary more than sampling alone would make them vary, if every run
+/// had the same expected count. `Σ (c − mean)² / mean` is χ² with N − 1
+/// degrees of freedom under that hypothesis.
+pub fn dispersion_p_value(counts: &[u64]) -> f64 {
+    let n = counts.len();
+    let sum: u64 = counts.iter().sum();
+    if n < 2 || sum == 0 {
+        return 1.0;
+    }
+    let mean = sum as f64 / n as f64;
+    let d: f64 = counts.iter().map(|&c| (c as f64 - mean).powi(2)).sum::<f64>() / mean;
+    chi2_upper(d, (n - 1) as f64)
+}
+
 /// Benjamini–Hochberg step-up adjusted p-values (q-values), in input order.
 /// Rejecting every hypothesis with `q <= level` controls the false discovery
 /// rate at `level`; when no bucket changed at all, it also bounds the chance
@@ -214,6 +278,23 @@ mod tests {
         assert!(change_p_value(a, b, 1.0, 0.0) < 1e-10);
         assert!(change_p_value(a, b, 1.0, 0.05) > 0.5);
         assert!(change_p_value(a, 2 * a, 1.0, 0.05) < 1e-10);
+    }
+
+    #[test]
+    fn chi2_tail_matches_closed_forms() {
+        // Checks P(χ²_2 >= x) = e^(-x/2) and the 5% critical values 3.841 (1 df) and 14.067 (7 df).
+        assert!(close(chi2_upper(3.0, 2.0), (-1.5f64).exp(), 1e-12));
+        assert!((chi2_upper(3.841_458_8, 1.0) - 0.05).abs() < 1e-7);
+        assert!((chi2_upper(14.067_140_4, 7.0) - 0.05).abs() < 1e-7);
+        assert_eq!(chi2_upper(0.0, 3.0), 1.0);
+    }
+
+    #[test]
+    fn dispersion_separates_poisson_noise_from_real_variation() {
+        // Checks D = Σ(c-m)²/m: [100, 110, 90, 100] gives D = 2 (3 df, p = 0.5724); [100, 200, 100, 200] gives D = 66.7.
+        assert!((dispersion_p_value(&[100, 110, 90, 100]) - 0.572_406_7).abs() < 1e-6);
+        assert!(dispersion_p_value(&[100, 200, 100, 200]) < 1e-12);
+        assert_eq!(dispersion_p_value(&[0, 0, 0]), 1.0);
     }
 
     #[test]

@@ -2,11 +2,19 @@
 //! N sample sets, with the statistics that show which ones vary most across
 //! runs, sorted by the normalized range `(max − min) / sum`.
 //!
+//! A bucket with a handful of samples has a large normalized range from
+//! sampling noise alone (one sample in one run: 100%). So every row also
+//! carries a Poisson dispersion test of its counts, controlled across rows
+//! with Benjamini–Hochberg, and rows whose variation is not significant sort
+//! below the ones whose variation is.
+//!
 //! ```
 //! use loupe_analysis::stats::stats;
-//! let rows = stats(vec![("smooth", vec![10, 30]), ("fft", vec![50, 52])]);
+//! let rows = stats(vec![("smooth", vec![10, 30]), ("fft", vec![50, 52])], 0.05);
 //! assert_eq!(rows[0].key, "smooth"); // range 20 of 40 beats 2 of 102
 //! ```
+
+use crate::significance::{bh_adjust, dispersion_p_value};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatsRow<K> {
@@ -22,14 +30,22 @@ pub struct StatsRow<K> {
     pub std_dev: f64,
     pub min: u64,
     pub max: u64,
+    /// Dispersion test p-value, and whether it passes Benjamini–Hochberg at the level given.
+    pub p_value: f64,
+    pub significant: bool,
 }
 
 /// One row per bucket `(key, count in each set)`; every count vector has one
 /// entry per set. Buckets with no samples anywhere are dropped. Sorted by
-/// normalized range, then by sum, descending.
-pub fn stats<K>(buckets: Vec<(K, Vec<u64>)>) -> Vec<StatsRow<K>> {
+/// normalized range, then by sum, descending; rows whose variation is
+/// significant at `level` first.
+pub fn stats<K>(buckets: Vec<(K, Vec<u64>)>, level: f64) -> Vec<StatsRow<K>> {
     let mut rows: Vec<StatsRow<K>> = buckets.into_iter().filter_map(|(key, c)| row(key, &c)).collect();
-    rows.sort_by(|x, y| y.range.total_cmp(&x.range).then_with(|| y.sum.cmp(&x.sum)));
+    let q = bh_adjust(&rows.iter().map(|r| r.p_value).collect::<Vec<_>>());
+    for (r, q) in rows.iter_mut().zip(q) {
+        r.significant = q <= level;
+    }
+    rows.sort_by(|x, y| y.significant.cmp(&x.significant).then_with(|| y.range.total_cmp(&x.range)).then_with(|| y.sum.cmp(&x.sum)));
     rows
 }
 
@@ -51,6 +67,8 @@ fn row<K>(key: K, counts: &[u64]) -> Option<StatsRow<K>> {
         std_dev,
         min,
         max,
+        p_value: dispersion_p_value(counts),
+        significant: false,
     })
 }
 
@@ -61,7 +79,7 @@ mod tests {
     #[test]
     fn figure3_columns_by_hand() {
         // Checks range%, mean, sample standard deviation, min, max and N for counts 2, 4, 4, 4, 5, 5, 7, 9.
-        let rows = stats(vec![("p", vec![2, 4, 4, 4, 5, 5, 7, 9])]);
+        let rows = stats(vec![("p", vec![2, 4, 4, 4, 5, 5, 7, 9])], 0.05);
         let r = &rows[0];
         assert_eq!((r.sum, r.n, r.min, r.max), (40, 8, 2, 9));
         assert_eq!(r.mean, 5.0);
@@ -73,10 +91,22 @@ mod tests {
     #[test]
     fn sorted_by_normalized_range_not_by_size() {
         // Checks DCPI's order: a small, erratic procedure ranks above a large, steady one; absent sets count 0.
-        let rows = stats(vec![("big", vec![5000, 5100, 4950]), ("erratic", vec![10, 0, 30]), ("none", vec![0, 0, 0])]);
+        let rows = stats(vec![("big", vec![5000, 5100, 4950]), ("erratic", vec![10, 0, 30]), ("none", vec![0, 0, 0])], 1.0);
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].key, "erratic");
         assert_eq!((rows[0].n, rows[0].min, rows[0].range), (2, 0, 0.75));
         assert!((rows[1].range - 150.0 / 15050.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sampling_noise_sorts_below_real_variation() {
+        // Checks that one stray sample (range 100%) sorts below a big procedure that really varies (range ~21%),
+        // and that a steady big one is not significant: D = (0 + 100^2 + 100^2)/5000 = 4, 2 df, p = e^-2.
+        let rows = stats(vec![("stray", vec![1, 0, 0]), ("varies", vec![1000, 1500, 2000]), ("steady", vec![5000, 4900, 5100])], 0.05);
+        assert_eq!(rows[0].key, "varies");
+        assert!(rows[0].significant && !rows[1].significant && !rows[2].significant);
+        assert_eq!(rows[1].key, "stray");
+        let steady = rows.iter().find(|r| r.key == "steady").unwrap();
+        assert!((steady.p_value - (-2.0f64).exp()).abs() < 1e-12);
     }
 }

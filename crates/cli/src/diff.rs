@@ -46,7 +46,11 @@ or `all`), or several joined by commas (summed into one set).
 
 Columns as in DCPI's Figure 3: range% = (max - min) / sum; sum; % of all samples; N = sets with samples \
 in the bucket; mean, standard deviation (n-1), min and max over all sets (a set without the bucket counts \
-as 0). Sorted by range%, so the procedures whose cost varies most across runs come first.
+as 0). Sorted by range%, so the procedures whose cost varies most across runs come first. Because a \
+bucket with one stray sample has a range of 100%, each row also gets a Poisson dispersion test \
+(sum of (count - mean)^2 / mean is chi-square with N-1 degrees of freedom when only sampling noise \
+differs between runs), Benjamini-Hochberg controlled at --level; rows that do not vary more than \
+sampling noise are marked `no` and sorted below.
 
 Examples:
   loupe stats prof.db:1 prof.db:2 prof.db:3 prof.db:4 prof.db:5 prof.db:6 prof.db:7 prof.db:8
@@ -277,7 +281,7 @@ fn fmt_p(p: f64) -> String {
 
 pub fn stats(a: StatsArgs) -> Result<u8> {
     let (sides, event, reports) = read_sets(&a.runs, &a.sel)?;
-    let rows = stats_rows(align(&reports));
+    let rows = stats_rows(align(&reports), a.level);
     let totals: Vec<u64> = reports.iter().map(|r| r.totals[0]).collect();
     let grand: u64 = totals.iter().sum();
     let mut out = std::io::stdout().lock();
@@ -306,7 +310,8 @@ fn print_stats_json(
         .take(limit)
         .map(|r| {
             let mut o = serde_json::json!({ "range_percent": 100.0 * r.range, "sum": r.sum, "percent": pct(r.sum, grand),
-                "n": r.n, "mean": r.mean, "std_dev": r.std_dev, "min": r.min, "max": r.max });
+                "n": r.n, "mean": r.mean, "std_dev": r.std_dev, "min": r.min, "max": r.max, "p_value": r.p_value,
+                "significant": r.significant });
             key_json(&mut o, &r.key, by);
             o
         })
@@ -342,7 +347,7 @@ fn print_stats_text(
     for r in rows.iter().take(limit) {
         writeln!(
             out,
-            "  {:>6.1}% {:>10} {:>6.1}% {:>3} {:>10.0} {:>10.2} {:>9} {:>9}  {}",
+            "  {:>6.1}% {:>10} {:>6.1}% {:>3} {:>10.0} {:>10.2} {:>9} {:>9} {:>9} {:>4}  {}",
             100.0 * r.range,
             r.sum,
             pct(r.sum, grand),
@@ -351,6 +356,8 @@ fn print_stats_text(
             r.std_dev,
             r.min,
             r.max,
+            fmt_p(r.p_value),
+            if r.significant { "yes" } else { "no" },
             label(&r.key, by).trim_end()
         )?;
     }

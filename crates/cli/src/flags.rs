@@ -246,6 +246,9 @@ pub struct StatsArgs {
     /// Sample sets, one per argument: DB, DB:EPOCH, or several joined by commas (summed into one set).
     #[arg(value_name = "RUN", required = true, num_args = 2..)]
     pub runs: Vec<String>,
+    /// Significance level of the dispersion test (false discovery rate, Benjamini–Hochberg).
+    #[arg(long, default_value_t = 0.05)]
+    pub level: f64,
     #[command(flatten)]
     pub sel: CompareArgs,
 }
