@@ -223,6 +223,7 @@ pub struct DiffArgs {
     #[arg(long, value_enum, default_value_t = DiffMode::Ratio)]
     pub mode: DiffMode,
     /// Work done in A and in B (weighted mode's w_A w_B); also the expected B/A of an unchanged bucket.
+    /// Without it, w_B/w_A is the sample-weighted median of the buckets' B/A ratios.
     #[arg(long, num_args = 2, value_names = ["W_A", "W_B"])]
     pub work: Option<Vec<f64>>,
     /// Offered loads of A and B (saturation and powerlaw modes).

@@ -85,6 +85,34 @@ fn diff_ranks_the_doubled_procedure_first_and_leaves_the_others_insignificant() 
 }
 
 #[test]
+fn ratio_profile_of_two_loads_puts_the_power_law_procedure_first() {
+    // Checks McKenney's example 1 on a real recording: at load L the steady procedures run 30 L units
+    // (linear) and grow runs L^4 units; loads 3 and 4 give ratios 4/3 and 256/81 = 3.16.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("load3"), dir.path().join("load4"));
+    let at = |load: u64| -> Vec<String> {
+        STEADY.iter().map(|p| format!("{p}={}", 30 * load)).chain([format!("grow={}", load.pow(4))]).collect()
+    };
+    for (db, load) in [(&a, 3), (&b, 4)] {
+        let args = at(load);
+        record(db, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    let d = diff_json(&path(&a), &path(&b), &["--work", "3", "4"]);
+    assert_eq!(d["rows"][0]["procedure"], "grow", "{d}");
+    assert!(d["rows"][0]["significant"].as_bool().unwrap());
+    let ratio = d["rows"][0]["score"].as_f64().unwrap();
+    assert!((ratio - 256.0 / 81.0).abs() < 0.5, "grow's ratio {ratio}");
+    for p in STEADY {
+        let r = row(&d, p);
+        assert_eq!(r["significant"], false, "{p} scales with the load: {d}");
+        assert!(r["score"].as_f64().unwrap() < ratio / 2.0);
+    }
+}
+
+#[test]
 fn stats_ranks_the_procedure_whose_cost_varies_first() {
     // Checks dcpistats over 8 runs in which only vary's units change (10..120); the steady ones stay below.
     if !require_root() {
