@@ -170,6 +170,29 @@ pub fn diff<K>(buckets: Vec<(K, u64, u64)>, p: &DiffParams) -> Result<Vec<DiffRo
     Ok(rows)
 }
 
+/// A measured row: key, measurement in A and in B, score.
+pub type MeasuredRow<K> = (K, f64, f64, f64);
+
+/// Scores and orders measurements that are not sample counts (a lock's
+/// held fraction, McKenney's "Pinpointing Contention" step 4). They carry
+/// no sampling noise to test, so there is no p-value.
+pub fn diff_measured<K>(rows: Vec<(K, f64, f64)>, p: &DiffParams) -> Result<Vec<MeasuredRow<K>>, DiffError> {
+    check(p)?;
+    let work = p.work.unwrap_or((1.0, 1.0));
+    let load = p.load.unwrap_or((1.0, 2.0));
+    let mut out: Vec<MeasuredRow<K>> =
+        rows.into_iter().map(|(k, a, b)| (k, a, b, score(p.mode, a / p.scale.0, b / p.scale.1, work, load, p.saturation))).collect();
+    out.sort_by(|x, y| {
+        let o = x.3.is_nan().cmp(&y.3.is_nan()).then_with(|| x.3.total_cmp(&y.3));
+        if p.mode.ascending() || x.3.is_nan() != y.3.is_nan() {
+            o
+        } else {
+            o.reverse()
+        }
+    });
+    Ok(out)
+}
+
 /// The B/A count ratio of a bucket that did not change, in raw counts. For
 /// ratio and weighted profiles that is the ratio of the work done (a bucket
 /// that scales with the work is unremarkable); for projections it is an
@@ -311,6 +334,16 @@ mod tests {
         let cpu = vec![("other", 5000, 10_000), ("X", 300, 600), ("Y", 500, 1500)];
         let rows = diff(cpu, &DiffParams::new(Mode::Ratio)).unwrap();
         assert_eq!(rows[0].key, "Y");
+    }
+
+    #[test]
+    fn measured_held_fractions_rank_the_lock_nearest_saturation_first() {
+        // Checks diff_measured on McKenney's two locks: X (0.30 -> 0.60) saturates at 3.33, Y (0.05 -> 0.15) at 10.5.
+        let p = DiffParams { load: Some((1.0, 2.0)), ..DiffParams::new(Mode::Saturation) };
+        let rows = diff_measured(vec![("Y", 0.05, 0.15), ("X", 0.30, 0.60), ("Z", 0.2, 0.1)], &p).unwrap();
+        let order: Vec<&str> = rows.iter().map(|r| r.0).collect();
+        assert_eq!(order, ["X", "Y", "Z"]);
+        assert!((rows[1].3 - 10.5).abs() < 1e-9 && rows[2].3.is_infinite());
     }
 
     #[test]

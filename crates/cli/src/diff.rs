@@ -7,7 +7,7 @@ use crate::symbols::Symbols;
 use crate::top::{choose_events, group_by, load, select_epochs};
 use anyhow::{bail, Context, Result};
 use loupe_analysis::compare::{align, BucketKey};
-use loupe_analysis::diff::{diff as diff_rows, DiffParams, DiffRow, Mode};
+use loupe_analysis::diff::{diff as diff_rows, diff_measured, DiffParams, DiffRow, Mode};
 use loupe_analysis::stats::{stats as stats_rows, StatsRow};
 use loupe_analysis::top::{top, TopReport};
 use loupe_model::{EventName, ProcessKey, Profile};
@@ -38,7 +38,12 @@ Sampling noise is the only noise the test knows: run-to-run variation beyond it 
 be absorbed with --min-change.
 
 Saturation and powerlaw measurements are each bucket's fraction of all samples of its side; the score is \
-the projected load at which that fraction reaches --saturation (infinite when it does not grow).";
+the projected load at which that fraction reaches --saturation (infinite when it does not grow).
+
+Lock tables: when A and B are files written by `loupe locks --format json`, the buckets are locks (by \
+name) and the measurement is the fraction of the run each was held; measured times carry no sampling \
+noise, so every row counts as significant and p_value is null.
+  loupe diff load1.json load2.json --mode saturation --load 1 2 --saturation 1.0";
 
 pub const STATS_HELP: &str = "\
 Each RUN is one sample set: a database directory (its current epoch), DB:EPOCH (a number, N-M, `current` \
@@ -150,14 +155,12 @@ fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventNam
 }
 
 pub fn diff(a: DiffArgs) -> Result<u8> {
+    if is_lock_table(&a.a) || is_lock_table(&a.b) {
+        return diff_locks(&a);
+    }
     let (sides, event, reports) = read_sets(&[a.a.clone(), a.b.clone()], &a.sel)?;
     let (ta, tb) = (reports[0].totals[0], reports[1].totals[0]);
-    let mode = match a.mode {
-        DiffMode::Ratio => Mode::Ratio,
-        DiffMode::Weighted => Mode::Weighted,
-        DiffMode::Saturation => Mode::Saturation,
-        DiffMode::Powerlaw => Mode::PowerLaw,
-    };
+    let mode = mode_of(a.mode);
     let params = DiffParams {
         mode,
         work: a.work.as_ref().map(|w| (w[0], w[1])),
@@ -176,6 +179,70 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
         Format::Text => print_diff_text(&mut out, &rows, &params, &event, (&sides[0], &sides[1]), (ta, tb), a.sel.by, a.sel.limit),
     }?;
     Ok(0)
+}
+
+/// A side given as a file (`loupe locks --format json` output) rather than a database.
+fn is_lock_table(spec: &str) -> bool {
+    Path::new(spec).is_file()
+}
+
+/// Held fraction per lock name; locks sharing a name (heap locks from one init site) are summed.
+fn read_lock_table(path: &str) -> Result<std::collections::BTreeMap<String, f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading lock table {path}"))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{path} is not JSON"))?;
+    let Some(locks) = doc["locks"].as_array() else { bail!("{path} is not a `loupe locks --format json` table (no \"locks\")") };
+    let mut out = std::collections::BTreeMap::new();
+    for l in locks {
+        let (Some(name), Some(f)) = (l["name"].as_str(), l["held_fraction"].as_f64()) else { continue };
+        *out.entry(name.to_string()).or_insert(0.0) += f;
+    }
+    Ok(out)
+}
+
+/// McKenney's "Pinpointing Contention" step 4: projected saturation of each
+/// lock's held fraction. Measured times have no sampling noise to test.
+fn diff_locks(a: &DiffArgs) -> Result<u8> {
+    if !(is_lock_table(&a.a) && is_lock_table(&a.b)) {
+        bail!("both sides must be lock tables (loupe locks --format json) or both profile databases");
+    }
+    let (ta, tb) = (read_lock_table(&a.a)?, read_lock_table(&a.b)?);
+    let mut names: Vec<&String> = ta.keys().chain(tb.keys()).collect();
+    names.sort();
+    names.dedup();
+    let rows = names.into_iter().map(|n| (n.clone(), ta.get(n).copied().unwrap_or(0.0), tb.get(n).copied().unwrap_or(0.0))).collect();
+    let params = DiffParams {
+        mode: mode_of(a.mode),
+        work: a.work.as_ref().map(|w| (w[0], w[1])),
+        load: a.load.as_ref().map(|l| (l[0], l[1])),
+        saturation: a.saturation,
+        ..DiffParams::new(mode_of(a.mode))
+    };
+    let rows = diff_measured(rows, &params)?;
+    let mut out = std::io::stdout().lock();
+    if a.sel.format == Format::Json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .take(a.sel.limit)
+            .map(|(k, x, y, s)| serde_json::json!({ "lock": k, "a": x, "b": y, "score": finite(*s), "p_value": null, "significant": true }))
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({ "mode": params.mode.name(), "rows": rows }))?)?;
+        return Ok(0);
+    }
+    writeln!(out, "# Loupe diff of lock held fractions, mode {}\n# A: {}\n# B: {}\n#", params.mode.name(), a.a, a.b)?;
+    writeln!(out, "# {:>9} {:>9} {:>12}  lock", "A held", "B held", params.mode.name())?;
+    for (k, x, y, s) in rows.iter().take(a.sel.limit) {
+        writeln!(out, "  {:>8.2}% {:>8.2}% {s:>12.3}  {k}", 100.0 * x, 100.0 * y)?;
+    }
+    Ok(0)
+}
+
+fn mode_of(m: DiffMode) -> Mode {
+    match m {
+        DiffMode::Ratio => Mode::Ratio,
+        DiffMode::Weighted => Mode::Weighted,
+        DiffMode::Saturation => Mode::Saturation,
+        DiffMode::Powerlaw => Mode::PowerLaw,
+    }
 }
 
 /// The bucket's fields as `top --format json` names them.

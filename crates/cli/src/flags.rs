@@ -55,6 +55,9 @@ Percentages are of all samples of the event in the selected epochs and processes
     /// Which procedures vary most across N runs (DCPI's dcpistats): range%, sum, mean, std-dev, min, max.
     #[command(after_help = crate::diff::STATS_HELP)]
     Stats(StatsArgs),
+    /// Lock hold and wait times per lock (pthread mutexes, rwlocks, spinlocks), for a command or every process.
+    #[command(after_help = crate::locks::LOCKS_HELP)]
+    Locks(LocksArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -252,4 +255,23 @@ pub struct StatsArgs {
     pub level: f64,
     #[command(flatten)]
     pub sel: CompareArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct LocksArgs {
+    /// Trace every process for this many seconds (without a command).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// The C library to probe (default: the one loupe itself runs with).
+    #[arg(long, value_name = "PATH")]
+    pub libc: Option<PathBuf>,
+    /// Show at most this many locks.
+    #[arg(long, default_value_t = 40)]
+    pub limit: usize,
+    /// Output format; the JSON form is what `loupe diff` reads as a side.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Command to run and trace, with its arguments (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }

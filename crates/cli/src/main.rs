@@ -3,6 +3,7 @@
 mod collect;
 mod diff;
 mod flags;
+mod locks;
 mod symbols;
 mod top;
 
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
         Command::Events => collect::events(),
         Command::Diff(a) => diff::diff(a),
         Command::Stats(a) => diff::stats(a),
+        Command::Locks(a) => locks::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

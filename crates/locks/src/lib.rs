@@ -128,6 +128,8 @@ impl LockTracer {
     pub fn start(libc: &Path, target: Option<u32>) -> Result<(LockTracer, Vec<String>), Error> {
         // The skeleton borrows its object storage for its whole life; a
         // tracer lives for one command, so leaking it once is fine.
+        // libbpf's own messages would repeat ours, one line per probe.
+        libbpf_rs::set_print(None);
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = LocksSkelBuilder::default().open(storage).map_err(|e| err("opening the lock probes", e))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
@@ -138,10 +140,20 @@ impl LockTracer {
         let mut warnings = Vec::new();
         for &(prog, func, retprobe) in HOOKS {
             let p = program(&skel, prog);
-            let opts = UprobeOpts { retprobe, func_name: Some(func.to_string()), ..Default::default() };
-            match p.attach_uprobe_with_opts(-1, libc, 0, opts) {
+            // glibc keeps old versions of the condition-variable functions beside the
+            // default one; a bare name is ambiguous there, the default version is not.
+            let attach = |name: &str| {
+                let opts = UprobeOpts { retprobe, func_name: Some(name.to_string()), ..Default::default() };
+                p.attach_uprobe_with_opts(-1, libc, 0, opts)
+            };
+            match attach(func).or_else(|_| attach(&format!("{func}@@GLIBC_2.3.2"))) {
                 Ok(l) => links.push(l),
-                Err(e) => warnings.push(format!("not tracing {func}: {e}")),
+                Err(e) => {
+                    let w = format!("not tracing {func}: {e}");
+                    if !warnings.contains(&w) {
+                        warnings.push(w);
+                    }
+                }
             }
         }
         if links.is_empty() {
