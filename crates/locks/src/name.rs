@@ -78,8 +78,8 @@ mod tests {
     fn names_a_bss_static_of_this_process_by_symbol() {
         // Checks the whole path on this test binary: its maps, load bias, .bss placement and symbol + offset.
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
-        // SAFETY: only the address is taken; nothing reads or writes the static.
-        let addr = unsafe { std::ptr::addr_of!(LOUPE_TEST_BSS_LOCK) } as u64;
+        // Only the address is taken; nothing reads or writes the static.
+        let addr = std::ptr::addr_of!(LOUPE_TEST_BSS_LOCK) as u64;
         let exe = std::fs::read_link("/proc/self/exe").unwrap().to_string_lossy().into_owned();
         let bytes = this_exe();
         let (path, vaddr) = locate(addr + 8, &maps, &mut |p| (p == exe).then_some(bytes)).expect("located");
