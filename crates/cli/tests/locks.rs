@@ -55,7 +55,7 @@ fn saturation_profile_of_two_loads_ranks_the_lock_nearest_saturation_first() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--iters", "150", "--hot-us", "300", "--cold-us", "100", "--heap-us", "150"];
+    let args = ["--iters", "150", "--hot-us", "300", "--cold-us", "50", "--heap-us", "100", "--outside-us", "200"];
     let (a, ta) = traced(dir.path(), "1", &[&["--threads", "1"][..], &args].concat());
     let (b, tb) = traced(dir.path(), "2", &[&["--threads", "2"][..], &args].concat());
     let (fa, fb) = (dir.path().join("a.json"), dir.path().join("b.json"));
@@ -63,16 +63,19 @@ fn saturation_profile_of_two_loads_ranks_the_lock_nearest_saturation_first() {
     std::fs::write(&fb, b.to_string()).unwrap();
     let d = json(&run_ok(loupe().arg("diff").arg(&fa).arg(&fb).args(["--mode", "saturation", "--load", "1", "2", "--format", "json"])));
     assert_eq!(d["mode"], "saturation");
-    // The same projection from the program's own figures.
-    let frac = |t: &serde_json::Value, l: &str| t["locks"][l]["hold_s"].as_f64().unwrap() / t["seconds"].as_f64().unwrap();
+    // The same projection from the program's own hold times, over the same run lengths.
+    let frac = |t: &serde_json::Value, run: &serde_json::Value, l: &str| {
+        t["locks"][l]["hold_s"].as_f64().unwrap() / run["duration_s"].as_f64().unwrap()
+    };
     let mut want: Vec<(f64, &str)> = LOCKS
         .iter()
         .map(|(t, p)| {
-            let (m1, m2) = (frac(&ta, t), frac(&tb, t));
+            let (m1, m2) = (frac(&ta, &a, t), frac(&tb, &b, t));
             (if m2 > m1 { (1.0 - m2) / (m2 - m1) + 2.0 } else { f64::INFINITY }, *p)
         })
         .collect();
     want.sort_by(|x, y| x.0.total_cmp(&y.0));
+    eprintln!("loupe: {d}\nfrom the program's own times: {want:?}");
     let got = d["rows"][0]["lock"].as_str().unwrap();
     assert!(got.starts_with(want[0].1), "first: {got}; from the program's own times: {want:?}\n{d}");
     assert_eq!(want[0].1, "lock_hot (locks)", "the workload should saturate lock_hot first: {want:?}");
