@@ -408,13 +408,13 @@ fn print_stats_text(
     writeln!(out, "# Statistics using the sample counts for each bucket from {} sample set(s)", sides.len())?;
     writeln!(
         out,
-        "# {:>7} {:>10} {:>7} {:>3} {:>10} {:>10} {:>9} {:>9}  bucket",
-        "range%", "sum", "%", "N", "mean", "std-dev", "min", "max"
+        "# {:>7} {:>10} {:>7} {:>3} {:>10} {:>10} {:>9} {:>9} {:>9} {:>4}  bucket",
+        "range%", "sum", "%", "N", "mean", "std-dev", "min", "max", "p-value", "sig"
     )?;
     for r in rows.iter().take(limit) {
         writeln!(
             out,
-            "  {:>6.1}% {:>10} {:>6.1}% {:>3} {:>10.0} {:>10.2} {:>9} {:>9} {:>9} {:>4}  {}",
+            "  {:>6.1}% {:>10} {:>6.1}% {:>3} {:>10.1} {:>10.2} {:>9} {:>9} {:>9} {:>4}  {}",
             100.0 * r.range,
             r.sum,
             pct(r.sum, grand),
