@@ -8,8 +8,9 @@
  *   locks [--threads N] [--iters K] [--hot-us H] [--cold-us C] [--heap-us P]
  *         [--outside-us O] [--out FILE]
  *
- * Per iteration each thread holds lock_hot for H us, lock_cold for C us and
- * the heap lock for P us, then works O us outside any lock. Writes JSON:
+ * Per iteration each thread holds lock_hot while it burns H us of CPU,
+ * lock_cold for C us and the heap lock for P us, then burns O us outside
+ * any lock. Writes JSON:
  * {"pid", "seconds", "locks": {name: {"hold_s", "wait_s", "acquisitions"}}}.
  */
 #include <pthread.h>
@@ -47,9 +48,17 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
+static double thread_cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Burns `us` of this thread's CPU time, so a thread preempted on a busy
+ * machine stretches every section alike instead of cutting some short. */
 static void spin(double us) {
-    double end = now() + us / 1e6;
-    while (now() < end)
+    double end = thread_cpu() + us / 1e6;
+    while (thread_cpu() < end)
         ;
 }
 

@@ -19,7 +19,8 @@ Measures, per lock, the time it was held (from the return of the lock call to th
 time threads waited for it (lock call to its return), acquisitions, and the fraction of the run it was \
 held, with eBPF uprobes on the C library's pthread_mutex_*, pthread_rwlock_*, pthread_spin_* and \
 pthread_cond_*wait functions. Static locks are named by their data symbol; heap locks by the procedure \
-that called pthread_*_init for them. Read locks held by several threads at once add up, so an rwlock's \
+that allocated their block (malloc/calloc, traced with a command only), else by the one that \
+called pthread_*_init for them. Read locks held by several threads at once add up, so an rwlock's \
 held fraction can exceed 1. Each probe costs a trap (about 1-3 us here), which also biases each hold \
 and wait by about that much; locks taken through inlined atomics (not the C library) are not seen.
 
@@ -120,7 +121,9 @@ fn name(rec: LockRecord, saved: &HashMap<u32, Vec<Mapping>>, syms: &mut Symbols)
     let name = if let Some((path, vaddr)) = locate(rec.addr, &maps, &mut elf) {
         let sym = elf(&path).and_then(|b| data_symbol(b, vaddr)).unwrap_or_else(|| format!("0x{vaddr:x}"));
         format!("{sym} ({})", base(&path))
-    } else if let Some(site) = rec.init_site.and_then(|s| init_site_name(s, &maps, syms)) {
+    } else if let Some(site) = rec.alloc_site.and_then(|s| site_name(s, &maps, syms)) {
+        format!("heap lock, allocated in {site}")
+    } else if let Some(site) = rec.init_site.and_then(|s| site_name(s, &maps, syms)) {
         format!("heap lock, init in {site}")
     } else {
         format!("0x{:x}", rec.addr)
@@ -129,7 +132,7 @@ fn name(rec: LockRecord, saved: &HashMap<u32, Vec<Mapping>>, syms: &mut Symbols)
 }
 
 /// `procedure (image)` of a code address in the process.
-fn init_site_name(site: u64, maps: &[Mapping], syms: &mut Symbols) -> Option<String> {
+fn site_name(site: u64, maps: &[Mapping], syms: &mut Symbols) -> Option<String> {
     let m = maps.iter().find(|m| site >= m.start && site < m.end && m.path.starts_with('/'))?;
     let image = ImageId::elf(&m.path, None);
     let info = syms.symbolize(&image, &[ImageOffset(site - m.start + m.pgoff)], false).pop().flatten()?;

@@ -72,6 +72,8 @@ pub struct LockRecord {
     pub max_wait_ns: u64,
     /// Where `pthread_*_init` was called for it, if it was (heap locks).
     pub init_site: Option<u64>,
+    /// Where the heap block holding it was allocated, with allocation tracking on.
+    pub alloc_site: Option<u64>,
 }
 
 /// (probe program, C library function, return probe?) for every hook.
@@ -106,6 +108,15 @@ const HOOKS: &[(&str, &str, bool)] = &[
     ("cond_wait_ret", "pthread_cond_timedwait", true),
 ];
 
+/// Allocation tracking: names heap locks by where their block was allocated.
+const ALLOC_HOOKS: &[(&str, &str, bool)] = &[
+    ("malloc_enter", "malloc", false),
+    ("alloc_ret", "malloc", true),
+    ("calloc_enter", "calloc", false),
+    ("alloc_ret", "calloc", true),
+    ("free_enter", "free", false),
+];
+
 pub struct LockTracer {
     skel: LocksSkel<'static>,
     _links: Vec<Link>,
@@ -123,8 +134,10 @@ pub fn find_libc() -> Option<PathBuf> {
 
 impl LockTracer {
     /// Loads the probes and attaches them to `libc`. `target` limits them
-    /// to one process (`None`: every process). A function the library
-    /// lacks is skipped with a warning; the rest proceed.
+    /// to one process (`None`: every process); with a target, malloc,
+    /// calloc and free are traced too, to name heap locks by allocation
+    /// site (every process's allocations would cost too much). A function
+    /// the library lacks is skipped with a warning; the rest proceed.
     pub fn start(libc: &Path, target: Option<u32>) -> Result<(LockTracer, Vec<String>), Error> {
         // The skeleton borrows its object storage for its whole life; a
         // tracer lives for one command, so leaking it once is fine.
@@ -138,7 +151,8 @@ impl LockTracer {
         let skel = open.load().map_err(|e| err("loading the lock probes (verifier)", e))?;
         let mut links = Vec::new();
         let mut warnings = Vec::new();
-        for &(prog, func, retprobe) in HOOKS {
+        let alloc_hooks = if target.is_some() { ALLOC_HOOKS } else { &[] };
+        for &(prog, func, retprobe) in HOOKS.iter().chain(alloc_hooks) {
             let p = program(&skel, prog);
             // glibc keeps old versions of the condition-variable functions beside the
             // default one; a bare name is ambiguous there, the default version is not.
@@ -202,6 +216,10 @@ fn program<'a>(skel: &'a LocksSkel<'static>, name: &str) -> &'a libbpf_rs::Progr
         "spin_init" => &p.spin_init,
         "cond_wait" => &p.cond_wait,
         "cond_wait_ret" => &p.cond_wait_ret,
+        "malloc_enter" => &p.malloc_enter,
+        "calloc_enter" => &p.calloc_enter,
+        "alloc_ret" => &p.alloc_ret,
+        "free_enter" => &p.free_enter,
         _ => unreachable!("HOOKS names only programs of locks.bpf.c"),
     }
 }
@@ -212,15 +230,15 @@ fn u64_at(b: &[u8], off: usize) -> u64 {
 
 /// `struct lock_key` and `struct lock_stats` of locks.bpf.c.
 fn parse(key: &[u8], val: &[u8]) -> Option<LockRecord> {
-    if key.len() < 16 || val.len() < 56 {
+    if key.len() < 16 || val.len() < 64 {
         return None;
     }
-    let kind = match u32::from_ne_bytes(val[48..52].try_into().unwrap()) {
+    let kind = match u32::from_ne_bytes(val[56..60].try_into().unwrap()) {
         0 => LockKind::Mutex,
         1 | 2 => LockKind::RwLock,
         _ => LockKind::Spin,
     };
-    let init = u64_at(val, 40);
+    let (init, alloc) = (u64_at(val, 40), u64_at(val, 48));
     Some(LockRecord {
         tgid: u32::from_ne_bytes(key[0..4].try_into().unwrap()),
         addr: u64_at(key, 8),
@@ -231,6 +249,7 @@ fn parse(key: &[u8], val: &[u8]) -> Option<LockRecord> {
         max_hold_ns: u64_at(val, 24),
         max_wait_ns: u64_at(val, 32),
         init_site: (init != 0).then_some(init),
+        alloc_site: (alloc != 0).then_some(alloc),
     })
 }
 
@@ -240,19 +259,19 @@ mod tests {
 
     #[test]
     fn parses_the_c_layout() {
-        // Checks the byte layout shared with locks.bpf.c: key (tgid, pad, addr), stats (6 u64, kind, pad).
+        // Checks the byte layout shared with locks.bpf.c: key (tgid, pad, addr), stats (7 u64, kind, pad).
         let mut key = vec![0u8; 16];
         key[0..4].copy_from_slice(&77u32.to_ne_bytes());
         key[8..16].copy_from_slice(&0x601040u64.to_ne_bytes());
         let mut val = Vec::new();
-        for x in [500u64, 30, 4, 200, 20, 0] {
+        for x in [500u64, 30, 4, 200, 20, 0, 0x401234] {
             val.extend_from_slice(&x.to_ne_bytes());
         }
         val.extend_from_slice(&3u32.to_ne_bytes());
         val.extend_from_slice(&0u32.to_ne_bytes());
         let r = parse(&key, &val).unwrap();
         assert_eq!((r.tgid, r.addr, r.kind, r.hold_ns, r.wait_ns, r.acquisitions), (77, 0x601040, LockKind::Spin, 500, 30, 4));
-        assert_eq!((r.max_hold_ns, r.max_wait_ns, r.init_site), (200, 20, None));
+        assert_eq!((r.max_hold_ns, r.max_wait_ns, r.init_site, r.alloc_site), (200, 20, None, Some(0x401234)));
         assert!(parse(&key[..8], &val).is_none());
     }
 

@@ -10,7 +10,11 @@
  * pthread_cond_wait and _timedwait release the mutex while they sleep and
  * take it back before returning: entry ends the hold, return starts a new
  * one without counting the sleep as waiting for the lock. *_init records
- * the caller, which names heap locks that have no symbol.
+ * the caller. With allocation tracking on (one traced process), malloc and
+ * calloc record (size, caller) per live block and free forgets it; the
+ * first time a lock is seen, the block that contains it is looked up by
+ * stepping back over malloc's 16-byte alignment, which names heap locks by
+ * the call site that allocated them.
  */
 #include <linux/types.h>
 #include <linux/bpf.h>
@@ -35,8 +39,20 @@ struct lock_stats {
 	__u64 max_hold_ns;
 	__u64 max_wait_ns;
 	__u64 init_site;
+	__u64 alloc_site;
 	__u32 kind;
 	__u32 pad;
+};
+
+struct alloc_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 ptr;
+};
+
+struct alloc {
+	__u64 size;
+	__u64 site;
 };
 
 struct pending {
@@ -75,6 +91,23 @@ struct {
 	__type(value, struct lock_stats);
 } stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct alloc);
+} alloc_pending SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct alloc_key);
+	__type(value, struct alloc);
+} allocs SEC(".maps");
+
+/* How far into its block a lock may sit and still be named by the block's allocation site. */
+#define ALLOC_SEARCH 64 /* x 16 bytes */
+
 /* Counts of events the maps had no room for, so user space can say so. */
 __u64 dropped = 0;
 
@@ -83,13 +116,33 @@ static __always_inline int traced(__u64 id)
 	return target_tgid == 0 || (__u32)(id >> 32) == target_tgid;
 }
 
+/* The caller's return address: the word on top of the stack at function entry. */
+static __always_inline __u64 caller(struct pt_regs *ctx)
+{
+	__u64 ret = 0;
+	bpf_probe_read_user(&ret, sizeof ret, (void *)PT_REGS_SP(ctx));
+	return ret;
+}
+
+static __always_inline __u64 alloc_site_of(__u64 id, __u64 addr)
+{
+	struct alloc_key ak = { .tgid = id >> 32, .ptr = addr & ~15ULL };
+	for (int i = 0; i < ALLOC_SEARCH; i++) {
+		struct alloc *a = bpf_map_lookup_elem(&allocs, &ak);
+		if (a)
+			return addr - ak.ptr < a->size ? a->site : 0;
+		ak.ptr -= 16;
+	}
+	return 0;
+}
+
 static __always_inline struct lock_stats *stats_of(__u64 id, __u64 addr, __u32 kind)
 {
 	struct lock_key k = { .tgid = id >> 32, .addr = addr };
 	struct lock_stats *s = bpf_map_lookup_elem(&stats, &k);
 	if (s)
 		return s;
-	struct lock_stats zero = { .kind = kind };
+	struct lock_stats zero = { .kind = kind, .alloc_site = alloc_site_of(id, addr) };
 	if (bpf_map_update_elem(&stats, &k, &zero, BPF_NOEXIST) && bpf_map_lookup_elem(&stats, &k) == 0)
 		__sync_fetch_and_add(&dropped, 1);
 	return bpf_map_lookup_elem(&stats, &k);
@@ -155,17 +208,15 @@ static __always_inline int release(__u64 addr)
 	return 0;
 }
 
-/* The caller of *_init: the return address on top of the stack at entry. */
+/* The caller of *_init names a lock that has no symbol. */
 static __always_inline int init_site(struct pt_regs *ctx, __u32 kind)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!traced(id))
 		return 0;
-	__u64 ret = 0;
-	bpf_probe_read_user(&ret, sizeof ret, (void *)PT_REGS_SP(ctx));
 	struct lock_stats *s = stats_of(id, PT_REGS_PARM1(ctx), kind);
 	if (s)
-		s->init_site = ret;
+		s->init_site = caller(ctx);
 	return 0;
 }
 
@@ -196,3 +247,42 @@ SEC("uprobe") int BPF_KPROBE(cond_wait)
 	return 0;
 }
 SEC("uretprobe") int BPF_KRETPROBE(cond_wait_ret) { return acquired(ctx, 0); }
+
+static __always_inline int alloc_enter(__u64 size, __u64 site)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id))
+		return 0;
+	struct alloc a = { .size = size, .site = site };
+	bpf_map_update_elem(&alloc_pending, &id, &a, BPF_ANY);
+	return 0;
+}
+
+SEC("uprobe") int BPF_KPROBE(malloc_enter) { return alloc_enter(PT_REGS_PARM1(ctx), caller(ctx)); }
+SEC("uprobe") int BPF_KPROBE(calloc_enter) { return alloc_enter(PT_REGS_PARM1(ctx) * PT_REGS_PARM2(ctx), caller(ctx)); }
+
+SEC("uretprobe") int BPF_KRETPROBE(alloc_ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct alloc *a = bpf_map_lookup_elem(&alloc_pending, &id);
+	if (!a)
+		return 0;
+	struct alloc av = *a;
+	bpf_map_delete_elem(&alloc_pending, &id);
+	__u64 ptr = PT_REGS_RC(ctx);
+	if (!ptr)
+		return 0;
+	struct alloc_key k = { .tgid = id >> 32, .ptr = ptr };
+	bpf_map_update_elem(&allocs, &k, &av, BPF_ANY);
+	return 0;
+}
+
+SEC("uprobe") int BPF_KPROBE(free_enter)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id))
+		return 0;
+	struct alloc_key k = { .tgid = id >> 32, .ptr = PT_REGS_PARM1(ctx) };
+	bpf_map_delete_elem(&allocs, &k);
+	return 0;
+}
