@@ -48,15 +48,21 @@ pub fn run(a: LocksArgs) -> Result<u8> {
         let (tracer, warnings) = LockTracer::start(&libc, None)?;
         warn(&warnings);
         let t0 = Instant::now();
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        (0, t0.elapsed(), HashMap::new(), tracer)
+        let mut maps = HashMap::new();
+        // Processes may exit before the end: keep each one's map from when its locks first show up.
+        while t0.elapsed().as_secs_f64() < secs {
+            std::thread::sleep(Duration::from_secs_f64((secs - t0.elapsed().as_secs_f64()).clamp(0.0, 0.1)));
+            snapshot_new(&tracer, &mut maps);
+        }
+        (0, t0.elapsed(), maps, tracer)
     } else {
         trace_command(&a.command, &libc)?
     };
     let mut records = tracer.read()?;
     records.sort_by_key(|r| std::cmp::Reverse(r.hold_ns));
     let mut syms = Symbols::for_dbs(&[]);
-    let named: Vec<Named> = records.into_iter().map(|rec| name(rec, &maps, &mut syms)).collect();
+    let mut elves = HashMap::new();
+    let named: Vec<Named> = records.into_iter().map(|rec| name(rec, &maps, &mut syms, &mut elves)).collect();
     let dropped = tracer.dropped();
     if dropped > 0 {
         eprintln!("loupe: {dropped} lock events found the probe tables full and were not counted");
@@ -102,6 +108,16 @@ fn trace_command(cmd: &[String], libc: &std::path::Path) -> Result<Traced> {
     Ok((status.clamp(0, 255) as u8, elapsed, HashMap::from([(child.pid as u32, maps)]), tracer))
 }
 
+fn snapshot_new(tracer: &LockTracer, maps: &mut HashMap<u32, Vec<Mapping>>) {
+    for r in tracer.read().unwrap_or_default() {
+        if !maps.contains_key(&r.tgid) {
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", r.tgid)) {
+                maps.insert(r.tgid, parse_maps(&text));
+            }
+        }
+    }
+}
+
 fn maps_of(pid: u32, saved: &HashMap<u32, Vec<Mapping>>) -> Vec<Mapping> {
     saved
         .get(&pid)
@@ -113,9 +129,11 @@ fn read_elf(path: &str) -> Option<&'static [u8]> {
     std::fs::read(path).ok().map(|v| &*Box::leak(v.into_boxed_slice()))
 }
 
-fn name(rec: LockRecord, saved: &HashMap<u32, Vec<Mapping>>, syms: &mut Symbols) -> Named {
+/// ELF files read so far, by path; each is read once and kept for the run.
+type ElfCache = HashMap<String, Option<&'static [u8]>>;
+
+fn name(rec: LockRecord, saved: &HashMap<u32, Vec<Mapping>>, syms: &mut Symbols, cache: &mut ElfCache) -> Named {
     let maps = maps_of(rec.tgid, saved);
-    let mut cache: HashMap<String, Option<&'static [u8]>> = HashMap::new();
     let mut elf = |p: &str| *cache.entry(p.to_string()).or_insert_with(|| read_elf(p));
     let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
     let name = if let Some((path, vaddr)) = locate(rec.addr, &maps, &mut elf) {

@@ -16,22 +16,17 @@ pub struct Mapping {
 }
 
 /// The image (path) and ELF virtual address of a runtime address, given the
-/// ELF bytes of each mapped path (`elf` returns `None` for paths it cannot read).
+/// ELF bytes of a mapped path (`elf` returns `None` for paths it cannot
+/// read). Only the image mapped nearest below the address is read: the
+/// address is in one of its mappings, or in the anonymous `.bss` right after.
 pub fn locate(addr: u64, maps: &[Mapping], elf: &mut dyn FnMut(&str) -> Option<&'static [u8]>) -> Option<(String, u64)> {
-    let mut paths: Vec<&str> = maps.iter().filter(|m| m.path.starts_with('/')).map(|m| m.path.as_str()).collect();
-    paths.dedup();
-    for path in paths {
-        let Some(base) = maps.iter().filter(|m| m.path == path && m.pgoff == 0).map(|m| m.start).min() else { continue };
-        let Some(file) = elf(path).and_then(|b| object::File::parse(b).ok()) else { continue };
-        // The segment mapped at file offset 0 fixes the load bias.
-        let Some(first) = file.segments().find(|s| s.file_range().0 == 0) else { continue };
-        let bias = base.wrapping_sub(first.address());
-        let vaddr = addr.wrapping_sub(bias);
-        if file.segments().any(|s| vaddr >= s.address() && vaddr < s.address() + s.size()) {
-            return Some((path.to_string(), vaddr));
-        }
-    }
-    None
+    let path = maps.iter().filter(|m| m.path.starts_with('/') && m.start <= addr).max_by_key(|m| m.start)?.path.as_str();
+    let base = maps.iter().filter(|m| m.path == path && m.pgoff == 0).map(|m| m.start).min()?;
+    let file = object::File::parse(elf(path)?).ok()?;
+    // The segment mapped at file offset 0 fixes the load bias.
+    let first = file.segments().find(|s| s.file_range().0 == 0)?;
+    let vaddr = addr.wrapping_sub(base.wrapping_sub(first.address()));
+    file.segments().any(|s| vaddr >= s.address() && vaddr < s.address() + s.size()).then(|| (path.to_string(), vaddr))
 }
 
 /// `symbol` or `symbol+0xoff` of the data object containing `vaddr`.
