@@ -110,9 +110,9 @@ fn trace_command(cmd: &[String], libc: &std::path::Path) -> Result<Traced> {
 
 fn snapshot_new(tracer: &LockTracer, maps: &mut HashMap<u32, Vec<Mapping>>) {
     for r in tracer.read().unwrap_or_default() {
-        if !maps.contains_key(&r.tgid) {
+        if let std::collections::hash_map::Entry::Vacant(e) = maps.entry(r.tgid) {
             if let Ok(text) = std::fs::read_to_string(format!("/proc/{}/maps", r.tgid)) {
-                maps.insert(r.tgid, parse_maps(&text));
+                e.insert(parse_maps(&text));
             }
         }
     }
