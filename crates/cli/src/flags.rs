@@ -55,7 +55,7 @@ Percentages are of all samples of the event in the selected epochs and processes
     /// Which procedures vary most across N runs (DCPI's dcpistats): range%, sum, mean, std-dev, min, max.
     #[command(after_help = crate::diff::STATS_HELP)]
     Stats(StatsArgs),
-    /// Lock hold and wait times per lock (pthread mutexes, rwlocks, spinlocks), for a command or every process.
+    /// Lock hold and wait times per lock (pthread mutexes and rwlocks), for a command or every process.
     #[command(after_help = crate::locks::LOCKS_HELP)]
     Locks(LocksArgs),
 }
@@ -153,7 +153,7 @@ pub enum Format {
 pub struct TopArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// Group samples by image, procedure or source line.
+    /// Group samples by image, procedure, source line or instruction address.
     #[arg(long, value_enum, default_value_t = By::Procedure)]
     pub by: By,
     /// Epoch to read: a number, `current` or `all`.

@@ -18,7 +18,8 @@ pub const LOCKS_HELP: &str = "\
 Measures, per lock, the time it was held (from the return of the lock call to the unlock call), the \
 time threads waited for it (lock call to its return), acquisitions, and the fraction of the run it was \
 held, with eBPF uprobes on the C library's pthread_mutex_*, pthread_rwlock_*, pthread_spin_* and \
-pthread_cond_*wait functions. Static locks are named by their data symbol; heap locks by the procedure \
+pthread_cond_*wait functions (glibc's pthread_spin_lock begins with a lock-prefixed instruction that \
+the kernel cannot uprobe, so spinlocks are named in a warning and not traced there). Static locks are named by their data symbol; heap locks by the procedure \
 that allocated their block (malloc/calloc, traced with a command only), else by the one that \
 called pthread_*_init for them. Read locks held by several threads at once add up, so an rwlock's \
 held fraction can exceed 1. Each probe costs a trap (about 1-3 us here), which also biases each hold \
