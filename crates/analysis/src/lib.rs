@@ -2,6 +2,10 @@
 //! values and symbols through the [`SymbolSource`] trait, so every analysis
 //! is testable on literal inputs.
 
+pub mod compare;
+pub mod diff;
+pub mod significance;
+pub mod stats;
 pub mod top;
 
 use loupe_model::{ImageId, ImageOffset};

@@ -10,6 +10,8 @@ pub enum GroupBy {
     Image,
     Procedure,
     Line,
+    /// One row per sampled offset; `TopRow::line` holds the address (`0x...`, the image offset).
+    Instruction,
 }
 
 /// One row of the table; `counts[i]` belongs to `TopReport::events[i]`.
@@ -89,7 +91,7 @@ fn group(p: &Profile, counts: &BTreeMap<ImageOffset, u64>, by: GroupBy, syms: &m
         return vec![((None, None), counts.values().sum())];
     }
     if p.image.kind == ImageKind::Unknown {
-        let key = (Some(p.image.path.clone()), (by == GroupBy::Line).then(|| p.image.path.clone()));
+        let key = (Some(p.image.path.clone()), matches!(by, GroupBy::Line | GroupBy::Instruction).then(|| p.image.path.clone()));
         return vec![(key, counts.values().sum())];
     }
     let offsets: Vec<ImageOffset> = counts.keys().copied().collect();
@@ -97,10 +99,14 @@ fn group(p: &Profile, counts: &BTreeMap<ImageOffset, u64>, by: GroupBy, syms: &m
     let mut out: HashMap<GroupKey, u64> = HashMap::new();
     for ((off, n), sym) in counts.iter().zip(names) {
         let procedure = sym.as_ref().map_or_else(|| unsymbolized(&p.image, *off), |s| s.procedure.clone());
-        let line = (by == GroupBy::Line).then(|| match &sym {
-            Some(s) if s.file.is_some() => format!("{}:{}", s.file.as_deref().unwrap_or("??"), s.line.unwrap_or(0)),
-            _ => procedure.clone(),
-        });
+        let line = match by {
+            GroupBy::Line => Some(match &sym {
+                Some(s) if s.file.is_some() => format!("{}:{}", s.file.as_deref().unwrap_or("??"), s.line.unwrap_or(0)),
+                _ => procedure.clone(),
+            }),
+            GroupBy::Instruction => Some(format!("0x{:x}", off.0)),
+            _ => None,
+        };
         *out.entry((Some(procedure), line)).or_insert(0) += n;
     }
     out.into_iter().collect()
@@ -176,5 +182,18 @@ mod tests {
         let lines: Vec<&str> = r.rows.iter().filter_map(|x| x.line.as_deref()).collect();
         assert!(lines.contains(&"a.c:1"));
         assert!(lines.contains(&"g"));
+    }
+
+    #[test]
+    fn by_instruction_keeps_each_offset() {
+        // Checks one row per sampled offset of pid 1, keyed by its hex address, with its procedure.
+        let r = run(GroupBy::Instruction, &|p| p.pid == 1);
+        let app: Vec<(&str, &str, u64)> = r
+            .rows
+            .iter()
+            .filter(|x| x.image == "/bin/app")
+            .map(|x| (x.procedure.as_deref().unwrap(), x.line.as_deref().unwrap(), x.counts[0]))
+            .collect();
+        assert_eq!(app, [("f", "0x10", 5), ("g", "0x150", 3), ("f", "0x18", 1)]);
     }
 }

@@ -49,6 +49,15 @@ Percentages are of all samples of the event in the selected epochs and processes
     Top(TopArgs),
     /// Show which sampling events this machine supports.
     Events,
+    /// Differential profile of two runs or sets of runs (McKenney): buckets sorted by how they changed.
+    #[command(after_help = crate::diff::DIFF_HELP)]
+    Diff(DiffArgs),
+    /// Which procedures vary most across N runs (DCPI's dcpistats): range%, sum, mean, std-dev, min, max.
+    #[command(after_help = crate::diff::STATS_HELP)]
+    Stats(StatsArgs),
+    /// Lock hold and wait times per lock (pthread mutexes and rwlocks), for a command or every process.
+    #[command(after_help = crate::locks::LOCKS_HELP)]
+    Locks(LocksArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -150,6 +159,8 @@ pub enum By {
     Image,
     Procedure,
     Line,
+    /// One row per sampled address (image offset).
+    Instruction,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,7 +173,7 @@ pub enum Format {
 pub struct TopArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// Group samples by image, procedure or source line.
+    /// Group samples by image, procedure, source line or instruction address.
     #[arg(long, value_enum, default_value_t = By::Procedure)]
     pub by: By,
     /// Epoch to read: a number, `current` or `all`.
@@ -186,4 +197,101 @@ pub struct TopArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiffMode {
+    /// B/A, descending.
+    Ratio,
+    /// d = w_A·m_B − w_B·m_A (McKenney's equation 3), descending.
+    Weighted,
+    /// Load at which the bucket reaches --saturation by linear projection (equation 4), ascending.
+    Saturation,
+    /// The same by power-law projection (equation 5), ascending.
+    Powerlaw,
+}
+
+/// Selection flags shared by `diff` and `stats`.
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Group samples by image, procedure, source line or instruction address.
+    #[arg(long, value_enum, default_value_t = By::Procedure)]
+    pub by: By,
+    /// Event to compare (default: cpu-clock when present, else the first event found).
+    #[arg(short = 'e', long = "event")]
+    pub event: Option<String>,
+    /// Only samples of processes with this name (repeatable).
+    #[arg(long)]
+    pub comm: Vec<String>,
+    /// Only images whose path contains this text.
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Show at most this many rows.
+    #[arg(long, default_value_t = 40)]
+    pub limit: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The less stressed side: DB, DB:EPOCH, or several joined by commas (summed).
+    #[arg(value_name = "A")]
+    pub a: String,
+    /// The more stressed side, same syntax.
+    #[arg(value_name = "B")]
+    pub b: String,
+    /// How buckets are compared and sorted.
+    #[arg(long, value_enum, default_value_t = DiffMode::Ratio)]
+    pub mode: DiffMode,
+    /// Work done in A and in B (weighted mode's w_A w_B); also the expected B/A of an unchanged bucket.
+    /// Without it, w_B/w_A is the sample-weighted median of the buckets' B/A ratios.
+    #[arg(long, num_args = 2, value_names = ["W_A", "W_B"])]
+    pub work: Option<Vec<f64>>,
+    /// Offered loads of A and B (saturation and powerlaw modes).
+    #[arg(long, num_args = 2, value_names = ["L_A", "L_B"])]
+    pub load: Option<Vec<f64>>,
+    /// Saturation measurement M_S, as a fraction of all samples of the side.
+    #[arg(long, value_name = "M_S", default_value_t = 1.0)]
+    pub saturation: f64,
+    /// Significance level (false discovery rate, Benjamini–Hochberg); 1 marks every row significant.
+    #[arg(long, default_value_t = 0.05)]
+    pub level: f64,
+    /// Treat relative changes up to this fraction as no change (e.g. 0.05 for ±5%).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_change: f64,
+    #[command(flatten)]
+    pub sel: CompareArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// Sample sets, one per argument: DB, DB:EPOCH, or several joined by commas (summed into one set).
+    #[arg(value_name = "RUN", required = true, num_args = 2..)]
+    pub runs: Vec<String>,
+    /// Significance level of the dispersion test (false discovery rate, Benjamini–Hochberg).
+    #[arg(long, default_value_t = 0.05)]
+    pub level: f64,
+    #[command(flatten)]
+    pub sel: CompareArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct LocksArgs {
+    /// Trace every process for this many seconds (without a command).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// The C library to probe (default: the one loupe itself runs with).
+    #[arg(long, value_name = "PATH")]
+    pub libc: Option<PathBuf>,
+    /// Show at most this many locks.
+    #[arg(long, default_value_t = 40)]
+    pub limit: usize,
+    /// Output format; the JSON form is what `loupe diff` reads as a side.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Command to run and trace, with its arguments (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }

@@ -1,7 +1,9 @@
 //! The `loupe` binary: flags, commands and output formatting.
 
 mod collect;
+mod diff;
 mod flags;
+mod locks;
 mod symbols;
 mod top;
 
@@ -20,6 +22,9 @@ fn main() -> ExitCode {
         Command::Epochs(a) => collect::epochs(a),
         Command::Top(a) => top::run(a),
         Command::Events => collect::events(),
+        Command::Diff(a) => diff::diff(a),
+        Command::Stats(a) => diff::stats(a),
+        Command::Locks(a) => locks::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

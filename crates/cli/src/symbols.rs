@@ -13,8 +13,13 @@ impl Symbols {
     /// Looks for replaced or deleted binaries in the database's image cache
     /// before the usual places.
     pub fn for_db(db: &Path) -> Symbols {
+        Symbols::for_dbs(&[db])
+    }
+
+    /// The same over several databases (diff and stats read more than one).
+    pub fn for_dbs(dbs: &[&Path]) -> Symbols {
         let mut opts = SymbolizerOptions::default();
-        opts.image_cache_dirs.push(db.join("images"));
+        opts.image_cache_dirs.extend(dbs.iter().map(|db| db.join("images")));
         Symbols { inner: Symbolizer::new(opts) }
     }
 }

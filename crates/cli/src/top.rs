@@ -20,11 +20,7 @@ pub fn run(a: TopArgs) -> Result<u8> {
     }
     let events = choose_events(&profiles, &a.events)?;
     let keep = |p: &ProcessKey| (a.pid.is_empty() || a.pid.contains(&p.pid)) && (a.comm.is_empty() || a.comm.contains(&p.comm));
-    let by = match a.by {
-        By::Image => GroupBy::Image,
-        By::Procedure => GroupBy::Procedure,
-        By::Line => GroupBy::Line,
-    };
+    let by = group_by(a.by);
     let mut syms = Symbols::for_db(&a.db.db);
     let report = top(&profiles, &events, by, &keep, &keep_image, &mut syms);
     let mut out = std::io::stdout().lock();
@@ -35,7 +31,16 @@ pub fn run(a: TopArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
+pub(crate) fn group_by(by: By) -> GroupBy {
+    match by {
+        By::Image => GroupBy::Image,
+        By::Procedure => GroupBy::Procedure,
+        By::Line => GroupBy::Line,
+        By::Instruction => GroupBy::Instruction,
+    }
+}
+
+pub(crate) fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
     let all: Vec<EpochId> = db.epochs()?.into_iter().map(|e| e.id).collect();
     Ok(match which {
         "all" => all,
@@ -56,7 +61,7 @@ fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
 
 /// Per-image totals come from the index alone; finer views read only the
 /// profile files of the images that pass the filter.
-fn load(db: &Database, epochs: &[EpochId], by: By, keep_image: &dyn Fn(&str) -> bool) -> Result<(Vec<Profile>, Vec<String>)> {
+pub(crate) fn load(db: &Database, epochs: &[EpochId], by: By, keep_image: &dyn Fn(&str) -> bool) -> Result<(Vec<Profile>, Vec<String>)> {
     let mut profiles = Vec::new();
     let mut problems = Vec::new();
     for &e in epochs {
@@ -84,7 +89,7 @@ fn profile_from_index(x: &IndexEntry) -> Profile {
     p
 }
 
-fn choose_events(profiles: &[Profile], wanted: &[String]) -> Result<Vec<EventName>> {
+pub(crate) fn choose_events(profiles: &[Profile], wanted: &[String]) -> Result<Vec<EventName>> {
     let mut present: Vec<EventName> = profiles.iter().map(|p| p.event.clone()).collect();
     present.sort();
     present.dedup();
@@ -122,6 +127,9 @@ fn print_json(out: &mut dyn Write, r: &TopReport, by: By, limit: usize) -> Resul
             }
             if by == By::Line {
                 o["line"] = row.line.clone().into();
+            }
+            if by == By::Instruction {
+                o["address"] = row.line.clone().into();
             }
             if r.events.len() > 1 {
                 o["counts"] = r.events.iter().zip(&row.counts).map(|(e, c)| (e.0.clone(), serde_json::json!(c))).collect();
@@ -164,6 +172,7 @@ fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: 
         By::Image => "image",
         By::Procedure => "procedure                          image",
         By::Line => "line                                     procedure                  image",
+        By::Instruction => "address            procedure                          image",
     };
     writeln!(out, "{header}")?;
     writeln!(out, "#")?;
@@ -179,6 +188,9 @@ fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: 
             By::Image => {}
             By::Procedure => line += &format!("{:<34} ", row.procedure.as_deref().unwrap_or("")),
             By::Line => line += &format!("{:<40} {:<26} ", row.line.as_deref().unwrap_or(""), row.procedure.as_deref().unwrap_or("")),
+            By::Instruction => {
+                line += &format!("{:<18} {:<34} ", row.line.as_deref().unwrap_or(""), row.procedure.as_deref().unwrap_or(""))
+            }
         }
         line += &row.image;
         writeln!(out, "{}", line.trim_end())?;

@@ -1,0 +1,451 @@
+//! `loupe diff` and `loupe stats`: read runs (databases, epochs, sums of
+//! them), bucket each like `loupe top`, and print the differential profile
+//! or the across-run statistics.
+
+use crate::flags::{By, CompareArgs, DiffArgs, DiffMode, Format, StatsArgs};
+use crate::symbols::Symbols;
+use crate::top::{choose_events, group_by, load, select_epochs};
+use anyhow::{bail, Context, Result};
+use loupe_analysis::compare::{align, BucketKey};
+use loupe_analysis::diff::{diff as diff_rows, diff_measured, DiffParams, DiffRow, Mode};
+use loupe_analysis::stats::{stats as stats_rows, StatsRow};
+use loupe_analysis::top::{top, TopReport};
+use loupe_model::{EventName, ProcessKey, Profile};
+use loupe_store::{Database, EpochId};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const DIFF_HELP: &str = "\
+Sides: A and B are each a database directory (its current epoch), DB:EPOCH (EPOCH is a number, N-M, \
+`current` or `all`), or several of those joined by commas, which are summed (DCPI's advice: sum runs to \
+get enough samples). B is the more stressed side (more load, more CPUs, more data).
+
+Examples:
+  loupe diff one-cpu.db two-cpu.db --mode weighted --work 1 2 --by line
+  loupe diff prof.db:1 prof.db:2                              two epochs of one database
+  loupe diff run1.db,run2.db,run3.db big1.db,big2.db --by procedure --format json
+  loupe diff n3.db n4.db --mode saturation --load 3 4 --saturation 0.5
+  loupe diff n3.db n4.db --mode powerlaw --load 3 4 --comm myprog
+
+Significance: a bucket with a samples in A and b in B is tested exactly: given n = a + b, b is binomial \
+with p = r/(1+r) where r is the B/A ratio of an unchanged bucket (--work W_A W_B gives r = W_B/W_A; \
+without it r is the sample-weighted median of the buckets' ratios, i.e. most of the profile is assumed \
+unchanged; saturation and powerlaw modes test for any change of the measurement). The p-values are \
+controlled for the number of buckets with Benjamini–Hochberg at --level (default 0.05): at most 5% of the \
+rows marked significant are expected to be false alarms, and when nothing changed the chance of even one \
+false alarm in the whole table is at most 5%. Rows not significant are marked `no` and sorted below. \
+Sampling noise is the only noise the test knows: run-to-run variation beyond it (caches, frequency) can \
+be absorbed with --min-change.
+
+Saturation and powerlaw measurements are each bucket's fraction of all samples of its side; the score is \
+the projected load at which that fraction reaches --saturation (infinite when it does not grow).
+
+Lock tables: when A and B are files written by `loupe locks --format json`, the buckets are locks (by \
+name) and the measurement is the fraction of the run each was held; measured times carry no sampling \
+noise, so every row counts as significant and p_value is null.
+  loupe diff load1.json load2.json --mode saturation --load 1 2 --saturation 1.0";
+
+pub const STATS_HELP: &str = "\
+Each RUN is one sample set: a database directory (its current epoch), DB:EPOCH (a number, N-M, `current` \
+or `all`), or several joined by commas (summed into one set).
+
+Columns as in DCPI's Figure 3: range% = (max - min) / sum; sum; % of all samples; N = sets with samples \
+in the bucket; mean, standard deviation (n-1), min and max over all sets (a set without the bucket counts \
+as 0). Sorted by range%, so the procedures whose cost varies most across runs come first. Because a \
+bucket with one stray sample has a range of 100%, each row also gets a Poisson dispersion test \
+(sum of (count - mean)^2 / mean is chi-square with N-1 degrees of freedom when only sampling noise \
+differs between runs), Benjamini-Hochberg controlled at --level; rows that do not vary more than \
+sampling noise are marked `no` and sorted below.
+
+Examples:
+  loupe stats prof.db:1 prof.db:2 prof.db:3 prof.db:4 prof.db:5 prof.db:6 prof.db:7 prof.db:8
+  loupe stats run*.db --by procedure --format json";
+
+/// One run: a database and the epochs read from it.
+struct Run {
+    db: PathBuf,
+    epochs: Vec<EpochId>,
+}
+
+/// A side or sample set: runs whose samples are summed.
+struct Side {
+    spec: String,
+    runs: Vec<Run>,
+}
+
+fn parse_side(spec: &str) -> Result<Side> {
+    let runs = spec.split(',').filter(|s| !s.is_empty()).map(parse_run).collect::<Result<Vec<_>>>()?;
+    if runs.is_empty() {
+        bail!("empty run spec {spec:?}");
+    }
+    Ok(Side { spec: spec.to_string(), runs })
+}
+
+/// `DB` or `DB:EPOCH`; the suffix counts as an epoch only if it reads as one,
+/// so a directory name with a colon still works.
+fn parse_run(spec: &str) -> Result<Run> {
+    let (path, which) = match spec.rsplit_once(':') {
+        Some((p, e)) if is_epoch_word(e) => (p, e),
+        _ => (spec, "current"),
+    };
+    let db = Database::open(Path::new(path)).with_context(|| format!("run {spec:?}"))?;
+    let epochs = match which.split_once('-') {
+        Some((lo, hi)) => {
+            let (lo, hi): (u32, u32) = (lo.parse()?, hi.parse()?);
+            let mut v = Vec::new();
+            for n in lo..=hi {
+                v.extend(select_epochs(&db, &n.to_string()).with_context(|| format!("run {spec:?}"))?);
+            }
+            v
+        }
+        None => select_epochs(&db, which).with_context(|| format!("run {spec:?}"))?,
+    };
+    Ok(Run { db: PathBuf::from(path), epochs })
+}
+
+fn is_epoch_word(e: &str) -> bool {
+    let num = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    e == "all" || e == "current" || num(e) || e.split_once('-').is_some_and(|(a, b)| num(a) && num(b))
+}
+
+/// Everything the sides share: the grouping, filters and symbolizer.
+struct Reader<'a> {
+    sel: &'a CompareArgs,
+    syms: Symbols,
+}
+
+impl Reader<'_> {
+    fn profiles(&self, side: &Side) -> Result<Vec<Profile>> {
+        let mut out = Vec::new();
+        for run in &side.runs {
+            let db = Database::open(&run.db)?;
+            let (ps, problems) = load(&db, &run.epochs, self.sel.by, &|img| self.keep_image(img))?;
+            for p in problems {
+                eprintln!("loupe: skipping corrupt profile {p}");
+            }
+            out.extend(ps);
+        }
+        Ok(out)
+    }
+
+    fn keep_image(&self, img: &str) -> bool {
+        self.sel.image.as_deref().is_none_or(|f| img.contains(f))
+    }
+
+    fn report(&mut self, profiles: &[Profile], event: &EventName) -> TopReport {
+        let comm = self.sel.comm.clone();
+        let keep = move |p: &ProcessKey| comm.is_empty() || comm.contains(&p.comm);
+        let filter = self.sel.image.clone();
+        let keep_image = move |img: &str| filter.as_deref().is_none_or(|f| img.contains(f));
+        top(profiles, std::slice::from_ref(event), group_by(self.sel.by), &keep, &keep_image, &mut self.syms)
+    }
+}
+
+/// Parses the sets, loads them, picks the event and buckets each set.
+fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
+    let sides = specs.iter().map(|s| parse_side(s)).collect::<Result<Vec<_>>>()?;
+    let dbs: Vec<&Path> = sides.iter().flat_map(|s| s.runs.iter().map(|r| r.db.as_path())).collect();
+    let mut reader = Reader { sel, syms: Symbols::for_dbs(&dbs) };
+    let profiles = sides.iter().map(|s| reader.profiles(s)).collect::<Result<Vec<_>>>()?;
+    let all: Vec<Profile> = profiles.iter().flatten().cloned().collect();
+    let wanted: Vec<String> = sel.event.iter().cloned().collect();
+    let Some(event) = choose_events(&all, &wanted)?.into_iter().next() else { bail!("no samples in any of the runs") };
+    let reports = profiles.iter().map(|p| reader.report(p, &event)).collect();
+    Ok((sides, event, reports))
+}
+
+pub fn diff(a: DiffArgs) -> Result<u8> {
+    if is_lock_table(&a.a) || is_lock_table(&a.b) {
+        return diff_locks(&a);
+    }
+    let (sides, event, reports) = read_sets(&[a.a.clone(), a.b.clone()], &a.sel)?;
+    let (ta, tb) = (reports[0].totals[0], reports[1].totals[0]);
+    let mode = mode_of(a.mode);
+    let params = DiffParams {
+        mode,
+        work: a.work.as_ref().map(|w| (w[0], w[1])),
+        load: a.load.as_ref().map(|l| (l[0], l[1])),
+        saturation: a.saturation,
+        // Projections compare fractions of each side's samples, so sides of different lengths compare.
+        scale: if mode.ascending() { (ta.max(1) as f64, tb.max(1) as f64) } else { (1.0, 1.0) },
+        level: a.level,
+        min_change: a.min_change,
+    };
+    let buckets = align(&reports).into_iter().map(|(k, v)| (k, v[0], v[1])).collect();
+    let rows = diff_rows(buckets, &params)?;
+    let mut out = std::io::stdout().lock();
+    match a.sel.format {
+        Format::Json => print_diff_json(&mut out, &rows, &params, &event, (ta, tb), a.sel.by, a.sel.limit),
+        Format::Text => print_diff_text(&mut out, &rows, &params, &event, (&sides[0], &sides[1]), (ta, tb), a.sel.by, a.sel.limit),
+    }?;
+    Ok(0)
+}
+
+/// A side given as a file (`loupe locks --format json` output) rather than a database.
+fn is_lock_table(spec: &str) -> bool {
+    Path::new(spec).is_file()
+}
+
+/// Held fraction per lock name; locks sharing a name (heap locks from one init site) are summed.
+fn read_lock_table(path: &str) -> Result<std::collections::BTreeMap<String, f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading lock table {path}"))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{path} is not JSON"))?;
+    let Some(locks) = doc["locks"].as_array() else { bail!("{path} is not a `loupe locks --format json` table (no \"locks\")") };
+    let mut out = std::collections::BTreeMap::new();
+    for l in locks {
+        let (Some(name), Some(f)) = (l["name"].as_str(), l["held_fraction"].as_f64()) else { continue };
+        *out.entry(name.to_string()).or_insert(0.0) += f;
+    }
+    Ok(out)
+}
+
+/// McKenney's "Pinpointing Contention" step 4: projected saturation of each
+/// lock's held fraction. Measured times have no sampling noise to test.
+fn diff_locks(a: &DiffArgs) -> Result<u8> {
+    if !(is_lock_table(&a.a) && is_lock_table(&a.b)) {
+        bail!("both sides must be lock tables (loupe locks --format json) or both profile databases");
+    }
+    let (ta, tb) = (read_lock_table(&a.a)?, read_lock_table(&a.b)?);
+    let mut names: Vec<&String> = ta.keys().chain(tb.keys()).collect();
+    names.sort();
+    names.dedup();
+    let rows = names.into_iter().map(|n| (n.clone(), ta.get(n).copied().unwrap_or(0.0), tb.get(n).copied().unwrap_or(0.0))).collect();
+    let params = DiffParams {
+        mode: mode_of(a.mode),
+        work: a.work.as_ref().map(|w| (w[0], w[1])),
+        load: a.load.as_ref().map(|l| (l[0], l[1])),
+        saturation: a.saturation,
+        ..DiffParams::new(mode_of(a.mode))
+    };
+    let rows = diff_measured(rows, &params)?;
+    let mut out = std::io::stdout().lock();
+    if a.sel.format == Format::Json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .take(a.sel.limit)
+            .map(|(k, x, y, s)| serde_json::json!({ "lock": k, "a": x, "b": y, "score": finite(*s), "p_value": null, "significant": true }))
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({ "mode": params.mode.name(), "rows": rows }))?)?;
+        return Ok(0);
+    }
+    writeln!(out, "# Loupe diff of lock held fractions, mode {}\n# A: {}\n# B: {}\n#", params.mode.name(), a.a, a.b)?;
+    writeln!(out, "# {:>9} {:>9} {:>12}  lock", "A held", "B held", params.mode.name())?;
+    for (k, x, y, s) in rows.iter().take(a.sel.limit) {
+        writeln!(out, "  {:>8.2}% {:>8.2}% {s:>12.3}  {k}", 100.0 * x, 100.0 * y)?;
+    }
+    Ok(0)
+}
+
+fn mode_of(m: DiffMode) -> Mode {
+    match m {
+        DiffMode::Ratio => Mode::Ratio,
+        DiffMode::Weighted => Mode::Weighted,
+        DiffMode::Saturation => Mode::Saturation,
+        DiffMode::Powerlaw => Mode::PowerLaw,
+    }
+}
+
+/// The bucket's fields as `top --format json` names them.
+fn key_json(o: &mut serde_json::Value, k: &BucketKey, by: By) {
+    o["image"] = k.image.clone().into();
+    if by != By::Image {
+        o["procedure"] = k.procedure.clone().into();
+    }
+    match by {
+        By::Line => o["line"] = k.line.clone().into(),
+        By::Instruction => o["address"] = k.line.clone().into(),
+        _ => {}
+    }
+}
+
+/// JSON has no infinity: a projection that never saturates (or a ratio over 0) is `null`.
+fn finite(x: f64) -> serde_json::Value {
+    if x.is_finite() {
+        serde_json::json!(x)
+    } else {
+        serde_json::Value::Null
+    }
+}
+
+fn print_diff_json(
+    out: &mut dyn Write,
+    rows: &[DiffRow<BucketKey>],
+    p: &DiffParams,
+    event: &EventName,
+    totals: (u64, u64),
+    by: By,
+    limit: usize,
+) -> Result<()> {
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .take(limit)
+        .map(|r| {
+            let mut o = serde_json::json!({ "a": r.a, "b": r.b, "score": finite(r.score), "p_value": r.p_value,
+                "q_value": r.q_value, "significant": r.significant });
+            key_json(&mut o, &r.key, by);
+            o
+        })
+        .collect();
+    let doc = serde_json::json!({ "mode": p.mode.name(), "event": event.as_str(), "a_total": totals.0, "b_total": totals.1,
+        "level": p.level, "rows": rows });
+    writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    Ok(())
+}
+
+fn label(k: &BucketKey, by: By) -> String {
+    let proc_ = k.procedure.as_deref().unwrap_or("");
+    match by {
+        By::Image => k.image.clone(),
+        By::Procedure => format!("{proc_:<34} {}", k.image),
+        By::Line | By::Instruction => format!("{:<30} {proc_:<26} {}", k.line.as_deref().unwrap_or(""), k.image),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_diff_text(
+    out: &mut dyn Write,
+    rows: &[DiffRow<BucketKey>],
+    p: &DiffParams,
+    event: &EventName,
+    sides: (&Side, &Side),
+    totals: (u64, u64),
+    by: By,
+    limit: usize,
+) -> Result<()> {
+    writeln!(out, "# Loupe diff, mode {}, event '{event}'", p.mode.name())?;
+    writeln!(out, "# A: {} ({} samples)", sides.0.spec, totals.0)?;
+    writeln!(out, "# B: {} ({} samples)", sides.1.spec, totals.1)?;
+    let sig = rows.iter().filter(|r| r.significant).count();
+    writeln!(out, "# {sig} of {} buckets changed significantly (exact binomial test, Benjamini-Hochberg at {})", rows.len(), p.level)?;
+    writeln!(out, "#")?;
+    let what = match by {
+        By::Image => "image",
+        By::Procedure => "procedure                          image",
+        By::Line => "line                           procedure                  image",
+        By::Instruction => "address                        procedure                  image",
+    };
+    writeln!(out, "# {:>10} {:>10} {:>12} {:>9} {:>4}  {what}", "A", "B", p.mode.name(), "p-value", "sig")?;
+    writeln!(out, "#")?;
+    for r in rows.iter().take(limit) {
+        let score = if r.score.is_nan() { "-".to_string() } else { format!("{:.3}", r.score) };
+        let sig = if r.significant { "yes" } else { "no" };
+        writeln!(out, "  {:>10} {:>10} {score:>12} {:>9} {sig:>4}  {}", r.a, r.b, fmt_p(r.p_value), label(&r.key, by).trim_end())?;
+    }
+    if rows.len() > limit {
+        writeln!(out, "# ... {} more rows (--limit)", rows.len() - limit)?;
+    }
+    Ok(())
+}
+
+/// p-values as a person reads them: 0.342, 0.0012, 3.2e-34.
+fn fmt_p(p: f64) -> String {
+    if p >= 0.001 {
+        format!("{p:.4}")
+    } else {
+        format!("{p:.1e}")
+    }
+}
+
+pub fn stats(a: StatsArgs) -> Result<u8> {
+    let (sides, event, reports) = read_sets(&a.runs, &a.sel)?;
+    let rows = stats_rows(align(&reports), a.level);
+    let totals: Vec<u64> = reports.iter().map(|r| r.totals[0]).collect();
+    let grand: u64 = totals.iter().sum();
+    let mut out = std::io::stdout().lock();
+    match a.sel.format {
+        Format::Json => print_stats_json(&mut out, &rows, &event, &totals, a.sel.by, a.sel.limit),
+        Format::Text => print_stats_text(&mut out, &rows, &event, &sides, &totals, grand, a.sel.by, a.sel.limit),
+    }?;
+    Ok(0)
+}
+
+fn pct(n: u64, total: u64) -> f64 {
+    loupe_analysis::top::pct(n, total)
+}
+
+fn print_stats_json(
+    out: &mut dyn Write,
+    rows: &[StatsRow<BucketKey>],
+    event: &EventName,
+    totals: &[u64],
+    by: By,
+    limit: usize,
+) -> Result<()> {
+    let grand: u64 = totals.iter().sum();
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .take(limit)
+        .map(|r| {
+            let mut o = serde_json::json!({ "range_percent": 100.0 * r.range, "sum": r.sum, "percent": pct(r.sum, grand),
+                "n": r.n, "mean": r.mean, "std_dev": r.std_dev, "min": r.min, "max": r.max, "p_value": r.p_value,
+                "significant": r.significant });
+            key_json(&mut o, &r.key, by);
+            o
+        })
+        .collect();
+    let doc = serde_json::json!({ "event": event.as_str(), "sets": totals, "total": grand, "rows": rows });
+    writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_stats_text(
+    out: &mut dyn Write,
+    rows: &[StatsRow<BucketKey>],
+    event: &EventName,
+    sides: &[Side],
+    totals: &[u64],
+    grand: u64,
+    by: By,
+    limit: usize,
+) -> Result<()> {
+    writeln!(out, "# Number of samples of event '{event}'")?;
+    for (i, (s, t)) in sides.iter().zip(totals).enumerate() {
+        writeln!(out, "# set {} = {t}  ({})", i + 1, s.spec)?;
+    }
+    writeln!(out, "# TOTAL: {grand}")?;
+    writeln!(out, "#")?;
+    writeln!(out, "# Statistics using the sample counts for each bucket from {} sample set(s)", sides.len())?;
+    writeln!(
+        out,
+        "# {:>7} {:>10} {:>7} {:>3} {:>10} {:>10} {:>9} {:>9} {:>9} {:>4}  bucket",
+        "range%", "sum", "%", "N", "mean", "std-dev", "min", "max", "p-value", "sig"
+    )?;
+    for r in rows.iter().take(limit) {
+        writeln!(
+            out,
+            "  {:>6.1}% {:>10} {:>6.1}% {:>3} {:>10.1} {:>10.2} {:>9} {:>9} {:>9} {:>4}  {}",
+            100.0 * r.range,
+            r.sum,
+            pct(r.sum, grand),
+            r.n,
+            r.mean,
+            r.std_dev,
+            r.min,
+            r.max,
+            fmt_p(r.p_value),
+            if r.significant { "yes" } else { "no" },
+            label(&r.key, by).trim_end()
+        )?;
+    }
+    if rows.len() > limit {
+        writeln!(out, "# ... {} more rows (--limit)", rows.len() - limit)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_suffixes_are_recognized_and_other_colons_kept() {
+        // Checks which `DB:SUFFIX` suffixes count as epochs.
+        for e in ["3", "all", "current", "2-5"] {
+            assert!(is_epoch_word(e), "{e}");
+        }
+        for e in ["", "x", "3-", "-3", "a-b", "/tmp/x"] {
+            assert!(!is_epoch_word(e), "{e}");
+        }
+    }
+}
