@@ -430,10 +430,7 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, entries: u32) -> Resul
     // the caller says (or at exec, for a command).
     sampler.disable()?;
     match (attached, choice) {
-        (Ok(b), _) => Ok((
-            Some(b),
-            format!("bpf (in-kernel per-CPU aggregation, {entries} keys per table)"),
-        )),
+        (Ok(b), _) => Ok((Some(b), format!("bpf (in-kernel per-CPU aggregation, {entries} keys per table)"))),
         (Err(e), BackendChoice::Bpf) => Err(format!("the BPF backend cannot run here: {e}").into()),
         (Err(e), _) => Ok((None, format!("stream (BPF unavailable: {e})"))),
     }
