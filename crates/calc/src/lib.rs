@@ -1,0 +1,3 @@
+pub mod cfg;
+pub mod decode;
+pub mod equiv;
