@@ -1,3 +1,5 @@
 pub mod cfg;
 pub mod decode;
 pub mod equiv;
+pub mod estimate;
+pub mod mca;
