@@ -1,7 +1,11 @@
 //! The `loupe` binary: flags, commands and output formatting.
 
+mod annotate;
+mod calc;
 mod collect;
 mod flags;
+mod machine;
+mod procedure;
 mod symbols;
 mod top;
 
@@ -20,6 +24,8 @@ fn main() -> ExitCode {
         Command::Epochs(a) => collect::epochs(a),
         Command::Top(a) => top::run(a),
         Command::Events => collect::events(),
+        Command::Annotate(a) => annotate::run(a),
+        Command::Calc(a) => calc::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

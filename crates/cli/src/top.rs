@@ -35,7 +35,7 @@ pub fn run(a: TopArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
+pub(crate) fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
     let all: Vec<EpochId> = db.epochs()?.into_iter().map(|e| e.id).collect();
     Ok(match which {
         "all" => all,
