@@ -75,6 +75,8 @@ pub fn culprits(g: &Cfg, i: usize, stall: f64) -> Vec<Culprit> {
     let mut suspects = vec![i];
     suspects.extend(before.iter().copied());
     suspects.extend(producer(g, i));
+    // Skid also hides the producer of the instruction retired just before.
+    suspects.extend(before.iter().filter_map(|&k| producer(g, k)));
     let find = |pred: &dyn Fn(usize) -> bool| {
         // Prefer the producer (DCPI: the load feeding the stalled instruction), then i, then the skid.
         let p = producer(g, i).filter(|&p| pred(p));
@@ -84,7 +86,9 @@ pub fn culprits(g: &Cfg, i: usize, stall: f64) -> Vec<Culprit> {
         out.push(Culprit { cause: Cause::Divider, at: Some(g.insns[k].addr) });
     }
     let load = find(&|k| g.insns[k].loads);
-    let branch = head.then(|| mispredicting_branch(g, b)).flatten();
+    // The refetched block's head retires first; with skid its samples land on the next instruction.
+    let after_refetch = head || g.blocks[b].first + 1 == i;
+    let branch = after_refetch.then(|| mispredicting_branch(g, b)).flatten();
     let dcache = load.map(|k| Culprit { cause: Cause::DCache, at: Some(g.insns[k].addr) });
     let mispredict = branch.map(|a| Culprit { cause: Cause::BranchMispredict, at: Some(a) });
     if stall <= MISPREDICT_BOUND {
@@ -102,6 +106,19 @@ pub fn culprits(g: &Cfg, i: usize, stall: f64) -> Vec<Culprit> {
         out.push(Culprit { cause: Cause::StoreBuffer, at: Some(g.insns[k].addr) });
     }
     out
+}
+
+/// The static stall cause of an instruction whose minimum cycles are
+/// long (DCPI lists static stalls apart): the divider, when a divide is
+/// the instruction the gap belongs to (skid) or what it waits on.
+pub fn static_culprit(g: &Cfg, i: usize) -> Option<Culprit> {
+    let before = retired_before(g, i);
+    let mut suspects: Vec<usize> = before.clone();
+    suspects.push(i);
+    suspects.extend(producer(g, i));
+    suspects.extend(before.iter().filter_map(|&k| producer(g, k)));
+    let k = suspects.into_iter().find(|&k| g.insns[k].unit == Unit::Divide)?;
+    Some(Culprit { cause: Cause::Divider, at: Some(g.insns[k].addr) })
 }
 
 /// Instructions that can retire just before `i`: the previous one in the

@@ -177,7 +177,12 @@ fn apply(lhs: usize, rhs: &[usize], f: &mut [Option<Freq>]) -> bool {
             true
         }
         (Some(l), [u, rest @ ..]) if rest.iter().all(|r| r == u) && unknown.first() != Some(&lhs) => {
-            let value = ((l.f - known) / unknown.len() as f64).max(0.0);
+            // A negative difference says the estimates disagree, not that
+            // the item never ran: it stays unknown, for its own samples to decide.
+            let value = (l.f - known) / unknown.len() as f64;
+            if value <= 0.0 {
+                return false;
+            }
             f[*u] = Some(derived(value, worst.unwrap_or(Confidence::Low), l.f));
             true
         }
@@ -247,13 +252,13 @@ mod tests {
 
     #[test]
     fn propagation_never_goes_negative() {
-        // Checks the no-negative rule: an arm estimated above its head leaves the other arm at 0.
+        // Checks the no-negative rule: an arm estimated above its head leaves the other arm to its own samples (0 here).
         let g = diamond();
         let c = classes(&g);
         let s = [250.0, 0.0, 350.0, 350.0, 0.0, 250.0];
-        let m = [25.0, 0.0, 25.0, 25.0, 0.0, 25.0];
+        let m = [25.0, 0.0, 25.0, 25.0, 25.0, 25.0];
         let e = estimate(&g, &c, &s, &m);
-        assert_eq!(e.block[2].unwrap().f, 0.0);
-        assert_eq!(e.block[2].unwrap().confidence, Confidence::Low);
+        let els = e.block[2].unwrap();
+        assert_eq!((els.f, els.how, els.confidence), (0.0, How::SampleSum, Confidence::Low));
     }
 }

@@ -35,6 +35,16 @@ use estimate::{Confidence, Freq};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn skid_moves_each_gap_to_the_next_instruction() {
+        // Checks that a load's 5-cycle retire gap is expected on the instruction after it, wrapping at the end.
+        assert_eq!(super::skid(&[5.0, 0.0, 1.0]), vec![1.0, 5.0, 0.0]);
+        assert!(super::skid(&[]).is_empty());
+    }
+}
+
 /// One instruction of the listing (Figure 2).
 #[derive(Clone, Debug, Serialize)]
 pub struct InsnReport {
@@ -102,6 +112,8 @@ pub struct Calc {
 
 /// Stalls shorter than this (cycles per execution) are noise, not stalls.
 pub const MIN_STALL: f64 = 1.0;
+/// Minimum cycles from which a static stall is explained too.
+pub const STATIC_STALL: f64 = 4.0;
 
 /// Analyses the procedure whose code `bytes` starts at virtual address
 /// `start`, with `samples` of a time event per virtual address and the
@@ -157,11 +169,23 @@ fn min_cycles(g: &cfg::Cfg, model: &mut dyn mca::MachineModel) -> Result<Vec<f64
     let sched = model.schedule(&texts)?;
     let mut m = vec![0.0; g.insns.len()];
     for (k, &b) in live.iter().enumerate() {
+        let gaps = skid(sched.get(k).map_or(&[][..], |v| v.as_slice()));
         for (j, i) in (g.blocks[b].first..g.blocks[b].end).enumerate() {
-            m[i] = sched.get(k).and_then(|v| v.get(j)).copied().unwrap_or(0.0);
+            m[i] = gaps.get(j).copied().unwrap_or(0.0);
         }
     }
     Ok(m)
+}
+
+/// Where the samples of a block's retire gaps land. The timer interrupt
+/// waits for the instruction at the head of the reorder buffer to retire
+/// and reports the next one, so the gap before instruction i retires is
+/// sampled at i+1 (measured here: a pointer chase's samples sit on the
+/// instruction after the load). The last gap wraps to the block's head,
+/// as the block's schedule does when llvm-mca runs it as a loop.
+pub fn skid(gaps: &[f64]) -> Vec<f64> {
+    let n = gaps.len();
+    (0..n).map(|i| gaps[(i + n - 1) % n]).collect()
 }
 
 fn insn_report(g: &cfg::Cfg, i: usize, s: &[f64], m: &[f64], est: &estimate::Estimate, period: f64) -> InsnReport {
@@ -169,7 +193,21 @@ fn insn_report(g: &cfg::Cfg, i: usize, s: &[f64], m: &[f64], est: &estimate::Est
     let f: Option<Freq> = est.block[b];
     let cpi = f.filter(|f| f.f > 0.0).map(|f| s[i] / f.f);
     let stall = cpi.map_or(0.0, |c| c - m[i]);
-    let culprits = if stall >= MIN_STALL { culprit::culprits(g, i, stall) } else { Vec::new() };
+    // Guilty until proven innocent: a low-confidence frequency cannot prove
+    // that the model's minimum was not itself a stall (a class whose only
+    // issue point always stalls, like a pointer chase), so the whole CPI is suspect.
+    let suspect = match f.map(|f| f.confidence) {
+        Some(Confidence::Low) => cpi.unwrap_or(0.0),
+        _ => stall,
+    };
+    let mut culprits = if suspect >= MIN_STALL { culprit::culprits(g, i, suspect) } else { Vec::new() };
+    // A long static stall behind a divide: the divider leads, even when the model foresaw it.
+    if m[i] >= STATIC_STALL && s[i] > 0.0 {
+        if let Some(c) = culprit::static_culprit(g, i) {
+            culprits.retain(|x| x.cause != c.cause);
+            culprits.insert(0, c);
+        }
+    }
     InsnReport {
         address: g.insns[i].addr,
         instruction: g.insns[i].text.clone(),
