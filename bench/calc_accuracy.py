@@ -18,7 +18,7 @@ import argparse, collections, json, os, subprocess, sys, tempfile, time
 
 PROCS = ["isort", "rle", "interp", "matmul", "hashprobe", "branchy", "divchain", "chase"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOUPE = os.path.join(ROOT, "target/release/loupe")
+LOUPE = os.environ.get("LOUPE_BIN") or os.path.join(ROOT, "target/release/loupe")
 
 
 def build(out):
@@ -30,13 +30,16 @@ def callgrind(binary, reps, only, tmp):
     """Per-address execution counts and per-(source, target) jump counts in the main executable."""
     out = os.path.join(tmp, f"cg-{reps}.out")
     args = [binary, "--reps", str(reps)] + (["--only", only] if only else [])
-    subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--dump-line=no", "--collect-jumps=yes",
-                    f"--callgrind-out-file={out}"] + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--dump-line=no", "--collect-jumps=yes",
+                    f"--callgrind-out-file={out}"] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     # valgrind 3.19 sometimes dies of SIGTRAP in _dl_fini after main has
     # returned; the counts are dumped all the same.
     if not os.path.exists(out):
         sys.exit(f"callgrind wrote no {out}")
-    return parse_callgrind(out, os.path.realpath(binary))
+    counts, jumps = parse_callgrind(out, os.path.realpath(binary))
+    if not counts:
+        sys.exit(f"callgrind counted nothing in {binary}: {r.stderr[-2000:]}")
+    return counts, jumps
 
 
 def parse_callgrind(path, binary):
@@ -56,12 +59,14 @@ def parse_callgrind(path, binary):
         line = line.rstrip("\n")
         if not line or line.startswith("#"):
             continue
-        if line.startswith("ob="):
-            rest = line[3:]
+        if line.startswith(("ob=", "cob=")):
+            # ob= and cob= share one table of compressed names.
+            rest = line.split("=", 1)[1]
             k, _, name = rest.partition(" ")
             if name:
                 names[k] = name
-            ob = names.get(k, rest)
+            if line.startswith("ob="):
+                ob = names.get(k, rest)
             continue
         if line.startswith("calls="):
             skip = True  # the next cost line is the call's inclusive cost
@@ -168,6 +173,10 @@ def main():
             out = subprocess.run([LOUPE, "calc", "--db", db, "--image", binary, "--procedure", p, "--format", "json"],
                                  check=True, capture_output=True, text=True)
             r = json.loads(out.stdout)
+            if not a.quiet:
+                hot = sum(x["samples"] for x in r["instructions"])
+                known = sum(1 for x in r["instructions"] if counts.get(int(x["address"], 16)))
+                print(f"{p}: {hot} samples, {known} of {len(r['instructions'])} instructions with exact counts", file=sys.stderr)
             pp = []
             for x in r["instructions"]:
                 n = counts.get(int(x["address"], 16), 0)
@@ -200,25 +209,31 @@ def main():
     if a.json:
         json.dump(res, open(a.json, "w"), indent=1)
     if not a.quiet:
-        report(res)
-    json.dump({k: res[k] for k in ["within5", "within10", "within15", "off15_labelled_low", "edges_within10"]}, sys.stdout)
+        report(res, sys.stderr)
+    if not a.quiet:
+        print(file=sys.stderr)
+    keys = ["within5", "within10", "within15", "off15_labelled_low", "edges_within10", "procedures"]
+    json.dump({k: res[k] for k in keys}, sys.stdout)
     print()
 
 
-def report(r):
-    print(f"calcwork, {r['seconds']} s per procedure, {r['freq']} samples/s, {r['samples']} samples in the procedures")
-    print(f"samples within 5%: {r['within5']:.1f}%  10%: {r['within10']:.1f}%  15%: {r['within15']:.1f}%; "
+def report(r, f):
+    def out(*x):
+        print(*x, file=f)
+
+    out(f"calcwork, {r['seconds']} s per procedure, {r['freq']} samples/s, {r['samples']} samples in the procedures")
+    out(f"samples within 5%: {r['within5']:.1f}%  10%: {r['within10']:.1f}%  15%: {r['within15']:.1f}%; "
           f"of samples off by >15%, labelled low: {r['off15_labelled_low']:.1f}%")
-    print("\n| confidence | share of samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|")
+    out("\n| confidence | share of samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|")
     for c, v in sorted(r["confidence"].items()):
-        print(f"| {c} | {v['share']:.1f}% | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
-    print("\n| procedure | repetitions | samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|---|")
+        out(f"| {c} | {v['share']:.1f}% | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
+    out("\n| procedure | repetitions | samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|---|")
     for p, v in r["procedures"].items():
-        print(f"| {p} | {v['reps']} | {v['samples']} | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
-    print("\n| error bucket | % of samples (instructions) | % of executions (edges) |\n|---|---|---|")
+        out(f"| {p} | {v['reps']} | {v['samples']} | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
+    out("\n| error bucket | % of samples (instructions) | % of executions (edges) |\n|---|---|---|")
     for k in r["histogram"]:
-        print(f"| {k}% | {r['histogram'][k]:.1f} | {r['edge_histogram'][k]:.1f} |")
-    print(f"\nedges within 10%: {r['edges_within10']:.1f}% of edge executions")
+        out(f"| {k}% | {r['histogram'][k]:.1f} | {r['edge_histogram'][k]:.1f} |")
+    out(f"\nedges within 10%: {r['edges_within10']:.1f}% of edge executions")
 
 
 if __name__ == "__main__":

@@ -91,7 +91,10 @@ pub fn culprits(g: &Cfg, i: usize, stall: f64) -> Vec<Culprit> {
     let branch = after_refetch.then(|| mispredicting_branch(g, b)).flatten();
     let dcache = load.map(|k| Culprit { cause: Cause::DCache, at: Some(g.insns[k].addr) });
     let mispredict = branch.map(|a| Culprit { cause: Cause::BranchMispredict, at: Some(a) });
-    if stall <= MISPREDICT_BOUND {
+    // A load retiring just before i (skid) or feeding i is direct evidence; a
+    // mispredict is only the head's position, and cannot explain a long stall.
+    let load_adjacent = load.is_some_and(|k| k != i);
+    if stall <= MISPREDICT_BOUND && !load_adjacent {
         out.extend(mispredict.into_iter().chain(dcache));
     } else {
         out.extend(dcache.into_iter().chain(mispredict));
