@@ -154,7 +154,7 @@ fn icache_possible(g: &Cfg, i: usize, head: bool, before: &[usize]) -> bool {
     if head && before.is_empty() {
         return true;
     }
-    before.iter().any(|&k| line(k) != line(i)) || (!head && g.insns[i].addr % CACHE_LINE == 0)
+    before.iter().any(|&k| line(k) != line(i)) || (!head && g.insns[i].addr.is_multiple_of(CACHE_LINE))
 }
 
 #[cfg(test)]

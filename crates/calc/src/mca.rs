@@ -97,10 +97,10 @@ fn gaps(rows: &[Vec<Option<usize>>], n: usize) -> Option<Vec<f64>> {
     for it in from..ITERATIONS {
         let row = rows.get(it)?;
         let prev_row = rows.get(it - 1)?;
-        for i in 0..n {
+        for (i, total) in sum.iter_mut().enumerate() {
             let r = (*row.get(i)?)? as f64;
             let before = if i == 0 { (*prev_row.get(n - 1)?)? } else { (*row.get(i - 1)?)? } as f64;
-            sum[i] += r - before;
+            *total += r - before;
         }
     }
     Some(sum.into_iter().map(|s| s / (ITERATIONS - from) as f64).collect())

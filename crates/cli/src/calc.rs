@@ -198,7 +198,7 @@ fn summary(out: &mut dyn Write, c: &Calc) -> Result<()> {
     let cyc = s.samples_with_estimates as f64 * c.period_cycles;
     let pct = |x: f64| if cyc > 0.0 { 100.0 * x / cyc } else { 0.0 };
     writeln!(out)?;
-    writeln!(out, "*** Summary of {} (cycles from samples with estimates: {cyc:.0})", "the procedure")?;
+    writeln!(out, "*** Summary of the procedure (cycles from samples with estimates: {cyc:.0})")?;
     writeln!(
         out,
         "*** Best-case {:.0}/{:.0} = {:.2}CPI",

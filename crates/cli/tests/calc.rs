@@ -68,7 +68,8 @@ fn calc_names_the_known_dominant_stall_first() {
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, u32, &str, &dyn Fn(&str) -> bool); 3] = [
+    type Case<'a> = (&'a str, u32, &'a str, &'a dyn Fn(&str) -> bool);
+    let cases: [Case; 3] = [
         ("chase", 800, "d-cache", &|i: &str| i.starts_with("mov (")),
         ("divchain", 1200, "divider", &|i: &str| i.starts_with("div")),
         ("branchy", 800, "branch-mispredict", &|i: &str| i.starts_with('j') && !i.starts_with("jmp")),
