@@ -170,6 +170,10 @@ pub fn build(insns: Vec<Insn>, mem: &dyn Memory) -> Cfg {
         }
     }
     mark_reachable(&mut blocks, &edges);
+    if missing {
+        // An unresolved jump may land on any block: none is provably dead.
+        blocks.iter_mut().for_each(|b| b.reachable = true);
+    }
     Cfg { insns, blocks, edges, missing_edges: missing }
 }
 
@@ -296,5 +300,7 @@ mod tests {
         // Checks that `jmp *%rax` with no table in sight marks the graph as missing edges.
         let g = build(decode(0, &[0x48, 0x89, 0xf8, 0xff, 0xe0, 0xc3]), &NoMemory);
         assert!(g.missing_edges && g.blocks[0].unresolved);
+        // The `ret` after it has no known predecessor but may be a target: still analysed.
+        assert!(g.blocks[1].reachable);
     }
 }
