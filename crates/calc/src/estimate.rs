@@ -145,10 +145,20 @@ fn direct_confidence(points: usize, spread: f64, samples: f64) -> Confidence {
 /// outgoing sums of blocks with known successors hold.
 fn propagate(g: &Cfg, c: &Classes, class_f: &mut [Option<Freq>]) {
     let mut eqs: Vec<(usize, Vec<usize>)> = Vec::new(); // (block class, edge classes)
+    let mut ins_of: Vec<Vec<usize>> = vec![Vec::new(); g.blocks.len()];
+    let mut outs_of: Vec<Vec<usize>> = vec![Vec::new(); g.blocks.len()];
+    for (e, fe) in c.edges.iter().enumerate() {
+        let Some(k) = c.edge[e] else { continue };
+        if let Some(t) = fe.to {
+            ins_of[t].push(k);
+        }
+        if let Some(f) = fe.from {
+            outs_of[f].push(k);
+        }
+    }
     for (b, blk) in g.blocks.iter().enumerate() {
         let Some(bc) = c.block[b] else { continue };
-        let ins: Vec<usize> = (0..c.edges.len()).filter(|&e| c.edges[e].to == Some(b)).filter_map(|e| c.edge[e]).collect();
-        let outs: Vec<usize> = (0..c.edges.len()).filter(|&e| c.edges[e].from == Some(b)).filter_map(|e| c.edge[e]).collect();
+        let (ins, outs) = (std::mem::take(&mut ins_of[b]), std::mem::take(&mut outs_of[b]));
         if !g.missing_edges && !ins.is_empty() {
             eqs.push((bc, ins));
         }

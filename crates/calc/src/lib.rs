@@ -129,7 +129,16 @@ pub fn analyze(
     let g = cfg::build(decode::decode(start, bytes), mem);
     let classes = equiv::classes(&g);
     let s: Vec<f64> = g.insns.iter().map(|x| samples.get(&x.addr).copied().unwrap_or(0) as f64).collect();
-    let m = min_cycles(&g, model)?;
+    // Only classes with samples need M_i (others estimate 0 or by propagation):
+    // a large procedure with few hot blocks schedules only those.
+    let mut class_hot = vec![false; classes.count];
+    for (b, blk) in g.blocks.iter().enumerate() {
+        if let Some(c) = classes.block[b] {
+            class_hot[c] |= (blk.first..blk.end).any(|i| s[i] > 0.0);
+        }
+    }
+    let wanted: Vec<bool> = (0..g.blocks.len()).map(|b| g.blocks[b].reachable && classes.block[b].is_some_and(|c| class_hot[c])).collect();
+    let m = min_cycles(&g, &wanted, model)?;
     let est = estimate::estimate(&g, &classes, &s, &m);
     let instructions: Vec<InsnReport> = (0..g.insns.len()).map(|i| insn_report(&g, i, &s, &m, &est, period_cycles)).collect();
     let blocks = (0..g.blocks.len())
@@ -161,9 +170,9 @@ pub fn analyze(
     Ok(Calc { instructions, blocks, edges, missing_edges: g.missing_edges, classes: classes.count, period_cycles, summary })
 }
 
-/// M_i of every instruction, scheduling the reachable blocks on `model`.
-fn min_cycles(g: &cfg::Cfg, model: &mut dyn mca::MachineModel) -> Result<Vec<f64>, String> {
-    let live: Vec<usize> = (0..g.blocks.len()).filter(|&b| g.blocks[b].reachable).collect();
+/// M_i of every instruction of the `wanted` blocks, scheduled on `model` (0 elsewhere).
+fn min_cycles(g: &cfg::Cfg, wanted: &[bool], model: &mut dyn mca::MachineModel) -> Result<Vec<f64>, String> {
+    let live: Vec<usize> = (0..g.blocks.len()).filter(|&b| wanted[b]).collect();
     let texts: Vec<Vec<String>> =
         live.iter().map(|&b| (g.blocks[b].first..g.blocks[b].end).map(|i| g.insns[i].text.clone()).collect()).collect();
     let sched = model.schedule(&texts)?;
