@@ -93,6 +93,7 @@ pub fn decode(start: u64, bytes: &[u8]) -> Vec<Insn> {
     fmt.options_mut().set_uppercase_hex(false);
     fmt.options_mut().set_gas_show_mnemonic_size_suffix(false);
     fmt.options_mut().set_space_after_operand_separator(true);
+    fmt.options_mut().set_branch_leading_zeros(false);
     let mut info = InstructionInfoFactory::new();
     let mut out = Vec::new();
     let mut ins = Instruction::default();

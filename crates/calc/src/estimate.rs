@@ -48,6 +48,9 @@ pub const MIN_ISSUE: f64 = 0.25;
 pub const FEW_SAMPLES: f64 = 40.0;
 /// A cluster's largest ratio is at most this times its smallest.
 pub const CLUSTER: f64 = 1.5;
+/// No instruction waits longer than this per execution (a few DRAM misses);
+/// a cluster implying more is discarded.
+pub const MAX_CPI: f64 = 5000.0;
 /// A cluster needs at least this fraction of the class's issue points.
 pub const MIN_FRACTION: f64 = 0.25;
 
@@ -120,6 +123,12 @@ fn estimate_class(g: &Cfg, blocks: &[usize], s: &[f64], m: &[f64]) -> Option<Fre
             continue;
         }
         let (cs, cm) = cluster.iter().fold((0.0, 0.0), |(a, b), r| (a + r.1, b + r.2));
+        // DCPI discards a cluster whose F would give another instruction of
+        // the class an unreasonable stall (a cluster of unsampled points gives F = 0).
+        let worst = insns.iter().map(|&i| s[i]).fold(0.0, f64::max);
+        if cs <= 0.0 || worst * cm / cs > MAX_CPI {
+            continue;
+        }
         let spread = if ratios[k].0 > 0.0 { cluster.last().unwrap().0 / ratios[k].0 } else { f64::INFINITY };
         let how = How::IssuePoints { points: cluster.len(), of: n, spread };
         return Some(Freq { f: cs / cm, confidence: direct_confidence(cluster.len(), spread, cs), how });
@@ -242,6 +251,19 @@ mod tests {
         assert!((f.f - 302.0 / 3.0).abs() < 1e-9, "{f:?}");
         assert_eq!(f.how, How::IssuePoints { points: 3, of: 4, spread: 104.0 / 98.0 });
         assert_eq!(f.confidence, Confidence::High);
+    }
+
+    #[test]
+    fn cluster_of_unsampled_issue_points_is_discarded() {
+        // Checks DCPI's rule: `testb (load); jne` with 0 samples on the only issue point and 1135 on jne
+        // gives ΣS/ΣM, not F = 0.
+        // testb $1,(%rdi); jne 0; ret
+        let bytes = [0xf6, 0x07, 0x01, 0x75, 0xfb, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let c = classes(&g);
+        let e = estimate(&g, &c, &[0.0, 1135.0, 0.0], &[0.5, 0.0, 0.5]);
+        let f = e.block[0].unwrap();
+        assert_eq!((f.f, f.how), (1135.0 / 0.5, How::SampleSum));
     }
 
     #[test]

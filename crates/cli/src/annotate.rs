@@ -107,7 +107,7 @@ fn text(out: &mut dyn Write, image: &str, procedure: &str, evs: &[&str], rows: &
                     let mark = if hot.contains_key(&(f.clone(), l)) { '*' } else { ' ' };
                     let share = hot.get(&(f.clone(), l)).map_or(String::new(), |n| format!("{:.2}%", pct(*n, totals[0])));
                     let base = f.rsplit('/').next().unwrap_or(f);
-                    writeln!(out, "{share:>8} {mark}:   {base}:{l}  {}", text.trim_end())?;
+                    writeln!(out, "{share:>8}{mark}:   {base}:{l}  {}", text.trim_end())?;
                     last_line = Some((f.clone(), l));
                 }
             }
