@@ -177,10 +177,11 @@ pub fn build(insns: Vec<Insn>, mem: &dyn Memory) -> Cfg {
     Cfg { insns, blocks, edges, missing_edges: missing }
 }
 
-/// `jmp *0x10(%rax)`-style jumps through a loaded pointer are calls in tail
-/// position; jump tables index with a scaled register.
+/// Jumps through one loaded pointer (`jmp *0x10(%rax)`, a PLT's
+/// `jmp *X(%rip)`) are calls in tail position; jump tables index with a
+/// scaled register.
 fn is_tail_call_shape(x: &Insn) -> bool {
-    x.mem.is_some_and(|m| m.index == Register::None && m.base != Register::RIP)
+    x.mem.is_some_and(|m| m.index == Register::None)
 }
 
 fn mark_reachable(blocks: &mut [Block], edges: &[Edge]) {
@@ -293,6 +294,13 @@ mod tests {
         let jb = g.block_of(g.insns.iter().position(|x| x.addr == 0x13).unwrap());
         let targets: Vec<u64> = g.blocks[jb].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
         assert_eq!(targets, vec![0x17, 0x18, 0x1b]);
+    }
+
+    #[test]
+    fn jump_through_the_got_is_a_tail_call() {
+        // Checks that a PLT-style `jmp *0x2fcc(%rip)` leaves the procedure without marking missing edges.
+        let g = build(decode(0x1026, &[0xff, 0x25, 0xcc, 0x2f, 0, 0]), &NoMemory);
+        assert!(!g.missing_edges && g.blocks[0].exits);
     }
 
     #[test]
