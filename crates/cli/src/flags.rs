@@ -58,6 +58,20 @@ Percentages are of all samples of the event in the selected epochs and processes
     /// Lock hold and wait times per lock (pthread mutexes and rwlocks), for a command or every process.
     #[command(after_help = crate::locks::LOCKS_HELP)]
     Locks(LocksArgs),
+    /// Disassembly of one procedure with samples per instruction, source lines interleaved (like perf annotate).
+    #[command(after_help = "Examples:\n  loupe annotate --image selftime --procedure hot_alpha\n  \
+loupe annotate --image libc.so.6 --procedure memcpy --source --epoch all --format json\n\n\
+Addresses are ELF virtual addresses, as objdump prints them. With --source, the hottest source lines are marked with *.")]
+    Annotate(AnnotateArgs),
+    /// Per-instruction execution counts, CPI and stall culprits of one procedure (DCPI's dcpicalc).
+    #[command(after_help = "Examples:\n  loupe calc --image calcwork --procedure chase\n  \
+loupe calc --image ./a.out --procedure main --format json > main.json\n\n\
+Execution counts are estimated from the samples alone: the procedure's control-flow graph, frequency classes by cycle \
+equivalence, and each instruction's minimum cycles from llvm-mca's model of this CPU (Debian package llvm-19). \
+Bubbles above an instruction name the possible causes of its dynamic stall and the instruction to blame: \
+d D-cache miss, D DTLB miss, f divider busy, p branch mispredict, i I-cache miss, w store buffer full. \
+The clock event's period (ns) becomes cycles with the core clock measured at start (or --cpu-ghz).")]
+    Calc(CalcArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -294,4 +308,58 @@ pub struct LocksArgs {
     /// Command to run and trace, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ProcedureArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// The image: its path, file name, or a unique part of its path.
+    #[arg(long)]
+    pub image: String,
+    /// The procedure: its (demangled) name, or a unique part of it.
+    #[arg(long)]
+    pub procedure: String,
+    /// Epoch to read: a number, `current` or `all`.
+    #[arg(long, default_value = "current")]
+    pub epoch: String,
+    /// Only samples of these process ids (repeatable).
+    #[arg(long)]
+    pub pid: Vec<u32>,
+    /// Only samples of processes with this name (repeatable).
+    #[arg(long)]
+    pub comm: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct AnnotateArgs {
+    #[command(flatten)]
+    pub proc_: ProcedureArgs,
+    /// Events to show (default: every event with samples in the image).
+    #[arg(short = 'e', long = "event")]
+    pub events: Vec<String>,
+    /// Interleave source lines (DWARF line tables; the source file must be readable).
+    #[arg(long)]
+    pub source: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CalcArgs {
+    #[command(flatten)]
+    pub proc_: ProcedureArgs,
+    /// The time event whose samples are analysed (cpu-clock, task-clock or cycles).
+    #[arg(short = 'e', long = "event", default_value = "cpu-clock")]
+    pub event: String,
+    /// CPU model for llvm-mca (`native`: the CPU LLVM detects here, which should be the one that ran the samples).
+    #[arg(long, default_value = "native")]
+    pub mcpu: String,
+    /// Path of llvm-mca (default: llvm-mca-19, then llvm-mca).
+    #[arg(long, value_name = "PATH")]
+    pub llvm_mca: Option<String>,
+    /// Core clock of the profiled machine in GHz (default: measured here).
+    #[arg(long, value_name = "GHZ")]
+    pub cpu_ghz: Option<f64>,
 }

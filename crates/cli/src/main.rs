@@ -1,9 +1,13 @@
 //! The `loupe` binary: flags, commands and output formatting.
 
+mod annotate;
+mod calc;
 mod collect;
 mod diff;
 mod flags;
 mod locks;
+mod machine;
+mod procedure;
 mod symbols;
 mod top;
 
@@ -22,6 +26,8 @@ fn main() -> ExitCode {
         Command::Epochs(a) => collect::epochs(a),
         Command::Top(a) => top::run(a),
         Command::Events => collect::events(),
+        Command::Calc(a) => calc::run(a),
+        Command::Annotate(a) => annotate::run(a),
         Command::Diff(a) => diff::diff(a),
         Command::Stats(a) => diff::stats(a),
         Command::Locks(a) => locks::run(a),

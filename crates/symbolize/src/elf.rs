@@ -16,6 +16,8 @@ pub struct Image {
     /// (address, size, demangled name), sorted by address.
     symbols: Vec<(u64, u64, String)>,
     dwarf: Option<addr2line::Context<Slice>>,
+    /// The whole file, for reading code and jump tables (see `code.rs`).
+    pub(crate) data: &'static [u8],
 }
 
 /// File bytes live as long as the process: analysis runs are short and
@@ -46,16 +48,24 @@ impl Image {
                 }
             }
         }
-        Ok(Image { segments, symbols, dwarf })
+        Ok(Image { segments, symbols, dwarf, data })
     }
 
-    fn vaddr(&self, off: u64) -> Option<u64> {
+    pub(crate) fn vaddr(&self, off: u64) -> Option<u64> {
         self.segments.iter().find(|(o, sz, _)| off >= *o && off < o + sz).map(|(o, _, va)| off - o + va)
     }
 
     fn file_offset(&self, vaddr: u64, near: u64) -> u64 {
         let seg = self.segments.iter().find(|(o, sz, _)| near >= *o && near < o + sz);
         seg.map_or(vaddr, |(o, _, va)| vaddr.wrapping_sub(*va).wrapping_add(*o))
+    }
+
+    pub(crate) fn segments(&self) -> &[(u64, u64, u64)] {
+        &self.segments
+    }
+
+    pub(crate) fn symbols(&self) -> &[(u64, u64, String)] {
+        &self.symbols
     }
 
     pub fn symbolize(&self, off: ImageOffset, lines: bool) -> Result<Symbol, Reason> {
@@ -92,7 +102,7 @@ impl Image {
         Some((outer?, addr))
     }
 
-    fn location(&self, addr: u64) -> (Option<String>, Option<u32>) {
+    pub(crate) fn location(&self, addr: u64) -> (Option<String>, Option<u32>) {
         let Some(ctx) = &self.dwarf else { return (None, None) };
         match ctx.find_location(addr) {
             Ok(Some(loc)) => (loc.file.map(str::to_string), loc.line),

@@ -16,9 +16,11 @@
 //! println!("{:?}", r[0]);
 //! ```
 
+mod code;
 mod elf;
 mod kernel;
 
+pub use code::{Code, ProcedureRange};
 pub use kernel::{kernel_text_base, parse_kallsyms, KernelSymbols};
 
 use loupe_model::{BuildId, ImageId, ImageKind, ImageOffset};

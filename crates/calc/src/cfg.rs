@@ -1,0 +1,314 @@
+//! The procedure's control-flow graph from its machine code (DCPI §6.1.1):
+//! blocks end at branches, jumps, returns and before branch targets; jump
+//! tables behind indirect jumps are read from the image; where an indirect
+//! jump's targets cannot be found the graph is marked as missing edges.
+
+use crate::decode::{Flow, Insn};
+use iced_x86::{Mnemonic, Register};
+use std::collections::{BTreeSet, HashMap};
+
+/// Bytes of the image by virtual address (jump tables live in `.rodata`).
+pub trait Memory {
+    fn read(&self, vaddr: u64, len: usize) -> Option<Vec<u8>>;
+}
+
+/// No memory: every indirect jump is unresolved.
+pub struct NoMemory;
+
+impl Memory for NoMemory {
+    fn read(&self, _: u64, _: usize) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EdgeKind {
+    FallThrough,
+    Taken,
+    Table,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edge {
+    pub from: usize,
+    pub to: usize,
+    pub kind: EdgeKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Instruction indices `first..last+1`.
+    pub first: usize,
+    pub end: usize,
+    pub succs: Vec<usize>,
+    pub preds: Vec<usize>,
+    /// Control leaves the procedure after this block (return, tail call).
+    pub exits: bool,
+    /// Ends in an indirect jump whose targets were not found.
+    pub unresolved: bool,
+    pub reachable: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Cfg {
+    pub insns: Vec<Insn>,
+    pub blocks: Vec<Block>,
+    pub edges: Vec<Edge>,
+    pub missing_edges: bool,
+}
+
+impl Cfg {
+    pub fn block_of(&self, insn: usize) -> usize {
+        self.blocks.partition_point(|b| b.end <= insn)
+    }
+
+    pub fn start(&self, b: usize) -> u64 {
+        self.insns[self.blocks[b].first].addr
+    }
+
+    pub fn last(&self, b: usize) -> &Insn {
+        &self.insns[self.blocks[b].end - 1]
+    }
+}
+
+/// Builds the graph of the procedure `insns` (decoded, contiguous).
+pub fn build(insns: Vec<Insn>, mem: &dyn Memory) -> Cfg {
+    let lo = insns.first().map_or(0, |i| i.addr);
+    let hi = insns.last().map_or(0, |i| i.end());
+    let inside = |a: u64| a >= lo && a < hi;
+    let index: HashMap<u64, usize> = insns.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
+    let mut tables: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut leaders: BTreeSet<usize> = BTreeSet::from([0]);
+    for (i, x) in insns.iter().enumerate() {
+        let targets: Vec<u64> = match x.flow {
+            Flow::Jump(t) | Flow::Branch(t) => vec![t],
+            Flow::IndirectJump => {
+                let t = jump_table(&insns, i, mem, &inside);
+                if let Some(t) = &t {
+                    let idx: Vec<usize> = t.iter().filter_map(|a| index.get(a).copied()).collect();
+                    tables.insert(i, idx);
+                }
+                t.unwrap_or_default()
+            }
+            _ => vec![],
+        };
+        for t in targets.into_iter().filter(|t| inside(*t)) {
+            if let Some(&j) = index.get(&t) {
+                leaders.insert(j);
+            }
+        }
+        if x.flow != Flow::Next && i + 1 < insns.len() {
+            leaders.insert(i + 1);
+        }
+    }
+    let starts: Vec<usize> = leaders.into_iter().collect();
+    let mut blocks: Vec<Block> = starts
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| Block {
+            first: s,
+            end: starts.get(k + 1).copied().unwrap_or(insns.len()),
+            succs: vec![],
+            preds: vec![],
+            exits: false,
+            unresolved: false,
+            reachable: false,
+        })
+        .collect();
+    let block_at = |i: usize| starts.partition_point(|&s| s <= i) - 1;
+    let mut edges = Vec::new();
+    let mut missing = false;
+    for b in 0..blocks.len() {
+        let li = blocks[b].end - 1;
+        let last = &insns[li];
+        let next = (blocks[b].end < insns.len()).then(|| b + 1);
+        let mut out: Vec<(usize, EdgeKind)> = Vec::new();
+        let jump_to = |t: u64, kind, out: &mut Vec<(usize, EdgeKind)>, exits: &mut bool| match index.get(&t) {
+            Some(&j) if inside(t) => out.push((block_at(j), kind)),
+            _ => *exits = true, // a tail call, or a target in another procedure
+        };
+        let mut exits = false;
+        match last.flow {
+            Flow::Next => match next {
+                Some(n) => out.push((n, EdgeKind::FallThrough)),
+                None => exits = true,
+            },
+            Flow::Jump(t) => jump_to(t, EdgeKind::Taken, &mut out, &mut exits),
+            Flow::Branch(t) => {
+                jump_to(t, EdgeKind::Taken, &mut out, &mut exits);
+                match next {
+                    Some(n) => out.push((n, EdgeKind::FallThrough)),
+                    None => exits = true,
+                }
+            }
+            Flow::IndirectJump => match tables.get(&li) {
+                Some(ts) => {
+                    let mut seen = BTreeSet::new();
+                    for &j in ts {
+                        if seen.insert(block_at(j)) {
+                            out.push((block_at(j), EdgeKind::Table));
+                        }
+                    }
+                }
+                // A jump through memory or a register with no table found: a tail
+                // call through a pointer leaves; anything else may go anywhere.
+                None if is_tail_call_shape(last) => exits = true,
+                None => {
+                    blocks[b].unresolved = true;
+                    missing = true;
+                }
+            },
+            Flow::Return => exits = true,
+            Flow::Stop => {}
+        }
+        blocks[b].exits = exits;
+        for (to, kind) in out {
+            let e = edges.len();
+            edges.push(Edge { from: b, to, kind });
+            blocks[b].succs.push(e);
+            blocks[to].preds.push(e);
+        }
+    }
+    mark_reachable(&mut blocks, &edges);
+    if missing {
+        // An unresolved jump may land on any block: none is provably dead.
+        blocks.iter_mut().for_each(|b| b.reachable = true);
+    }
+    Cfg { insns, blocks, edges, missing_edges: missing }
+}
+
+/// Jumps through one loaded pointer (`jmp *0x10(%rax)`, a PLT's
+/// `jmp *X(%rip)`) are calls in tail position; jump tables index with a
+/// scaled register.
+fn is_tail_call_shape(x: &Insn) -> bool {
+    x.mem.is_some_and(|m| m.index == Register::None)
+}
+
+fn mark_reachable(blocks: &mut [Block], edges: &[Edge]) {
+    if blocks.is_empty() {
+        return;
+    }
+    let mut stack = vec![0];
+    blocks[0].reachable = true;
+    while let Some(b) = stack.pop() {
+        for &e in &blocks[b].succs.clone() {
+            let t = edges[e].to;
+            if !blocks[t].reachable {
+                blocks[t].reachable = true;
+                stack.push(t);
+            }
+        }
+    }
+}
+
+/// Targets of the indirect jump at `at`, when it reads a table GCC and
+/// Clang emit: `jmp *T(,%r,8)` (absolute entries) or `lea T(%rip),%b;
+/// movslq (%b,%r,4),%x; add %b,%x; jmp *%x` (entries relative to T). The
+/// entry count comes from the `cmp $N, %r; ja default` guarding it, else
+/// entries are read while they land inside the procedure.
+fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) -> bool) -> Option<Vec<u64>> {
+    let window = &insns[at.saturating_sub(16)..at];
+    let bound = table_bound(window);
+    let jmp = &insns[at];
+    if let Some(m) = jmp.mem.filter(|m| m.index != Register::None && m.scale == 8 && m.base == Register::None) {
+        return read_entries(mem, m.disp, 8, bound, inside, |raw, _| raw);
+    }
+    // Relative table: the last RIP-relative lea before the jump names it.
+    let movslq = window.iter().rev().find(|x| x.mnemonic == Mnemonic::Movsxd && x.mem.is_some_and(|m| m.scale == 4))?;
+    let base_reg = movslq.mem?.base;
+    let (table, _) = window.iter().rev().filter_map(|x| x.lea_target).find(|(_, r)| *r == base_reg)?;
+    read_entries(mem, table, 4, bound, inside, |raw, t| t.wrapping_add(raw as u32 as i32 as i64 as u64))
+}
+
+fn table_bound(window: &[Insn]) -> Option<u64> {
+    // `cmp $N, %r` then `ja` (index <= N: N+1 entries) or `jae` (N entries).
+    let k = window.iter().rposition(|x| matches!(x.mnemonic, Mnemonic::Ja | Mnemonic::Jae))?;
+    let n = window[..k].iter().rev().find_map(|x| x.cmp_imm)?;
+    Some(if window[k].mnemonic == Mnemonic::Ja { n + 1 } else { n })
+}
+
+fn read_entries(
+    mem: &dyn Memory,
+    table: u64,
+    size: usize,
+    bound: Option<u64>,
+    inside: &dyn Fn(u64) -> bool,
+    target: impl Fn(u64, u64) -> u64,
+) -> Option<Vec<u64>> {
+    let max = bound.unwrap_or(1024).min(4096);
+    let mut out = Vec::new();
+    for k in 0..max {
+        let Some(raw) = mem.read(table + k * size as u64, size) else { break };
+        let v = raw.iter().rev().fold(0u64, |a, b| (a << 8) | *b as u64);
+        let t = target(v, table);
+        if !inside(t) {
+            if bound.is_some() {
+                return None; // the guard promised more entries: not a table we understand
+            }
+            break;
+        }
+        out.push(t);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::decode;
+
+    struct Bytes(u64, Vec<u8>);
+    impl Memory for Bytes {
+        fn read(&self, a: u64, len: usize) -> Option<Vec<u8>> {
+            let o = a.checked_sub(self.0)? as usize;
+            self.1.get(o..o + len).map(|s| s.to_vec())
+        }
+    }
+
+    #[test]
+    fn if_then_else_has_four_blocks_and_four_edges() {
+        // Checks block splitting at a branch and its target, and the exit at `ret`.
+        // 0: test edi,edi; je 8; mov eax,1; jmp 0xd; 8: mov eax,2; 0xd: ret
+        let bytes = [0x85, 0xff, 0x74, 0x07, 0xb8, 0x01, 0, 0, 0, 0xeb, 0x05, 0xb8, 0x02, 0, 0, 0, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let starts: Vec<u64> = (0..g.blocks.len()).map(|b| g.start(b)).collect();
+        assert_eq!(starts, vec![0, 4, 0xb, 0x10]);
+        let e: Vec<(usize, usize)> = g.edges.iter().map(|e| (e.from, e.to)).collect();
+        assert_eq!(e, vec![(0, 2), (0, 1), (1, 3), (2, 3)]);
+        assert!(g.blocks[3].exits && !g.missing_edges);
+    }
+
+    #[test]
+    fn relative_jump_table_is_read_with_its_bound() {
+        // Checks GCC's PIC jump table: cmp/ja bound, lea base, movslq, add, jmp *%rax -> three case edges.
+        // 0: cmp $2,%edi; ja 0x1c; lea 0x100(%rip),%rdx (=0x10f); movslq (%rdx,%rdi,4),%rax; add %rdx,%rax; jmp *%rax
+        // 0x17: ret (case 0) ; 0x18: nop x3 ; 0x1b: ret... cases at 0x17, 0x18, 0x1b; 0x1c: ret (default)
+        let mut bytes = vec![0x83, 0xff, 0x02, 0x77, 0x17, 0x48, 0x8d, 0x15, 0x00, 0x01, 0, 0];
+        bytes.extend([0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0]); // movslq, add, jmp *%rax -> ends at 0x15
+        bytes.extend([0x90, 0x90, 0xc3, 0x90, 0x90, 0x90, 0xc3, 0xc3]); // 0x15..0x1d
+        let code = decode(0, &bytes);
+        let table = 0x10c_u64; // lea at 5, len 7: rip 0xc + 0x100
+        let entries: Vec<u8> = [0x17i32, 0x18, 0x1b].iter().flat_map(|t| ((*t as i64 - table as i64) as i32).to_le_bytes()).collect();
+        let g = build(code, &Bytes(table, entries));
+        assert!(!g.missing_edges);
+        let jb = g.block_of(g.insns.iter().position(|x| x.addr == 0x13).unwrap());
+        let targets: Vec<u64> = g.blocks[jb].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
+        assert_eq!(targets, vec![0x17, 0x18, 0x1b]);
+    }
+
+    #[test]
+    fn jump_through_the_got_is_a_tail_call() {
+        // Checks that a PLT-style `jmp *0x2fcc(%rip)` leaves the procedure without marking missing edges.
+        let g = build(decode(0x1026, &[0xff, 0x25, 0xcc, 0x2f, 0, 0]), &NoMemory);
+        assert!(!g.missing_edges && g.blocks[0].exits);
+    }
+
+    #[test]
+    fn unknown_indirect_jump_marks_missing_edges() {
+        // Checks that `jmp *%rax` with no table in sight marks the graph as missing edges.
+        let g = build(decode(0, &[0x48, 0x89, 0xf8, 0xff, 0xe0, 0xc3]), &NoMemory);
+        assert!(g.missing_edges && g.blocks[0].unresolved);
+        // The `ret` after it has no known predecessor but may be a target: still analysed.
+        assert!(g.blocks[1].reachable);
+    }
+}

@@ -1,0 +1,296 @@
+//! Frequencies from samples (DCPI §6.1.3-6.1.5): each equivalence class's
+//! frequency F (samples per cycle of one execution) from its issue points,
+//! local propagation over the flow constraints, and a confidence label.
+
+use crate::cfg::Cfg;
+use crate::equiv::Classes;
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    Low,
+    Medium,
+    High,
+}
+
+/// How an estimate was made.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum How {
+    /// Mean of a cluster of the smallest issue-point ratios.
+    IssuePoints { points: usize, of: usize, spread: f64 },
+    /// ΣS/ΣM over the class (few samples or no usable cluster).
+    SampleSum,
+    /// From the flow constraints of neighbouring estimates.
+    Propagated,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Freq {
+    /// Executions per sampling period (executions = f x period in cycles).
+    pub f: f64,
+    pub confidence: Confidence,
+    pub how: How,
+}
+
+#[derive(Clone, Debug)]
+pub struct Estimate {
+    pub block: Vec<Option<Freq>>,
+    /// Per flow edge of [`Classes::edges`].
+    pub edge: Vec<Option<Freq>>,
+}
+
+/// Below this many cycles an instruction is not an issue point: it retires
+/// with its predecessor.
+pub const MIN_ISSUE: f64 = 0.25;
+/// A class with fewer samples is estimated as ΣS/ΣM (DCPI's second challenge).
+pub const FEW_SAMPLES: f64 = 40.0;
+/// A cluster's largest ratio is at most this times its smallest.
+pub const CLUSTER: f64 = 1.5;
+/// No instruction waits longer than this per execution (a few DRAM misses);
+/// a cluster implying more is discarded.
+pub const MAX_CPI: f64 = 5000.0;
+/// A cluster needs at least this fraction of the class's issue points.
+pub const MIN_FRACTION: f64 = 0.25;
+
+/// The latest earlier instruction of the same block that writes a register
+/// instruction `i` reads.
+pub fn producer(g: &Cfg, i: usize) -> Option<usize> {
+    let first = g.blocks[g.block_of(i)].first;
+    let reads = g.insns[i].reads | g.insns[i].addr_regs;
+    (first..i).rev().find(|&j| g.insns[j].writes & reads != 0)
+}
+
+/// DCPI's ratio for issue point `i`: S_i/M_i, or over the window j+1..=i
+/// after the instruction j it depends on, whose latency dynamic stalls
+/// in between cannot shorten.
+fn issue_ratio(g: &Cfg, s: &[f64], m: &[f64], i: usize) -> (f64, f64) {
+    let from = producer(g, i).map_or(i, |j| j + 1);
+    let (ws, wm) = (from..=i).fold((0.0, 0.0), |(a, b), k| (a + s[k], b + m[k]));
+    (ws, wm)
+}
+
+/// Estimates every block and edge frequency of `g`.
+pub fn estimate(g: &Cfg, c: &Classes, s: &[f64], m: &[f64]) -> Estimate {
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); c.count];
+    for (b, cl) in c.block.iter().enumerate() {
+        if let Some(cl) = cl {
+            members[*cl].push(b);
+        }
+    }
+    let direct: Vec<Option<Freq>> = members.iter().map(|bs| estimate_class(g, bs, s, m)).collect();
+    // Sure estimates first; ΣS/ΣM ones only where propagation finds nothing better.
+    let mut class_f: Vec<Option<Freq>> = direct.iter().map(|d| d.filter(|f| f.how != How::SampleSum)).collect();
+    propagate(g, c, &mut class_f);
+    for (k, d) in direct.iter().enumerate() {
+        if class_f[k].is_none() {
+            class_f[k] = *d;
+        }
+    }
+    propagate(g, c, &mut class_f);
+    Estimate {
+        block: c.block.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
+        edge: c.edge.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
+    }
+}
+
+fn estimate_class(g: &Cfg, blocks: &[usize], s: &[f64], m: &[f64]) -> Option<Freq> {
+    let insns: Vec<usize> = blocks.iter().flat_map(|&b| g.blocks[b].first..g.blocks[b].end).collect();
+    if insns.is_empty() {
+        return None;
+    }
+    let total_s: f64 = insns.iter().map(|&i| s[i]).sum();
+    let total_m: f64 = insns.iter().map(|&i| m[i]).sum();
+    let sum = (total_m > 0.0).then(|| Freq { f: total_s / total_m, confidence: Confidence::Low, how: How::SampleSum });
+    if total_s < FEW_SAMPLES {
+        return sum;
+    }
+    let mut ratios: Vec<(f64, f64, f64)> = insns
+        .iter()
+        .filter(|&&i| m[i] >= MIN_ISSUE)
+        .map(|&i| issue_ratio(g, s, m, i))
+        .filter(|(_, wm)| *wm > 0.0)
+        .map(|(ws, wm)| (ws / wm, ws, wm))
+        .collect();
+    ratios.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let n = ratios.len();
+    let need = ((n as f64 * MIN_FRACTION).ceil() as usize).max(2).min(n);
+    for k in 0..n {
+        let hi = ratios[k].0 * CLUSTER;
+        let cluster: Vec<&(f64, f64, f64)> = ratios[k..].iter().take_while(|r| r.0 <= hi).collect();
+        if cluster.len() < need {
+            continue;
+        }
+        let (cs, cm) = cluster.iter().fold((0.0, 0.0), |(a, b), r| (a + r.1, b + r.2));
+        // DCPI discards a cluster whose F would give another instruction of
+        // the class an unreasonable stall (a cluster of unsampled points gives F = 0).
+        let worst = insns.iter().map(|&i| s[i]).fold(0.0, f64::max);
+        if cs <= 0.0 || worst * cm / cs > MAX_CPI {
+            continue;
+        }
+        let spread = if ratios[k].0 > 0.0 { cluster.last().unwrap().0 / ratios[k].0 } else { f64::INFINITY };
+        let how = How::IssuePoints { points: cluster.len(), of: n, spread };
+        return Some(Freq { f: cs / cm, confidence: direct_confidence(cluster.len(), spread, cs), how });
+    }
+    sum
+}
+
+/// DCPI §6.1.5: more issue points, tighter ratios and more samples make a
+/// surer estimate.
+fn direct_confidence(points: usize, spread: f64, samples: f64) -> Confidence {
+    if points >= 3 && spread <= 1.3 && samples >= 100.0 {
+        Confidence::High
+    } else if points >= 2 && samples >= 40.0 {
+        Confidence::Medium
+    } else {
+        Confidence::Low
+    }
+}
+
+/// Local propagation (§6.1.4): a block's frequency is the sum of its
+/// incoming and of its outgoing edges; each new value goes to the whole
+/// class at once; no value is negative. With missing edges only the
+/// outgoing sums of blocks with known successors hold.
+fn propagate(g: &Cfg, c: &Classes, class_f: &mut [Option<Freq>]) {
+    let mut eqs: Vec<(usize, Vec<usize>)> = Vec::new(); // (block class, edge classes)
+    let mut ins_of: Vec<Vec<usize>> = vec![Vec::new(); g.blocks.len()];
+    let mut outs_of: Vec<Vec<usize>> = vec![Vec::new(); g.blocks.len()];
+    for (e, fe) in c.edges.iter().enumerate() {
+        let Some(k) = c.edge[e] else { continue };
+        if let Some(t) = fe.to {
+            ins_of[t].push(k);
+        }
+        if let Some(f) = fe.from {
+            outs_of[f].push(k);
+        }
+    }
+    for (b, blk) in g.blocks.iter().enumerate() {
+        let Some(bc) = c.block[b] else { continue };
+        let (ins, outs) = (std::mem::take(&mut ins_of[b]), std::mem::take(&mut outs_of[b]));
+        if !g.missing_edges && !ins.is_empty() {
+            eqs.push((bc, ins));
+        }
+        if !blk.unresolved && !outs.is_empty() {
+            eqs.push((bc, outs));
+        }
+    }
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (lhs, rhs) in &eqs {
+            changed |= apply(*lhs, rhs, class_f);
+        }
+    }
+}
+
+/// One flow equation `lhs = Σ rhs` (over classes; a class may appear in
+/// rhs several times). Returns whether it set a value.
+fn apply(lhs: usize, rhs: &[usize], f: &mut [Option<Freq>]) -> bool {
+    let unknown: Vec<usize> = rhs.iter().copied().filter(|&k| f[k].is_none()).collect();
+    let known: f64 = rhs.iter().filter_map(|&k| f[k]).map(|x| x.f).sum();
+    let worst = rhs.iter().filter_map(|&k| f[k]).map(|x| x.confidence).chain(f[lhs].map(|x| x.confidence)).min();
+    match (f[lhs], unknown.as_slice()) {
+        (None, []) => {
+            f[lhs] = Some(derived(known, worst.unwrap_or(Confidence::Low), known));
+            true
+        }
+        (Some(l), [u, rest @ ..]) if rest.iter().all(|r| r == u) && unknown.first() != Some(&lhs) => {
+            // A negative difference says the estimates disagree, not that
+            // the item never ran: it stays unknown, for its own samples to decide.
+            let value = (l.f - known) / unknown.len() as f64;
+            if value <= 0.0 {
+                return false;
+            }
+            f[*u] = Some(derived(value, worst.unwrap_or(Confidence::Low), l.f));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// A propagated value is one level less sure than its inputs, and low
+/// when it is a small difference of large numbers.
+fn derived(value: f64, inputs: Confidence, scale: f64) -> Freq {
+    let c = if value < 0.2 * scale {
+        Confidence::Low
+    } else {
+        match inputs {
+            Confidence::High => Confidence::Medium,
+            _ => Confidence::Low,
+        }
+    };
+    Freq { f: value, confidence: c, how: How::Propagated }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cfg::{build, NoMemory};
+    use crate::decode::decode;
+    use crate::equiv::classes;
+
+    /// 0: test; je 8 | 4: mov eax,1; jmp 0xd | 0xb: mov eax,2 | 0x10: ret
+    fn diamond() -> Cfg {
+        let bytes = [0x85, 0xff, 0x74, 0x07, 0xb8, 0x01, 0, 0, 0, 0xeb, 0x05, 0xb8, 0x02, 0, 0, 0, 0xc3];
+        build(decode(0, &bytes), &NoMemory)
+    }
+
+    #[test]
+    fn smallest_cluster_ignores_a_stalled_issue_point() {
+        // Checks §6.1.3 on a hand-made class: ratios 100, 104, 98, 500 (a stall) -> F ≈ 100.67 from three points.
+        // One block of four instructions with no register dependences between them.
+        // mov $1,%eax; mov $2,%ecx; mov $3,%edx; mov $4,%esi; ret
+        let bytes = [0xb8, 1, 0, 0, 0, 0xb9, 2, 0, 0, 0, 0xba, 3, 0, 0, 0, 0xbe, 4, 0, 0, 0, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let c = classes(&g);
+        let s = [100.0, 104.0, 98.0, 500.0, 0.0];
+        let m = [1.0, 1.0, 1.0, 1.0, 0.0];
+        let e = estimate(&g, &c, &s, &m);
+        let f = e.block[0].unwrap();
+        assert!((f.f - 302.0 / 3.0).abs() < 1e-9, "{f:?}");
+        assert_eq!(f.how, How::IssuePoints { points: 3, of: 4, spread: 104.0 / 98.0 });
+        assert_eq!(f.confidence, Confidence::High);
+    }
+
+    #[test]
+    fn cluster_of_unsampled_issue_points_is_discarded() {
+        // Checks DCPI's rule: `testb (load); jne` with 0 samples on the only issue point and 1135 on jne
+        // gives ΣS/ΣM, not F = 0.
+        // testb $1,(%rdi); jne 0; ret
+        let bytes = [0xf6, 0x07, 0x01, 0x75, 0xfb, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let c = classes(&g);
+        let e = estimate(&g, &c, &[0.0, 1135.0, 0.0], &[0.5, 0.0, 0.5]);
+        let f = e.block[0].unwrap();
+        assert_eq!((f.f, f.how), (1135.0 / 0.5, How::SampleSum));
+    }
+
+    #[test]
+    fn propagation_fills_the_arm_without_samples() {
+        // Checks §6.1.4: head/join class F=10, then-arm F=7 (direct) -> else-arm F=3 by the flow constraint.
+        let g = diamond();
+        let c = classes(&g);
+        // insns: 0 test, 1 je, 2 mov, 3 jmp, 4 mov, 5 ret
+        let s = [250.0, 0.0, 175.0, 175.0, 0.0, 250.0];
+        let m = [25.0, 0.0, 25.0, 25.0, 0.0, 25.0];
+        let e = estimate(&g, &c, &s, &m);
+        let near = |x: Option<Freq>, want: f64| (x.unwrap().f - want).abs() < 1e-9;
+        assert!(near(e.block[0], 10.0) && near(e.block[3], 10.0));
+        assert!(near(e.block[1], 7.0));
+        let els = e.block[2].unwrap();
+        assert!((els.f - 3.0).abs() < 1e-9 && els.how == How::Propagated, "{els:?}");
+    }
+
+    #[test]
+    fn propagation_never_goes_negative() {
+        // Checks the no-negative rule: an arm estimated above its head leaves the other arm to its own samples (0 here).
+        let g = diamond();
+        let c = classes(&g);
+        let s = [250.0, 0.0, 350.0, 350.0, 0.0, 250.0];
+        let m = [25.0, 0.0, 25.0, 25.0, 25.0, 25.0];
+        let e = estimate(&g, &c, &s, &m);
+        let els = e.block[2].unwrap();
+        assert_eq!((els.f, els.how, els.confidence), (0.0, How::SampleSum, Confidence::Low));
+    }
+}

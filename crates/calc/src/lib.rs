@@ -1,0 +1,270 @@
+//! DCPI's dcpicalc for x86-64 (DCPI §6): from the machine code of one
+//! procedure and its time-biased PC samples, how many times each
+//! instruction ran, its cycles per execution, and the likely causes of
+//! its stalls.
+//!
+//! Design constraint: no IO. The code bytes, the samples, the image's
+//! memory (for jump tables) and the machine model come in as values and
+//! traits, so every step is testable on literal instruction sequences.
+//!
+//! ```
+//! use loupe_calc::{analyze, cfg::NoMemory, mca::MachineModel};
+//! struct OneCycle;
+//! impl MachineModel for OneCycle {
+//!     fn schedule(&mut self, b: &[Vec<String>]) -> Result<Vec<Vec<f64>>, String> {
+//!         Ok(b.iter().map(|v| vec![1.0; v.len()]).collect())
+//!     }
+//!     fn describe(&self) -> String { "one cycle each".into() }
+//! }
+//! // mov $1,%eax; ret — 300 samples each, 1000 cycles per sample.
+//! let code = [0xb8, 1, 0, 0, 0, 0xc3];
+//! let samples = [(0x1000, 300), (0x1005, 300)].into_iter().collect();
+//! let c = analyze(0x1000, &code, &samples, 1000.0, &mut OneCycle, &NoMemory).unwrap();
+//! assert_eq!(c.instructions[0].executions.unwrap().round(), 300_000.0);
+//! ```
+
+pub mod cfg;
+pub mod culprit;
+pub mod decode;
+pub mod equiv;
+pub mod estimate;
+pub mod mca;
+
+use culprit::{Cause, Culprit};
+use estimate::{Confidence, Freq};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn skid_moves_each_gap_to_the_next_instruction() {
+        // Checks that a load's 5-cycle retire gap is expected on the instruction after it, wrapping at the end.
+        assert_eq!(super::skid(&[5.0, 0.0, 1.0]), vec![1.0, 5.0, 0.0]);
+        assert!(super::skid(&[]).is_empty());
+    }
+}
+
+/// One instruction of the listing (Figure 2).
+#[derive(Clone, Debug, Serialize)]
+pub struct InsnReport {
+    pub address: u64,
+    pub instruction: String,
+    pub samples: u64,
+    /// Minimum cycles per execution without dynamic stalls (the model's M_i).
+    pub min_cycles: f64,
+    pub executions: Option<f64>,
+    /// Cycles per execution at the head of the reorder buffer.
+    pub cpi: Option<f64>,
+    pub confidence: Option<Confidence>,
+    /// Dynamic stall cycles per execution (CPI - M_i), when positive.
+    pub stall: f64,
+    pub culprits: Vec<Culprit>,
+    pub block: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockReport {
+    pub start: u64,
+    /// Address just past the last instruction.
+    pub end: u64,
+    pub executions: Option<f64>,
+    pub confidence: Option<Confidence>,
+    pub how: Option<estimate::How>,
+    pub class: Option<usize>,
+    pub reachable: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EdgeReport {
+    pub from: u64,
+    pub to: u64,
+    pub executions: Option<f64>,
+    pub confidence: Option<Confidence>,
+}
+
+/// Figure 4: where the procedure's cycles went.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub instructions_executed: f64,
+    pub cycles: f64,
+    /// Cycles if no instruction stalled dynamically (Σ M_i E_i).
+    pub best_case_cycles: f64,
+    /// Per cause: (cycles where it is the only culprit, cycles where it is one of them).
+    pub causes: BTreeMap<String, (f64, f64)>,
+    pub unexplained_stall: f64,
+    pub unexplained_gain: f64,
+    pub dynamic_stall: f64,
+    pub samples: u64,
+    pub samples_with_estimates: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Calc {
+    pub instructions: Vec<InsnReport>,
+    pub blocks: Vec<BlockReport>,
+    pub edges: Vec<EdgeReport>,
+    pub missing_edges: bool,
+    pub classes: usize,
+    pub period_cycles: f64,
+    pub summary: Summary,
+}
+
+/// Stalls shorter than this (cycles per execution) are noise, not stalls.
+pub const MIN_STALL: f64 = 1.0;
+/// Minimum cycles from which a static stall is explained too.
+pub const STATIC_STALL: f64 = 4.0;
+
+/// Analyses the procedure whose code `bytes` starts at virtual address
+/// `start`, with `samples` of a time event per virtual address and the
+/// mean sampling period in cycles.
+pub fn analyze(
+    start: u64,
+    bytes: &[u8],
+    samples: &HashMap<u64, u64>,
+    period_cycles: f64,
+    model: &mut dyn mca::MachineModel,
+    mem: &dyn cfg::Memory,
+) -> Result<Calc, String> {
+    let g = cfg::build(decode::decode(start, bytes), mem);
+    let classes = equiv::classes(&g);
+    let s: Vec<f64> = g.insns.iter().map(|x| samples.get(&x.addr).copied().unwrap_or(0) as f64).collect();
+    // Only classes with samples need M_i (others estimate 0 or by propagation):
+    // a large procedure with few hot blocks schedules only those.
+    let mut class_hot = vec![false; classes.count];
+    for (b, blk) in g.blocks.iter().enumerate() {
+        if let Some(c) = classes.block[b] {
+            class_hot[c] |= (blk.first..blk.end).any(|i| s[i] > 0.0);
+        }
+    }
+    let wanted: Vec<bool> = (0..g.blocks.len()).map(|b| g.blocks[b].reachable && classes.block[b].is_some_and(|c| class_hot[c])).collect();
+    let m = min_cycles(&g, &wanted, model)?;
+    let est = estimate::estimate(&g, &classes, &s, &m);
+    let instructions: Vec<InsnReport> = (0..g.insns.len()).map(|i| insn_report(&g, i, &s, &m, &est, period_cycles)).collect();
+    let blocks = (0..g.blocks.len())
+        .map(|b| {
+            let f = est.block[b];
+            BlockReport {
+                start: g.start(b),
+                end: g.last(b).end(),
+                executions: f.map(|f| f.f * period_cycles),
+                confidence: f.map(|f| f.confidence),
+                how: f.map(|f| f.how),
+                class: classes.block[b],
+                reachable: g.blocks[b].reachable,
+            }
+        })
+        .collect();
+    let edges = g
+        .edges
+        .iter()
+        .enumerate()
+        .map(|(k, e)| EdgeReport {
+            from: g.last(e.from).addr,
+            to: g.start(e.to),
+            executions: est.edge[k].map(|f| f.f * period_cycles),
+            confidence: est.edge[k].map(|f| f.confidence),
+        })
+        .collect();
+    let summary = summarize(&instructions, period_cycles);
+    Ok(Calc { instructions, blocks, edges, missing_edges: g.missing_edges, classes: classes.count, period_cycles, summary })
+}
+
+/// M_i of every instruction of the `wanted` blocks, scheduled on `model` (0 elsewhere).
+fn min_cycles(g: &cfg::Cfg, wanted: &[bool], model: &mut dyn mca::MachineModel) -> Result<Vec<f64>, String> {
+    let live: Vec<usize> = (0..g.blocks.len()).filter(|&b| wanted[b]).collect();
+    let texts: Vec<Vec<String>> =
+        live.iter().map(|&b| (g.blocks[b].first..g.blocks[b].end).map(|i| g.insns[i].text.clone()).collect()).collect();
+    let sched = model.schedule(&texts)?;
+    let mut m = vec![0.0; g.insns.len()];
+    for (k, &b) in live.iter().enumerate() {
+        let gaps = skid(sched.get(k).map_or(&[][..], |v| v.as_slice()));
+        for (j, i) in (g.blocks[b].first..g.blocks[b].end).enumerate() {
+            m[i] = gaps.get(j).copied().unwrap_or(0.0);
+        }
+    }
+    Ok(m)
+}
+
+/// Where the samples of a block's retire gaps land. The timer interrupt
+/// waits for the instruction at the head of the reorder buffer to retire
+/// and reports the next one, so the gap before instruction i retires is
+/// sampled at i+1 (measured here: a pointer chase's samples sit on the
+/// instruction after the load). The last gap wraps to the block's head,
+/// as the block's schedule does when llvm-mca runs it as a loop.
+pub fn skid(gaps: &[f64]) -> Vec<f64> {
+    let n = gaps.len();
+    (0..n).map(|i| gaps[(i + n - 1) % n]).collect()
+}
+
+fn insn_report(g: &cfg::Cfg, i: usize, s: &[f64], m: &[f64], est: &estimate::Estimate, period: f64) -> InsnReport {
+    let b = g.block_of(i);
+    let f: Option<Freq> = est.block[b];
+    let cpi = f.filter(|f| f.f > 0.0).map(|f| s[i] / f.f);
+    let stall = cpi.map_or(0.0, |c| c - m[i]);
+    // Guilty until proven innocent: a low-confidence frequency cannot prove
+    // that the model's minimum was not itself a stall (a class whose only
+    // issue point always stalls, like a pointer chase), so the whole CPI is suspect.
+    let suspect = match f.map(|f| f.confidence) {
+        Some(Confidence::Low) => cpi.unwrap_or(0.0),
+        _ => stall,
+    };
+    let mut culprits = if suspect >= MIN_STALL { culprit::culprits(g, i, suspect) } else { Vec::new() };
+    // A long static stall behind a divide: the divider leads, even when the model foresaw it.
+    if m[i] >= STATIC_STALL && s[i] > 0.0 {
+        if let Some(c) = culprit::static_culprit(g, i) {
+            culprits.retain(|x| x.cause != c.cause);
+            culprits.insert(0, c);
+        }
+    }
+    InsnReport {
+        address: g.insns[i].addr,
+        instruction: g.insns[i].text.clone(),
+        samples: s[i] as u64,
+        min_cycles: m[i],
+        executions: f.map(|f| f.f * period),
+        cpi,
+        confidence: f.map(|f| f.confidence),
+        stall,
+        culprits,
+        block: b,
+    }
+}
+
+/// Aggregates the listing into Figure 4's ranges: a cause's lower bound
+/// counts stalls it alone explains, its upper bound every stall it is
+/// among the culprits of.
+fn summarize(rows: &[InsnReport], period: f64) -> Summary {
+    let mut s = Summary::default();
+    for c in Cause::ALL {
+        s.causes.insert(c.name().to_string(), (0.0, 0.0));
+    }
+    for r in rows {
+        s.samples += r.samples;
+        s.cycles += r.samples as f64 * period;
+        let Some(e) = r.executions else { continue };
+        s.samples_with_estimates += r.samples;
+        s.instructions_executed += e;
+        s.best_case_cycles += r.min_cycles * e;
+        let stall = r.stall * e;
+        if r.cpi.is_none() {
+            continue;
+        }
+        if stall < 0.0 {
+            s.unexplained_gain += stall;
+            continue;
+        }
+        s.dynamic_stall += stall;
+        if r.culprits.is_empty() {
+            s.unexplained_stall += stall;
+        }
+        for c in &r.culprits {
+            let x = s.causes.get_mut(c.cause.name()).expect("every cause is listed");
+            x.1 += stall;
+            if r.culprits.len() == 1 {
+                x.0 += stall;
+            }
+        }
+    }
+    s
+}

@@ -1,0 +1,225 @@
+//! `loupe calc` (DCPI's dcpicalc): estimated execution counts, CPI and
+//! stall culprits of one procedure, printed like DCPI's Figures 2 and 4.
+
+use crate::flags::{CalcArgs, Format};
+use crate::machine::{measure_ghz, LlvmMca};
+use crate::procedure::{find_procedure, load, symbolizer, Filter};
+use anyhow::{anyhow, bail, Result};
+use loupe_calc::culprit::Cause;
+use loupe_calc::mca::MachineModel;
+use loupe_calc::{analyze, Calc};
+use loupe_model::EventName;
+use loupe_symbolize::Code;
+use std::io::Write;
+
+struct Mem<'a>(&'a Code<'a>);
+
+impl loupe_calc::cfg::Memory for Mem<'_> {
+    fn read(&self, vaddr: u64, len: usize) -> Option<Vec<u8>> {
+        self.0.bytes(vaddr, len as u64).map(<[u8]>::to_vec)
+    }
+}
+
+pub fn run(a: CalcArgs) -> Result<u8> {
+    let p = &a.proc_;
+    let mut syms = symbolizer(&p.db.db);
+    let filter = Filter { image: &p.image, epoch: &p.epoch, pids: &p.pid, comms: &p.comm };
+    let sel = load(&p.db.db, &filter, &mut syms)?;
+    let ev = EventName::new(&a.event);
+    let Some(samples) = sel.samples.get(&ev) else {
+        let have: Vec<&str> = sel.samples.keys().map(|e| e.as_str()).collect();
+        bail!("no samples of event {} in {} (events present: {})", a.event, sel.image.path, have.join(", "));
+    };
+    let (n, period_sum) = sel.totals[&ev];
+    let (ghz, clock_note) = match (a.event.as_str(), a.cpu_ghz) {
+        ("cycles", _) => (1.0, "period counted in cycles".to_string()),
+        ("cpu-clock" | "task-clock", Some(g)) => (g, format!("clock {g:.2} GHz (--cpu-ghz)")),
+        ("cpu-clock" | "task-clock", None) => {
+            let g = measure_ghz();
+            (g, format!("clock {g:.2} GHz (measured here)"))
+        }
+        (e, _) => bail!("calc needs a time event (cpu-clock, task-clock or cycles), not {e}"),
+    };
+    let period_cycles = period_sum as f64 / n.max(1) as f64 * ghz;
+    let code = syms.code(&sel.image).map_err(|r| anyhow!("cannot read {}: {r}", sel.image.path))?;
+    let proc_ = find_procedure(&code, &p.procedure, &sel.image.path)?;
+    let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
+    let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
+    let calc = analyze(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code)).map_err(|e| anyhow!("{e}"))?;
+    let hw: Vec<&str> =
+        sel.samples.keys().map(|e| e.as_str()).filter(|e| !matches!(*e, "cpu-clock" | "task-clock" | "page-faults")).collect();
+    let head = Header {
+        procedure: &proc_.name,
+        image: &sel.image.path,
+        epochs: sel.epochs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(","),
+        event: &a.event,
+        model: model.describe(),
+        clock: clock_note,
+        hw_events: hw.join(", "),
+    };
+    let mut out = std::io::stdout().lock();
+    match p.format {
+        Format::Json => json(&mut out, &head, &calc),
+        Format::Text => text(&mut out, &head, &calc),
+    }?;
+    Ok(0)
+}
+
+struct Header<'a> {
+    procedure: &'a str,
+    image: &'a str,
+    epochs: String,
+    event: &'a str,
+    model: String,
+    clock: String,
+    hw_events: String,
+}
+
+fn hex(a: u64) -> String {
+    format!("{a:x}")
+}
+
+fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
+    let insns: Vec<serde_json::Value> = c
+        .instructions
+        .iter()
+        .map(|r| {
+            let culprits: Vec<serde_json::Value> =
+                r.culprits.iter().map(|k| serde_json::json!({"cause": k.cause, "at": k.at.map(hex)})).collect();
+            serde_json::json!({
+                "address": hex(r.address), "instruction": r.instruction, "samples": r.samples,
+                "executions": r.executions.map(f64::round), "cpi": r.cpi, "confidence": r.confidence,
+                "min_cycles": r.min_cycles, "stall": r.stall.max(0.0), "culprits": culprits,
+            })
+        })
+        .collect();
+    let blocks: Vec<serde_json::Value> = c
+        .blocks
+        .iter()
+        .map(|b| {
+            serde_json::json!({"start": hex(b.start), "end": hex(b.end), "executions": b.executions.map(f64::round),
+                "confidence": b.confidence, "class": b.class, "how": b.how, "reachable": b.reachable})
+        })
+        .collect();
+    let edges: Vec<serde_json::Value> = c
+        .edges
+        .iter()
+        .map(|e| serde_json::json!({"from": hex(e.from), "to": hex(e.to), "executions": e.executions.map(f64::round), "confidence": e.confidence}))
+        .collect();
+    let doc = serde_json::json!({
+        "procedure": h.procedure, "image": h.image, "epochs": h.epochs, "event": h.event,
+        "model": h.model, "clock": h.clock, "period_cycles": c.period_cycles,
+        "hardware_events": if h.hw_events.is_empty() { serde_json::Value::Null } else { h.hw_events.clone().into() },
+        "missing_edges": c.missing_edges, "classes": c.classes,
+        "instructions": insns, "blocks": blocks, "edges": edges, "summary": c.summary,
+    });
+    writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    Ok(())
+}
+
+fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
+    let s = &c.summary;
+    writeln!(out, "*** {} in {} (epoch {}), {} samples of {}", h.procedure, h.image, h.epochs, s.samples, h.event)?;
+    writeln!(out, "*** model: {}; {}; {:.0} cycles per sample", h.model, h.clock, c.period_cycles)?;
+    let cfg_note =
+        if c.missing_edges { "CFG missing edges (unresolved indirect jump): one class per block and edge" } else { "CFG complete" };
+    writeln!(out, "*** {} blocks, {} frequency classes; {cfg_note}", c.blocks.len(), c.classes)?;
+    if h.hw_events.is_empty() {
+        writeln!(out, "*** No hardware event samples (no PMU): culprits are possible causes, not bounded by event counts.")?;
+    } else {
+        writeln!(out, "*** Hardware events present: {} (not yet used to bound culprits)", h.hw_events)?;
+    }
+    writeln!(out, "***")?;
+    writeln!(out, "{:>8}  {:<40} {:>8} {:>12} {:>8} {:<6}  Culprit", "Addr", "Instruction", "Samples", "Executions", "CPI", "Conf")?;
+    let mut block = usize::MAX;
+    for r in &c.instructions {
+        if r.block != block {
+            block = r.block;
+            block_header(out, c, block)?;
+        }
+        if !r.culprits.is_empty() {
+            bubbles(out, r)?;
+        }
+        let execs = r.executions.map_or("-".into(), |e| format!("{e:.0}"));
+        let cpi = r.cpi.map_or("-".into(), |x| format!("{x:.1}cy"));
+        let conf = r.confidence.map_or("-".into(), |x| format!("{x:?}").to_lowercase());
+        let blame: Vec<String> =
+            r.culprits.iter().filter_map(|k| k.at).map(hex).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        writeln!(
+            out,
+            "{:>8x}  {:<40} {:>8} {:>12} {:>8} {:<6}  {}",
+            r.address,
+            r.instruction,
+            r.samples,
+            execs,
+            cpi,
+            conf,
+            blame.join(" ")
+        )?;
+    }
+    summary(out, c)
+}
+
+fn block_header(out: &mut dyn Write, c: &Calc, b: usize) -> Result<()> {
+    let blk = &c.blocks[b];
+    let rows: Vec<&loupe_calc::InsnReport> = c.instructions.iter().filter(|r| r.block == b).collect();
+    let n = rows.len() as f64;
+    let best: f64 = rows.iter().map(|r| r.min_cycles).sum();
+    let actual: Option<f64> = rows.iter().map(|r| r.cpi).sum();
+    let execs = blk.executions.map_or("unknown".into(), |e| format!("{e:.0}"));
+    let conf = blk.confidence.map_or(String::new(), |x| format!(" ({x:?} confidence)").to_lowercase());
+    writeln!(out)?;
+    writeln!(out, "*** block {:x}-{:x}: executions {execs}{conf}", blk.start, blk.end)?;
+    writeln!(out, "*** Best-case {best:.1}/{n} = {:.2}CPI", best / n)?;
+    if let Some(a) = actual {
+        writeln!(out, "*** Actual {a:.1}/{n} = {:.2}CPI", a / n)?;
+    }
+    Ok(())
+}
+
+/// Figure 2's bubbles: the culprits' letters, what they mean, the stall.
+fn bubbles(out: &mut dyn Write, r: &loupe_calc::InsnReport) -> Result<()> {
+    let letters: String = r.culprits.iter().map(|k| k.cause.letter()).collect();
+    let why: Vec<String> = r
+        .culprits
+        .iter()
+        .map(|k| match k.at {
+            Some(a) => format!("{} = {} at {a:x}", k.cause.letter(), k.cause.name()),
+            None => format!("{} = {}", k.cause.letter(), k.cause.name()),
+        })
+        .collect();
+    writeln!(out, "{:>10}{letters:<6} ({}) ... {:.1}cy stall", "", why.join(", "), r.stall)?;
+    Ok(())
+}
+
+/// Figure 4: where the procedure's cycles went.
+fn summary(out: &mut dyn Write, c: &Calc) -> Result<()> {
+    let s = &c.summary;
+    let cyc = s.samples_with_estimates as f64 * c.period_cycles;
+    let pct = |x: f64| if cyc > 0.0 { 100.0 * x / cyc } else { 0.0 };
+    writeln!(out)?;
+    writeln!(out, "*** Summary of the procedure (cycles from samples with estimates: {cyc:.0})")?;
+    writeln!(
+        out,
+        "*** Best-case {:.0}/{:.0} = {:.2}CPI",
+        s.best_case_cycles,
+        s.instructions_executed,
+        s.best_case_cycles / s.instructions_executed.max(1.0)
+    )?;
+    writeln!(out, "*** Actual {:.0}/{:.0} = {:.2}CPI", cyc, s.instructions_executed, cyc / s.instructions_executed.max(1.0))?;
+    writeln!(out, "***")?;
+    for cause in Cause::ALL {
+        let (lo, hi) = s.causes[cause.name()];
+        writeln!(out, "*** {:<20} {:>5.1}% to {:>5.1}%", cause.name(), pct(lo), pct(hi))?;
+    }
+    writeln!(out, "***")?;
+    writeln!(out, "*** {:<20} {:>5.1}%", "Unexplained stall", pct(s.unexplained_stall))?;
+    writeln!(out, "*** {:<20} {:>5.1}%", "Unexplained gain", pct(s.unexplained_gain))?;
+    writeln!(out, "*** -----")?;
+    writeln!(out, "*** {:<20} {:>5.1}%", "Subtotal dynamic", pct(s.dynamic_stall))?;
+    writeln!(out, "*** {:<20} {:>5.1}%", "Static (best case)", pct(s.best_case_cycles))?;
+    if s.samples > s.samples_with_estimates {
+        writeln!(out, "*** {} samples in blocks without an estimate", s.samples - s.samples_with_estimates)?;
+    }
+    Ok(())
+}

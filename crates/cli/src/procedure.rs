@@ -1,0 +1,127 @@
+//! What `loupe annotate` and `loupe calc` share: finding one procedure of
+//! one image in the database, its code, and its samples per event.
+
+use crate::top::select_epochs;
+use anyhow::{bail, Result};
+use loupe_model::{EventName, ImageId, ProcessKey};
+use loupe_store::{Database, EpochId};
+use loupe_symbolize::{Code, ProcedureRange, Symbolizer, SymbolizerOptions};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+pub struct Selected {
+    pub image: ImageId,
+    pub epochs: Vec<EpochId>,
+    /// Per event: samples per ELF virtual address of the whole image.
+    pub samples: BTreeMap<EventName, HashMap<u64, u64>>,
+    /// Per event: (samples, period sum) of the image, for the mean period.
+    pub totals: BTreeMap<EventName, (u64, u64)>,
+}
+
+pub struct Filter<'a> {
+    pub image: &'a str,
+    pub epoch: &'a str,
+    pub pids: &'a [u32],
+    pub comms: &'a [String],
+}
+
+impl Filter<'_> {
+    fn keep(&self, p: &ProcessKey) -> bool {
+        (self.pids.is_empty() || self.pids.contains(&p.pid)) && (self.comms.is_empty() || self.comms.contains(&p.comm))
+    }
+}
+
+pub fn symbolizer(db: &Path) -> Symbolizer {
+    let mut opts = SymbolizerOptions::default();
+    opts.image_cache_dirs.push(db.join("images"));
+    Symbolizer::new(opts)
+}
+
+/// The one image whose path matches `--image` (exactly, by file name, or
+/// as a substring, in that order of preference).
+fn choose_image(db: &Database, epochs: &[EpochId], want: &str) -> Result<ImageId> {
+    let mut found: Vec<ImageId> = Vec::new();
+    for &e in epochs {
+        let (index, _) = db.index(e)?;
+        for x in index.entries {
+            if x.image.path.contains(want) && !found.contains(&x.image) {
+                found.push(x.image);
+            }
+        }
+    }
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    let exact: Vec<&ImageId> = found.iter().filter(|i| i.path == want).collect();
+    let named: Vec<&ImageId> = found.iter().filter(|i| base(&i.path) == want).collect();
+    let pick = [exact, named, found.iter().collect()].into_iter().find(|v| !v.is_empty()).unwrap_or_default();
+    let mut paths: Vec<&str> = pick.iter().map(|i| i.path.as_str()).collect();
+    paths.dedup();
+    match (pick.len(), paths.len()) {
+        (0, _) => bail!("no image matching {want:?} has samples in the selected epochs"),
+        (1, _) => Ok(pick[0].clone()),
+        (_, 1) => bail!("{} has samples under {} build-ids in these epochs; choose one with --epoch", paths[0], pick.len()),
+        _ => bail!("--image {want:?} matches several images: {}", paths.join(", ")),
+    }
+}
+
+pub fn load(db_path: &Path, f: &Filter, syms: &mut Symbolizer) -> Result<Selected> {
+    let db = Database::open(db_path)?;
+    let epochs = select_epochs(&db, f.epoch)?;
+    let image = choose_image(&db, &epochs, f.image)?;
+    let code = syms.code(&image).map_err(|r| anyhow::anyhow!("cannot read {}: {r}", image.path))?;
+    let mut samples: BTreeMap<EventName, HashMap<u64, u64>> = BTreeMap::new();
+    let mut totals: BTreeMap<EventName, (u64, u64)> = BTreeMap::new();
+    for &e in &epochs {
+        let (profiles, bad) = db.load(e, &|x| x.image == image)?;
+        for p in &bad {
+            eprintln!("loupe: skipping corrupt profile {p}");
+        }
+        for p in profiles {
+            let t = totals.entry(p.event.clone()).or_default();
+            t.0 += p.total_samples();
+            t.1 += p.period_sum;
+            let per = samples.entry(p.event.clone()).or_default();
+            for (off, n) in p.by_offset(|k| f.keep(k)) {
+                if let Some(va) = code.vaddr(off) {
+                    *per.entry(va).or_insert(0) += n;
+                }
+            }
+        }
+    }
+    Ok(Selected { image, epochs, samples, totals })
+}
+
+/// The procedure named `name` in `code`; several matches are an error that lists them.
+pub fn find_procedure(code: &Code, name: &str, image: &str) -> Result<ProcedureRange> {
+    let mut found = code.find(name);
+    found.dedup_by(|a, b| a.start == b.start);
+    match found.len() {
+        0 => bail!("no procedure {name:?} in {image}"),
+        1 => Ok(found.remove(0)),
+        _ => {
+            let names: Vec<String> = found.iter().take(10).map(|p| format!("{} at {:x}", p.name, p.start)).collect();
+            bail!("procedure {name:?} is ambiguous in {image}: {}", names.join(", "))
+        }
+    }
+}
+
+/// Events to show: those asked for, else every event with samples
+/// (cpu-clock first).
+pub fn events(sel: &Selected, wanted: &[String]) -> Result<Vec<EventName>> {
+    if wanted.is_empty() {
+        let mut v: Vec<EventName> = sel.samples.keys().cloned().collect();
+        v.sort_by_key(|e| e.as_str() != "cpu-clock");
+        return Ok(v);
+    }
+    wanted
+        .iter()
+        .map(|w| {
+            let e = EventName::new(w);
+            if sel.samples.contains_key(&e) {
+                Ok(e)
+            } else {
+                let have: Vec<&str> = sel.samples.keys().map(|e| e.as_str()).collect();
+                bail!("no samples of event {w} in {} (events present: {})", sel.image.path, have.join(", "))
+            }
+        })
+        .collect()
+}
