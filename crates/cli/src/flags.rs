@@ -71,6 +71,13 @@ pub struct SamplingArgs {
     /// and says why when it falls back to streaming.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
+    /// Do not collect call stacks (flat per-instruction profiles only; allows the BPF backend).
+    #[arg(long)]
+    pub no_stacks: bool,
+    /// Bytes of user stack copied per sample for DWARF unwinding of code without frame pointers
+    /// (deeper stacks end in an `[unwind stopped]` frame); 0 = frame pointers only.
+    #[arg(long, default_value_t = 16384, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=65528))]
+    pub stack_bytes: u32,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

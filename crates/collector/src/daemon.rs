@@ -94,8 +94,15 @@ impl Engine {
     pub fn new(cfg: &SamplerConfig, db: Database, flush_every: Duration, choice: BackendChoice) -> Result<Engine> {
         let events: Vec<EventName> = cfg.events.iter().map(|e| EventName::new(&e.name)).collect();
         let sampler = Sampler::open(cfg)?;
-        let (bpf, backend_note) = open_backend(&sampler, choice)?;
-        let collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
+        // Call stacks ride on the streaming path (the BPF tables hold flat buckets).
+        let (bpf, backend_note) = match cfg.callchain {
+            true => (None, "stream (call stacks: kernel chains, user stacks unwound in the daemon)".to_string()),
+            false => open_backend(&sampler, choice)?,
+        };
+        let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
+        if cfg.callchain {
+            collector.enable_stacks();
+        }
         let epoch = db.current_epoch()?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         db.set_epoch_meta(epoch, "kernel", release.trim())?;
@@ -167,6 +174,9 @@ impl Engine {
         self.slice += 1;
         self.next_slice_at += self.flush_every / FLUSH_SLICES as u32;
         let profiles = self.collector.take_profiles(|i| i as u64 % FLUSH_SLICES == k);
+        if k == 0 {
+            self.store_stacks()?;
+        }
         self.store(profiles)
     }
 
@@ -178,7 +188,19 @@ impl Engine {
             self.drain()?;
         }
         let profiles = self.collector.take_profiles(|_| true);
+        self.store_stacks()?;
         self.store(profiles)
+    }
+
+    fn store_stacks(&mut self) -> Result<()> {
+        let stacks = self.collector.take_stacks();
+        if stacks.is_empty() {
+            return Ok(());
+        }
+        let report = self.db.merge_stacks(self.db.current_epoch()?, &stacks)?;
+        self.flush_bytes += report.bytes_written;
+        self.problems.extend(report.problems.iter().map(|p| p.to_string()));
+        Ok(())
     }
 
     fn store(&mut self, profiles: Vec<loupe_model::Profile>) -> Result<()> {
