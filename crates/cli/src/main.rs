@@ -2,6 +2,7 @@
 
 mod collect;
 mod flags;
+mod stacks;
 mod symbols;
 mod top;
 
@@ -20,6 +21,8 @@ fn main() -> ExitCode {
         Command::Epochs(a) => collect::epochs(a),
         Command::Top(a) => top::run(a),
         Command::Events => collect::events(),
+        Command::Flame(a) => stacks::flame(a),
+        Command::Export(a) => stacks::export(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -10,6 +10,9 @@ use loupe_store::{Database, EpochId, IndexEntry};
 use std::io::Write;
 
 pub fn run(a: TopArgs) -> Result<u8> {
+    if a.children || a.callers.is_some() || a.callees.is_some() {
+        return crate::stacks::top(a);
+    }
     let db = Database::open(&a.db.db)?;
     let epochs = select_epochs(&db, &a.epoch)?;
     let image_filter = a.image.clone();
@@ -35,7 +38,7 @@ pub fn run(a: TopArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
+pub fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
     let all: Vec<EpochId> = db.epochs()?.into_iter().map(|e| e.id).collect();
     Ok(match which {
         "all" => all,
