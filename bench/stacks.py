@@ -8,11 +8,14 @@
             chains + 16 KiB user stack copies unwound with DWARF CFI).
   size      database bytes of the flat profiles vs the stack tables, one
             system-wide recording while a mix runs.
+  truth     callstack's self-measured inclusive/self shares beside loupe's and
+            perf's (--call-graph fp for the frame-pointer build, dwarf for the
+            build whose library has none).
   reach     share of a program's samples whose stack reaches its root
             (_start for the main thread, clone3/start_thread for others), loupe
             vs `perf record --call-graph dwarf,16384` on the same program.
 
-Usage: bench/stacks.py [overhead|size|reach ...] [--rounds N] [--rate HZ]
+Usage: bench/stacks.py [truth|overhead|size|reach ...] [--rounds N] [--rate HZ]
 Environment: LOUPE (default target/release/loupe). Run as root.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
@@ -173,16 +176,65 @@ def reach():
             print(f"| `{name}` | {lt} | {100 * lo / max(lt, 1):.1f}% | {pt} | {100 * po / max(pt, 1):.1f}% |")
 
 
+def perf_stacks(cmd, tmp, mode):
+    """(stack root-first list of symbols, 1) per perf sample."""
+    data = os.path.join(tmp, "perf.data")
+    subprocess.run(["perf", "record", "-q", "-F", "2000", "--call-graph", mode, "-o", data, "--", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "ip,sym"], capture_output=True, text=True).stdout
+    stacks = []
+    for block in out.split("\n\n"):
+        syms = [l.split()[1].split("+")[0] for l in block.strip().splitlines() if len(l.split()) > 1]
+        if syms:
+            stacks.append(list(reversed(syms)))
+    return stacks
+
+
+def shares(stacks, truth):
+    """Inclusive/self shares of a's inclusive samples, as the test computes them."""
+    inc, slf = {}, {}
+    for st, n in stacks:
+        for f in set(st):
+            inc[f] = inc.get(f, 0) + n
+        slf[st[-1]] = slf.get(st[-1], 0) + n
+    base = inc.get("a", 0) or 1
+    return {
+        "a self": 100 * slf.get("a", 0) / base, "b self": 100 * slf.get("b", 0) / base, "d self": 100 * slf.get("d", 0) / base,
+        "b inclusive": 100 * inc.get("b", 0) / base, "d inclusive": 100 * inc.get("d", 0) / base,
+        "c_work inclusive": 100 * inc.get("c_work", 0) / base,
+    }
+
+
+def truth():
+    """callstack's self-measured shares vs loupe and perf, FP and DWARF builds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for build, perf_mode, loupe_args in [("callstack", "fp", ["--stack-bytes", "0"]), ("nofp/callstack", "dwarf,16384", [])]:
+            out = os.path.join(tmp, "truth.json")
+            db = os.path.join(tmp, f"db-{time.time_ns()}")
+            subprocess.run([LOUPE, "record", "--db", db, "--freq", "2000", *loupe_args, "--", os.path.join(WL, build), "--seconds", "4", "--out", out], stderr=subprocess.DEVNULL, check=True)
+            t = json.load(open(out))
+            folded = subprocess.run([LOUPE, "export", "--db", db, "--format", "collapsed", "--pid", str(t["pid"])], capture_output=True, text=True, check=True).stdout
+            lo = shares([(l.rsplit(" ", 1)[0].split(";"), int(l.rsplit(" ", 1)[1])) for l in folded.splitlines()], t)
+            pf = shares([(s, 1) for s in perf_stacks([os.path.join(WL, build), "--seconds", "4"], tmp, perf_mode)], t)
+            s, tot = t["self"], t["total_cpu"]
+            want = {"a self": s["a"], "b self": s["b"], "d self": s["d"], "b inclusive": s["b"] + s["c_via_b"],
+                    "d inclusive": s["d"] + s["c_via_d"], "c_work inclusive": s["c_via_b"] + s["c_via_d"]}
+            print(f"\n`{build}` (loupe {' '.join(loupe_args) or 'default'}; perf --call-graph {perf_mode})\n")
+            print("| share of a's samples | truth | loupe | perf |")
+            print("|---|---|---|---|")
+            for k in want:
+                print(f"| {k} | {100 * want[k] / tot:.2f}% | {lo[k]:.2f}% | {pf[k]:.2f}% |")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", nargs="*", default=["overhead", "size", "reach"])
+    ap.add_argument("what", nargs="*", default=["truth", "overhead", "size", "reach"])
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=int, default=30)
     a = ap.parse_args()
     build()
     for w in a.what:
-        {"overhead": lambda: overhead(a.rounds, a.rate), "size": lambda: size(a.seconds), "reach": reach}[w]()
+        {"overhead": lambda: overhead(a.rounds, a.rate), "size": lambda: size(a.seconds), "reach": reach, "truth": truth}[w]()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 use crate::unwind::{End, Unwinders};
 use crate::{images, kernel, Collector};
 use loupe_model::stacks::{truncated_image, Frame, StackProfile};
-use loupe_model::{EventName, ImageOffset, ProcessKey};
+use loupe_model::{ImageOffset, ProcessKey};
 use loupe_perf::Sample;
 use std::collections::HashMap;
 
@@ -183,11 +183,6 @@ impl Collector {
         let mut v: Vec<StackProfile> = out.into_values().collect();
         v.sort_by(|a, b| a.event.cmp(&b.event));
         v
-    }
-
-    /// Names of the events stacks are kept for.
-    pub fn stack_events(&self) -> &[EventName] {
-        &self.events
     }
 }
 

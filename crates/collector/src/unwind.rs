@@ -136,7 +136,6 @@ impl Unwinders {
     /// executable mappings with, per image, a path to read it from (None
     /// for the vDSO). Pushes runtime addresses, leaf first; caller frames
     /// are return addresses.
-    #[allow(clippy::too_many_arguments)]
     pub fn unwind(
         &mut self,
         pid: u32,
