@@ -109,7 +109,7 @@ def mix():
                 if f.tell() > 4 << 20:
                     break
                 try:
-                    f.write(open(os.path.join("/usr/bin", name), "rb").read())
+                    f.write(open(os.path.join("/usr/bin", name), "rb").read()[: (4 << 20) - f.tell()])
                 except OSError:
                     pass
     return [

@@ -67,6 +67,8 @@ pub struct IntervalReport {
     pub bpf_evicted: u64,
     pub bpf_dropped: u64,
     pub aggregation_factor: f64,
+    /// Call stacks since start (count, DWARF unwinds, stopped before the root), when on.
+    pub stacks: Option<crate::stacks::StackStats>,
 }
 
 /// A sampler feeding a collector feeding a database.
@@ -398,6 +400,7 @@ impl Meter {
             rss_kib: own_rss_kib(),
             flush_bytes: e.flush_bytes,
             sample_period: e.sampler.mean_period(0),
+            stacks: e.collector.stack_stats(),
         }
     }
 
