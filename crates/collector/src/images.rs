@@ -107,11 +107,25 @@ impl ImageTable {
         if let Some(b) = kernel_build_id.filter(|b| !b.0.is_empty()) {
             return self.intern(ImageId::elf(path, Some(b)));
         }
+        // MMAP2 records carry no inode: stat the mapped file, so a file
+        // without a build-id is content-hashed once, not on every mmap of it.
+        let inode = match inode {
+            0 => std::os::unix::fs::MetadataExt::ino(&match fs::metadata(probe_path) {
+                Ok(m) => m,
+                Err(_) => return self.probe_and_intern(probe, path, probe_path, 0),
+            }),
+            n => n,
+        };
         if inode != 0 {
             if let Some(&i) = self.by_file.get(&(path.to_string(), inode)) {
                 return (i, false);
             }
         }
+        self.probe_and_intern(probe, path, probe_path, inode)
+    }
+
+    /// Reads the build-id (or hashes the content) and remembers the file by inode.
+    fn probe_and_intern(&mut self, probe: &mut dyn FileProbe, path: &str, probe_path: &Path, inode: u64) -> (u32, bool) {
         let id = match probe.read_build_id(probe_path) {
             Some(b) => ImageId::elf(path, Some(b)),
             None => ImageId { content_hash: probe.content_hash(probe_path), ..ImageId::elf(path, None) },
