@@ -23,7 +23,10 @@ import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
 WL = os.path.join(ROOT, "target/bench-workloads")
-ROOTS = {"_start", "clone3", "__clone3", "clone", "__clone", "start_thread"}
+# A stack reaches its root when it holds the thread's entry: _start or libc's
+# frames that call main (stripped programs have no _start symbol), or the
+# thread-start frames.
+ROOTS = {"_start", "__libc_start_main", "__libc_start_call_main", "clone3", "__clone3", "clone", "__clone", "start_thread"}
 
 
 def build():
@@ -146,7 +149,7 @@ def loupe_reach(cmd, tmp):
         stack, n = line.rsplit(" ", 1)
         frames = stack.split(";")
         tot += int(n)
-        ok += int(n) * (frames[0] in ROOTS)
+        ok += int(n) * any(f in ROOTS for f in frames)
     return ok, tot
 
 
@@ -160,8 +163,7 @@ def perf_reach(cmd, tmp):
         if not lines:
             continue
         tot += 1
-        last = lines[-1]
-        ok += len(last) > 1 and last[1].split("+")[0] in ROOTS
+        ok += any(len(l) > 1 and l[1].split("+")[0] in ROOTS for l in lines)
     return ok, tot
 
 
