@@ -2,8 +2,12 @@
 //! values and symbols through the [`SymbolSource`] trait, so every analysis
 //! is testable on literal inputs.
 
+pub mod callgraph;
 pub mod compare;
 pub mod diff;
+pub mod export;
+pub mod flame;
+pub mod pprof;
 pub mod significance;
 pub mod stats;
 pub mod top;
@@ -23,6 +27,12 @@ pub struct SymInfo {
 pub trait SymbolSource {
     /// One entry per offset, in order; `None` where the offset has no symbol.
     fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Option<SymInfo>>;
+
+    /// Per offset, the functions inlined there, innermost first (not
+    /// including the procedure `symbolize` names). None by default.
+    fn inlined(&mut self, _image: &ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
+        vec![Vec::new(); offsets.len()]
+    }
 }
 
 /// How an image is shown in tables: its path, or its bracketed name.

@@ -40,7 +40,17 @@ fn resolve_events(names: &[String]) -> Result<Vec<EventSpec>> {
 }
 
 fn sampler_config(s: &SamplingArgs) -> Result<SamplerConfig> {
-    Ok(SamplerConfig { events: resolve_events(&s.events)?, freq_hz: s.freq, ..SamplerConfig::default() })
+    let mut cfg = SamplerConfig { events: resolve_events(&s.events)?, freq_hz: s.freq, ..SamplerConfig::default() };
+    if !s.no_stacks {
+        if s.backend == crate::flags::Backend::Bpf {
+            bail!("--backend bpf keeps flat profiles only; add --no-stacks, or use --backend stream for call stacks");
+        }
+        cfg.callchain = true;
+        cfg.user_stack_bytes = s.stack_bytes;
+        // Stack copies make samples ~100x larger: give the rings room.
+        cfg.ring_pages = 1024;
+    }
+    Ok(cfg)
 }
 
 fn seconds(s: f64, what: &str) -> Result<Duration> {
@@ -131,6 +141,16 @@ fn summarize(e: &Engine, took: Duration) {
         e.db.root().display(),
         epoch
     );
+    if let Some(st) = e.collector.stack_stats() {
+        eprintln!(
+            "loupe: {} stacks ({} unwound from stack copies), {} stopped before the root ({:.2}%), {:.1} frames on average",
+            st.stacks,
+            st.dwarf_unwinds,
+            st.truncated,
+            100.0 * st.truncated as f64 / st.stacks.max(1) as f64,
+            st.frames as f64 / st.stacks.max(1) as f64
+        );
+    }
     for p in &e.problems {
         eprintln!("loupe: warning: {p}");
     }

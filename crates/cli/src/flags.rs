@@ -43,7 +43,7 @@ Control a running daemon with `loupe flush --db DIR` and `loupe epoch --db DIR`.
     Epochs(DbArg),
     /// Samples per image, procedure or source line, sorted descending (DCPI's dcpiprof).
     #[command(
-        after_help = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n\n\
+        after_help = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n  loupe top --children\n  loupe top --callers c_work\n\n\
 Percentages are of all samples of the event in the selected epochs and processes, including the [unknown] image."
     )]
     Top(TopArgs),
@@ -72,6 +72,89 @@ Bubbles above an instruction name the possible causes of its dynamic stall and t
 d D-cache miss, D DTLB miss, f divider busy, p branch mispredict, i I-cache miss, w store buffer full. \
 The clock event's period (ns) becomes cycles with the core clock measured at start (or --cpu-ghz).")]
     Calc(CalcArgs),
+    /// Write an interactive flame graph (SVG or HTML) of the recorded call stacks.
+    #[command(after_help = "Examples:\n  loupe flame -o cpu.svg\n  loupe flame --comm postgres --epoch all -o pg.html\n\n\
+Inlined functions are expanded from DWARF and marked `(inlined)`. Stacks whose unwind stopped before the thread's root \
+sit under an `[unwind stopped]` frame; the subtitle gives their share. Click a box to zoom, Ctrl-F to search.")]
+    Flame(FlameArgs),
+    /// Export call stacks for other tools: pprof, collapsed stacks, Perfetto, speedscope.
+    #[command(after_help = "Examples:\n  loupe export --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz\n  \
+loupe export --format collapsed | inferno-flamegraph > cpu.svg\n  loupe export --format perfetto --pid 4242 -o trace.pftrace   (open in ui.perfetto.dev)\n  \
+loupe export --format speedscope --since 3600 -o cpu.speedscope.json\n\n\
+The database keeps counts per epoch, so --since/--until select whole epochs.")]
+    Export(ExportArgs),
+}
+
+/// Which stacks: epochs, processes, images, event.
+#[derive(Args, Debug)]
+pub struct StackSelection {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Epoch to read: a number, `current` or `all`.
+    #[arg(long, default_value = "current")]
+    pub epoch: String,
+    /// Only epochs that overlap the last SECONDS (overrides --epoch).
+    #[arg(long, value_name = "SECONDS")]
+    pub since: Option<u64>,
+    /// With --since: only epochs that started at least SECONDS ago.
+    #[arg(long, value_name = "SECONDS")]
+    pub until: Option<u64>,
+    /// Only samples of these process ids (repeatable).
+    #[arg(long)]
+    pub pid: Vec<u32>,
+    /// Only samples of processes with this name (repeatable).
+    #[arg(long)]
+    pub comm: Vec<String>,
+    /// Only stacks with a frame in an image whose path contains this text.
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Event (default: cpu-clock, else the first recorded).
+    #[arg(short = 'e', long = "event")]
+    pub event: Option<String>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlameFormat {
+    Svg,
+    Html,
+}
+
+#[derive(Args, Debug)]
+pub struct FlameArgs {
+    #[command(flatten)]
+    pub select: StackSelection,
+    /// Output file (default: stdout).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// svg, or html (the SVG in a page); default from the output's extension.
+    #[arg(long, value_enum)]
+    pub format: Option<FlameFormat>,
+    /// Title at the top of the graph.
+    #[arg(long, default_value = "Loupe flame graph")]
+    pub title: String,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// profile.proto, gzipped (go tool pprof, Pyroscope, Parca).
+    Pprof,
+    /// `root;...;leaf count` lines (flamegraph.pl, inferno).
+    Collapsed,
+    /// A Perfetto trace protobuf (ui.perfetto.dev).
+    Perfetto,
+    /// speedscope's JSON (speedscope.app).
+    Speedscope,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub select: StackSelection,
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    /// Output file (default: stdout).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -94,6 +177,13 @@ pub struct SamplingArgs {
     /// and says why when it falls back to streaming.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
+    /// Do not collect call stacks (flat per-instruction profiles only; allows the BPF backend).
+    #[arg(long)]
+    pub no_stacks: bool,
+    /// Bytes of user stack copied per sample for DWARF unwinding of code without frame pointers
+    /// (deeper stacks end in an `[unwind stopped]` frame); 0 = frame pointers only.
+    #[arg(long, default_value_t = 16384, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=65528))]
+    pub stack_bytes: u32,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,6 +301,16 @@ pub struct TopArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Per procedure, from the call stacks: samples in it and everything it calls
+    /// (inclusive, "children") and in it alone (self).
+    #[arg(long)]
+    pub children: bool,
+    /// Who calls PROCEDURE, and how often (from the call stacks).
+    #[arg(long, value_name = "PROCEDURE")]
+    pub callers: Option<String>,
+    /// Whom PROCEDURE calls, and how often; `[self]` is time in it alone.
+    #[arg(long, value_name = "PROCEDURE")]
+    pub callees: Option<String>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,6 +8,7 @@ mod flags;
 mod locks;
 mod machine;
 mod procedure;
+mod stacks;
 mod symbols;
 mod top;
 
@@ -31,6 +32,8 @@ fn main() -> ExitCode {
         Command::Diff(a) => diff::diff(a),
         Command::Stats(a) => diff::stats(a),
         Command::Locks(a) => locks::run(a),
+        Command::Flame(a) => stacks::flame(a),
+        Command::Export(a) => stacks::export(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

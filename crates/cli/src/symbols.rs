@@ -32,4 +32,8 @@ impl SymbolSource for Symbols {
             .map(|r| r.ok().map(|s| SymInfo { procedure: s.procedure, file: s.file, line: s.line }))
             .collect()
     }
+
+    fn inlined(&mut self, image: &ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
+        self.inner.inline_frames(image, offsets)
+    }
 }

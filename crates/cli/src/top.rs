@@ -10,6 +10,9 @@ use loupe_store::{Database, EpochId, IndexEntry};
 use std::io::Write;
 
 pub fn run(a: TopArgs) -> Result<u8> {
+    if a.children || a.callers.is_some() || a.callees.is_some() {
+        return crate::stacks::top(a);
+    }
     let db = Database::open(&a.db.db)?;
     let epochs = select_epochs(&db, &a.epoch)?;
     let image_filter = a.image.clone();

@@ -42,7 +42,7 @@ fn bpf_and_stream_backends_give_the_same_distribution() {
     std::thread::sleep(Duration::from_millis(300));
     let rec = |backend: &str| {
         loupe()
-            .args(["record", "--freq", "5000", "--duration", "5", "--backend", backend, "--db"])
+            .args(["record", "--no-stacks", "--freq", "5000", "--duration", "5", "--backend", backend, "--db"])
             .arg(dir.path().join(backend))
             .stderr(Stdio::piped())
             .spawn()
@@ -83,7 +83,7 @@ fn stalled_daemon_loses_nothing_it_does_not_count() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let d = loupe()
-        .args(["daemon", "--backend", "bpf", "--max-overhead", "off", "--freq", "2000", "--db"])
+        .args(["daemon", "--no-stacks", "--backend", "bpf", "--max-overhead", "off", "--freq", "2000", "--db"])
         .arg(&db)
         .stderr(Stdio::piped())
         .spawn()
@@ -116,16 +116,21 @@ fn stalled_daemon_loses_nothing_it_does_not_count() {
 }
 
 #[test]
-fn forcing_an_unavailable_backend_is_a_clear_error_and_auto_says_which_runs() {
-    // Checks that `auto` names the backend it chose, and `--backend stream` runs without BPF.
+fn auto_says_which_backend_runs_and_bpf_with_stacks_is_refused() {
+    // Checks that `auto` names the backend it chose (BPF without stacks, the stream with them), and that BPF with stacks is refused.
     if !require_root() {
         return;
     }
     let _one = serial();
     let dir = tempfile::tempdir().unwrap();
-    let out = run_ok(loupe().args(["record", "--duration", "0.3", "--db"]).arg(dir.path().join("a")));
+    let out = run_ok(loupe().args(["record", "--no-stacks", "--duration", "0.3", "--db"]).arg(dir.path().join("a")));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("loupe: backend bpf"), "{stderr}");
-    let out = run_ok(loupe().args(["record", "--duration", "0.3", "--backend", "stream", "--db"]).arg(dir.path().join("s")));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("loupe: backend stream (chosen with --backend stream)"));
+    let out = run_ok(loupe().args(["record", "--duration", "0.3", "--db"]).arg(dir.path().join("s")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("loupe: backend stream (call stacks"), "{stderr}");
+    let out = loupe().args(["record", "--duration", "0.3", "--backend", "bpf", "--db"]).arg(dir.path().join("x")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--no-stacks") && stderr.lines().count() <= 3, "{stderr}");
 }

@@ -29,7 +29,9 @@ fn shares_match_truth(backend: &str) {
     let w = workloads();
     run_ok(
         loupe()
-            .args(["record", "--freq", "4000", "--backend", backend, "--db"])
+            .args(["record", "--freq", "4000", "--backend", backend])
+            .args(if backend == "bpf" { &["--no-stacks"][..] } else { &[][..] })
+            .arg("--db")
             .arg(&db)
             .arg("--")
             .arg(w.join("selftime"))

@@ -89,6 +89,8 @@ pub struct IntervalReport {
     pub bpf_handler_ns_per_sample: f64,
     /// The overhead budget, when one is set.
     pub budget: Option<BudgetReport>,
+    /// Call stacks since start (count, DWARF unwinds, stopped before the root), when on.
+    pub stacks: Option<crate::stacks::StackStats>,
 }
 
 /// How the overhead budget chose the rate.
@@ -133,8 +135,20 @@ impl Engine {
     pub fn new(cfg: &SamplerConfig, db: Database, flush_every: Duration, choice: BackendChoice) -> Result<Engine> {
         let events: Vec<EventName> = cfg.events.iter().map(|e| EventName::new(&e.name)).collect();
         let sampler = Sampler::open(cfg)?;
-        let (bpf, backend_note) = open_backend(&sampler, choice, bpf_table_entries(cfg))?;
-        let collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
+        // Call stacks ride on the streaming path: user stacks are unwound in
+        // the daemon from copies of the stack (DWARF CFI), which the BPF
+        // tables, holding flat buckets, do not carry.
+        let (bpf, backend_note) = match (cfg.callchain, choice) {
+            (true, BackendChoice::Bpf) => {
+                return Err("--backend bpf aggregates flat samples in the kernel; call stacks need the stream backend: add --no-stacks, or use --backend stream".into())
+            }
+            (true, _) => (None, "stream (call stacks: kernel chains, user stacks unwound in the daemon; --no-stacks lets BPF aggregate in the kernel)".to_string()),
+            (false, _) => open_backend(&sampler, choice, bpf_table_entries(cfg))?,
+        };
+        let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
+        if cfg.callchain {
+            collector.enable_stacks();
+        }
         let epoch = db.current_epoch()?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         db.set_epoch_meta(epoch, "kernel", release.trim())?;
@@ -254,6 +268,9 @@ impl Engine {
         self.slice += 1;
         self.next_slice_at += self.flush_every / FLUSH_SLICES as u32;
         let profiles = self.collector.take_profiles(|i| i as u64 % FLUSH_SLICES == k);
+        if k == 0 {
+            self.store_stacks()?;
+        }
         self.store(profiles)
     }
 
@@ -265,7 +282,19 @@ impl Engine {
             self.drain()?;
         }
         let profiles = self.collector.take_profiles(|_| true);
+        self.store_stacks()?;
         self.store(profiles)
+    }
+
+    fn store_stacks(&mut self) -> Result<()> {
+        let stacks = self.collector.take_stacks();
+        if stacks.is_empty() {
+            return Ok(());
+        }
+        let report = self.db.merge_stacks(self.db.current_epoch()?, &stacks)?;
+        self.flush_bytes += report.bytes_written;
+        self.problems.extend(report.problems.iter().map(|p| p.to_string()));
+        Ok(())
     }
 
     fn store(&mut self, profiles: Vec<loupe_model::Profile>) -> Result<()> {
@@ -629,6 +658,7 @@ impl Meter {
             rss_kib: own_rss_kib(),
             flush_bytes: e.flush_bytes,
             sample_period: e.sampler.mean_period(0),
+            stacks: e.collector.stack_stats(),
         }
     }
 

@@ -15,6 +15,8 @@ pub mod images;
 pub mod kernel;
 pub mod process;
 pub mod procmaps;
+pub mod stacks;
+pub mod unwind;
 
 use aggregate::{Aggregator, Slot};
 use images::{FileProbe, ImageTable};
@@ -78,6 +80,8 @@ pub struct Collector {
     /// Image files watched for deletion or replacement while mapped.
     watches: HashMap<u32, images::Watch>,
     last_watch_check: std::time::Instant,
+    /// Call-stack collection, when on (see [`stacks`]).
+    stacks: Option<Box<stacks::StackState>>,
 }
 
 impl Collector {
@@ -120,6 +124,7 @@ impl Collector {
             swapper,
             watches: HashMap::new(),
             last_watch_check: std::time::Instant::now(),
+            stacks: None,
         }
     }
 
@@ -163,6 +168,7 @@ impl Collector {
             maps.push(Mapping { start: l.start, end: l.end, pgoff: l.pgoff, image });
         }
         self.procs.comm(pid, comm, true);
+        self.invalidate_unwinder(pid);
         let p = self.procs.get_or_insert(pid);
         for m in maps {
             p.map(m);
@@ -227,6 +233,9 @@ impl Collector {
             Record::Comm { pid, comm, exec, .. } => {
                 let c = self.agg.intern_comm(comm);
                 self.procs.comm(*pid, c, *exec);
+                if *exec {
+                    self.invalidate_unwinder(*pid);
+                }
                 self.stats.execs += *exec as u64;
             }
             Record::Fork { pid, ppid, .. } => {
@@ -253,12 +262,22 @@ impl Collector {
         let bid = m.build_id.clone().map(BuildId);
         let (image, new) = self.images.resolve(self.probe.as_mut(), &m.filename, bid, &fallback, 0, &self.vdso);
         self.watch(image, new, m.pid, m.addr, m.addr + m.len, &fallback);
+        self.invalidate_unwinder(m.pid);
         self.procs.get_or_insert(m.pid).map(Mapping { start: m.addr, end: m.addr + m.len, pgoff: m.pgoff, image });
     }
 
     fn sample(&mut self, s: &Sample) {
         let kernel = matches!(s.mode, CpuMode::Kernel);
         self.attribute(s.pid, s.ip, kernel, s.event_index as u16, 1, s.period);
+        if self.stacks.is_some() {
+            self.sample_stack(s);
+        }
+    }
+
+    fn invalidate_unwinder(&mut self, pid: u32) {
+        if let Some(st) = &mut self.stacks {
+            st.unwinders.invalidate(pid);
+        }
     }
 
     /// Counts `count` samples of one (pid, pc, event) — one sample from the
@@ -315,6 +334,10 @@ impl Collector {
         self.scanned.clear();
         self.check_watches();
         self.procs.reap(self.drain);
+        if let Some(st) = &mut self.stacks {
+            let procs = &self.procs;
+            st.unwinders.retain(|pid| procs.get(pid).is_some());
+        }
     }
 
     /// Hands over the profiles of the images `select` picks (by index).

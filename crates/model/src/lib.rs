@@ -21,6 +21,8 @@
 //! assert_eq!(a.total_samples(), 5);
 //! ```
 
+pub mod stacks;
+
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;

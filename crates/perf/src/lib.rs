@@ -22,7 +22,7 @@ pub mod sys;
 
 pub use child::GatedChild;
 pub use events::{is_hardware, known_events, parse_event, probe_events, EventSpec};
-pub use record::{Layout, Mmap, Record, Sample};
+pub use record::{Layout, Mmap, Record, Sample, UserRegs};
 
 use ring::Ring;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -81,6 +81,9 @@ pub struct SamplerConfig {
     pub freq_hz: u64,
     pub target: Target,
     pub callchain: bool,
+    /// Bytes of user stack copied with each sample (with the user
+    /// registers) for DWARF unwinding in the collector; 0 = none.
+    pub user_stack_bytes: u32,
     /// Data pages per CPU ring, a power of two.
     pub ring_pages: usize,
     pub enable_on_exec: bool,
@@ -95,6 +98,7 @@ impl Default for SamplerConfig {
             freq_hz: 1000,
             target: Target::SystemWide,
             callchain: false,
+            user_stack_bytes: 0,
             ring_pages: 128,
             enable_on_exec: false,
             randomize: 0.1,
@@ -187,7 +191,7 @@ impl Sampler {
             events: Vec::new(),
             rings: Vec::new(),
             cpus: cpus.clone(),
-            layout: Layout { callchain: cfg.callchain, ids: Vec::new() },
+            layout: Layout { callchain: cfg.callchain, user_stack: cfg.user_stack_bytes > 0, ids: Vec::new() },
             rng: seed(),
             randomize: cfg.randomize.clamp(0.0, 0.5),
             samples: 0,
@@ -252,6 +256,13 @@ impl Sampler {
         if cfg.callchain {
             sample_type |= sys::SAMPLE_CALLCHAIN;
         }
+        let (mut sample_regs_user, mut sample_stack_user) = (0, 0);
+        if cfg.user_stack_bytes > 0 {
+            sample_type |= sys::SAMPLE_REGS_USER | sys::SAMPLE_STACK_USER;
+            sample_regs_user = sys::USER_REGS_MASK;
+            // The kernel wants a multiple of 8.
+            sample_stack_user = cfg.user_stack_bytes.next_multiple_of(8);
+        }
         let rate = match period {
             Some(p) => p,
             None => {
@@ -269,6 +280,8 @@ impl Sampler {
             // Wake the reader when a quarter of the ring is full.
             wakeup_events_or_watermark: (cfg.ring_pages * ring::page_size() / 4) as u32,
             sample_max_stack: 127,
+            sample_regs_user,
+            sample_stack_user,
             ..Default::default()
         }
     }

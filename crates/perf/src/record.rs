@@ -18,6 +18,20 @@ pub struct Sample {
     /// Return addresses with perf's context markers removed; empty unless
     /// call chains were requested.
     pub callchain: Vec<u64>,
+    /// User registers at the sample (when requested and the sample hit a
+    /// user thread): the unwinder's starting state.
+    pub user_regs: Option<UserRegs>,
+    /// A copy of the top of the user stack, from the stack pointer up
+    /// (`PERF_SAMPLE_STACK_USER`); empty unless requested.
+    pub user_stack: Vec<u8>,
+}
+
+/// The user registers DWARF unwinding starts from (x86-64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
 }
 
 /// A new mapping (PERF_RECORD_MMAP2, or MMAP).
@@ -70,6 +84,8 @@ impl Record {
 #[derive(Clone, Debug, Default)]
 pub struct Layout {
     pub callchain: bool,
+    /// `REGS_USER` with [`USER_REGS_MASK`] and `STACK_USER` are in the sample.
+    pub user_stack: bool,
     /// (kernel event id, event index)
     pub ids: Vec<(u64, usize)>,
 }
@@ -175,8 +191,31 @@ fn parse_sample(c: &mut Cursor, misc: u16, layout: &Layout) -> Option<Sample> {
             }
         }
     }
+    let (mut user_regs, mut user_stack) = (None, Vec::new());
+    if layout.user_stack {
+        (user_regs, user_stack) = parse_user_stack(c)?;
+    }
     let event_index = layout.ids.iter().find(|(i, _)| *i == id).map_or(0, |(_, e)| *e);
-    Some(Sample { event_index, pid, tid, ip, time, cpu, period, mode: cpu_mode(misc), callchain })
+    Some(Sample { event_index, pid, tid, ip, time, cpu, period, mode: cpu_mode(misc), callchain, user_regs, user_stack })
+}
+
+/// `REGS_USER` (abi, then BP, SP, IP when abi != 0) and `STACK_USER`
+/// (size, bytes, and the dynamic size actually valid when size != 0).
+fn parse_user_stack(c: &mut Cursor) -> Option<(Option<UserRegs>, Vec<u8>)> {
+    let abi = c.u64()?;
+    let regs = if abi != 0 {
+        let (bp, sp, ip) = (c.u64()?, c.u64()?, c.u64()?);
+        Some(UserRegs { ip, sp, bp })
+    } else {
+        None
+    };
+    let size = c.u64()? as usize;
+    if size == 0 {
+        return Some((regs, Vec::new()));
+    }
+    let bytes = c.bytes(size)?;
+    let valid = (c.u64()? as usize).min(size);
+    Some((regs, bytes[..valid].to_vec()))
 }
 
 fn parse_mmap(c: &mut Cursor, kind: u32, misc: u16, body_end: usize, time: u64) -> Option<Mmap> {
@@ -245,7 +284,7 @@ pub(crate) mod tests {
     #[test]
     fn sample_fields_in_abi_order() {
         // Checks the IDENTIFIER|IP|TID|TIME|CPU|PERIOD layout and id -> event index mapping.
-        let layout = Layout { callchain: false, ids: vec![(5, 0), (9, 1)] };
+        let layout = Layout { ids: vec![(5, 0), (9, 1)], ..Default::default() };
         let Some(Record::Sample(s)) = parse(&sample_bytes(9, 0x401000, 42, 1234, None), &layout) else { panic!() };
         assert_eq!((s.event_index, s.ip, s.pid, s.tid, s.time, s.cpu, s.period), (1, 0x401000, 42, 43, 1234, 1, 1_000_000));
         assert_eq!(s.mode, CpuMode::User);
@@ -254,10 +293,28 @@ pub(crate) mod tests {
     #[test]
     fn callchain_drops_context_markers() {
         // Checks that PERF_CONTEXT_* entries are removed from call chains.
-        let layout = Layout { callchain: true, ids: vec![] };
+        let layout = Layout { callchain: true, ..Default::default() };
         let chain = [(-128i64) as u64, 0xffffffff81000010, (-512i64) as u64, 0x401000, 0x402000];
         let Some(Record::Sample(s)) = parse(&sample_bytes(1, 0x401000, 1, 1, Some(&chain)), &layout) else { panic!() };
         assert_eq!(s.callchain, vec![0xffffffff81000010, 0x401000, 0x402000]);
+    }
+
+    #[test]
+    fn user_registers_and_stack_copy() {
+        // Checks REGS_USER (BP, SP, IP order) and STACK_USER with a dynamic size shorter than the copy.
+        let layout = Layout { callchain: true, user_stack: true, ids: vec![] };
+        let mut b = sample_bytes(1, 0x401000, 1, 1, Some(&[0x401000, 0x402000]));
+        for v in [2u64, 0x7ffd_0010, 0x7ffd_0000, 0x401000, 16] {
+            b.extend(v.to_ne_bytes());
+        }
+        b.extend((0u8..16).collect::<Vec<u8>>());
+        b.extend(12u64.to_ne_bytes());
+        let size = b.len() as u16;
+        b[6..8].copy_from_slice(&size.to_ne_bytes());
+        let Some(Record::Sample(s)) = parse(&b, &layout) else { panic!() };
+        assert_eq!(s.user_regs, Some(UserRegs { ip: 0x401000, sp: 0x7ffd_0000, bp: 0x7ffd_0010 }));
+        assert_eq!(s.user_stack, (0u8..12).collect::<Vec<u8>>());
+        assert_eq!(s.callchain, vec![0x401000, 0x402000]);
     }
 
     fn mmap2(build_id: Option<&[u8]>, name: &str) -> Vec<u8> {

@@ -13,6 +13,15 @@ pub const SAMPLE_TIME: u64 = 1 << 2;
 pub const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 pub const SAMPLE_CPU: u64 = 1 << 7;
 pub const SAMPLE_PERIOD: u64 = 1 << 8;
+pub const SAMPLE_REGS_USER: u64 = 1 << 12;
+pub const SAMPLE_STACK_USER: u64 = 1 << 13;
+
+/// x86-64 `perf_regs.h` indices of the registers an unwinder starts from.
+pub const REG_BP: u32 = 6;
+pub const REG_SP: u32 = 7;
+pub const REG_IP: u32 = 8;
+/// `sample_regs_user` mask: BP, SP, IP (delivered in that order).
+pub const USER_REGS_MASK: u64 = (1 << REG_BP) | (1 << REG_SP) | (1 << REG_IP);
 pub const SAMPLE_IDENTIFIER: u64 = 1 << 16;
 
 /// Bits of the flags word after `read_format`.

@@ -4,7 +4,7 @@
 //! ```text
 //! magic    8 bytes  "LOUPEPRF"
 //! version  u16 LE   1
-//! kind     u16 LE   1 = flat pc profile (2 = stacks, 3 = data accesses: reserved)
+//! kind     u16 LE   1 = flat pc profile (2 = stacks: see [`crate::stacks`]; 3 = data accesses: reserved)
 //! header   image kind (u8), path (str), build-id (bytes), content hash (u8 flag + u64),
 //!          event (str), period_sum (varint)
 //! procs    count (varint), then per process: pid (varint), comm (str)
@@ -39,7 +39,7 @@ pub enum FormatError {
     Invalid(usize, &'static str),
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -47,12 +47,12 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     put_varint(out, b.len() as u64);
     out.extend_from_slice(b);
 }
 
-fn kind_code(k: ImageKind) -> u8 {
+pub(crate) fn kind_code(k: ImageKind) -> u8 {
     match k {
         ImageKind::Elf => 0,
         ImageKind::Kernel => 1,
@@ -63,7 +63,7 @@ fn kind_code(k: ImageKind) -> u8 {
     }
 }
 
-fn kind_from(c: u8) -> Option<ImageKind> {
+pub(crate) fn kind_from(c: u8) -> Option<ImageKind> {
     Some(match c {
         0 => ImageKind::Elf,
         1 => ImageKind::Kernel,
@@ -111,24 +111,24 @@ pub fn encode(p: &Profile) -> Vec<u8> {
     out
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn byte(&mut self) -> Result<u8, FormatError> {
+    pub(crate) fn byte(&mut self) -> Result<u8, FormatError> {
         let v = *self.b.get(self.at).ok_or(FormatError::Truncated(self.at))?;
         self.at += 1;
         Ok(v)
     }
-    fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(FormatError::Truncated(self.b.len()))?;
         let v = &self.b[self.at..end];
         self.at = end;
         Ok(v)
     }
-    fn varint(&mut self) -> Result<u64, FormatError> {
+    pub(crate) fn varint(&mut self) -> Result<u64, FormatError> {
         let (mut v, mut shift) = (0u64, 0);
         loop {
             let at = self.at;
@@ -143,7 +143,7 @@ impl<'a> Reader<'a> {
             shift += 7;
         }
     }
-    fn len(&mut self) -> Result<usize, FormatError> {
+    pub(crate) fn len(&mut self) -> Result<usize, FormatError> {
         let at = self.at;
         let n = self.varint()?;
         if n > (self.b.len() - self.at) as u64 {
@@ -151,7 +151,7 @@ impl<'a> Reader<'a> {
         }
         Ok(n as usize)
     }
-    fn string(&mut self) -> Result<String, FormatError> {
+    pub(crate) fn string(&mut self) -> Result<String, FormatError> {
         let n = self.len()?;
         let at = self.at;
         String::from_utf8(self.take(n)?.to_vec()).map_err(|_| FormatError::Invalid(at, "string is not UTF-8"))

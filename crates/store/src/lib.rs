@@ -29,7 +29,9 @@
 //! ```
 
 pub mod format;
+pub mod stacks;
 
+use loupe_model::stacks::StackProfile;
 use loupe_model::{EventName, ImageId, ProcessKey, Profile};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -453,6 +455,67 @@ impl Database {
         Ok((out, problems))
     }
 
+    /// Adds stack tables into the epoch: one file per event, read, merged
+    /// and replaced atomically like the flat profiles; a corrupt one is
+    /// moved aside and started anew.
+    pub fn merge_stacks(&self, epoch: EpochId, profiles: &[StackProfile]) -> Result<MergeReport, Error> {
+        let _lock = self.lock()?;
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            self.start_epoch(epoch)?;
+        }
+        let mut report = MergeReport::default();
+        for p in profiles.iter().filter(|p| !p.counts.is_empty()) {
+            let path = dir.join(stacks::file_name(&p.event));
+            let mut merged = match fs::read(&path) {
+                Ok(bytes) => match stacks::decode(&bytes) {
+                    Ok(old) => old,
+                    Err(reason) => {
+                        let aside = path.with_extension("stacks.corrupt");
+                        let _ = fs::rename(&path, &aside);
+                        report
+                            .problems
+                            .push(FileProblem { path: path.clone(), reason: format!("{reason}; moved aside to {}", aside.display()) });
+                        StackProfile::new(p.event.clone())
+                    }
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => StackProfile::new(p.event.clone()),
+                Err(e) => return Err(Error::io(&path, e)),
+            };
+            merged.merge(p).map_err(|e| Error::new(ErrorKind::Io, &path, e))?;
+            report.samples_added += p.total_samples();
+            let bytes = stacks::encode(&merged);
+            write_atomic(&path, &bytes)?;
+            report.files_written += 1;
+            report.bytes_written += bytes.len() as u64;
+        }
+        Ok(report)
+    }
+
+    /// The epoch's stack tables, one per event; corrupt files are named and skipped.
+    pub fn load_stacks(&self, epoch: EpochId) -> Result<(Vec<StackProfile>, Vec<FileProblem>), Error> {
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
+        }
+        let mut names: Vec<String> = fs::read_dir(&dir)
+            .map_err(|e| Error::io(&dir, e))?
+            .flatten()
+            .filter_map(|d| d.file_name().into_string().ok())
+            .filter(|n| n.starts_with("stacks.") && n.ends_with(".stacks"))
+            .collect();
+        names.sort();
+        let (mut out, mut problems) = (Vec::new(), Vec::new());
+        for name in names {
+            let path = dir.join(&name);
+            match fs::read(&path).map_err(|e| e.to_string()).and_then(|b| stacks::decode(&b).map_err(|e| e.to_string())) {
+                Ok(p) => out.push(p),
+                Err(reason) => problems.push(FileProblem { path, reason }),
+            }
+        }
+        Ok((out, problems))
+    }
+
     pub fn read_profile_file(path: &Path) -> Result<Profile, Error> {
         let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
         format::decode(&bytes).map_err(|e| Error::new(ErrorKind::Corrupt, path, e))
@@ -514,6 +577,29 @@ mod tests {
         let r = db.merge(e, &[prof(7, 1)]).unwrap();
         assert_eq!(r.problems.len(), 1);
         assert_eq!(db.load(e, &|_| true).unwrap().1.len(), 0);
+    }
+
+    #[test]
+    fn stacks_merge_across_flushes_and_leave_flat_files_alone() {
+        // Checks that two stack merges sum, the index ignores stack files, and a corrupt stack file is set aside.
+        let (_d, db) = db();
+        let e = db.current_epoch().unwrap();
+        let mut s = StackProfile::new(EventName::new("cpu-clock"));
+        s.add(&ProcessKey::new(1, "app"), &[(ImageId::elf("/bin/app", None), ImageOffset(0x10))], 2);
+        db.merge(e, &[prof(2, 1)]).unwrap();
+        db.merge_stacks(e, &[s.clone()]).unwrap();
+        db.merge_stacks(e, &[s.clone()]).unwrap();
+        let (got, problems) = db.load_stacks(e).unwrap();
+        assert!(problems.is_empty());
+        assert_eq!((got.len(), got[0].total_samples(), got[0].stacks.len()), (1, 4, 1));
+        fs::remove_file(db.epoch_dir(e).join("index.json")).unwrap();
+        let (index, problems) = db.index(e).unwrap();
+        assert!(problems.is_empty() && index.entries.len() == 1);
+        fs::write(db.epoch_dir(e).join("stacks.cpu-clock.stacks"), b"LOUPEPRF garbage garbage").unwrap();
+        assert_eq!(db.load_stacks(e).unwrap().1.len(), 1);
+        let r = db.merge_stacks(e, &[s]).unwrap();
+        assert_eq!(r.problems.len(), 1);
+        assert_eq!(db.load_stacks(e).unwrap().0[0].total_samples(), 2);
     }
 
     #[test]

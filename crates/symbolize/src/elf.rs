@@ -102,6 +102,19 @@ impl Image {
         Some((outer?, addr))
     }
 
+    /// Functions inlined at `off`, innermost first, without the outer
+    /// function the symbol table names.
+    pub fn inlined(&self, off: ImageOffset) -> Vec<String> {
+        let (Some(addr), Some(ctx)) = (self.vaddr(off.0), self.dwarf.as_ref()) else { return Vec::new() };
+        let Ok(mut frames) = ctx.find_frames(addr).skip_all_loads() else { return Vec::new() };
+        let mut names = Vec::new();
+        while let Ok(Some(f)) = frames.next() {
+            names.push(f.function.and_then(|func| func.raw_name().ok().map(|n| demangle(&n))).unwrap_or_else(|| "??".into()));
+        }
+        names.pop();
+        names
+    }
+
     pub(crate) fn location(&self, addr: u64) -> (Option<String>, Option<u32>) {
         let Some(ctx) = &self.dwarf else { return (None, None) };
         match ctx.find_location(addr) {

@@ -110,6 +110,23 @@ impl Symbolizer {
         }
     }
 
+    /// Per offset, the functions inlined there, innermost first (empty
+    /// without DWARF or outside inlined code). The outer function is what
+    /// [`Symbolizer::symbolize`] names.
+    pub fn inline_frames(&mut self, image: &ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
+        if !matches!(image.kind, ImageKind::Elf | ImageKind::Vdso) {
+            return vec![Vec::new(); offsets.len()];
+        }
+        if !self.images.contains_key(image) {
+            let loaded = self.load(image);
+            self.images.insert(image.clone(), loaded);
+        }
+        match &self.images[image] {
+            Ok(img) => offsets.iter().map(|o| img.inlined(*o)).collect(),
+            Err(_) => vec![Vec::new(); offsets.len()],
+        }
+    }
+
     fn load(&self, image: &ImageId) -> Result<elf::Image, Reason> {
         let path = self.find_file(image)?;
         elf::Image::load(&path, image.build_id.as_ref(), &self.opts.debug_dirs)

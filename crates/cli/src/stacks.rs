@@ -1,0 +1,212 @@
+//! `loupe flame`, `loupe export`, and `top --children/--callers/--callees`:
+//! read the stack tables of the selected epochs, name them, hand them to
+//! the analysis crate, write the result.
+
+use crate::flags::{ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, StackSelection, TopArgs};
+use crate::symbols::Symbols;
+use anyhow::{bail, Context, Result};
+use loupe_analysis::callgraph::{self, CallData, Selection};
+use loupe_analysis::top::pct;
+use loupe_analysis::{export as ex, flame, pprof};
+use loupe_model::stacks::StackProfile;
+use loupe_model::{EventName, ProcessKey};
+use loupe_store::{Database, EpochId};
+use std::io::Write;
+use std::path::Path;
+
+/// Epochs for a selection: --since/--until by start times, else --epoch.
+fn epochs(db: &Database, s: &StackSelection) -> Result<Vec<EpochId>> {
+    let Some(since) = s.since else { return crate::top::select_epochs(db, &s.epoch) };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let (from, to) = (now.saturating_sub(since), now.saturating_sub(s.until.unwrap_or(0)));
+    let all = db.epochs()?;
+    // An epoch runs from its start to the next one's start.
+    let ends: Vec<u64> = all.iter().skip(1).map(|e| e.started_unix).chain([u64::MAX]).collect();
+    Ok(all.iter().zip(ends).filter(|(e, end)| e.started_unix <= to && *end >= from).map(|(e, _)| e.id).collect())
+}
+
+/// Loads, merges per event, and names the selected stacks.
+fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
+    let db = Database::open(&s.db.db)?;
+    let mut merged: Vec<StackProfile> = Vec::new();
+    for e in epochs(&db, s)? {
+        let (ps, problems) = db.load_stacks(e)?;
+        for p in problems {
+            eprintln!("loupe: skipping corrupt stack file {p}");
+        }
+        for p in ps {
+            match merged.iter_mut().find(|m| m.event == p.event) {
+                Some(m) => m.merge(&p).map_err(anyhow::Error::msg)?,
+                None => merged.push(p),
+            }
+        }
+    }
+    if merged.is_empty() {
+        bail!("no call stacks in the selected epochs of {} (recorded with --no-stacks, or before stacks existed?)", s.db.db.display());
+    }
+    let events = choose_event(&merged, s.event.as_deref(), all_events)?;
+    let keep = |p: &ProcessKey| (s.pid.is_empty() || s.pid.contains(&p.pid)) && (s.comm.is_empty() || s.comm.contains(&p.comm));
+    let keep_image = |img: &str| s.image.as_deref().is_none_or(|f| img.contains(f));
+    let mut syms = Symbols::for_db(&s.db.db);
+    Ok(callgraph::resolve(&merged, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms))
+}
+
+fn choose_event(ps: &[StackProfile], wanted: Option<&str>, all: bool) -> Result<Vec<EventName>> {
+    let mut present: Vec<EventName> = ps.iter().map(|p| p.event.clone()).collect();
+    present.sort_by_key(|e| (e.as_str() != "cpu-clock", e.clone()));
+    match wanted {
+        Some(w) if present.iter().any(|e| e.as_str() == w) => Ok(vec![EventName::new(w)]),
+        Some(w) => bail!(
+            "no stacks of event {w} in the selection (events present: {})",
+            present.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        None if all => Ok(present),
+        None => Ok(present.into_iter().take(1).collect()),
+    }
+}
+
+fn write_out(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
+    match path {
+        Some(p) => std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display())),
+        None => Ok(std::io::stdout().lock().write_all(bytes)?),
+    }
+}
+
+fn warn_truncated(d: &CallData) {
+    if d.totals.first().is_some_and(|&t| t > 0) && d.truncated[0] > 0 {
+        eprintln!(
+            "loupe: {} of {} stacks ({:.1}%) stopped before the root; they sit under [unwind stopped]",
+            d.truncated[0],
+            d.totals[0],
+            pct(d.truncated[0], d.totals[0])
+        );
+    }
+}
+
+pub fn flame(a: FlameArgs) -> Result<u8> {
+    let d = load(&a.select, false)?;
+    warn_truncated(&d);
+    let html = match a.format {
+        Some(f) => f == FlameFormat::Html,
+        None => a.output.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == "html" || e == "htm")),
+    };
+    let bytes = if html { flame::html(&d, 0, &a.title) } else { flame::svg(&d, 0, &a.title) };
+    write_out(a.output.as_deref(), &bytes.map_err(anyhow::Error::msg)?)?;
+    Ok(0)
+}
+
+pub fn export(a: ExportArgs) -> Result<u8> {
+    let all_events = a.format == ExportFormat::Pprof || a.format == ExportFormat::Speedscope;
+    let d = load(&a.select, all_events)?;
+    warn_truncated(&d);
+    let bytes = match a.format {
+        ExportFormat::Pprof => pprof::encode_gz(&pprof::profile(&d)),
+        ExportFormat::Collapsed => ex::collapsed(&d, 0, false).into_bytes(),
+        ExportFormat::Perfetto => ex::perfetto(&d, 0),
+        ExportFormat::Speedscope => ex::speedscope(&d, "loupe").into_bytes(),
+    };
+    write_out(a.output.as_deref(), &bytes)?;
+    Ok(0)
+}
+
+/// `top --children` and `--callers/--callees`.
+pub fn top(a: TopArgs) -> Result<u8> {
+    let sel = StackSelection {
+        db: a.db.clone(),
+        epoch: a.epoch.clone(),
+        since: None,
+        until: None,
+        pid: a.pid.clone(),
+        comm: a.comm.clone(),
+        image: a.image.clone(),
+        event: a.events.first().cloned(),
+    };
+    let d = load(&sel, false)?;
+    let mut out = std::io::stdout().lock();
+    match a.callers.as_deref().or(a.callees.as_deref()) {
+        Some(p) => neighbors(&mut out, &d, p, a.callers.is_some(), a.callees.is_some(), a.format, a.limit),
+        None => children(&mut out, &d, a.format, a.limit),
+    }
+}
+
+fn children(out: &mut dyn Write, d: &CallData, format: Format, limit: usize) -> Result<u8> {
+    let rows = callgraph::costs(d);
+    let total = d.totals[0];
+    if format == Format::Json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .take(limit)
+            .map(|r| {
+                serde_json::json!({ "procedure": r.procedure, "image": r.image,
+                    "inclusive": r.inclusive[0], "self": r.self_[0],
+                    "inclusive_percent": round2(pct(r.inclusive[0], total)), "self_percent": round2(pct(r.self_[0], total)) })
+            })
+            .collect();
+        let doc = serde_json::json!({ "event": d.events[0].0, "total_samples": total, "truncated_samples": d.truncated[0], "rows": rows });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(0);
+    }
+    writeln!(out, "# Loupe top --children: {} samples of event '{}' with call stacks", total, d.events[0])?;
+    writeln!(out, "# Unwinds stopped before the root: {} ({:.2}%), shown as [unwind stopped]", d.truncated[0], pct(d.truncated[0], total))?;
+    writeln!(out, "#\n# {:>9} {:>9}  {:<34} image\n#", "Children", "Self", "procedure")?;
+    for r in rows.iter().take(limit) {
+        let line = format!("  {:>8.2}% {:>8.2}%  {:<34} {}", pct(r.inclusive[0], total), pct(r.self_[0], total), r.procedure, r.image);
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    if rows.len() > limit {
+        writeln!(out, "# ... {} more rows (--limit)", rows.len() - limit)?;
+    }
+    Ok(0)
+}
+
+fn neighbors(out: &mut dyn Write, d: &CallData, p: &str, callers: bool, callees: bool, format: Format, limit: usize) -> Result<u8> {
+    let nb = callgraph::neighbors(d, p);
+    let total = d.totals[0];
+    if nb.inclusive[0] == 0 {
+        bail!("no procedure named {p:?} in the selected stacks (names are as `loupe top --children` prints them)");
+    }
+    let list = |v: &[(String, Vec<u64>)]| -> Vec<serde_json::Value> {
+        v.iter()
+            .take(limit)
+            .map(|(n, c)| serde_json::json!({ "procedure": n, "samples": c[0], "percent": round2(pct(c[0], nb.inclusive[0])) }))
+            .collect()
+    };
+    if format == Format::Json {
+        let mut doc = serde_json::json!({ "procedure": p, "event": d.events[0].0, "total_samples": total,
+            "inclusive": nb.inclusive[0], "self": nb.self_[0] });
+        if callers {
+            doc["callers"] = list(&nb.callers).into();
+        }
+        if callees {
+            doc["callees"] = list(&nb.callees).into();
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(0);
+    }
+    writeln!(
+        out,
+        "# {p}: {:.2}% inclusive, {:.2}% self of {} samples of '{}'",
+        pct(nb.inclusive[0], total),
+        pct(nb.self_[0], total),
+        total,
+        d.events[0]
+    )?;
+    let mut section = |title: &str, v: &[(String, Vec<u64>)]| -> Result<()> {
+        writeln!(out, "#\n# {title} (share of {p}'s inclusive samples)")?;
+        for (n, c) in v.iter().take(limit) {
+            writeln!(out, "  {:>10} {:>7.2}%  {n}", c[0], pct(c[0], nb.inclusive[0]))?;
+        }
+        Ok(())
+    };
+    if callers {
+        section("callers", &nb.callers)?;
+    }
+    if callees {
+        section("callees", &nb.callees)?;
+    }
+    Ok(0)
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}

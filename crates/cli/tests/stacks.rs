@@ -1,0 +1,133 @@
+//! Call stacks against a workload whose call structure and per-path CPU
+//! time are known by construction: `callstack` runs main -> a, a -> b -> c
+//! and a -> d -> c (c in a shared library) and measures each function's
+//! self time with CLOCK_THREAD_CPUTIME_ID. Built with frame pointers, and
+//! with the library built -fomit-frame-pointer (only DWARF CFI unwinds it).
+
+mod util;
+use util::*;
+
+use std::path::Path;
+
+/// Records `callstack` and returns (truth, db dir).
+fn record(dir: &Path, binary: &Path, extra: &[&str]) -> (serde_json::Value, std::path::PathBuf) {
+    let db = dir.join("db");
+    let truth_file = dir.join("truth.json");
+    run_ok(
+        loupe()
+            .args(["record", "--freq", "2000", "--db"])
+            .arg(&db)
+            .args(extra)
+            .arg("--")
+            .arg(binary)
+            .args(["--seconds", "3", "--out"])
+            .arg(&truth_file),
+    );
+    (serde_json::from_slice(&std::fs::read(&truth_file).unwrap()).unwrap(), db)
+}
+
+/// Shares of a's inclusive samples (a's loop is exactly what the workload
+/// timed) against the workload's own shares; within 2 points each.
+fn check_shares(truth: &serde_json::Value, db: &Path) {
+    let pid = truth["pid"].as_u64().unwrap().to_string();
+    let top = top_json(db, &["--children", "--pid", &pid]);
+    let row = |p: &str| top["rows"].as_array().unwrap().iter().find(|r| r["procedure"] == p).cloned().unwrap_or_default();
+    let n = |p: &str, col: &str| row(p)[col].as_u64().unwrap_or(0) as f64;
+    let base = n("a", "inclusive");
+    assert!(base > 4000.0, "too few samples under a: {base}\n{top}");
+    let t = |k: &str| truth["self"][k].as_f64().unwrap();
+    let total = truth["total_cpu"].as_f64().unwrap();
+    let cases = [
+        ("a self", n("a", "self"), t("a")),
+        ("b self", n("b", "self"), t("b")),
+        ("d self", n("d", "self"), t("d")),
+        ("b inclusive", n("b", "inclusive"), t("b") + t("c_via_b")),
+        ("d inclusive", n("d", "inclusive"), t("d") + t("c_via_d")),
+        ("c_work inclusive", n("c_work", "inclusive"), t("c_via_b") + t("c_via_d")),
+    ];
+    let mut report = String::new();
+    for (what, got, want) in cases {
+        report += &format!("{what}: loupe {:.2}% truth {:.2}%\n", 100.0 * got / base, 100.0 * want / total);
+    }
+    eprintln!("{report}");
+    for (what, got, want) in cases {
+        assert!((100.0 * got / base - 100.0 * want / total).abs() <= 2.0, "{what} off by more than 2 points:\n{report}");
+    }
+    // Which path c ran under: callers of c_work split as b and d did.
+    let out = run_ok(loupe().args(["top", "--db"]).arg(db).args(["--format", "json", "--pid", &pid, "--callers", "c_work"]));
+    let nb = json(&out);
+    let caller =
+        |p: &str| nb["callers"].as_array().unwrap().iter().find(|c| c["procedure"] == p).map_or(0.0, |c| c["samples"].as_f64().unwrap());
+    let share_b = 100.0 * caller("b") / (caller("b") + caller("d"));
+    let truth_b = 100.0 * t("c_via_b") / (t("c_via_b") + t("c_via_d"));
+    assert!((share_b - truth_b).abs() <= 2.0, "c_work called from b: loupe {share_b:.2}% truth {truth_b:.2}%");
+}
+
+#[test]
+fn frame_pointer_stacks_give_inclusive_and_self_shares() {
+    // Checks inclusive/self shares within 2 points with frame pointers only (no stack copies).
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (truth, db) = record(dir.path(), &workloads().join("callstack"), &["--stack-bytes", "0"]);
+    check_shares(&truth, &db);
+}
+
+#[test]
+fn dwarf_unwinding_through_a_library_without_frame_pointers() {
+    // Checks the same shares when c lives in a -fomit-frame-pointer library (DWARF CFI from stack copies), and the exports.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (truth, db) = record(dir.path(), &workloads().join("nofp/callstack"), &[]);
+    check_shares(&truth, &db);
+    check_exports(dir.path(), &db, &truth["pid"].as_u64().unwrap().to_string());
+}
+
+/// collapsed sums to the total; pprof is read by `go tool pprof` with the
+/// same total; speedscope and perfetto are well-formed; flame draws,
+/// with DWARF inline frames.
+fn check_exports(dir: &Path, db: &Path, pid: &str) {
+    let top = top_json(db, &["--children", "--pid", pid]);
+    let total = top["total_samples"].as_u64().unwrap();
+    let out = run_ok(loupe().args(["export", "--format", "collapsed", "--pid", pid, "--db"]).arg(db));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let sum: u64 = text.lines().map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).sum();
+    assert_eq!(sum, total);
+    assert!(text.lines().any(|l| l.contains(";main;a;d;c_work ")), "{text}");
+    let pb = dir.join("cpu.pb.gz");
+    run_ok(loupe().args(["export", "--format", "pprof", "--pid", pid, "-o"]).arg(&pb).arg("--db").arg(db));
+    if let Ok(go) = std::process::Command::new("go").args(["tool", "pprof", "-top", "-unit=count"]).arg(&pb).output() {
+        let s = String::from_utf8_lossy(&go.stdout);
+        assert!(go.status.success(), "go tool pprof failed: {}", String::from_utf8_lossy(&go.stderr));
+        assert!(s.contains(&format!("of {total} total")), "pprof total differs from {total}:\n{s}");
+        assert!(s.contains("c_work"), "{s}");
+    }
+    let out = run_ok(loupe().args(["export", "--format", "speedscope", "--pid", pid, "--db"]).arg(db));
+    let v = json(&out);
+    let w: u64 = v["profiles"][0]["weights"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum();
+    assert_eq!(w, total);
+    let out = run_ok(loupe().args(["export", "--format", "perfetto", "--pid", pid, "--db"]).arg(db));
+    assert!(out.stdout.len() > 100 && out.stdout[0] == 0x0a, "a Trace starts with field 1 (packet), length-delimited");
+    let svg = dir.join("f.svg");
+    run_ok(loupe().args(["flame", "--pid", pid, "-o"]).arg(&svg).arg("--db").arg(db));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("c_work"));
+    // `spin` is inlined into a, b and d: DWARF names it as a frame of its own.
+    assert!(svg.contains("spin (inlined)"), "inline frames missing from the flame graph");
+}
+
+#[test]
+fn no_stacks_records_flat_profiles_only() {
+    // Checks that --no-stacks writes no stack file and flame says why it has nothing.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_, db) = record(dir.path(), &workloads().join("callstack"), &["--no-stacks"]);
+    let out = loupe().args(["flame", "--db"]).arg(&db).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no call stacks"), "{}", String::from_utf8_lossy(&out.stderr));
+}

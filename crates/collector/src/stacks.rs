@@ -1,0 +1,210 @@
+//! The stack path beside [`Collector::attribute`]: a sample's kernel call
+//! chain and its user stack (DWARF-unwound from the copied stack, or the
+//! kernel's frame-pointer chain when no copy was taken) become a list of
+//! (image, offset) frames, counted per (process, event, stack).
+//!
+//! Caller frames are stored at return address - 1 so they symbolize to
+//! the call site. An unwind that did not reach the root ends with a
+//! [`truncated_image`] frame and is counted in [`StackStats`].
+
+use crate::unwind::{End, Unwinders};
+use crate::{images, kernel, Collector};
+use loupe_model::stacks::{truncated_image, Frame, StackProfile};
+use loupe_model::{ImageOffset, ProcessKey};
+use loupe_perf::Sample;
+use std::collections::HashMap;
+
+/// How stacks fared, for `record`'s summary and the daemon's stats.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StackStats {
+    pub stacks: u64,
+    /// Samples whose user part was unwound from a stack copy (DWARF/FP).
+    pub dwarf_unwinds: u64,
+    /// Samples whose unwind stopped before the root (marked in the stack).
+    pub truncated: u64,
+    pub frames: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    pid: u32,
+    comm: u32,
+    event: u16,
+    stack: u32,
+}
+
+/// Stacks counted since the last flush.
+pub struct StackState {
+    pub(crate) unwinders: Unwinders,
+    stacks: HashMap<Vec<(u32, u64)>, u32>,
+    table: Vec<Vec<(u32, u64)>>,
+    counts: HashMap<Key, u64>,
+    period_sums: HashMap<u16, u64>,
+    comms: Vec<String>,
+    comm_index: HashMap<String, u32>,
+    pub stats: StackStats,
+    truncated_image: u32,
+    scratch: Vec<u64>,
+}
+
+impl StackState {
+    pub(crate) fn new(vdso: Option<Vec<u8>>, truncated_image: u32) -> StackState {
+        StackState {
+            unwinders: Unwinders::new(vdso),
+            stacks: HashMap::new(),
+            table: Vec::new(),
+            counts: HashMap::new(),
+            period_sums: HashMap::new(),
+            comms: Vec::new(),
+            comm_index: HashMap::new(),
+            stats: StackStats::default(),
+            truncated_image,
+            scratch: Vec::new(),
+        }
+    }
+
+    fn intern_comm(&mut self, comm: &str) -> u32 {
+        if let Some(&i) = self.comm_index.get(comm) {
+            return i;
+        }
+        self.comms.push(comm.to_string());
+        self.comm_index.insert(comm.to_string(), (self.comms.len() - 1) as u32);
+        (self.comms.len() - 1) as u32
+    }
+
+    fn count(&mut self, pid: u32, comm: &str, event: u16, frames: Vec<(u32, u64)>, period: u64) {
+        let stack = match self.stacks.get(&frames) {
+            Some(&s) => s,
+            None => {
+                let s = self.table.len() as u32;
+                self.table.push(frames.clone());
+                self.stacks.insert(frames, s);
+                s
+            }
+        };
+        let comm = self.intern_comm(comm);
+        *self.counts.entry(Key { pid, comm, event, stack }).or_insert(0) += 1;
+        *self.period_sums.entry(event).or_insert(0) += period;
+    }
+}
+
+impl Collector {
+    /// Turns stack collection on; samples must carry call chains, and
+    /// user stack copies for DWARF unwinding.
+    pub fn enable_stacks(&mut self) {
+        let (_, vdso) = images::own_vdso();
+        let truncated = self.images.intern(truncated_image()).0;
+        self.stacks = Some(Box::new(StackState::new(vdso, truncated)));
+    }
+
+    pub fn stack_stats(&self) -> Option<StackStats> {
+        self.stacks.as_ref().map(|s| s.stats)
+    }
+
+    /// Counts one sample's whole stack (the flat profile got its leaf
+    /// through [`Collector::attribute`]).
+    pub(crate) fn sample_stack(&mut self, s: &Sample) {
+        let Some(mut st) = self.stacks.take() else { return };
+        let mut frames: Vec<(u32, u64)> = Vec::with_capacity(32);
+        let kernel_part = s.callchain.iter().take_while(|&&a| a >= kernel::KERNEL_SPACE_START);
+        for (i, &a) in kernel_part.enumerate() {
+            let (image, off) = self.kernel_location(if i == 0 { a } else { a - 1 });
+            frames.push((image, off));
+        }
+        let user_from_chain = || s.callchain.iter().copied().skip_while(|&a| a >= kernel::KERNEL_SPACE_START).collect::<Vec<u64>>();
+        let mut user = std::mem::take(&mut st.scratch);
+        user.clear();
+        let truncated = match s.user_regs {
+            Some(regs) if !s.user_stack.is_empty() => {
+                st.stats.dwarf_unwinds += 1;
+                let procs = &self.procs;
+                let imgs = &self.images;
+                let mut maps = || user_mappings(procs, imgs, s.pid);
+                st.unwinders.unwind(s.pid, &mut maps, regs, &s.user_stack, &mut user) == End::Truncated
+            }
+            // A kernel thread, or a user thread without a copy: the kernel's
+            // frame-pointer chain (the whole of it when it hit the 127 cap is suspect).
+            _ => {
+                user = user_from_chain();
+                s.callchain.len() >= 127
+            }
+        };
+        let pc_in_user = frames.is_empty();
+        for (i, &a) in user.iter().enumerate() {
+            let a = if i == 0 && pc_in_user { a } else { a.wrapping_sub(1) };
+            frames.push(self.frame_of(s.pid, a));
+        }
+        st.scratch = user;
+        if truncated {
+            st.stats.truncated += 1;
+            frames.push((st.truncated_image, 0));
+        }
+        st.stats.stacks += 1;
+        st.stats.frames += frames.len() as u64;
+        let comm = self.procs.get(s.pid).map_or("swapper", |p| self.agg.comm(p.comm)).to_string();
+        st.count(s.pid, &comm, s.event_index as u16, frames, s.period);
+        self.stacks = Some(st);
+    }
+
+    fn frame_of(&mut self, pid: u32, addr: u64) -> (u32, u64) {
+        if addr >= kernel::KERNEL_SPACE_START {
+            return self.kernel_location(addr);
+        }
+        match self.user_location(pid, addr) {
+            Some((image, off, _)) => (image, off),
+            None => (self.unknown_image, addr),
+        }
+    }
+
+    /// Hands over every stack counted since the last call, one profile per event.
+    pub fn take_stacks(&mut self) -> Vec<StackProfile> {
+        let Some(st) = self.stacks.as_mut() else { return Vec::new() };
+        let mut out: HashMap<u16, StackProfile> = HashMap::new();
+        let mut image_ix: HashMap<(u16, u32), u32> = HashMap::new();
+        for (k, n) in st.counts.drain() {
+            let p = out.entry(k.event).or_insert_with(|| StackProfile::new(self.events[k.event as usize].clone()));
+            let frames: Vec<Frame> = st.table[k.stack as usize]
+                .iter()
+                .map(|&(img, off)| {
+                    let image = *image_ix.entry((k.event, img)).or_insert_with(|| p.intern_image(self.images.get(img)));
+                    Frame { image, offset: ImageOffset(off) }
+                })
+                .collect();
+            p.add_frames(&ProcessKey::new(k.pid, &st.comms[k.comm as usize]), &frames, n);
+        }
+        for (ev, p) in out.iter_mut() {
+            p.period_sum = st.period_sums.get(ev).copied().unwrap_or(0);
+        }
+        st.period_sums.clear();
+        st.stacks.clear();
+        st.table.clear();
+        st.comms.clear();
+        st.comm_index.clear();
+        let mut v: Vec<StackProfile> = out.into_values().collect();
+        v.sort_by(|a, b| a.event.cmp(&b.event));
+        v
+    }
+}
+
+/// A process's executable mappings, each with the path its image is best
+/// read from: the exact mapped file through /proc, else its path; None for the vDSO.
+fn user_mappings(
+    procs: &crate::process::Processes,
+    imgs: &images::ImageTable,
+    pid: u32,
+) -> Vec<(crate::process::Mapping, Option<std::path::PathBuf>)> {
+    let Some(p) = procs.get(pid) else { return Vec::new() };
+    p.mappings()
+        .filter_map(|m| {
+            let id = imgs.get(m.image);
+            match id.kind {
+                loupe_model::ImageKind::Vdso => Some((*m, None)),
+                loupe_model::ImageKind::Elf => {
+                    let live = images::map_files_path(pid, m.start, m.end);
+                    Some((*m, Some(if live.exists() { live } else { std::path::PathBuf::from(&id.path) })))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}

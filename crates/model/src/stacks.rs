@@ -1,0 +1,216 @@
+//! Call stacks: a per-(epoch, event) table of distinct stacks, each a list
+//! of (image, offset) frames, with per-(process, stack) sample counts.
+//!
+//! Frames are deduplicated into a frame table and stacks into a stack
+//! table, so a stack that recurs a million times costs one count. Frame 0
+//! of a stack is the leaf (where the sample hit); caller frames hold the
+//! offset of the call instruction's last byte (return address - 1), so
+//! symbolizing them names the call site, as `perf report` does.
+//!
+//! An unwind that stopped before reaching the thread's root ends with a
+//! frame in the [`truncated_image`] image, so the loss is visible in every
+//! view rather than silently cut.
+//!
+//! ```
+//! use loupe_model::*;
+//! use loupe_model::stacks::*;
+//! let app = ImageId::elf("/bin/app", None);
+//! let mut s = StackProfile::new(EventName::new("cpu-clock"));
+//! let p = ProcessKey::new(1, "app");
+//! s.add(&p, &[(app.clone(), ImageOffset(0x10)), (app.clone(), ImageOffset(0x40))], 3);
+//! s.add(&p, &[(app.clone(), ImageOffset(0x10)), (app, ImageOffset(0x40))], 2);
+//! assert_eq!((s.stacks.len(), s.total_samples()), (1, 5));
+//! ```
+
+use crate::{EventName, ImageId, ImageKind, ImageOffset, ProcessKey};
+use std::collections::{BTreeMap, HashMap};
+
+/// One frame: an offset in an image of the profile's image table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Frame {
+    pub image: u32,
+    pub offset: ImageOffset,
+}
+
+/// The pseudo-image of the frame that ends a truncated or failed unwind.
+pub fn truncated_image() -> ImageId {
+    ImageId { kind: ImageKind::Unknown, path: "[unwind stopped]".into(), build_id: None, content_hash: None }
+}
+
+/// Stacks of one event: tables plus counts. Indices are dense and valid
+/// (the decoder checks them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackProfile {
+    pub event: EventName,
+    pub period_sum: u64,
+    pub images: Vec<ImageId>,
+    pub frames: Vec<Frame>,
+    /// Leaf first; indices into `frames`.
+    pub stacks: Vec<Vec<u32>>,
+    pub processes: Vec<ProcessKey>,
+    /// (process index, stack index) -> samples.
+    pub counts: BTreeMap<(u32, u32), u64>,
+    index: Interner,
+}
+
+/// Lookup tables for adding; rebuilt on demand, not part of equality.
+#[derive(Clone, Debug, Default)]
+struct Interner {
+    images: HashMap<ImageId, u32>,
+    frames: HashMap<Frame, u32>,
+    stacks: HashMap<Vec<u32>, u32>,
+    processes: HashMap<ProcessKey, u32>,
+    built: bool,
+}
+
+impl PartialEq for Interner {
+    fn eq(&self, _: &Interner) -> bool {
+        true
+    }
+}
+impl Eq for Interner {}
+
+fn intern<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, u32>, table: &mut Vec<K>, k: &K) -> u32 {
+    if let Some(&i) = map.get(k) {
+        return i;
+    }
+    table.push(k.clone());
+    let i = (table.len() - 1) as u32;
+    map.insert(k.clone(), i);
+    i
+}
+
+impl StackProfile {
+    pub fn new(event: EventName) -> StackProfile {
+        StackProfile {
+            event,
+            period_sum: 0,
+            images: Vec::new(),
+            frames: Vec::new(),
+            stacks: Vec::new(),
+            processes: Vec::new(),
+            counts: BTreeMap::new(),
+            index: Interner::default(),
+        }
+    }
+
+    fn ensure_index(&mut self) {
+        if self.index.built {
+            return;
+        }
+        let ix = &mut self.index;
+        ix.images = self.images.iter().enumerate().map(|(i, x)| (x.clone(), i as u32)).collect();
+        ix.frames = self.frames.iter().enumerate().map(|(i, x)| (*x, i as u32)).collect();
+        ix.stacks = self.stacks.iter().enumerate().map(|(i, x)| (x.clone(), i as u32)).collect();
+        ix.processes = self.processes.iter().enumerate().map(|(i, x)| (x.clone(), i as u32)).collect();
+        ix.built = true;
+    }
+
+    pub fn intern_image(&mut self, image: &ImageId) -> u32 {
+        self.ensure_index();
+        intern(&mut self.index.images, &mut self.images, image)
+    }
+
+    /// Counts `n` samples of one stack given by interned frames (leaf first).
+    pub fn add_frames(&mut self, process: &ProcessKey, frames: &[Frame], n: u64) {
+        self.ensure_index();
+        let ids: Vec<u32> = frames.iter().map(|f| intern(&mut self.index.frames, &mut self.frames, f)).collect();
+        let s = intern(&mut self.index.stacks, &mut self.stacks, &ids);
+        let p = intern(&mut self.index.processes, &mut self.processes, process);
+        *self.counts.entry((p, s)).or_insert(0) += n;
+    }
+
+    /// Counts `n` samples of a stack of (image, offset) frames, leaf first.
+    pub fn add(&mut self, process: &ProcessKey, frames: &[(ImageId, ImageOffset)], n: u64) {
+        let fs: Vec<Frame> = frames.iter().map(|(img, off)| Frame { image: self.intern_image(img), offset: *off }).collect();
+        self.add_frames(process, &fs, n);
+    }
+
+    /// Adds another profile of the same event into this one.
+    pub fn merge(&mut self, other: &StackProfile) -> Result<(), String> {
+        if other.event != self.event {
+            return Err(format!("cannot merge stacks of {} into {}", other.event.0, self.event.0));
+        }
+        let images: Vec<u32> = other.images.iter().map(|i| self.intern_image(i)).collect();
+        for (&(p, s), &n) in &other.counts {
+            let frames: Vec<Frame> = other.stacks[s as usize]
+                .iter()
+                .map(|&f| {
+                    let f = other.frames[f as usize];
+                    Frame { image: images[f.image as usize], offset: f.offset }
+                })
+                .collect();
+            self.add_frames(&other.processes[p as usize], &frames, n);
+        }
+        self.period_sum += other.period_sum;
+        Ok(())
+    }
+
+    pub fn total_samples(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// Frames of stack `s` as (image, offset), leaf first.
+    pub fn stack(&self, s: u32) -> impl Iterator<Item = (&ImageId, ImageOffset)> + '_ {
+        self.stacks[s as usize].iter().map(|&f| {
+            let f = self.frames[f as usize];
+            (&self.images[f.image as usize], f.offset)
+        })
+    }
+
+    /// Whether stack `s` ends in the truncation marker.
+    pub fn is_truncated(&self, s: u32) -> bool {
+        self.stack(s).last().is_some_and(|(img, _)| img.kind == ImageKind::Unknown && img.path == truncated_image().path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn img(p: &str) -> ImageId {
+        ImageId::elf(p, None)
+    }
+
+    #[test]
+    fn stacks_and_frames_are_deduplicated_across_processes() {
+        // Checks that equal stacks share one table row and counts stay per process.
+        let mut s = StackProfile::new(EventName::new("e"));
+        let st = [(img("/a"), ImageOffset(1)), (img("/b"), ImageOffset(2))];
+        s.add(&ProcessKey::new(1, "x"), &st, 2);
+        s.add(&ProcessKey::new(2, "y"), &st, 3);
+        s.add(&ProcessKey::new(2, "y"), &st[1..], 4);
+        assert_eq!((s.images.len(), s.frames.len(), s.stacks.len(), s.processes.len()), (2, 2, 2, 2));
+        assert_eq!(s.counts.values().copied().collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert_eq!(s.total_samples(), 9);
+    }
+
+    #[test]
+    fn merge_remaps_tables_and_sums() {
+        // Checks that merging profiles with different table orders sums the same stacks.
+        let p = ProcessKey::new(1, "x");
+        let (s1, s2) = ([(img("/a"), ImageOffset(1))], [(img("/b"), ImageOffset(9)), (img("/a"), ImageOffset(1))]);
+        let mut a = StackProfile::new(EventName::new("e"));
+        a.add(&p, &s1, 1);
+        a.period_sum = 10;
+        let mut b = StackProfile::new(EventName::new("e"));
+        b.add(&p, &s2, 5);
+        b.add(&p, &s1, 2);
+        b.period_sum = 70;
+        a.merge(&b).unwrap();
+        assert_eq!((a.stacks.len(), a.total_samples(), a.period_sum), (2, 8, 80));
+        let got: Vec<Vec<&str>> = (0..2).map(|s| a.stack(s).map(|(i, _)| i.path.as_str()).collect()).collect();
+        assert_eq!(got, vec![vec!["/a"], vec!["/b", "/a"]]);
+        assert!(a.merge(&StackProfile::new(EventName::new("other"))).is_err());
+    }
+
+    #[test]
+    fn truncation_marker_is_recognized() {
+        // Checks is_truncated on a stack ending in the marker and one that does not.
+        let mut s = StackProfile::new(EventName::new("e"));
+        let p = ProcessKey::new(1, "x");
+        s.add(&p, &[(img("/a"), ImageOffset(1)), (truncated_image(), ImageOffset(0))], 1);
+        s.add(&p, &[(img("/a"), ImageOffset(1))], 1);
+        assert!(s.is_truncated(0) && !s.is_truncated(1));
+    }
+}

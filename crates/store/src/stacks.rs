@@ -1,0 +1,209 @@
+//! Stack files (profile kind 2): one per (epoch, event), `stacks.<event>.stacks`.
+//!
+//! ```text
+//! magic    "LOUPEPRF", version u16 LE 1, kind u16 LE 2
+//! event (str), period_sum (varint)
+//! images   count, then per image: kind (u8), path (str), build-id (bytes), hash (u8 flag + u64)
+//! frames   count, then per frame: image index (varint), offset (varint)
+//! stacks   count, then per stack: depth (varint), frame indices (varint each), leaf first
+//! procs    count, then pid (varint), comm (str)
+//! counts   count, then sorted by (process, stack): process delta, stack (delta
+//!          when the process is unchanged, else absolute), samples (varints)
+//! crc32    u32 LE of every byte before it
+//! ```
+//! Flat per-instruction profiles (kind 1) are untouched by stacks: `top`
+//! without call-graph columns never reads these files.
+
+use crate::format::{kind_code, kind_from, put_bytes, put_varint, FormatError, Reader, MAGIC, VERSION};
+use loupe_model::stacks::{Frame, StackProfile};
+use loupe_model::{BuildId, EventName, ImageId, ImageOffset, ProcessKey};
+
+pub const KIND_STACKS: u16 = 2;
+
+/// File name of an event's stack table.
+pub fn file_name(event: &EventName) -> String {
+    let ev: String = event.0.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    format!("stacks.{ev}.stacks")
+}
+
+fn put_image(out: &mut Vec<u8>, image: &ImageId) {
+    out.push(kind_code(image.kind));
+    put_bytes(out, image.path.as_bytes());
+    put_bytes(out, image.build_id.as_ref().map_or(&[][..], |b| &b.0));
+    match image.content_hash {
+        Some(h) => {
+            out.push(1);
+            out.extend_from_slice(&h.to_le_bytes());
+        }
+        None => out.push(0),
+    }
+}
+
+pub fn encode(p: &StackProfile) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + p.frames.len() * 4 + p.counts.len() * 3);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&KIND_STACKS.to_le_bytes());
+    put_bytes(&mut out, p.event.0.as_bytes());
+    put_varint(&mut out, p.period_sum);
+    put_varint(&mut out, p.images.len() as u64);
+    for i in &p.images {
+        put_image(&mut out, i);
+    }
+    put_varint(&mut out, p.frames.len() as u64);
+    for f in &p.frames {
+        put_varint(&mut out, f.image as u64);
+        put_varint(&mut out, f.offset.0);
+    }
+    put_varint(&mut out, p.stacks.len() as u64);
+    for s in &p.stacks {
+        put_varint(&mut out, s.len() as u64);
+        for &f in s {
+            put_varint(&mut out, f as u64);
+        }
+    }
+    put_varint(&mut out, p.processes.len() as u64);
+    for pr in &p.processes {
+        put_varint(&mut out, pr.pid as u64);
+        put_bytes(&mut out, pr.comm.as_bytes());
+    }
+    put_varint(&mut out, p.counts.len() as u64);
+    let (mut lp, mut ls) = (0u32, 0u32);
+    for (&(pi, si), &n) in &p.counts {
+        put_varint(&mut out, (pi - lp) as u64);
+        put_varint(&mut out, if pi != lp { si as u64 } else { (si - ls) as u64 });
+        put_varint(&mut out, n);
+        (lp, ls) = (pi, si);
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+pub fn decode(b: &[u8]) -> Result<StackProfile, FormatError> {
+    if b.len() < 16 || &b[..8] != MAGIC {
+        return Err(if b.len() < 16 && MAGIC.starts_with(&b[..b.len().min(8)]) {
+            FormatError::Truncated(b.len())
+        } else {
+            FormatError::BadMagic
+        });
+    }
+    let version = u16::from_le_bytes([b[8], b[9]]);
+    if version != VERSION {
+        return Err(FormatError::UnsupportedVersion(version));
+    }
+    let (body, crc) = b.split_at(b.len() - 4);
+    if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
+        return Err(FormatError::Checksum);
+    }
+    let kind = u16::from_le_bytes([b[10], b[11]]);
+    if kind != KIND_STACKS {
+        return Err(FormatError::UnsupportedKind(kind));
+    }
+    let mut r = Reader { b: body, at: 12 };
+    let p = decode_body(&mut r)?;
+    if r.at != r.b.len() {
+        return Err(FormatError::Invalid(r.at, "trailing bytes"));
+    }
+    Ok(p)
+}
+
+fn read_image(r: &mut Reader) -> Result<ImageId, FormatError> {
+    let at = r.at;
+    let kind = kind_from(r.byte()?).ok_or(FormatError::Invalid(at, "image kind"))?;
+    let path = r.string()?;
+    let n = r.len()?;
+    let bid = r.take(n)?;
+    let content_hash = match r.byte()? {
+        0 => None,
+        _ => Some(u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes"))),
+    };
+    Ok(ImageId { kind, path, build_id: (!bid.is_empty()).then(|| BuildId(bid.to_vec())), content_hash })
+}
+
+/// An index read from the file, checked against its table's length.
+fn index(r: &mut Reader, bound: usize, what: &'static str) -> Result<u32, FormatError> {
+    let at = r.at;
+    let v = r.varint()?;
+    if v >= bound as u64 {
+        return Err(FormatError::Invalid(at, what));
+    }
+    Ok(v as u32)
+}
+
+fn decode_body(r: &mut Reader) -> Result<StackProfile, FormatError> {
+    let mut p = StackProfile::new(EventName(r.string()?));
+    p.period_sum = r.varint()?;
+    for _ in 0..r.len()? {
+        p.images.push(read_image(r)?);
+    }
+    for _ in 0..r.len()? {
+        let image = index(r, p.images.len(), "image index")?;
+        p.frames.push(Frame { image, offset: ImageOffset(r.varint()?) });
+    }
+    for _ in 0..r.len()? {
+        let depth = r.len()?;
+        let s = (0..depth).map(|_| index(r, p.frames.len(), "frame index")).collect::<Result<Vec<u32>, _>>()?;
+        p.stacks.push(s);
+    }
+    for _ in 0..r.len()? {
+        let pid = r.varint()? as u32;
+        p.processes.push(ProcessKey { pid, comm: r.string()? });
+    }
+    let (mut pi, mut si) = (0u64, 0u64);
+    for _ in 0..r.len()? {
+        let at = r.at;
+        let dp = r.varint()?;
+        let ds = r.varint()?;
+        pi = pi.checked_add(dp).filter(|&x| x < p.processes.len() as u64).ok_or(FormatError::Invalid(at, "process index"))?;
+        si = if dp != 0 { ds } else { si.checked_add(ds).ok_or(FormatError::Invalid(at, "stack index"))? };
+        if si >= p.stacks.len() as u64 {
+            return Err(FormatError::Invalid(at, "stack index"));
+        }
+        p.counts.insert((pi as u32, si as u32), r.varint()?);
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> StackProfile {
+        let mut p = StackProfile::new(EventName::new("cpu-clock"));
+        let app = ImageId { content_hash: Some(9), ..ImageId::elf("/bin/app", Some(BuildId(vec![0xcd; 20]))) };
+        let k = ImageId::kernel(None);
+        p.add(&ProcessKey::new(7, "app"), &[(k.clone(), ImageOffset(0xffff)), (app.clone(), ImageOffset(0x1000))], 3);
+        p.add(&ProcessKey::new(7, "app"), &[(app.clone(), ImageOffset(0x1004)), (app.clone(), ImageOffset(0x2000))], 1 << 33);
+        p.add(&ProcessKey::new(8, "b b"), &[(app, ImageOffset(u64::MAX))], 1);
+        p.period_sum = 42;
+        p
+    }
+
+    #[test]
+    fn round_trip() {
+        // Checks that tables, counts and period survive encode/decode.
+        let p = sample();
+        assert_eq!(decode(&encode(&p)).unwrap(), p);
+        let empty = StackProfile::new(EventName::new("x"));
+        assert_eq!(decode(&encode(&empty)).unwrap(), empty);
+    }
+
+    #[test]
+    fn corruption_is_detected_and_never_panics() {
+        // Checks truncations and single-bit flips: always an error, never a panic.
+        let good = encode(&sample());
+        for n in 0..good.len() {
+            assert!(decode(&good[..n]).is_err());
+        }
+        for at in 0..good.len() {
+            let mut b = good.clone();
+            b[at] ^= 0x10;
+            assert!(decode(&b).is_err(), "flip at {at} went unnoticed");
+        }
+        assert_eq!(
+            decode(&crate::format::encode(&loupe_model::Profile::new(ImageId::unknown(), EventName::new("x")))),
+            Err(FormatError::UnsupportedKind(1))
+        );
+    }
+}
