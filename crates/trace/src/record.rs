@@ -170,7 +170,8 @@ impl Cursor<'_> {
 /// Decodes the record at `at`; returns it and its size. `Ok(None)` at a size
 /// of 0 (end of data) or at the end of `bytes`.
 pub fn decode_at(spec: &Spec, bytes: &[u8], at: usize) -> Result<Option<(Record, usize)>, DecodeError> {
-    if at == bytes.len() {
+    // A packet's tail shorter than a header is zero padding.
+    if bytes.len() - at < HEADER && bytes[at..].iter().all(|&b| b == 0) {
         return Ok(None);
     }
     let h = bytes.get(at..at + HEADER).ok_or(DecodeError::Header(at))?;
