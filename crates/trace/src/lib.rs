@@ -20,3 +20,5 @@ pub mod buffer;
 pub mod codegen;
 pub mod record;
 pub mod spec;
+pub mod stub;
+pub mod vectors;
