@@ -49,6 +49,8 @@ Percentages are of all samples of the event in the selected epochs and processes
     Top(TopArgs),
     /// Show which sampling events this machine supports.
     Events,
+    /// Vertical event tracing: event specs, generated stubs, record, dump, export.
+    Trace(TraceArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -166,4 +168,90 @@ pub struct TopArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+}
+
+/// `loupe trace`: vertical event tracing (PEM).
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    #[command(subcommand)]
+    pub cmd: TraceCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TraceCmd {
+    /// Validate event spec files; every error names the file and line.
+    #[command(after_help = "Example:\n  loupe trace check crates/trace/spec/loupe.xml my-app.xml")]
+    Check(TraceSpecs),
+    /// Generate the logging stub for one language from event specs.
+    #[command(after_help = "Examples:\n  loupe trace gen --lang c -o include/ crates/trace/spec/loupe.xml app.xml\n  \
+loupe trace gen --lang python --vectors -o out/ app.xml      also write shared test vectors\n\n\
+C includes sdk/c/loupe_trace.h; Rust uses the loupe-trace crate's `stub` module.")]
+    Gen(TraceGenArgs),
+    /// Run a command with tracing on and write its events to a trace directory.
+    #[command(after_help = "Example:\n  loupe trace record -o run.trace --spec app.xml -- ./my-app\n\n\
+The command logs through generated stubs into a per-CPU shared-memory buffer named by $LOUPE_TRACE_SHM; \
+loupe drains it while the command runs. Events the buffer could not hold are dropped and counted in trace.json.")]
+    Record(TraceRecordArgs),
+    /// Print a trace's events in time order.
+    #[command(after_help = "Example:\n  loupe trace dump run.trace | head")]
+    Dump(TraceDirArg),
+    /// Export a trace to the Chrome JSON trace format (opens in ui.perfetto.dev).
+    #[command(after_help = "Example:\n  loupe trace export run.trace -o run.json")]
+    Export(TraceExportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TraceSpecs {
+    /// Event specification files (XML).
+    #[arg(required = true)]
+    pub specs: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct TraceGenArgs {
+    /// Target language: c, rust, python, go or java.
+    #[arg(long)]
+    pub lang: String,
+    /// Output directory.
+    #[arg(short, long, default_value = ".")]
+    pub out: PathBuf,
+    /// Also write the shared test vectors (<spec>.json, <spec>.txt).
+    #[arg(long)]
+    pub vectors: bool,
+    #[command(flatten)]
+    pub specs: TraceSpecs,
+}
+
+#[derive(Args, Debug)]
+pub struct TraceRecordArgs {
+    /// Trace directory to create.
+    #[arg(short, long, default_value = "loupe.trace")]
+    pub out: PathBuf,
+    /// Event specs of the traced program (Loupe's own spec is always included).
+    #[arg(long = "spec")]
+    pub specs: Vec<PathBuf>,
+    /// Sub-buffers per CPU.
+    #[arg(long, default_value_t = 16)]
+    pub subbufs: u32,
+    /// Sub-buffer size in KiB (a power of two, at least 32).
+    #[arg(long, default_value_t = 256)]
+    pub subbuf_kib: u32,
+    /// The command to run.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct TraceDirArg {
+    /// Trace directory.
+    pub dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct TraceExportArgs {
+    /// Trace directory.
+    pub dir: PathBuf,
+    /// Output file.
+    #[arg(short, long)]
+    pub out: PathBuf,
 }

@@ -4,6 +4,7 @@ mod collect;
 mod flags;
 mod symbols;
 mod top;
+mod trace;
 
 use clap::Parser;
 use flags::{Cli, Command};
@@ -20,6 +21,7 @@ fn main() -> ExitCode {
         Command::Epochs(a) => collect::epochs(a),
         Command::Top(a) => top::run(a),
         Command::Events => collect::events(),
+        Command::Trace(a) => trace::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

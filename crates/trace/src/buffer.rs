@@ -155,7 +155,7 @@ impl Buffer {
     }
 
     fn atomic(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.len && off % 8 == 0);
+        assert!(off + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: in bounds and 8-aligned (mmap is page-aligned); the mapping lives as long as self.
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }
@@ -197,7 +197,7 @@ impl Buffer {
 
     /// [`Buffer::log`] on a given CPU's buffer (tests use it to force contention).
     pub fn log_on(&self, cpu: usize, len: usize, fill: impl FnOnce(&mut [u8], u64)) -> bool {
-        debug_assert!(len % 8 == 0 && len <= crate::record::MAX_RECORD);
+        debug_assert!(len.is_multiple_of(8) && len <= crate::record::MAX_RECORD);
         let s = self.geo.sub_size as u64;
         let head = self.ctl(cpu, OFF_HEAD);
         let (h, ts, pos, start) = loop {
@@ -272,7 +272,7 @@ impl Buffer {
         let head = self.ctl(cpu, OFF_HEAD);
         loop {
             let h = head.load(Ordering::Acquire);
-            if h % s == 0 {
+            if h.is_multiple_of(s) {
                 return;
             }
             if head.compare_exchange(h, h.next_multiple_of(s), Ordering::AcqRel, Ordering::Relaxed).is_ok() {

@@ -18,7 +18,9 @@
 
 pub mod buffer;
 pub mod codegen;
+pub mod export;
 pub mod record;
 pub mod spec;
 pub mod stub;
+pub mod tracefile;
 pub mod vectors;

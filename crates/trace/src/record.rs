@@ -182,7 +182,7 @@ pub fn decode_at(spec: &Spec, bytes: &[u8], at: usize) -> Result<Option<(Record,
         return Ok(None);
     }
     let left = bytes.len() - at;
-    if size % 8 != 0 || size > left || size < HEADER {
+    if !size.is_multiple_of(8) || size > left || size < HEADER {
         return Err(DecodeError::Size { at, size, left });
     }
     let ev = spec.by_id(id).ok_or(DecodeError::UnknownId { at, id })?;

@@ -354,7 +354,7 @@ impl Validator<'_> {
         };
         match text.parse::<u16>() {
             Ok(id) if id >= FIRST_USER_ID => {
-                *next_id = id.checked_add(1).unwrap_or(u16::MAX);
+                *next_id = id.saturating_add(1);
                 Some(id)
             }
             _ => {
