@@ -29,7 +29,7 @@ extern int sched_getcpu(void);
 
 #define LOUPE_TRACE_MAGIC 0x4352544550554f4cull /* "LOUPETRC" little-endian */
 #define LOUPE_PACKET_MAGIC 0xC1FC1FC1u
-#define LOUPE_PACKET_HEADER 32u
+#define LOUPE_PACKET_HEADER 64u
 #define LOUPE_MAX_STRING 1024u
 #define LOUPE_MAX_LIST 128u
 
@@ -125,14 +125,15 @@ static inline int loupe_trace_write(uint8_t *rec, uint32_t len) {
     memcpy(rec, &ts, 8);
     memcpy(loupe_at(cpu, pos), rec, len);
     if (fresh) {
-        uint8_t hdr[LOUPE_PACKET_HEADER];
+        /* CTF packet header + context; the consumer completes end, sizes, drops. */
+        uint8_t hdr[LOUPE_PACKET_HEADER] = {0};
         uint32_t magic = LOUPE_PACKET_MAGIC, c32 = (uint32_t)cpu;
         uint64_t seq = start / s, dropped = __atomic_load_n(loupe_ctl(cpu, 64), __ATOMIC_RELAXED);
         memcpy(hdr, &magic, 4);
-        memcpy(hdr + 4, &c32, 4);
-        memcpy(hdr + 8, &seq, 8);
-        memcpy(hdr + 16, &ts, 8);
-        memcpy(hdr + 24, &dropped, 8);
+        memcpy(hdr + 8, &ts, 8);
+        memcpy(hdr + 40, &seq, 8);
+        memcpy(hdr + 48, &dropped, 8);
+        memcpy(hdr + 56, &c32, 4);
         memcpy(loupe_at(cpu, start), hdr, LOUPE_PACKET_HEADER);
         mine += LOUPE_PACKET_HEADER;
         if (h % s) { /* close the previous packet: zero its tail and commit it */

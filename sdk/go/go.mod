@@ -1,3 +1,3 @@
 module loupe.dev/sdk/go
 
-go 1.21
+go 1.19

@@ -63,7 +63,9 @@ fn record(r: TraceRecordArgs) -> Result<u8> {
     // Validate before running anything: the trace must be decodable.
     let mut all = vec![spec_dir.join("0-loupe.xml")];
     all.extend(r.specs.iter().cloned());
-    load(&all)?;
+    let spec = load(&all)?;
+    std::fs::create_dir(r.out.join("ctf"))?;
+    std::fs::write(r.out.join("ctf/metadata"), loupe_trace::ctf::metadata(&spec))?;
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let geo = Geometry { ncpu, nsub: r.subbufs, sub_size: r.subbuf_kib.saturating_mul(1024) };
     let shm = PathBuf::from(format!("/dev/shm/loupe-trace.{}", std::process::id()));
@@ -78,7 +80,7 @@ fn record(r: TraceRecordArgs) -> Result<u8> {
 fn drain_while(buf: &Buffer, r: &TraceRecordArgs) -> Result<u8> {
     let geo = buf.geometry();
     let mut files = (0..geo.ncpu)
-        .map(|c| std::fs::File::create(r.out.join(format!("cpu{c}"))).map(std::io::BufWriter::new))
+        .map(|c| std::fs::File::create(r.out.join("ctf").join(format!("cpu{c}"))).map(std::io::BufWriter::new))
         .collect::<std::io::Result<Vec<_>>>()?;
     let mut child = std::process::Command::new(&r.command[0])
         .args(&r.command[1..])

@@ -47,4 +47,12 @@ fn record_phases_workload() {
     let j = loupe_trace::export::chrome(&t);
     let b = j["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "B").count();
     assert_eq!(b, 5);
+    // babeltrace2 (the CTF reference reader) decodes every event with its fields.
+    let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().expect("babeltrace2 (scripts/setup.sh installs it)");
+    assert!(bt.status.success(), "{}", String::from_utf8_lossy(&bt.stderr));
+    let text = String::from_utf8(bt.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 50);
+    assert_eq!(lines.iter().filter(|l| l.contains("Loupe::Phase::Begin: { cpu_id = ")).count(), 5);
+    assert!(lines[1].contains("Loupe::App::Progress") && lines[1].contains("units = 1, rate = 0, _label_len = 3, label = \"MiB\""));
 }

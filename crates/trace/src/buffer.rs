@@ -17,9 +17,15 @@
 //! global:   0 u64 magic "LOUPETRC"  8 u32 version  12 u32 ncpu  16 u32 nsub  20 u32 S
 //!           24 u32 clockid  28 u32 ctl_stride  32 u64 ctl_offset  40 u64 data_offset
 //! ctl:      0 u64 head   64 u64 dropped   128 u64 consumed   192 u64 commit[nsub]
-//! packet:   0 u32 magic 0xC1FC1FC1  4 u32 cpu  8 u64 seq  16 u64 ts_begin
-//!           24 u64 dropped so far on this CPU   32.. records, then zeros
+//! packet:   0 u32 magic 0xC1FC1FC1  4 u32 stream id (0)  8 u64 ts_begin  16 u64 ts_end
+//!           24 u64 content size (bits)  32 u64 packet size (bits)  40 u64 sequence number
+//!           48 u64 events discarded  56 u32 cpu  60 u32 0     64.. records, then zeros
 //! ```
+//! The packet header is a CTF 1.8 packet header and context (see
+//! [`crate::ctf`]): the writer that opens a packet fills magic, ts_begin,
+//! sequence, cpu and the drops so far; [`Buffer::take`] fills ts_end, the
+//! sizes and the drop count at the time the packet is taken, so packets go
+//! to disk as they are and babeltrace2 reads them.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -30,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"LOUPETRC");
 pub const VERSION: u32 = 1;
 pub const PACKET_MAGIC: u32 = 0xC1FC_1FC1;
-pub const PACKET_HEADER: usize = 32;
+pub const PACKET_HEADER: usize = 64;
 const GLOBAL: usize = 4096;
 const OFF_HEAD: usize = 0;
 const OFF_DROPPED: usize = 64;
@@ -234,10 +240,10 @@ impl Buffer {
     fn write_packet_header(&self, cpu: usize, start: u64, ts: u64) {
         let mut hdr = [0u8; PACKET_HEADER];
         hdr[0..4].copy_from_slice(&PACKET_MAGIC.to_le_bytes());
-        hdr[4..8].copy_from_slice(&(cpu as u32).to_le_bytes());
-        hdr[8..16].copy_from_slice(&(start / self.geo.sub_size as u64).to_le_bytes());
-        hdr[16..24].copy_from_slice(&ts.to_le_bytes());
-        hdr[24..32].copy_from_slice(&self.ctl(cpu, OFF_DROPPED).load(Ordering::Relaxed).to_le_bytes());
+        hdr[8..16].copy_from_slice(&ts.to_le_bytes());
+        hdr[40..48].copy_from_slice(&(start / self.geo.sub_size as u64).to_le_bytes());
+        hdr[48..56].copy_from_slice(&self.ctl(cpu, OFF_DROPPED).load(Ordering::Relaxed).to_le_bytes());
+        hdr[56..60].copy_from_slice(&(cpu as u32).to_le_bytes());
         // SAFETY: the packet header bytes belong to the reservation that started the packet.
         unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), self.slot_ptr(cpu, start), PACKET_HEADER) };
     }
@@ -298,6 +304,7 @@ impl Buffer {
         out.extend_from_slice(unsafe { std::slice::from_raw_parts(self.slot_ptr(cpu, c * s), s as usize) });
         commit.store(0, Ordering::Relaxed);
         consumed.store(c + 1, Ordering::Release);
+        seal(out, self.dropped(cpu));
         true
     }
 
@@ -318,13 +325,38 @@ impl Drop for Buffer {
     }
 }
 
+/// Completes a taken packet's CTF context: end timestamp (the last record's),
+/// content and packet sizes in bits, and the CPU's drop count now. Walks
+/// only the record size fields; a size that does not fit ends the content.
+pub fn seal(p: &mut [u8], dropped: u64) {
+    let u64_at = |p: &[u8], o: usize| u64::from_le_bytes(p[o..o + 8].try_into().unwrap());
+    let (mut at, mut ts_end) = (PACKET_HEADER, u64_at(p, 8));
+    while at + crate::record::HEADER <= p.len() {
+        let size = u16::from_le_bytes([p[at + 8], p[at + 9]]) as usize;
+        if size == 0 || at + size > p.len() {
+            break;
+        }
+        ts_end = u64_at(p, at);
+        at += size;
+    }
+    p[16..24].copy_from_slice(&ts_end.to_le_bytes());
+    p[24..32].copy_from_slice(&(8 * at as u64).to_le_bytes());
+    let bits = 8 * p.len() as u64;
+    p[32..40].copy_from_slice(&bits.to_le_bytes());
+    p[48..56].copy_from_slice(&dropped.to_le_bytes());
+}
+
 /// A decoded packet header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacketHeader {
     pub cpu: u32,
     pub seq: u64,
     pub ts_begin: u64,
-    pub dropped_before: u64,
+    pub ts_end: u64,
+    /// Bytes of header and records (the rest is padding).
+    pub content: usize,
+    /// Events dropped on this CPU up to when the packet was taken.
+    pub dropped: u64,
 }
 
 /// Parses a packet's header; None if the magic is wrong.
@@ -334,10 +366,12 @@ pub fn packet_header(p: &[u8]) -> Option<PacketHeader> {
         return None;
     }
     Some(PacketHeader {
-        cpu: u32::from_le_bytes(p[4..8].try_into().unwrap()),
-        seq: u64_at(8),
-        ts_begin: u64_at(16),
-        dropped_before: u64_at(24),
+        cpu: u32::from_le_bytes(p[56..60].try_into().unwrap()),
+        seq: u64_at(40),
+        ts_begin: u64_at(8),
+        ts_end: u64_at(16),
+        content: (u64_at(24) / 8) as usize,
+        dropped: u64_at(48),
     })
 }
 
@@ -363,6 +397,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let b = Buffer::create(&dir.path().join("b"), geo(2)).unwrap();
         let per_packet = (32768 - PACKET_HEADER) / 64;
+        assert_eq!(per_packet, 511);
         let mut ok = 0;
         for _ in 0..3 * per_packet {
             ok += b.log_on(0, 64, rec(64)) as usize;
@@ -372,10 +407,10 @@ mod tests {
         let mut out = Vec::new();
         assert!(b.take(0, &mut out));
         let h = packet_header(&out).unwrap();
-        assert_eq!((h.seq, h.dropped_before), (0, 0));
-        // The second packet is still open (32 bytes left) until a flush closes it.
-        assert!(!b.take(0, &mut out));
-        b.flush(0);
+        // Taken after the drops: the CTF context counts them.
+        assert_eq!((h.seq, h.dropped, h.content), (0, per_packet as u64, PACKET_HEADER + 64 * per_packet));
+        assert!(h.ts_end >= h.ts_begin);
+        // The header and 511 records fill a packet exactly, so the second is complete without a flush.
         assert!(b.take(0, &mut out));
         assert_eq!(packet_header(&out).unwrap().seq, 1);
         assert!(!b.take(0, &mut out));
@@ -397,9 +432,10 @@ mod tests {
         assert!(!b.take(0, &mut out));
         b.flush(0);
         assert!(b.take(0, &mut out));
-        assert_eq!(u16::from_le_bytes([out[40], out[41]]), 16);
-        assert_eq!(u16::from_le_bytes([out[56], out[57]]), 24);
-        assert!(out[80..].iter().all(|&x| x == 0));
+        assert_eq!(u16::from_le_bytes([out[72], out[73]]), 16);
+        assert_eq!(u16::from_le_bytes([out[88], out[89]]), 24);
+        assert!(out[104..].iter().all(|&x| x == 0));
+        assert_eq!(packet_header(&out).unwrap().content, 104);
         assert!(Buffer::open(&dir.path().join("missing")).is_err());
     }
 }

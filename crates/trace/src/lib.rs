@@ -18,6 +18,7 @@
 
 pub mod buffer;
 pub mod codegen;
+pub mod ctf;
 pub mod export;
 pub mod record;
 pub mod spec;

@@ -1,6 +1,7 @@
 //! A trace directory: the spec files it was recorded with (`spec/*.xml`),
-//! one stream file per CPU (`cpu<N>`, the packets exactly as taken from the
-//! buffer), and `trace.json` with the geometry and per-CPU drop counts.
+//! a CTF 1.8 trace in `ctf/` (`metadata` and one stream file `cpu<N>` per
+//! CPU holding the packets exactly as taken from the buffer; babeltrace2
+//! reads it), and `trace.json` with the geometry and per-CPU drop counts.
 
 use crate::buffer::{packet_header, PACKET_HEADER};
 use crate::record::{decode_at, Record};
@@ -35,6 +36,7 @@ pub fn decode_stream(spec: &Spec, bytes: &[u8], sub_size: usize, out: &mut Trace
         };
         out.packets += 1;
         let mut at = PACKET_HEADER;
+        let p = &p[..h.content.clamp(PACKET_HEADER, p.len())];
         loop {
             match decode_at(spec, p, at) {
                 Ok(Some((rec, n))) => {
@@ -67,7 +69,7 @@ pub fn read(dir: &Path) -> io::Result<Trace> {
     let mut t = Trace { spec, entries: Vec::new(), packets: 0, dropped: 0, errors: Vec::new() };
     t.dropped = meta["dropped"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64()).sum()).unwrap_or(0);
     for cpu in 0..ncpu {
-        let bytes = std::fs::read(dir.join(format!("cpu{cpu}")))?;
+        let bytes = std::fs::read(dir.join("ctf").join(format!("cpu{cpu}")))?;
         let spec = t.spec.clone();
         decode_stream(&spec, &bytes, sub, &mut t);
     }
