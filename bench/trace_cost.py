@@ -30,9 +30,9 @@ try:
     for r in range(ROUNDS):
         res['clock_gettime floor'].append(ns(subprocess.check_output([floor], text=True)))
         env = {k: v for k, v in os.environ.items() if k != 'LOUPE_TRACE_SHM'}
-        res['C stub disabled'].append(ns(subprocess.check_output([prog, '0', str(N * 4)], text=True, env=env)))
+        res['C stub disabled'].append(ns(subprocess.check_output([prog, 'bench', str(N * 4)], text=True, env=env)))
         out = os.path.join(tmp, f't{r}')
-        p = subprocess.run(['target/release/loupe', 'trace', 'record', '-o', out, '--', prog, '0', str(N)],
+        p = subprocess.run(['target/release/loupe', 'trace', 'record', '-o', out, '--', prog, 'bench', str(N)],
                            capture_output=True, text=True, check=True)
         res['C stub enabled'].append(ns(p.stdout))
         shutil.rmtree(out)

@@ -130,10 +130,11 @@ static inline int loupe_trace_write(uint8_t *rec, uint32_t len) {
         uint32_t magic = LOUPE_PACKET_MAGIC, c32 = (uint32_t)cpu;
         uint64_t seq = start / s, dropped = __atomic_load_n(loupe_ctl(cpu, 64), __ATOMIC_RELAXED);
         memcpy(hdr, &magic, 4);
-        memcpy(hdr + 8, &ts, 8);
-        memcpy(hdr + 40, &seq, 8);
-        memcpy(hdr + 48, &dropped, 8);
-        memcpy(hdr + 56, &c32, 4);
+        memcpy(hdr + 8, &c32, 4);
+        memcpy(hdr + 12, &c32, 4);
+        memcpy(hdr + 16, &ts, 8);
+        memcpy(hdr + 48, &seq, 8);
+        memcpy(hdr + 56, &dropped, 8);
         memcpy(loupe_at(cpu, start), hdr, LOUPE_PACKET_HEADER);
         mine += LOUPE_PACKET_HEADER;
         if (h % s) { /* close the previous packet: zero its tail and commit it */

@@ -195,6 +195,13 @@ loupe drains it while the command runs. Events the buffer could not hold are dro
     /// Print a trace's events in time order.
     #[command(after_help = "Example:\n  loupe trace dump run.trace | head")]
     Dump(TraceDirArg),
+    /// Frequency strips per interval aligned with phase markers, correlations, periods (PEM Figure 4).
+    #[command(
+        after_help = "Examples:\n  loupe trace report run.trace\n  loupe trace report run.trace --interval-ms 2 --svg strips.svg\n  loupe trace report run.trace --format json\n\n\
+Series: the counters logged per interval (page-faults, context-switches, ...) and the number of each application \
+event per interval. Correlations are Pearson over intervals; 'within phase N' uses only intervals inside its iterations."
+    )]
+    Report(TraceReportArgs),
     /// Export a trace to the Chrome JSON trace format (opens in ui.perfetto.dev).
     #[command(after_help = "Example:\n  loupe trace export run.trace -o run.json")]
     Export(TraceExportArgs),
@@ -236,6 +243,9 @@ pub struct TraceRecordArgs {
     /// Sub-buffer size in KiB (a power of two, at least 32).
     #[arg(long, default_value_t = 256)]
     pub subbuf_kib: u32,
+    /// Counter sampling interval in microseconds (page faults, context switches, ... per interval).
+    #[arg(long, default_value_t = 1000)]
+    pub interval_us: u64,
     /// The command to run.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -254,4 +264,25 @@ pub struct TraceExportArgs {
     /// Output file.
     #[arg(short, long)]
     pub out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct TraceReportArgs {
+    /// Trace directory.
+    pub dir: PathBuf,
+    /// Interval width in milliseconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval_ms: f64,
+    /// Also write the strips as an SVG plot.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = TraceFormat::Text)]
+    pub format: TraceFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    Text,
+    Json,
 }

@@ -1,10 +1,13 @@
 //! `loupe trace`: check and generate from event specs, record a command's
 //! events through the shared-memory buffer, dump and export traces.
 
-use crate::flags::{TraceArgs, TraceCmd, TraceDirArg, TraceExportArgs, TraceGenArgs, TraceRecordArgs, TraceSpecs};
+use crate::flags::{
+    TraceArgs, TraceCmd, TraceDirArg, TraceExportArgs, TraceFormat, TraceGenArgs, TraceRecordArgs, TraceReportArgs, TraceSpecs,
+};
 use anyhow::{bail, Context, Result};
 use loupe_trace::buffer::{Buffer, Geometry, ENV};
 use loupe_trace::codegen::{generate, Lang};
+use loupe_trace::counters::Counters;
 use loupe_trace::spec::Spec;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,6 +23,7 @@ pub fn run(a: TraceArgs) -> Result<u8> {
         TraceCmd::Record(r) => record(r),
         TraceCmd::Dump(d) => dump(d),
         TraceCmd::Export(e) => export(e),
+        TraceCmd::Report(r) => report(r),
     }
 }
 
@@ -70,23 +74,28 @@ fn record(r: TraceRecordArgs) -> Result<u8> {
     let geo = Geometry { ncpu, nsub: r.subbufs, sub_size: r.subbuf_kib.saturating_mul(1024) };
     let shm = PathBuf::from(format!("/dev/shm/loupe-trace.{}", std::process::id()));
     let buf = Buffer::create(&shm, geo).with_context(|| format!("creating buffer {}", shm.display()))?;
-    let status = drain_while(&buf, &r)?;
+    let status = drain_while(&buf, &r, &spec)?;
     buf.unlink().ok();
     Ok(status)
 }
 
-/// Runs the command and drains the buffer into per-CPU stream files until it
-/// exits; then flushes and drains what is left.
-fn drain_while(buf: &Buffer, r: &TraceRecordArgs) -> Result<u8> {
+/// Runs the command (held at a gate until its counters exist), logs its
+/// counters every interval into the buffer and drains the buffer into the
+/// per-CPU stream files until it exits; then flushes and drains the rest.
+fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     let geo = buf.geometry();
     let mut files = (0..geo.ncpu)
         .map(|c| std::fs::File::create(r.out.join("ctf").join(format!("cpu{c}"))).map(std::io::BufWriter::new))
         .collect::<std::io::Result<Vec<_>>>()?;
-    let mut child = std::process::Command::new(&r.command[0])
-        .args(&r.command[1..])
-        .env(ENV, format!("/dev/shm/loupe-trace.{}", std::process::id()))
-        .spawn()
-        .with_context(|| format!("running {}", r.command[0]))?;
+    std::env::set_var(ENV, format!("/dev/shm/loupe-trace.{}", std::process::id()));
+    let mut child = loupe_perf::GatedChild::spawn(&r.command[0], &r.command[1..])?;
+    let (mut counters, skipped) = Counters::open(child.pid);
+    if !skipped.is_empty() {
+        eprintln!("loupe trace: counters not available on this machine: {}", skipped.join("; "));
+    }
+    child.release()?;
+    let interval_ev = spec.by_name("HW::Counters::Interval").context("spec lacks HW::Counters::Interval")?.clone();
+    let interval = Duration::from_micros(r.interval_us.max(100));
     let mut p = Vec::new();
     let mut packets = 0u64;
     let mut drain = |files: &mut Vec<std::io::BufWriter<std::fs::File>>, flush: bool| -> Result<()> {
@@ -95,18 +104,26 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs) -> Result<u8> {
                 buf.flush(cpu);
             }
             while buf.take(cpu, &mut p) {
+                loupe_trace::ctf::trim_content(spec, &mut p);
                 file.write_all(&p)?;
                 packets += 1;
             }
         }
         Ok(())
     };
+    let mut last = loupe_trace::buffer::now();
+    let mut tick = 0u64;
     let status = loop {
-        drain(&mut files, false)?;
-        if let Some(st) = child.try_wait()? {
+        std::thread::sleep(interval);
+        let exited = child.try_wait()?;
+        log_counters(buf, &interval_ev, &mut counters, &mut last);
+        tick += 1;
+        if tick % 4 == 0 || exited.is_some() {
+            drain(&mut files, false)?;
+        }
+        if let Some(st) = exited {
             break st;
         }
-        std::thread::sleep(Duration::from_millis(5));
     };
     drain(&mut files, true)?;
     for f in &mut files {
@@ -114,10 +131,25 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs) -> Result<u8> {
     }
     let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
     let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size,
-        "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command});
+        "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
+        "counters": counters.names(), "interval_us": r.interval_us});
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
     eprintln!("loupe trace: {} packets, {} events dropped, in {}", packets, dropped.iter().sum::<u64>(), r.out.display());
-    Ok(status.code().map_or(1, |c| c as u8))
+    Ok(status as u8)
+}
+
+/// One `HW::Counters::Interval` record: the deltas since the previous one.
+fn log_counters(buf: &Buffer, ev: &loupe_trace::spec::Event, c: &mut Counters, last: &mut u64) {
+    use loupe_trace::record::{encode, Value};
+    let deltas = c.deltas();
+    let now = loupe_trace::buffer::now();
+    let vals = [Value::U(u32::MAX as u64), Value::U(now - *last), Value::List(deltas.into_iter().map(Value::U).collect())];
+    *last = now;
+    let rec = encode(ev, 0, &vals);
+    buf.log(rec.len(), |b, ts| {
+        b.copy_from_slice(&rec);
+        b[0..8].copy_from_slice(&ts.to_le_bytes());
+    });
 }
 
 fn read(dir: &Path) -> Result<loupe_trace::tracefile::Trace> {
@@ -146,5 +178,22 @@ fn export(e: TraceExportArgs) -> Result<u8> {
     let json = loupe_trace::export::chrome(&t);
     std::fs::write(&e.out, serde_json::to_string(&json)?).with_context(|| format!("writing {}", e.out.display()))?;
     eprintln!("loupe trace: {} events written to {}", t.entries.len(), e.out.display());
+    Ok(0)
+}
+
+fn report(a: TraceReportArgs) -> Result<u8> {
+    let t = read(&a.dir)?;
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(a.dir.join("trace.json"))?)?;
+    let counters: Vec<String> =
+        meta["counters"].as_array().map(|c| c.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default();
+    let r = loupe_trace::report::report(&t, &counters, (a.interval_ms * 1e6).max(1000.0) as u64);
+    if let Some(svg) = &a.svg {
+        std::fs::write(svg, loupe_trace::render::svg(&r)).with_context(|| format!("writing {}", svg.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    match a.format {
+        TraceFormat::Text => write!(out, "{}", loupe_trace::render::text(&r))?,
+        TraceFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&loupe_trace::render::to_json(&r))?)?,
+    }
     Ok(0)
 }

@@ -1,8 +1,9 @@
 //! End to end: a C program instrumented with the generated stub
 //! (testdata/workloads/trace_phases.c) runs under `loupe trace record`; the
 //! trace holds exactly the events it logged, by construction: per iteration
-//! a phase begin, 8 progress events (one per MiB touched), a phase end, in
-//! order and time-nested, nothing dropped.
+//! a phase begin, 64 progress events (one per 256 KiB of 16 MiB processed in
+//! one pass), a phase end, in order, nothing dropped; and the recorder's
+//! counter intervals besides.
 
 use std::path::Path;
 use std::process::Command;
@@ -26,17 +27,25 @@ fn record_phases_workload() {
         .unwrap();
     assert!(st.success());
     let out = dir.path().join("run.trace");
-    let st =
-        Command::new(env!("CARGO_BIN_EXE_loupe")).args(["trace", "record", "-o"]).arg(&out).arg("--").arg(&prog).arg("5").status().unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_loupe"))
+        .args(["trace", "record", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&prog)
+        .arg("5")
+        .arg("1")
+        .status()
+        .unwrap();
     assert!(st.success());
     let t = loupe_trace::tracefile::read(&out).unwrap();
     assert!(t.errors.is_empty(), "{:?}", t.errors);
     assert_eq!(t.dropped, 0);
-    let names: Vec<String> = t.entries.iter().map(|e| t.spec.by_id(e.rec.id).unwrap().specifier.clone()).collect();
+    let names: Vec<String> =
+        t.entries.iter().map(|e| t.spec.by_id(e.rec.id).unwrap().specifier.clone()).filter(|n| n != "Interval").collect();
     let mut want = Vec::new();
     for _ in 0..5 {
         want.push("Begin".to_string());
-        want.extend(std::iter::repeat_n("Progress".to_string(), 8));
+        want.extend(std::iter::repeat_n("Progress".to_string(), 64));
         want.push("End".to_string());
     }
     assert_eq!(names, want);
@@ -52,7 +61,57 @@ fn record_phases_workload() {
     assert!(bt.status.success(), "{}", String::from_utf8_lossy(&bt.stderr));
     let text = String::from_utf8(bt.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 50);
+    assert_eq!(lines.len(), t.entries.len());
     assert_eq!(lines.iter().filter(|l| l.contains("Loupe::Phase::Begin: { cpu_id = ")).count(), 5);
-    assert!(lines[1].contains("Loupe::App::Progress") && lines[1].contains("units = 1, rate = 0, _label_len = 3, label = \"MiB\""));
+    let first = lines.iter().find(|l| l.contains("Loupe::App::Progress")).unwrap();
+    assert!(
+        first.contains("{ units = 1, rate = 0, _label_len = 6, label = \"chunks\", _deltas_len = 1, deltas = [ [0] = 1 ] }"),
+        "{first}"
+    );
+}
+
+// PEM's demonstration (§4.1): 12 iterations that each fault in 16 MiB of fresh memory and then compute over it.
+// The report must show the page-fault peak early in each iteration and progress late, a clearly negative
+// correlation between page faults and progress, and every event decoded by babeltrace2.
+#[test]
+fn pem_page_faults_against_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("trace_phases");
+    let st = Command::new("gcc")
+        .args(["-O2", "-I"])
+        .arg(root().join("sdk/c"))
+        .arg("-o")
+        .arg(&prog)
+        .arg(root().join("testdata/workloads/trace_phases.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = dir.path().join("pem.trace");
+    let loupe = env!("CARGO_BIN_EXE_loupe");
+    let st = Command::new(loupe).args(["trace", "record", "-o"]).arg(&out).arg("--").arg(&prog).arg("12").status().unwrap();
+    assert!(st.success());
+    let rep = Command::new(loupe).args(["trace", "report", "--interval-ms", "2", "--format", "json"]).arg(&out).output().unwrap();
+    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let names: Vec<&str> = r["series"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let pf = names.iter().position(|n| *n == "page-faults").expect("page-faults series");
+    let pr = names.iter().position(|n| *n == "Loupe::App::Progress").expect("progress series");
+    let iters = r["iterations"].as_array().unwrap();
+    assert_eq!(iters.len(), 12);
+    // Each iteration faults in 4096 pages: the counters must have seen at least that many faults in total.
+    let faults: f64 = r["series"][pf]["values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).sum();
+    assert!(faults >= 12.0 * 4096.0, "{faults} page faults");
+    let corr = r["correlation"][pf][pr].as_f64().unwrap();
+    assert!(corr < -0.3, "page faults vs progress correlation {corr}");
+    let (peak_pf, peak_pr) = (r["peak_position"][pf].as_f64().unwrap(), r["peak_position"][pr].as_f64().unwrap());
+    assert!(peak_pf < 0.5 && peak_pr > 0.5, "peaks at {peak_pf} (faults) and {peak_pr} (progress)");
+    let t = loupe_trace::tracefile::read(&out).unwrap();
+    let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().unwrap();
+    assert!(bt.status.success());
+    assert_eq!(String::from_utf8(bt.stdout).unwrap().lines().count(), t.entries.len());
+    // The text report and the SVG render.
+    let svg = dir.path().join("s.svg");
+    let txt = Command::new(loupe).args(["trace", "report"]).arg(&out).arg("--svg").arg(&svg).output().unwrap();
+    assert!(String::from_utf8(txt.stdout).unwrap().contains("iteration starts"));
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
 }

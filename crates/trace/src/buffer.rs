@@ -17,9 +17,10 @@
 //! global:   0 u64 magic "LOUPETRC"  8 u32 version  12 u32 ncpu  16 u32 nsub  20 u32 S
 //!           24 u32 clockid  28 u32 ctl_stride  32 u64 ctl_offset  40 u64 data_offset
 //! ctl:      0 u64 head   64 u64 dropped   128 u64 consumed   192 u64 commit[nsub]
-//! packet:   0 u32 magic 0xC1FC1FC1  4 u32 stream id (0)  8 u64 ts_begin  16 u64 ts_end
-//!           24 u64 content size (bits)  32 u64 packet size (bits)  40 u64 sequence number
-//!           48 u64 events discarded  56 u32 cpu  60 u32 0     64.. records, then zeros
+//! packet:   0 u32 magic 0xC1FC1FC1  4 u32 stream id (0)  8 u32 stream instance (cpu)
+//!           12 u32 cpu  16 u64 ts_begin  24 u64 ts_end  32 u64 content size (bits)
+//!           40 u64 packet size (bits)  48 u64 sequence number  56 u64 events discarded
+//!           64.. records, then zeros
 //! ```
 //! The packet header is a CTF 1.8 packet header and context (see
 //! [`crate::ctf`]): the writer that opens a packet fills magic, ts_begin,
@@ -240,10 +241,11 @@ impl Buffer {
     fn write_packet_header(&self, cpu: usize, start: u64, ts: u64) {
         let mut hdr = [0u8; PACKET_HEADER];
         hdr[0..4].copy_from_slice(&PACKET_MAGIC.to_le_bytes());
-        hdr[8..16].copy_from_slice(&ts.to_le_bytes());
-        hdr[40..48].copy_from_slice(&(start / self.geo.sub_size as u64).to_le_bytes());
-        hdr[48..56].copy_from_slice(&self.ctl(cpu, OFF_DROPPED).load(Ordering::Relaxed).to_le_bytes());
-        hdr[56..60].copy_from_slice(&(cpu as u32).to_le_bytes());
+        hdr[8..12].copy_from_slice(&(cpu as u32).to_le_bytes());
+        hdr[12..16].copy_from_slice(&(cpu as u32).to_le_bytes());
+        hdr[16..24].copy_from_slice(&ts.to_le_bytes());
+        hdr[48..56].copy_from_slice(&(start / self.geo.sub_size as u64).to_le_bytes());
+        hdr[56..64].copy_from_slice(&self.ctl(cpu, OFF_DROPPED).load(Ordering::Relaxed).to_le_bytes());
         // SAFETY: the packet header bytes belong to the reservation that started the packet.
         unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), self.slot_ptr(cpu, start), PACKET_HEADER) };
     }
@@ -330,7 +332,7 @@ impl Drop for Buffer {
 /// only the record size fields; a size that does not fit ends the content.
 pub fn seal(p: &mut [u8], dropped: u64) {
     let u64_at = |p: &[u8], o: usize| u64::from_le_bytes(p[o..o + 8].try_into().unwrap());
-    let (mut at, mut ts_end) = (PACKET_HEADER, u64_at(p, 8));
+    let (mut at, mut ts_end) = (PACKET_HEADER, u64_at(p, 16));
     while at + crate::record::HEADER <= p.len() {
         let size = u16::from_le_bytes([p[at + 8], p[at + 9]]) as usize;
         if size == 0 || at + size > p.len() {
@@ -339,11 +341,11 @@ pub fn seal(p: &mut [u8], dropped: u64) {
         ts_end = u64_at(p, at);
         at += size;
     }
-    p[16..24].copy_from_slice(&ts_end.to_le_bytes());
-    p[24..32].copy_from_slice(&(8 * at as u64).to_le_bytes());
+    p[24..32].copy_from_slice(&ts_end.to_le_bytes());
+    p[32..40].copy_from_slice(&(8 * at as u64).to_le_bytes());
     let bits = 8 * p.len() as u64;
-    p[32..40].copy_from_slice(&bits.to_le_bytes());
-    p[48..56].copy_from_slice(&dropped.to_le_bytes());
+    p[40..48].copy_from_slice(&bits.to_le_bytes());
+    p[56..64].copy_from_slice(&dropped.to_le_bytes());
 }
 
 /// A decoded packet header.
@@ -366,12 +368,12 @@ pub fn packet_header(p: &[u8]) -> Option<PacketHeader> {
         return None;
     }
     Some(PacketHeader {
-        cpu: u32::from_le_bytes(p[56..60].try_into().unwrap()),
-        seq: u64_at(40),
-        ts_begin: u64_at(8),
-        ts_end: u64_at(16),
-        content: (u64_at(24) / 8) as usize,
-        dropped: u64_at(48),
+        cpu: u32::from_le_bytes(p[12..16].try_into().unwrap()),
+        seq: u64_at(48),
+        ts_begin: u64_at(16),
+        ts_end: u64_at(24),
+        content: (u64_at(32) / 8) as usize,
+        dropped: u64_at(56),
     })
 }
 

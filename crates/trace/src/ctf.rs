@@ -1,7 +1,8 @@
 //! CTF 1.8 metadata (TSDL) for a spec. The buffer's packets are already CTF
-//! packets (see [`crate::buffer`]): a packet header {magic, stream_id}, a
-//! context {timestamp_begin, timestamp_end, content_size, packet_size,
-//! packet_seq_num, events_discarded, cpu_id}, and events whose header is
+//! packets (see [`crate::buffer`]): a packet header {magic, stream_id,
+//! stream_instance_id = cpu} (without the instance id babeltrace2 takes all
+//! files for one stream), a context {cpu_id, timestamp_begin, timestamp_end,
+//! content_size, packet_size, packet_seq_num, events_discarded}, and events whose header is
 //! {timestamp, size, id} aligned to 8 bytes, which skips each record's
 //! zero padding. Strings are a u16 length and a UTF-8 byte sequence; lists a
 //! u16 count and a sequence. Field names get a leading underscore, which CTF
@@ -45,6 +46,7 @@ trace {
     packet.header := struct {
         uint32_t magic;
         uint32_t stream_id;
+        uint32_t stream_instance_id;
     };
 };
 
@@ -65,14 +67,13 @@ typealias integer { size = 64; align = 8; signed = false; map = clock.monotonic.
 stream {
     id = 0;
     packet.context := struct {
+        uint32_t cpu_id;
         uint64_clock_t timestamp_begin;
         uint64_clock_t timestamp_end;
         uint64_t content_size;
         uint64_t packet_size;
         uint64_t packet_seq_num;
         uint64_t events_discarded;
-        uint32_t cpu_id;
-        uint32_t _reserved;
     };
     event.header := struct {
         uint64_clock_t timestamp;
@@ -81,6 +82,26 @@ stream {
     } align(64);
 };
 ";
+
+/// Sets a taken packet's content_size to the end of its last record's
+/// fields, before that record's zero padding: CTF readers decode another
+/// event header whenever content remains after an event, so the padding of
+/// the last record must lie outside the content.
+pub fn trim_content(spec: &Spec, p: &mut [u8]) {
+    let Some(h) = crate::buffer::packet_header(p) else { return };
+    let (mut at, mut last) = (crate::buffer::PACKET_HEADER, None);
+    while at < h.content.min(p.len()) {
+        let size = u16::from_le_bytes([p[at + 8], p[at + 9]]) as usize;
+        if size == 0 {
+            break;
+        }
+        last = Some(at);
+        at += size;
+    }
+    if let Some(end) = last.and_then(|l| crate::record::unpadded_len(spec, p, l).map(|n| l + n)) {
+        p[32..40].copy_from_slice(&(8 * end as u64).to_le_bytes());
+    }
+}
 
 /// The `metadata` file of a CTF trace of `spec`.
 pub fn metadata(spec: &Spec) -> String {

@@ -18,9 +18,12 @@
 
 pub mod buffer;
 pub mod codegen;
+pub mod counters;
 pub mod ctf;
 pub mod export;
 pub mod record;
+pub mod render;
+pub mod report;
 pub mod spec;
 pub mod stub;
 pub mod tracefile;

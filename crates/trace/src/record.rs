@@ -196,6 +196,18 @@ pub fn decode_at(spec: &Spec, bytes: &[u8], at: usize) -> Result<Option<(Record,
     Ok(Some((Record { ts, id, fields }, size)))
 }
 
+/// The bytes the record at `at` uses before its zero padding, if it decodes.
+pub fn unpadded_len(spec: &Spec, bytes: &[u8], at: usize) -> Option<usize> {
+    let id = u16::from_le_bytes([*bytes.get(at + 10)?, *bytes.get(at + 11)?]);
+    let size = u16::from_le_bytes([bytes[at + 8], bytes[at + 9]]) as usize;
+    let ev = spec.by_id(id)?;
+    let mut c = Cursor { b: bytes.get(at..at + size)?, pos: HEADER };
+    for f in &ev.fields {
+        c.field(f.ty)?;
+    }
+    Some(c.pos)
+}
+
 /// Decodes every record in `bytes` (a packet's data or a test vector).
 pub fn decode_all(spec: &Spec, bytes: &[u8]) -> Result<Vec<Record>, DecodeError> {
     let mut out = Vec::new();

@@ -36,7 +36,8 @@ pub fn decode_stream(spec: &Spec, bytes: &[u8], sub_size: usize, out: &mut Trace
         };
         out.packets += 1;
         let mut at = PACKET_HEADER;
-        let p = &p[..h.content.clamp(PACKET_HEADER, p.len())];
+        // The content ends before the last record's padding (see ctf::trim_content).
+        let p = &p[..h.content.next_multiple_of(8).clamp(PACKET_HEADER, p.len())];
         loop {
             match decode_at(spec, p, at) {
                 Ok(Some((rec, n))) => {
