@@ -118,7 +118,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         let exited = child.try_wait()?;
         log_counters(buf, &interval_ev, &mut counters, &mut last);
         tick += 1;
-        if tick % 4 == 0 || exited.is_some() {
+        if tick.is_multiple_of(4) || exited.is_some() {
             drain(&mut files, false)?;
         }
         if let Some(st) = exited {
