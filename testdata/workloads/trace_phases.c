@@ -6,23 +6,38 @@
  * iteration start and the progress rate is low exactly then.
  * Logs through the stub generated from Loupe's spec (sdk/c/loupe_events.h).
  * Usage: trace_phases [ITER [PASSES]]
- *        trace_phases bench N   logs N progress events and prints ns/event. */
+ *        trace_phases bench N [THREADS]   each thread logs N progress events;
+ *        prints the mean ns/event per thread. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include "loupe_events.h"
 
-static int bench(long n) {
+static long bench_n;
+
+static void *bench_thread(void *out) {
     int32_t d[2] = {1, -1};
     uint64_t t0 = loupe_now();
-    for (long i = 0; i < n; i++) trace_loupe_app_progress((uint64_t)i, 1.0, "bench", d, 2);
-    printf("%.2f ns/event\n", (double)(loupe_now() - t0) / (double)n);
+    for (long i = 0; i < bench_n; i++) trace_loupe_app_progress((uint64_t)i, 1.0, "bench", d, 2);
+    *(double *)out = (double)(loupe_now() - t0) / (double)bench_n;
+    return 0;
+}
+
+static int bench(long n, int threads) {
+    pthread_t t[64];
+    double ns[64], sum = 0;
+    bench_n = n;
+    if (threads < 1 || threads > 64) threads = 1;
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], 0, bench_thread, &ns[i]);
+    for (int i = 0; i < threads; i++) { pthread_join(t[i], 0); sum += ns[i]; }
+    printf("%.2f ns/event\n", sum / threads);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc > 2 && strcmp(argv[1], "bench") == 0) return bench(atol(argv[2]));
+    if (argc > 2 && strcmp(argv[1], "bench") == 0) return bench(atol(argv[2]), argc > 3 ? atoi(argv[3]) : 1);
     int iters = argc > 1 ? atoi(argv[1]) : 10;
     int passes = argc > 2 ? atoi(argv[2]) : 6;
     const size_t size = 16u << 20, chunk = 256u << 10;

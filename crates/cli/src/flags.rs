@@ -246,6 +246,9 @@ pub struct TraceRecordArgs {
     /// Counter sampling interval in microseconds (page faults, context switches, ... per interval).
     #[arg(long, default_value_t = 1000)]
     pub interval_us: u64,
+    /// Also print every application event on stdout as it is drained (an online PEM client).
+    #[arg(long)]
+    pub live: bool,
     /// The command to run.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -6,6 +6,7 @@ use crate::flags::{
 };
 use anyhow::{bail, Context, Result};
 use loupe_trace::buffer::{Buffer, Geometry, ENV};
+use loupe_trace::client::{pump, Client};
 use loupe_trace::codegen::{generate, Lang};
 use loupe_trace::counters::Counters;
 use loupe_trace::spec::Spec;
@@ -84,7 +85,7 @@ fn record(r: TraceRecordArgs) -> Result<u8> {
 /// per-CPU stream files until it exits; then flushes and drains the rest.
 fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     let geo = buf.geometry();
-    let mut files = (0..geo.ncpu)
+    let files = (0..geo.ncpu)
         .map(|c| std::fs::File::create(r.out.join("ctf").join(format!("cpu{c}"))).map(std::io::BufWriter::new))
         .collect::<std::io::Result<Vec<_>>>()?;
     std::env::set_var(ENV, format!("/dev/shm/loupe-trace.{}", std::process::id()));
@@ -96,19 +97,16 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     child.release()?;
     let interval_ev = spec.by_name("HW::Counters::Interval").context("spec lacks HW::Counters::Interval")?.clone();
     let interval = Duration::from_micros(r.interval_us.max(100));
-    let mut p = Vec::new();
+    let mut writer = StreamFiles(files);
+    let mut live = Live { spec: spec.clone(), out: std::io::stdout() };
+    let mut scratch = Vec::new();
     let mut packets = 0u64;
-    let mut drain = |files: &mut Vec<std::io::BufWriter<std::fs::File>>, flush: bool| -> Result<()> {
-        for (cpu, file) in files.iter_mut().enumerate() {
-            if flush {
-                buf.flush(cpu);
-            }
-            while buf.take(cpu, &mut p) {
-                loupe_trace::ctf::trim_content(spec, &mut p);
-                file.write_all(&p)?;
-                packets += 1;
-            }
+    let mut drain = |writer: &mut StreamFiles, flush: bool| -> Result<()> {
+        let mut clients: Vec<&mut dyn Client> = vec![writer];
+        if r.live {
+            clients.push(&mut live);
         }
+        packets += pump(buf, spec, &mut clients, flush, &mut scratch)?;
         Ok(())
     };
     let mut last = loupe_trace::buffer::now();
@@ -119,14 +117,14 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         log_counters(buf, &interval_ev, &mut counters, &mut last);
         tick += 1;
         if tick.is_multiple_of(4) || exited.is_some() {
-            drain(&mut files, false)?;
+            drain(&mut writer, false)?;
         }
         if let Some(st) = exited {
             break st;
         }
     };
-    drain(&mut files, true)?;
-    for f in &mut files {
+    drain(&mut writer, true)?;
+    for f in &mut writer.0 {
         f.flush()?;
     }
     let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
@@ -136,6 +134,35 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
     eprintln!("loupe trace: {} packets, {} events dropped, in {}", packets, dropped.iter().sum::<u64>(), r.out.display());
     Ok(status as u8)
+}
+
+/// The trace writer: packets go to the CPU's CTF stream file as they are.
+struct StreamFiles(Vec<std::io::BufWriter<std::fs::File>>);
+
+impl Client for StreamFiles {
+    fn packet(&mut self, cpu: usize, bytes: &[u8]) -> std::io::Result<()> {
+        self.0[cpu].write_all(bytes)
+    }
+}
+
+/// `--live`: every application event printed as its packet arrives.
+struct Live {
+    spec: Spec,
+    out: std::io::Stdout,
+}
+
+impl Client for Live {
+    fn record(&mut self, cpu: usize, rec: &loupe_trace::record::Record) {
+        let Some(ev) = self.spec.by_id(rec.id) else { return };
+        if ev.class == "Counters" {
+            return;
+        }
+        let fields: Vec<String> = ev.fields.iter().zip(&rec.fields).map(|(f, v)| format!("{}={v}", f.name)).collect();
+        let _ = writeln!(self.out.lock(), "{} cpu{cpu} {} {}", rec.ts, ev.full_name(), fields.join(" "));
+    }
+    fn wants_records(&self) -> bool {
+        true
+    }
 }
 
 /// One `HW::Counters::Interval` record: the deltas since the previous one.

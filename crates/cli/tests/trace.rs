@@ -72,7 +72,8 @@ fn record_phases_workload() {
 
 // PEM's demonstration (§4.1): 12 iterations that each fault in 16 MiB of fresh memory and then compute over it.
 // The report must show the page-fault peak early in each iteration and progress late, a clearly negative
-// correlation between page faults and progress, and every event decoded by babeltrace2.
+// correlation between page faults and progress, a page-fault period (found without the markers, on the
+// program's CPU time) near the iteration length, and every event decoded by babeltrace2.
 #[test]
 fn pem_page_faults_against_progress() {
     let dir = tempfile::tempdir().unwrap();
@@ -105,6 +106,9 @@ fn pem_page_faults_against_progress() {
     assert!(corr < -0.3, "page faults vs progress correlation {corr}");
     let (peak_pf, peak_pr) = (r["peak_position"][pf].as_f64().unwrap(), r["peak_position"][pr].as_f64().unwrap());
     assert!(peak_pf < 0.5 && peak_pr > 0.5, "peaks at {peak_pf} (faults) and {peak_pr} (progress)");
+    let period = r["period_ns"][pf].as_f64().expect("a page-fault period");
+    let iteration = r["median_iteration_ns"].as_f64().unwrap();
+    assert!((0.7..1.3).contains(&(period / iteration)), "page-fault period {period} ns vs median iteration {iteration} ns");
     let t = loupe_trace::tracefile::read(&out).unwrap();
     let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().unwrap();
     assert!(bt.status.success());

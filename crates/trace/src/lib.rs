@@ -17,6 +17,7 @@
 //! ```
 
 pub mod buffer;
+pub mod client;
 pub mod codegen;
 pub mod counters;
 pub mod ctf;

@@ -74,7 +74,9 @@ pub fn text(r: &Report) -> String {
         let _ = writeln!(out, "\ncorrelation within phase {p}");
         matrix(&mut out, r, m);
     }
-    let _ = writeln!(out, "\n{}{:>10}  peak within iteration", short("series"), "period");
+    let base = if r.series.iter().any(|s| s.name == "task-clock") { "CPU time" } else { "wall time" };
+    let _ = writeln!(out, "\nperiods on {base}; median iteration {}", r.median_iteration.map_or("-".into(), ms));
+    let _ = writeln!(out, "{}{:>10}  peak within iteration", short("series"), "period");
     for (i, s) in r.series.iter().enumerate() {
         let p = r.periods[i].map_or("-".into(), ms);
         let k = r.peak_position[i].map_or("-".into(), |f| format!("{:.0}% into it", f * 100.0));
@@ -96,6 +98,7 @@ pub fn to_json(r: &Report) -> serde_json::Value {
         "per_phase": r.per_phase.iter().map(|(p, m)| json!({"phase": p,
             "correlation": m.iter().map(|row| row.iter().map(|&x| f(x)).collect::<Vec<_>>()).collect::<Vec<_>>()})).collect::<Vec<_>>(),
         "period_ns": r.periods,
+        "median_iteration_ns": r.median_iteration,
         "peak_position": r.peak_position,
     })
 }

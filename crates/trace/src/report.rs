@@ -45,8 +45,12 @@ pub struct Report {
     pub active: usize,
     /// Per phase number: the correlation over the intervals inside its iterations.
     pub per_phase: Vec<(u64, Vec<Vec<f64>>)>,
-    /// Dominant period of each series in ns, if it has one.
+    /// Dominant period of each series in ns, if it has one: of the
+    /// program's CPU time when task-clock is known (iterations stretched by
+    /// preemption then still line up), else of wall time.
     pub periods: Vec<Option<u64>>,
+    /// Median iteration length on the same time base as `periods`.
+    pub median_iteration: Option<u64>,
     /// Median position of each series' peak within an iteration (0 = start, 1 = end).
     pub peak_position: Vec<Option<f64>>,
 }
@@ -194,6 +198,40 @@ fn peak_position(s: &Series, iters: &[Iteration], t0: u64, bucket: u64) -> Optio
     median(pos)
 }
 
+/// Re-buckets series on the program's CPU time (cumulative task-clock):
+/// each wall interval's value is spread over the CPU time it covered.
+/// Returns the series and a map from wall time to CPU time.
+fn on_cpu_time(series: &[Series], t0: u64, bucket: u64) -> Option<(Vec<Series>, impl Fn(u64) -> u64)> {
+    let tc = series.iter().find(|s| s.name == "task-clock")?;
+    let mut cum = vec![0u64];
+    for v in &tc.values {
+        cum.push(cum.last().unwrap() + *v as u64);
+    }
+    let total = *cum.last().unwrap();
+    let n = (total / bucket + 1) as usize;
+    let out = series
+        .iter()
+        .map(|s| {
+            let mut values = vec![0.0; n];
+            for (i, v) in s.values.iter().enumerate() {
+                if cum[i + 1] > cum[i] {
+                    spread(&mut values, 0, bucket, cum[i], cum[i + 1], *v);
+                }
+            }
+            Series { name: s.name.clone(), values }
+        })
+        .collect();
+    let map = move |t: u64| {
+        let i = ((t.max(t0) - t0) / bucket) as usize;
+        if i + 1 >= cum.len() {
+            return total;
+        }
+        let frac = ((t.max(t0) - t0) % bucket) as f64 / bucket as f64;
+        cum[i] + ((cum[i + 1] - cum[i]) as f64 * frac) as u64
+    };
+    Some((out, map))
+}
+
 /// Builds the report of a trace with `bucket_ns`-wide intervals; `counters`
 /// names the values of `HW::Counters::Interval` records, in order.
 pub fn report(t: &Trace, counters: &[String], bucket_ns: u64) -> Report {
@@ -219,10 +257,21 @@ pub fn report(t: &Trace, counters: &[String], bucket_ns: u64) -> Report {
             (p, matrix(&scaled, &inside))
         })
         .collect();
-    let periods = series.iter().map(|s| period(&s.values).map(|k| k as u64 * bucket)).collect();
+    let lens: Vec<u64>;
+    let periods = match on_cpu_time(&series, t0, bucket) {
+        Some((cpu, map)) => {
+            lens = iters.iter().map(|i| map(i.end) - map(i.begin)).collect();
+            cpu.iter().map(|s| period(&s.values).map(|k| k as u64 * bucket)).collect()
+        }
+        None => {
+            lens = iters.iter().map(|i| i.end - i.begin).collect();
+            series.iter().map(|s| period(&s.values).map(|k| k as u64 * bucket)).collect()
+        }
+    };
+    let median_iteration = median_u64(&lens);
     let peak_position = series.iter().map(|s| peak_position(s, &iters, t0, bucket)).collect();
     let active = active.iter().filter(|a| **a).count();
-    Report { t0, bucket_ns: bucket, series, iterations: iters, correlation, active, per_phase, periods, peak_position }
+    Report { t0, bucket_ns: bucket, series, iterations: iters, correlation, active, per_phase, periods, median_iteration, peak_position }
 }
 
 #[cfg(test)]
@@ -254,6 +303,18 @@ mod tests {
         let (scaled, active) = per_cpu_time(&[pf, tc], 10);
         assert_eq!(scaled[0].values, vec![4.0, 8.0, 40.0]);
         assert_eq!(active, vec![true, true, false]);
+    }
+
+    // On CPU time, a wall interval where the program did not run vanishes: a pulse every 2 busy
+    // intervals, with idle intervals between, has period 2 in CPU time.
+    #[test]
+    fn cpu_time_rebucketing() {
+        let tc = Series { name: "task-clock".into(), values: vec![10.0, 0.0, 10.0, 10.0, 0.0, 0.0, 10.0, 10.0, 0.0, 10.0] };
+        let pf = Series { name: "page-faults".into(), values: vec![5.0, 0.0, 0.0, 5.0, 0.0, 0.0, 0.0, 5.0, 0.0, 0.0] };
+        let (cpu, map) = on_cpu_time(&[pf, tc], 0, 10).unwrap();
+        assert_eq!(cpu[0].values, vec![5.0, 0.0, 5.0, 0.0, 5.0, 0.0, 0.0]);
+        assert_eq!(map(25), 15);
+        assert_eq!(map(100), 60);
     }
 
     // An amount over [5, 25) with buckets of 10 from 0 lands 5/20, 10/20, 5/20.
