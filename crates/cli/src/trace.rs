@@ -210,10 +210,7 @@ fn export(e: TraceExportArgs) -> Result<u8> {
 
 fn report(a: TraceReportArgs) -> Result<u8> {
     let t = read(&a.dir)?;
-    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(a.dir.join("trace.json"))?)?;
-    let counters: Vec<String> =
-        meta["counters"].as_array().map(|c| c.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default();
-    let r = loupe_trace::report::report(&t, &counters, (a.interval_ms * 1e6).max(1000.0) as u64);
+    let r = loupe_trace::report::report(&t, &t.counters, (a.interval_ms * 1e6).max(1000.0) as u64);
     if let Some(svg) = &a.svg {
         std::fs::write(svg, loupe_trace::render::svg(&r)).with_context(|| format!("writing {}", svg.display()))?;
     }

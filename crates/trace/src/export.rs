@@ -4,7 +4,7 @@
 //! fields as arguments. Pure: no IO.
 
 use crate::record::Value;
-use crate::spec::{FieldType, PHASE_BEGIN, PHASE_END};
+use crate::spec::{PHASE_BEGIN, PHASE_END};
 use crate::tracefile::Trace;
 use serde_json::{json, Map, Value as Json};
 
@@ -18,38 +18,76 @@ fn to_json(v: &Value) -> Json {
     }
 }
 
-/// The trace as a Chrome JSON trace (timestamps in microseconds from the first event).
+/// The trace as a Chrome JSON trace (timestamps in microseconds from the
+/// first event). Phase slices are on track 0 (a phase may begin and end on
+/// different CPUs); other events on track cpu+1; each counter of
+/// `HW::Counters::Interval` is a counter track of its delta per interval.
 pub fn chrome(t: &Trace) -> Json {
     let t0 = t.entries.first().map_or(0, |e| e.rec.ts);
-    let mut events = Vec::new();
+    let mut events = vec![json!({"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "phases"}})];
     for e in &t.entries {
         let Some(ev) = t.spec.by_id(e.rec.id) else { continue };
         let ts = (e.rec.ts - t0) as f64 / 1000.0;
-        let mut args = Map::new();
-        for (f, v) in ev.fields.iter().zip(&e.rec.fields) {
-            args.insert(f.name.clone(), to_json(v));
+        match (e.rec.id, ev.full_name().as_str()) {
+            (PHASE_BEGIN | PHASE_END, _) => {
+                let ph = if e.rec.id == PHASE_BEGIN { "B" } else { "E" };
+                let (phase, it) = (&e.rec.fields[0], &e.rec.fields[1]);
+                events.push(json!({"ph": ph, "pid": 1, "tid": 0, "ts": ts, "name": format!("phase {phase}"),
+                    "args": {"iteration": to_json(it)}}));
+            }
+            (_, "HW::Counters::Interval") => {
+                let Some(Value::List(vals)) = e.rec.fields.get(2) else { continue };
+                for (i, v) in vals.iter().enumerate() {
+                    let name = t.counters.get(i).cloned().unwrap_or_else(|| format!("counter {i}"));
+                    events.push(json!({"ph": "C", "pid": 1, "ts": ts, "name": name, "args": {"per interval": to_json(v)}}));
+                }
+            }
+            (_, name) => {
+                let mut args = Map::new();
+                for (f, v) in ev.fields.iter().zip(&e.rec.fields) {
+                    args.insert(f.name.clone(), to_json(v));
+                }
+                events.push(json!({"ph": "i", "s": "t", "pid": 1, "tid": e.cpu + 1, "ts": ts, "name": name, "args": args}));
+            }
         }
-        let base = json!({"pid": 1, "tid": e.cpu, "ts": ts});
-        let mut o = base.as_object().unwrap().clone();
-        match e.rec.id {
-            PHASE_BEGIN | PHASE_END => {
-                let phase = &e.rec.fields[0];
-                o.insert("name".into(), json!(format!("phase {phase}")));
-                o.insert("ph".into(), json!(if e.rec.id == PHASE_BEGIN { "B" } else { "E" }));
-            }
-            _ if ev.fields.iter().any(|f| matches!(f.ty, FieldType::List(_))) && ev.class == "Counters" => {
-                o.insert("name".into(), json!(ev.full_name()));
-                o.insert("ph".into(), json!("C"));
-            }
-            _ => {
-                o.insert("name".into(), json!(ev.full_name()));
-                o.insert("ph".into(), json!("i"));
-                o.insert("s".into(), json!("t"));
-            }
-        }
-        o.insert("args".into(), Json::Object(args));
-        events.push(Json::Object(o));
     }
     json!({"traceEvents": events, "displayTimeUnit": "ns",
         "otherData": {"dropped": t.dropped, "packets": t.packets, "clock": "CLOCK_MONOTONIC"}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+    use crate::tracefile::Entry;
+
+    // Phases become B/E slices on track 0, counters one C event per counter named from the trace, others instants.
+    #[test]
+    fn chrome_shapes() {
+        let spec = crate::spec::parse(&[("l.xml", include_str!("../spec/loupe.xml"))]).unwrap();
+        let rec = |ts, id, fields| Entry { cpu: 1, rec: Record { ts, id, fields } };
+        let entries = vec![
+            rec(1000, PHASE_BEGIN, vec![Value::U(6), Value::U(0)]),
+            rec(3000, 16, vec![Value::U(0), Value::U(2000), Value::List(vec![Value::U(7), Value::U(1)])]),
+            rec(4000, 34, vec![Value::U(5), Value::I(1)]),
+            rec(5000, PHASE_END, vec![Value::U(6), Value::U(0)]),
+        ];
+        let t = Trace { spec, entries, packets: 1, dropped: 0, counters: vec!["page-faults".into()], errors: vec![] };
+        let j = chrome(&t);
+        let ev = j["traceEvents"].as_array().unwrap();
+        let shape: Vec<(String, String, f64)> = ev[1..]
+            .iter()
+            .map(|e| (e["ph"].as_str().unwrap().into(), e["name"].as_str().unwrap().into(), e["ts"].as_f64().unwrap()))
+            .collect();
+        let want = [
+            ("B", "phase 6", 0.0),
+            ("C", "page-faults", 2.0),
+            ("C", "counter 1", 2.0),
+            ("i", "OS::Syscall::Enter", 3.0),
+            ("E", "phase 6", 4.0),
+        ];
+        assert_eq!(shape, want.iter().map(|(a, b, c)| (a.to_string(), b.to_string(), *c)).collect::<Vec<_>>());
+        assert_eq!(ev[2]["args"]["per interval"], 7);
+        assert_eq!(ev[4]["tid"], 2);
+    }
 }

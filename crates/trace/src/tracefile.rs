@@ -23,6 +23,8 @@ pub struct Trace {
     pub entries: Vec<Entry>,
     pub packets: u64,
     pub dropped: u64,
+    /// Names of the values of `HW::Counters::Interval` records, in order.
+    pub counters: Vec<String>,
     /// Per-record problems (the rest of the packet is skipped, other packets proceed).
     pub errors: Vec<String>,
 }
@@ -67,7 +69,8 @@ pub fn read(dir: &Path) -> io::Result<Trace> {
     if sub == 0 {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "trace.json lacks sub_size"));
     }
-    let mut t = Trace { spec, entries: Vec::new(), packets: 0, dropped: 0, errors: Vec::new() };
+    let counters = meta["counters"].as_array().map(|c| c.iter().filter_map(|v| v.as_str().map(String::from)).collect());
+    let mut t = Trace { spec, entries: Vec::new(), packets: 0, dropped: 0, counters: counters.unwrap_or_default(), errors: Vec::new() };
     t.dropped = meta["dropped"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64()).sum()).unwrap_or(0);
     for cpu in 0..ncpu {
         let bytes = std::fs::read(dir.join("ctf").join(format!("cpu{cpu}")))?;
