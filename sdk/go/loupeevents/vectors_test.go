@@ -41,8 +41,8 @@ func TestVectors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", v["event"], err)
 		}
-		if EventNames[id] != v["event"] || fmt.Sprint(ts) != v["ts"].(json.Number).String() {
-			t.Fatalf("%s: header decoded as %s ts %d", v["event"], EventNames[id], ts)
+		if EventName(id) != v["event"] || fmt.Sprint(ts) != v["ts"].(json.Number).String() {
+			t.Fatalf("%s: header decoded as %s ts %d", v["event"], EventName(id), ts)
 		}
 		for i, f := range v["fields"].([]any) {
 			if n, ok := f.(json.Number); ok && fmt.Sprint(fields[i]) != n.String() {

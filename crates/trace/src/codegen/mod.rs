@@ -89,7 +89,7 @@ mod tests {
             ("hw_events.h", "trace_hw_hwperf_hpms_and_pc("),
             ("hw_events.rs", "pub fn hw_hwperf_hpms_and_pc("),
             ("hw_events.py", "def encode_hw_hwperf_hpms_and_pc("),
-            ("hwevents/hw_events.go", "func EncodeHwHwperfHpmsAndPc("),
+            ("hwevents/hw_events.go", "func HwHwperfHpmsAndPc("),
             ("HwEvents.java", "public static byte[] encodeHwHwperfHpmsAndPc("),
         ];
         for (lang, (name, func)) in Lang::ALL.iter().zip(want) {
