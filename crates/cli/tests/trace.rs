@@ -173,3 +173,47 @@ fn go_stub_logs_into_buffer() {
     let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().unwrap();
     assert!(bt.status.success());
 }
+
+// The generated Java class logs into the same buffer: sdk/java/TraceDemo's events arrive complete and in order.
+#[test]
+fn java_stub_logs_into_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let java = root().join("sdk/java");
+    let st = Command::new("javac").arg("-d").arg(dir.path()).arg(java.join("LoupeEvents.java")).arg(java.join("TraceDemo.java")).status();
+    assert!(st.expect("javac (scripts/setup.sh installs default-jdk-headless)").success());
+    let out = dir.path().join("java.trace");
+    let st = Command::new(env!("CARGO_BIN_EXE_loupe"))
+        .args(["trace", "record", "-o"])
+        .arg(&out)
+        .args(["--", "java", "-cp"])
+        .arg(dir.path())
+        .arg("TraceDemo")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t = loupe_trace::tracefile::read(&out).unwrap();
+    assert_eq!(t.dropped, 0);
+    use loupe_trace::record::Value;
+    let app: Vec<(u16, u64)> = t
+        .entries
+        .iter()
+        .filter(|e| e.rec.id != 16)
+        .map(|e| {
+            (
+                e.rec.id,
+                match (e.rec.id, &e.rec.fields[..]) {
+                    (49, [Value::U(k), ..]) | (_, [_, Value::U(k)]) => *k,
+                    _ => u64::MAX,
+                },
+            )
+        })
+        .collect();
+    let mut want = Vec::new();
+    for it in 0..3 {
+        want.push((1, it));
+        want.extend((0..100).map(|k| (49, k)));
+        want.push((2, it));
+    }
+    assert_eq!(app, want);
+    assert!(t.entries.iter().any(|e| e.rec.fields.get(2) == Some(&Value::Str("java".into()))));
+}

@@ -23,6 +23,12 @@ pub fn gen(spec: &Spec, class: &str) -> String {
     let _ = write!(
         out,
         "
+import java.io.RandomAccessFile;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
@@ -32,6 +38,94 @@ public final class {class} {{
     public static final int MAX_LIST = 128;
 
     private {class}() {{}}
+
+    // The writer side of loupe-trace's per-CPU shared-memory buffer (the protocol of
+    // sdk/c/loupe_trace.h): a CAS on the CPU's head reserves space, System.nanoTime()
+    // (CLOCK_MONOTONIC on Linux) is read inside every attempt, a full buffer drops and counts.
+    // Java cannot ask which CPU it runs on; threads pick a buffer by id, which the protocol allows.
+    private static final VarHandle LONGS = MethodHandles.byteBufferViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+
+    private static final class Shm {{
+        final ByteBuffer b;
+        final long ncpu, nsub, sub, stride, data;
+
+        Shm(ByteBuffer b) {{
+            this.b = b;
+            ncpu = b.getInt(12);
+            nsub = b.getInt(16);
+            sub = b.getInt(20);
+            stride = b.getInt(28);
+            data = b.getLong(40);
+        }}
+
+        int ctl(long cpu, long off) {{ return (int) (4096 + cpu * stride + off); }}
+
+        int at(long cpu, long pos) {{ return (int) (data + (cpu * nsub + (pos / sub) % nsub) * sub + pos % sub); }}
+
+        void commit(long cpu, long pos, long n) {{ LONGS.getAndAdd(b, ctl(cpu, 192 + 8 * ((pos / sub) % nsub)), n); }}
+    }}
+
+    private static final Shm SHM = attach();
+
+    private static Shm attach() {{
+        String path = System.getenv(\"LOUPE_TRACE_SHM\");
+        if (path == null) return null;
+        try (RandomAccessFile f = new RandomAccessFile(path, \"rw\"); FileChannel ch = f.getChannel()) {{
+            ByteBuffer m = ch.map(FileChannel.MapMode.READ_WRITE, 0, ch.size()).order(ByteOrder.LITTLE_ENDIAN);
+            if ((long) LONGS.getAcquire(m, 0) != 0x4352544550554f4cL || m.getInt(8) != 1) return null;
+            return new Shm(m);
+        }} catch (Exception e) {{
+            return null;
+        }}
+    }}
+
+    /** Whether events go anywhere ($LOUPE_TRACE_SHM names a buffer). */
+    public static boolean enabled() {{ return SHM != null; }}
+
+    private static boolean write(byte[] rec) {{
+        Shm s = SHM;
+        long n = rec.length, cpu = Thread.currentThread().getId() % s.ncpu, h, ts, pos, start = 0;
+        int head = s.ctl(cpu, 0);
+        boolean fresh;
+        while (true) {{
+            h = (long) LONGS.getAcquire(s.b, head);
+            ts = System.nanoTime();
+            long off = h % s.sub;
+            fresh = off == 0 || off + n > s.sub;
+            if (fresh) {{
+                start = (h + s.sub - 1) / s.sub * s.sub;
+                if (start / s.sub >= (long) LONGS.getAcquire(s.b, s.ctl(cpu, 128)) + s.nsub) {{
+                    LONGS.getAndAdd(s.b, s.ctl(cpu, 64), 1L);
+                    return false;
+                }}
+                pos = start + 64;
+            }} else {{
+                pos = h;
+            }}
+            if (LONGS.compareAndSet(s.b, head, h, pos + n)) break;
+        }}
+        for (int i = 0; i < 8; i++) rec[i] = (byte) (ts >>> (8 * i));
+        s.b.put(s.at(cpu, pos), rec);
+        long mine = n;
+        if (fresh) {{
+            int p = s.at(cpu, start);
+            s.b.put(p, new byte[64]);
+            s.b.putInt(p, 0xC1FC1FC1);
+            s.b.putInt(p + 8, (int) cpu);
+            s.b.putInt(p + 12, (int) cpu);
+            s.b.putLong(p + 16, ts);
+            s.b.putLong(p + 48, start / s.sub);
+            s.b.putLong(p + 56, (long) LONGS.getAcquire(s.b, s.ctl(cpu, 64)));
+            mine += 64;
+            long off = h % s.sub;
+            if (off != 0) {{
+                s.b.put(s.at(cpu, h), new byte[(int) (s.sub - off)]);
+                s.commit(cpu, h, s.sub - off);
+            }}
+        }}
+        s.commit(cpu, pos, mine);
+        return true;
+    }}
 
     private static final class W {{
         byte[] b = new byte[64];
@@ -132,6 +226,10 @@ public final class {class} {{
             call.push(v);
         }
         let _ = writeln!(out, "        return w.finish({});\n    }}", ev.id);
+        let args: String = a.iter().map(|(n, _)| format!(", {}", lower_camel(n))).collect();
+        let _ = writeln!(out, "\n    /** Logs {} into the trace buffer, if tracing is on. */", ev.full_name());
+        let _ = writeln!(out, "    public static void {}({}) {{", lower_camel(&ev.snake_name()), params.trim_start_matches(", "));
+        let _ = writeln!(out, "        if (SHM != null) write(encode{}(0{args}));\n    }}", camel(&ev.snake_name()));
         let _ = writeln!(
             cases,
             "                return encode{}(ts{});\n            }}",

@@ -90,7 +90,7 @@ mod tests {
             ("hw_events.rs", "pub fn hw_hwperf_hpms_and_pc("),
             ("hw_events.py", "def encode_hw_hwperf_hpms_and_pc("),
             ("hwevents/hw_events.go", "func HwHwperfHpmsAndPc("),
-            ("HwEvents.java", "public static byte[] encodeHwHwperfHpmsAndPc("),
+            ("HwEvents.java", "public static void hwHwperfHpmsAndPc("),
         ];
         for (lang, (name, func)) in Lang::ALL.iter().zip(want) {
             let f = generate(&spec, *lang);
