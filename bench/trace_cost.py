@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Per-event logging cost, side by side in one run: Loupe's generated C and
-Rust stubs and LTTng-UST, all logging the payload of Loupe::App::Progress
+"""Per-event logging cost, side by side in one run: Loupe's generated C,
+Rust, Go and Java stubs and LTTng-UST, all logging the payload of Loupe::App::Progress
 (u64, f64, a 5-byte string, a 2-element int32 list), each timing itself from
 inside; enabled (Loupe under `loupe trace record`, LTTng in a session with the
 event enabled, consumers draining) and disabled; 1 thread and 2 threads on
@@ -9,7 +9,7 @@ alternate the variants; prints medians and min-max.
 Usage (root, from the repository root):
     cargo build --release -p loupe -p loupe-trace --example trace_bench
     bench/trace_cost.py [ROUNDS]
-Needs gcc, liblttng-ust-dev and lttng-tools (scripts/setup.sh installs them)."""
+Needs gcc, go, javac, liblttng-ust-dev and lttng-tools (scripts/setup.sh installs them)."""
 import os, re, shutil, statistics, subprocess, sys, tempfile
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
@@ -65,15 +65,24 @@ def main():
         open(floor + '.c', 'w').write(FLOOR)
         subprocess.check_call(['gcc', '-O2', '-o', floor, floor + '.c'])
         rs = 'target/release/examples/trace_bench'
+        go = os.path.join(tmp, 'tracedemo')
+        subprocess.check_call(['go', 'build', '-o', go, './cmd/tracedemo'], cwd='sdk/go')
+        jdir = os.path.join(tmp, 'java')
+        subprocess.check_call(['javac', '-d', jdir, 'sdk/java/LoupeEvents.java', 'sdk/java/TraceDemo.java'])
+        java = ['java', '-cp', jdir, 'TraceDemo']
         env = {k: v for k, v in os.environ.items() if k != 'LOUPE_TRACE_SHM'}
         variants = [
             ('clock_gettime floor', lambda: run([floor])),
             ('Loupe C, disabled', lambda: run([c, 'bench', str(5 * N)], env)),
             ('Loupe Rust, disabled', lambda: run([rs, str(5 * N)], env)),
             ('LTTng-UST, no session', lambda: run([lt, str(5 * N)])),
+            ('Loupe Go, disabled', lambda: run([go, 'bench', str(5 * N)], env)),
+            ('Loupe Java, disabled', lambda: run([*java, 'bench', str(5 * N)], env)),
             ('Loupe C, 1 thread', lambda: loupe(tmp, [c, 'bench', str(N)])),
             ('Loupe Rust, 1 thread', lambda: loupe(tmp, [rs, str(N)])),
             ('LTTng-UST, 1 thread', lambda: lttng(tmp, [lt, str(N)])),
+            ('Loupe Go, 1 thread', lambda: loupe(tmp, [go, 'bench', str(N)])),
+            ('Loupe Java, 1 thread', lambda: loupe(tmp, [*java, 'bench', str(N)])),
             ('Loupe C, 2 threads', lambda: loupe(tmp, [c, 'bench', str(N), '2'])),
             ('Loupe Rust, 2 threads', lambda: loupe(tmp, [rs, str(N), '2'])),
             ('LTTng-UST, 2 threads', lambda: lttng(tmp, [lt, str(N), '2'])),
