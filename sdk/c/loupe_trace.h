@@ -106,6 +106,10 @@ static inline int loupe_trace_write(uint8_t *rec, uint32_t len) {
     uint64_t *head = loupe_ctl(cpu, 0);
     uint64_t h, ts, pos, start, nw, mine = len;
     int fresh;
+    if (len > s - LOUPE_PACKET_HEADER) { /* cannot fit a packet: drop and count */
+        __atomic_fetch_add(loupe_ctl(cpu, 64), 1, __ATOMIC_RELAXED);
+        return 0;
+    }
     do {
         h = __atomic_load_n(head, __ATOMIC_ACQUIRE);
         ts = loupe_now();

@@ -204,8 +204,12 @@ impl Buffer {
 
     /// [`Buffer::log`] on a given CPU's buffer (tests use it to force contention).
     pub fn log_on(&self, cpu: usize, len: usize, fill: impl FnOnce(&mut [u8], u64)) -> bool {
-        debug_assert!(len.is_multiple_of(8) && len <= crate::record::MAX_RECORD);
         let s = self.geo.sub_size as u64;
+        // A record that cannot fit a packet is dropped and counted, never written across packets.
+        if len as u64 > s - PACKET_HEADER as u64 || len < crate::record::HEADER {
+            self.ctl(cpu, OFF_DROPPED).fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
         let head = self.ctl(cpu, OFF_HEAD);
         let (h, ts, pos, start) = loop {
             let h = head.load(Ordering::Acquire);

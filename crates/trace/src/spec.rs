@@ -202,6 +202,22 @@ pub fn parse(sources: &[(&str, &str)]) -> Result<Spec, SpecErrors> {
         }
     }
     check_unique(&events, &mut errors);
+    for ev in &events {
+        let max = crate::record::max_size(ev);
+        if max > crate::record::MAX_RECORD {
+            errors.push(SpecError {
+                file: "<specs>".into(),
+                line: 0,
+                message: format!(
+                    "event {} can reach {max} bytes (strings up to {} bytes, lists up to {} elements); at most {} fit a record",
+                    ev.full_name(),
+                    crate::record::MAX_STRING,
+                    crate::record::MAX_LIST,
+                    crate::record::MAX_RECORD
+                ),
+            });
+        }
+    }
     if errors.is_empty() {
         Ok(Spec { name, events })
     } else {
@@ -514,6 +530,15 @@ mod tests {
         assert_eq!(parse(&[("f.xml", &low)]).unwrap_err().0[0].message, "id '3' is not an integer in 16..=65535");
         let err = parse(&[("a.xml", FIG2), ("b.xml", FIG2)]).unwrap_err();
         assert!(err.0[0].message.starts_with("event id 16 used by both"), "{}", err.0[0]);
+    }
+
+    // An event whose largest record would not fit the record size limit is rejected.
+    #[test]
+    fn too_large_event_rejected() {
+        let fields: String = (0..20).map(|i| format!("<field name='s{i}' type='string' description='d'/>")).collect();
+        let text = format!("<events name='x'><event name='A::B::C' description='d'><layerId value='A'/><classId value='B'/><specifier value='C'/><fields>{fields}</fields></event></events>");
+        let err = parse(&[("x.xml", &text)]).unwrap_err();
+        assert!(err.0[0].message.starts_with("event A::B::C can reach 20536 bytes"), "{}", err.0[0]);
     }
 
     // Stub names: camel case and acronyms become snake case.
