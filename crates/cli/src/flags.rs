@@ -249,6 +249,10 @@ pub struct TraceRecordArgs {
     /// Also print every application event on stdout as it is drained (an online PEM client).
     #[arg(long)]
     pub live: bool,
+    /// Log every page fault of the command as an OS::Memory::PageFault event with its address
+    /// (perf, one sample per fault, on the same clock); slows fault-heavy code noticeably.
+    #[arg(long)]
+    pub page_faults: bool,
     /// The command to run.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -94,6 +94,15 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     if !skipped.is_empty() {
         eprintln!("loupe trace: counters not available on this machine: {}", skipped.join("; "));
     }
+    let fault_ev = spec.by_name("OS::Memory::PageFault").context("spec lacks OS::Memory::PageFault")?;
+    let mut faults = match loupe_trace::kernel::PageFaults::open(child.pid, fault_ev, &r.out.join("ctf"), geo.sub_size as usize) {
+        _ if !r.page_faults => None,
+        Ok(f) => Some(f),
+        Err(e) => {
+            eprintln!("loupe trace: no page-fault events (perf_event_open: {e})");
+            None
+        }
+    };
     child.release()?;
     let interval_ev = spec.by_name("HW::Counters::Interval").context("spec lacks HW::Counters::Interval")?.clone();
     let interval = Duration::from_micros(r.interval_us.max(100));
@@ -118,6 +127,9 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         tick += 1;
         if tick.is_multiple_of(4) || exited.is_some() {
             drain(&mut writer, false)?;
+            if let Some(f) = &mut faults {
+                f.drain(false)?;
+            }
         }
         if let Some(st) = exited {
             break st;
@@ -127,10 +139,15 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     for f in &mut writer.0 {
         f.flush()?;
     }
+    if let Some(f) = &mut faults {
+        f.drain(true)?;
+    }
+    let (kernel_events, kernel_lost) = faults.as_ref().map_or((0, 0), |f| (f.events, f.lost()));
     let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
     let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size,
         "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
-        "counters": counters.names(), "interval_us": r.interval_us});
+        "counters": counters.names(), "interval_us": r.interval_us,
+        "page_fault_events": kernel_events, "page_fault_events_lost": kernel_lost});
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
     eprintln!("loupe trace: {} packets, {} events dropped, in {}", packets, dropped.iter().sum::<u64>(), r.out.display());
     Ok(status as u8)

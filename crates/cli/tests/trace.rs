@@ -2,8 +2,8 @@
 //! (testdata/workloads/trace_phases.c) runs under `loupe trace record`; the
 //! trace holds exactly the events it logged, by construction: per iteration
 //! a phase begin, 64 progress events (one per 256 KiB of 16 MiB processed in
-//! one pass), a phase end, in order, nothing dropped; and the recorder's
-//! counter intervals besides.
+//! one pass), a phase end, in order, nothing dropped; the recorder's
+//! counter intervals besides; and with --page-faults every page fault.
 
 use std::path::Path;
 use std::process::Command;
@@ -28,7 +28,7 @@ fn record_phases_workload() {
     assert!(st.success());
     let out = dir.path().join("run.trace");
     let st = Command::new(env!("CARGO_BIN_EXE_loupe"))
-        .args(["trace", "record", "-o"])
+        .args(["trace", "record", "--page-faults", "-o"])
         .arg(&out)
         .arg("--")
         .arg(&prog)
@@ -40,8 +40,19 @@ fn record_phases_workload() {
     let t = loupe_trace::tracefile::read(&out).unwrap();
     assert!(t.errors.is_empty(), "{:?}", t.errors);
     assert_eq!(t.dropped, 0);
-    let names: Vec<String> =
-        t.entries.iter().map(|e| t.spec.by_id(e.rec.id).unwrap().specifier.clone()).filter(|n| n != "Interval").collect();
+    // Kernel layer: every page fault, 4096 per iteration's 16 MiB plus the program's start-up, on the same clock.
+    let faults: Vec<&loupe_trace::tracefile::Entry> = t.entries.iter().filter(|e| e.rec.id == 32).collect();
+    assert!((5 * 4096..5 * 4096 + 3000).contains(&faults.len()), "{} page-fault events", faults.len());
+    let (first, last) =
+        (t.entries.iter().find(|e| e.rec.id == 1).unwrap().rec.ts, t.entries.iter().rfind(|e| e.rec.id == 2).unwrap().rec.ts);
+    let inside = faults.iter().filter(|e| (first..=last).contains(&e.rec.ts)).count();
+    assert!(inside >= 5 * 4096, "only {inside} page faults between the first phase begin and the last phase end");
+    let names: Vec<String> = t
+        .entries
+        .iter()
+        .map(|e| t.spec.by_id(e.rec.id).unwrap().specifier.clone())
+        .filter(|n| n != "Interval" && n != "PageFault")
+        .collect();
     let mut want = Vec::new();
     for _ in 0..5 {
         want.push("Begin".to_string());

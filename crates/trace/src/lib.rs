@@ -22,6 +22,7 @@ pub mod codegen;
 pub mod counters;
 pub mod ctf;
 pub mod export;
+pub mod kernel;
 pub mod record;
 pub mod render;
 pub mod report;

@@ -72,8 +72,15 @@ pub fn read(dir: &Path) -> io::Result<Trace> {
     let counters = meta["counters"].as_array().map(|c| c.iter().filter_map(|v| v.as_str().map(String::from)).collect());
     let mut t = Trace { spec, entries: Vec::new(), packets: 0, dropped: 0, counters: counters.unwrap_or_default(), errors: Vec::new() };
     t.dropped = meta["dropped"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64()).sum()).unwrap_or(0);
-    for cpu in 0..ncpu {
-        let bytes = std::fs::read(dir.join("ctf").join(format!("cpu{cpu}")))?;
+    let _ = ncpu;
+    // Every stream: the CPU buffers' (cpu<N>) and the kernel's (kcpu<N>).
+    let mut streams: Vec<_> = std::fs::read_dir(dir.join("ctf"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n != "metadata"))
+        .collect();
+    streams.sort();
+    for path in streams {
+        let bytes = std::fs::read(&path)?;
         let spec = t.spec.clone();
         decode_stream(&spec, &bytes, sub, &mut t);
     }
