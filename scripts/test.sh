@@ -8,3 +8,4 @@ source scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -q -- -D warnings
 cargo test --workspace --release 2>&1
+sdk/test.sh  # generated trace stubs: shared byte vectors in C, C++, Python, Go, Java

@@ -11,6 +11,7 @@ mod procedure;
 mod stacks;
 mod symbols;
 mod top;
+mod trace;
 
 use clap::Parser;
 use flags::{Cli, Command};
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
         Command::Locks(a) => locks::run(a),
         Command::Flame(a) => stacks::flame(a),
         Command::Export(a) => stacks::export(a),
+        Command::Trace(a) => trace::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -17,7 +17,7 @@
 mod child;
 mod events;
 pub mod record;
-mod ring;
+pub mod ring;
 pub mod sys;
 
 pub use child::GatedChild;

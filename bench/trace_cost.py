@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Per-event logging cost, side by side in one run: Loupe's generated C,
+Rust, Go and Java stubs and LTTng-UST, all logging the payload of Loupe::App::Progress
+(u64, f64, a 5-byte string, a 2-element int32 list), each timing itself from
+inside; enabled (Loupe under `loupe trace record`, LTTng in a session with the
+event enabled, consumers draining) and disabled; 1 thread and 2 threads on
+the 2 CPUs; beside the floor, one clock_gettime(CLOCK_MONOTONIC). Rounds
+alternate the variants; prints medians and min-max.
+Usage (root, from the repository root):
+    cargo build --release -p loupe -p loupe-trace --example trace_bench
+    bench/trace_cost.py [ROUNDS]
+Needs gcc, go, javac, liblttng-ust-dev and lttng-tools (scripts/setup.sh installs them)."""
+import os, re, shutil, statistics, subprocess, sys, tempfile
+
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+N = 2_000_000
+FLOOR = r'''#include <stdio.h>
+#include <time.h>
+int main(void){struct timespec t,a,b;long n=10000000;clock_gettime(CLOCK_MONOTONIC,&a);
+for(long i=0;i<n;i++){clock_gettime(CLOCK_MONOTONIC,&t);__asm__ volatile(""::"r"(&t):"memory");}
+clock_gettime(CLOCK_MONOTONIC,&b);printf("%.2f ns/event\n",((b.tv_sec-a.tv_sec)*1e9+(b.tv_nsec-a.tv_nsec))/n);}'''
+
+
+def ns(out):
+    return float(re.search(r'([\d.]+) ns/event', out).group(1))
+
+
+def run(cmd, env=None):
+    return ns(subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout)
+
+
+def loupe(tmp, cmd):
+    out = os.path.join(tmp, 'trace')
+    shutil.rmtree(out, ignore_errors=True)
+    v = run(['target/release/loupe', 'trace', 'record', '-o', out, '--'] + cmd)
+    shutil.rmtree(out)
+    return v
+
+
+def lttng(tmp, cmd):
+    out = os.path.join(tmp, 'lttng')
+    subprocess.run(['lttng', 'create', 'loupebench', '--output=' + out], check=True, capture_output=True)
+    subprocess.run(['lttng', 'enable-event', '-u', 'loupe_bench:progress'], check=True, capture_output=True)
+    subprocess.run(['lttng', 'start'], check=True, capture_output=True)
+    try:
+        return run(cmd)
+    finally:
+        subprocess.run(['lttng', 'stop'], capture_output=True)
+        subprocess.run(['lttng', 'destroy'], capture_output=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def main():
+    tmp = tempfile.mkdtemp()
+    sessiond = None
+    if subprocess.run(['pgrep', '-x', 'lttng-sessiond'], capture_output=True).returncode != 0:
+        sessiond = subprocess.Popen(['lttng-sessiond'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(['sleep', '1'])
+    try:
+        c = os.path.join(tmp, 'tp')
+        subprocess.check_call(['gcc', '-O2', '-pthread', '-Isdk/c', '-o', c, 'testdata/workloads/trace_phases.c'])
+        lt = os.path.join(tmp, 'lt')
+        subprocess.check_call(['gcc', '-O2', '-pthread', '-Ibench/lttng', '-o', lt, 'bench/lttng/bench_lttng.c', '-llttng-ust', '-ldl'])
+        floor = os.path.join(tmp, 'floor')
+        open(floor + '.c', 'w').write(FLOOR)
+        subprocess.check_call(['gcc', '-O2', '-o', floor, floor + '.c'])
+        rs = 'target/release/examples/trace_bench'
+        go = os.path.join(tmp, 'tracedemo')
+        subprocess.check_call(['go', 'build', '-o', go, './cmd/tracedemo'], cwd='sdk/go')
+        jdir = os.path.join(tmp, 'java')
+        subprocess.check_call(['javac', '-d', jdir, 'sdk/java/LoupeEvents.java', 'sdk/java/TraceDemo.java'])
+        java = ['java', '-cp', jdir, 'TraceDemo']
+        env = {k: v for k, v in os.environ.items() if k != 'LOUPE_TRACE_SHM'}
+        variants = [
+            ('clock_gettime floor', lambda: run([floor])),
+            ('Loupe C, disabled', lambda: run([c, 'bench', str(5 * N)], env)),
+            ('Loupe Rust, disabled', lambda: run([rs, str(5 * N)], env)),
+            ('LTTng-UST, no session', lambda: run([lt, str(5 * N)])),
+            ('Loupe Go, disabled', lambda: run([go, 'bench', str(5 * N)], env)),
+            ('Loupe Java, disabled', lambda: run([*java, 'bench', str(5 * N)], env)),
+            ('Loupe C, 1 thread', lambda: loupe(tmp, [c, 'bench', str(N)])),
+            ('Loupe Rust, 1 thread', lambda: loupe(tmp, [rs, str(N)])),
+            ('LTTng-UST, 1 thread', lambda: lttng(tmp, [lt, str(N)])),
+            ('Loupe Go, 1 thread', lambda: loupe(tmp, [go, 'bench', str(N)])),
+            ('Loupe Java, 1 thread', lambda: loupe(tmp, [*java, 'bench', str(N)])),
+            ('Loupe C, 2 threads', lambda: loupe(tmp, [c, 'bench', str(N), '2'])),
+            ('Loupe Rust, 2 threads', lambda: loupe(tmp, [rs, str(N), '2'])),
+            ('LTTng-UST, 2 threads', lambda: lttng(tmp, [lt, str(N), '2'])),
+        ]
+        res = {name: [] for name, _ in variants}
+        for _ in range(ROUNDS):
+            for name, f in variants:
+                res[name].append(f())
+        print(f'{"variant":24} {"median ns/event":>16}  min - max  ({ROUNDS} rounds)')
+        for k, v in res.items():
+            print(f'{k:24} {statistics.median(v):16.2f}  {min(v):.2f} - {max(v):.2f}')
+    finally:
+        if sessiond:
+            sessiond.terminate()
+            sessiond.wait()
+        shutil.rmtree(tmp)
+
+
+main()

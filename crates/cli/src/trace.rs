@@ -1,0 +1,240 @@
+//! `loupe trace`: check and generate from event specs, record a command's
+//! events through the shared-memory buffer, dump and export traces.
+
+use crate::flags::{
+    TraceArgs, TraceCmd, TraceDirArg, TraceExportArgs, TraceFormat, TraceGenArgs, TraceRecordArgs, TraceReportArgs, TraceSpecs,
+};
+use anyhow::{bail, Context, Result};
+use loupe_trace::buffer::{Buffer, Geometry, ENV};
+use loupe_trace::client::{pump, Client};
+use loupe_trace::codegen::{generate, Lang};
+use loupe_trace::counters::Counters;
+use loupe_trace::spec::Spec;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Loupe's own spec, compiled in so that every trace carries it.
+const LOUPE_SPEC: &str = include_str!("../../trace/spec/loupe.xml");
+
+pub fn run(a: TraceArgs) -> Result<u8> {
+    match a.cmd {
+        TraceCmd::Check(s) => check(s),
+        TraceCmd::Gen(g) => gen(g),
+        TraceCmd::Record(r) => record(r),
+        TraceCmd::Dump(d) => dump(d),
+        TraceCmd::Export(e) => export(e),
+        TraceCmd::Report(r) => report(r),
+    }
+}
+
+fn load(specs: &[PathBuf]) -> Result<Spec> {
+    let refs: Vec<&Path> = specs.iter().map(|p| p.as_path()).collect();
+    loupe_trace::spec::load_files(&refs).map_err(|e| anyhow::anyhow!("invalid event spec:\n{e}"))
+}
+
+fn check(s: TraceSpecs) -> Result<u8> {
+    let spec = load(&s.specs)?;
+    println!("{} events valid (ids {}..={})", spec.events.len(), spec.events[0].id, spec.events.iter().map(|e| e.id).max().unwrap_or(0));
+    Ok(0)
+}
+
+fn gen(g: TraceGenArgs) -> Result<u8> {
+    let lang = Lang::parse(&g.lang).with_context(|| format!("unknown language '{}' (c, rust, python, go, java)", g.lang))?;
+    let spec = load(&g.specs.specs)?;
+    let f = generate(&spec, lang);
+    let path = g.out.join(&f.name);
+    std::fs::create_dir_all(path.parent().unwrap()).with_context(|| format!("creating {}", g.out.display()))?;
+    std::fs::write(&path, f.text).with_context(|| format!("writing {}", path.display()))?;
+    println!("{}", path.display());
+    if g.vectors {
+        let (json, txt) = loupe_trace::vectors::files(&spec);
+        let base = loupe_trace::spec::snake(&spec.name);
+        std::fs::write(g.out.join(format!("{base}.json")), json)?;
+        std::fs::write(g.out.join(format!("{base}.txt")), txt)?;
+    }
+    Ok(0)
+}
+
+fn record(r: TraceRecordArgs) -> Result<u8> {
+    std::fs::create_dir(&r.out).with_context(|| format!("creating trace directory {}", r.out.display()))?;
+    let spec_dir = r.out.join("spec");
+    std::fs::create_dir(&spec_dir)?;
+    std::fs::write(spec_dir.join("0-loupe.xml"), LOUPE_SPEC)?;
+    for (i, s) in r.specs.iter().enumerate() {
+        std::fs::copy(s, spec_dir.join(format!("{}-{}", i + 1, s.file_name().unwrap().to_string_lossy())))
+            .with_context(|| format!("copying spec {}", s.display()))?;
+    }
+    // Validate before running anything: the trace must be decodable.
+    let mut all = vec![spec_dir.join("0-loupe.xml")];
+    all.extend(r.specs.iter().cloned());
+    let spec = load(&all)?;
+    std::fs::create_dir(r.out.join("ctf"))?;
+    std::fs::write(r.out.join("ctf/metadata"), loupe_trace::ctf::metadata(&spec))?;
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let geo = Geometry { ncpu, nsub: r.subbufs, sub_size: r.subbuf_kib.saturating_mul(1024) };
+    let shm = PathBuf::from(format!("/dev/shm/loupe-trace.{}", std::process::id()));
+    let buf = Buffer::create(&shm, geo).with_context(|| format!("creating buffer {}", shm.display()))?;
+    let status = drain_while(&buf, &r, &spec)?;
+    buf.unlink().ok();
+    Ok(status)
+}
+
+/// Runs the command (held at a gate until its counters exist), logs its
+/// counters every interval into the buffer and drains the buffer into the
+/// per-CPU stream files until it exits; then flushes and drains the rest.
+fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
+    let geo = buf.geometry();
+    let files = (0..geo.ncpu)
+        .map(|c| std::fs::File::create(r.out.join("ctf").join(format!("cpu{c}"))).map(std::io::BufWriter::new))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    std::env::set_var(ENV, format!("/dev/shm/loupe-trace.{}", std::process::id()));
+    let mut child = loupe_perf::GatedChild::spawn(&r.command[0], &r.command[1..])?;
+    let (mut counters, skipped) = Counters::open(child.pid);
+    if !skipped.is_empty() {
+        eprintln!("loupe trace: counters not available on this machine: {}", skipped.join("; "));
+    }
+    let fault_ev = spec.by_name("OS::Memory::PageFault").context("spec lacks OS::Memory::PageFault")?;
+    let mut faults = match loupe_trace::kernel::PageFaults::open(child.pid, fault_ev, &r.out.join("ctf"), geo.sub_size as usize) {
+        _ if !r.page_faults => None,
+        Ok(f) => Some(f),
+        Err(e) => {
+            eprintln!("loupe trace: no page-fault events (perf_event_open: {e})");
+            None
+        }
+    };
+    child.release()?;
+    let interval_ev = spec.by_name("HW::Counters::Interval").context("spec lacks HW::Counters::Interval")?.clone();
+    let interval = Duration::from_micros(r.interval_us.max(100));
+    let mut writer = StreamFiles(files);
+    let mut live = Live { spec: spec.clone(), out: std::io::stdout() };
+    let mut scratch = Vec::new();
+    let mut packets = 0u64;
+    let mut drain = |writer: &mut StreamFiles, flush: bool| -> Result<()> {
+        let mut clients: Vec<&mut dyn Client> = vec![writer];
+        if r.live {
+            clients.push(&mut live);
+        }
+        packets += pump(buf, spec, &mut clients, flush, &mut scratch)?;
+        Ok(())
+    };
+    let mut last = loupe_trace::buffer::now();
+    let mut tick = 0u64;
+    let status = loop {
+        std::thread::sleep(interval);
+        let exited = child.try_wait()?;
+        log_counters(buf, &interval_ev, &mut counters, &mut last);
+        tick += 1;
+        if tick.is_multiple_of(4) || exited.is_some() {
+            drain(&mut writer, false)?;
+            if let Some(f) = &mut faults {
+                f.drain(false)?;
+            }
+        }
+        if let Some(st) = exited {
+            break st;
+        }
+    };
+    drain(&mut writer, true)?;
+    for f in &mut writer.0 {
+        f.flush()?;
+    }
+    if let Some(f) = &mut faults {
+        f.drain(true)?;
+    }
+    let (kernel_events, kernel_lost) = faults.as_ref().map_or((0, 0), |f| (f.events, f.lost()));
+    let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
+    let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size,
+        "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
+        "counters": counters.names(), "interval_us": r.interval_us,
+        "page_fault_events": kernel_events, "page_fault_events_lost": kernel_lost});
+    std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
+    eprintln!("loupe trace: {} packets, {} events dropped, in {}", packets, dropped.iter().sum::<u64>(), r.out.display());
+    Ok(status as u8)
+}
+
+/// The trace writer: packets go to the CPU's CTF stream file as they are.
+struct StreamFiles(Vec<std::io::BufWriter<std::fs::File>>);
+
+impl Client for StreamFiles {
+    fn packet(&mut self, cpu: usize, bytes: &[u8]) -> std::io::Result<()> {
+        self.0[cpu].write_all(bytes)
+    }
+}
+
+/// `--live`: every application event printed as its packet arrives.
+struct Live {
+    spec: Spec,
+    out: std::io::Stdout,
+}
+
+impl Client for Live {
+    fn record(&mut self, cpu: usize, rec: &loupe_trace::record::Record) {
+        let Some(ev) = self.spec.by_id(rec.id) else { return };
+        if ev.class == "Counters" {
+            return;
+        }
+        let fields: Vec<String> = ev.fields.iter().zip(&rec.fields).map(|(f, v)| format!("{}={v}", f.name)).collect();
+        let _ = writeln!(self.out.lock(), "{} cpu{cpu} {} {}", rec.ts, ev.full_name(), fields.join(" "));
+    }
+    fn wants_records(&self) -> bool {
+        true
+    }
+}
+
+/// One `HW::Counters::Interval` record: the deltas since the previous one.
+fn log_counters(buf: &Buffer, ev: &loupe_trace::spec::Event, c: &mut Counters, last: &mut u64) {
+    use loupe_trace::record::{encode, Value};
+    let deltas = c.deltas();
+    let now = loupe_trace::buffer::now();
+    let vals = [Value::U(u32::MAX as u64), Value::U(now - *last), Value::List(deltas.into_iter().map(Value::U).collect())];
+    *last = now;
+    let rec = encode(ev, 0, &vals);
+    buf.log(rec.len(), |b, ts| {
+        b.copy_from_slice(&rec);
+        b[0..8].copy_from_slice(&ts.to_le_bytes());
+    });
+}
+
+fn read(dir: &Path) -> Result<loupe_trace::tracefile::Trace> {
+    let t = loupe_trace::tracefile::read(dir).with_context(|| format!("reading trace {}", dir.display()))?;
+    for e in &t.errors {
+        eprintln!("loupe trace: skipped: {e}");
+    }
+    Ok(t)
+}
+
+fn dump(d: TraceDirArg) -> Result<u8> {
+    let t = read(&d.dir)?;
+    let mut out = std::io::stdout().lock();
+    let t0 = t.entries.first().map_or(0, |e| e.rec.ts);
+    for e in &t.entries {
+        let Some(ev) = t.spec.by_id(e.rec.id) else { bail!("unknown id {}", e.rec.id) };
+        let fields: Vec<String> = ev.fields.iter().zip(&e.rec.fields).map(|(f, v)| format!("{}={v}", f.name)).collect();
+        writeln!(out, "{:>14.6} cpu{} {} {}", (e.rec.ts - t0) as f64 / 1e9, e.cpu, ev.full_name(), fields.join(" "))?;
+    }
+    writeln!(out, "# {} events, {} packets, {} dropped", t.entries.len(), t.packets, t.dropped)?;
+    Ok(0)
+}
+
+fn export(e: TraceExportArgs) -> Result<u8> {
+    let t = read(&e.dir)?;
+    let json = loupe_trace::export::chrome(&t);
+    std::fs::write(&e.out, serde_json::to_string(&json)?).with_context(|| format!("writing {}", e.out.display()))?;
+    eprintln!("loupe trace: {} events written to {}", t.entries.len(), e.out.display());
+    Ok(0)
+}
+
+fn report(a: TraceReportArgs) -> Result<u8> {
+    let t = read(&a.dir)?;
+    let r = loupe_trace::report::report(&t, &t.counters, (a.interval_ms * 1e6).max(1000.0) as u64);
+    if let Some(svg) = &a.svg {
+        std::fs::write(svg, loupe_trace::render::svg(&r)).with_context(|| format!("writing {}", svg.display()))?;
+    }
+    let mut out = std::io::stdout().lock();
+    match a.format {
+        TraceFormat::Text => write!(out, "{}", loupe_trace::render::text(&r))?,
+        TraceFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&loupe_trace::render::to_json(&r))?)?,
+    }
+    Ok(0)
+}

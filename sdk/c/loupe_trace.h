@@ -1,0 +1,178 @@
+/* Loupe trace runtime for C and C++: header-only, no dependencies beyond libc.
+ *
+ * Implements the writer side of the lock-free per-CPU buffer described in
+ * crates/trace/src/buffer.rs (same layout, same protocol): space is reserved
+ * with one compare-and-swap on the CPU's head, the CLOCK_MONOTONIC timestamp
+ * is read inside every attempt, a full buffer drops the event and counts it.
+ * The buffer is the file named by $LOUPE_TRACE_SHM (set by `loupe trace
+ * record`); without it every event costs one load and a branch.
+ * Generated headers (loupe trace gen --lang c) include this file. */
+#ifndef LOUPE_TRACE_H
+#define LOUPE_TRACE_H
+
+#include <fcntl.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* glibc declares it only under _GNU_SOURCE, which may be set too late. */
+extern int sched_getcpu(void);
+
+#define LOUPE_TRACE_MAGIC 0x4352544550554f4cull /* "LOUPETRC" little-endian */
+#define LOUPE_PACKET_MAGIC 0xC1FC1FC1u
+#define LOUPE_PACKET_HEADER 64u
+#define LOUPE_MAX_STRING 1024u
+#define LOUPE_MAX_LIST 128u
+
+struct loupe_trace_map {
+    uint8_t *base;
+    uint64_t sub, nsub, ncpu, ctl_stride, data_off;
+};
+
+/* Per translation unit: 0 = not looked yet, 1 = tracing, -1 = off. */
+static int loupe_trace_state;
+static struct loupe_trace_map loupe_trace_m;
+
+static inline uint64_t loupe_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static inline uint32_t loupe_rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline uint64_t loupe_rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static int loupe_trace_attach(void) {
+    const char *path = getenv("LOUPE_TRACE_SHM");
+    struct stat st;
+    int fd;
+    uint8_t *p;
+    loupe_trace_state = -1;
+    if (!path || (fd = open(path, O_RDWR | O_CLOEXEC)) < 0) return 0;
+    if (fstat(fd, &st) != 0 || st.st_size < 4096) { close(fd); return 0; }
+    p = (uint8_t *)mmap(0, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return 0;
+    if (__atomic_load_n((uint64_t *)p, __ATOMIC_ACQUIRE) != LOUPE_TRACE_MAGIC || loupe_rd32(p + 8) != 1) {
+        munmap(p, (size_t)st.st_size);
+        return 0;
+    }
+    loupe_trace_m.base = p;
+    loupe_trace_m.ncpu = loupe_rd32(p + 12);
+    loupe_trace_m.nsub = loupe_rd32(p + 16);
+    loupe_trace_m.sub = loupe_rd32(p + 20);
+    loupe_trace_m.ctl_stride = loupe_rd32(p + 28);
+    loupe_trace_m.data_off = loupe_rd64(p + 40);
+    loupe_trace_state = 1;
+    return 1;
+}
+
+/* Whether events go anywhere; attaches on first use. */
+static inline int loupe_trace_on(void) {
+    if (__builtin_expect(loupe_trace_state > 0, 1)) return 1;
+    return loupe_trace_state == 0 && loupe_trace_attach();
+}
+
+static inline uint64_t *loupe_ctl(uint64_t cpu, uint64_t off) {
+    return (uint64_t *)(loupe_trace_m.base + 4096 + cpu * loupe_trace_m.ctl_stride + off);
+}
+
+static inline uint8_t *loupe_at(uint64_t cpu, uint64_t pos) {
+    const struct loupe_trace_map *m = &loupe_trace_m;
+    uint64_t slot = (pos / m->sub) % m->nsub;
+    return m->base + m->data_off + (cpu * m->nsub + slot) * m->sub + pos % m->sub;
+}
+
+static inline void loupe_commit(uint64_t cpu, uint64_t pos, uint64_t n) {
+    uint64_t slot = (pos / loupe_trace_m.sub) % loupe_trace_m.nsub;
+    __atomic_fetch_add(loupe_ctl(cpu, 192 + 8 * slot), n, __ATOMIC_RELEASE);
+}
+
+/* Logs an encoded record of `len` bytes (a multiple of 8); its first 8
+ * bytes get the timestamp of the winning reservation. Returns 0 if dropped. */
+static inline int loupe_trace_write(uint8_t *rec, uint32_t len) {
+    const uint64_t s = loupe_trace_m.sub;
+    int c = sched_getcpu();
+    uint64_t cpu = (uint64_t)(c < 0 ? 0 : c) % loupe_trace_m.ncpu;
+    uint64_t *head = loupe_ctl(cpu, 0);
+    uint64_t h, ts, pos, start, nw, mine = len;
+    int fresh;
+    if (len > s - LOUPE_PACKET_HEADER) { /* cannot fit a packet: drop and count */
+        __atomic_fetch_add(loupe_ctl(cpu, 64), 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    do {
+        h = __atomic_load_n(head, __ATOMIC_ACQUIRE);
+        ts = loupe_now();
+        fresh = (h % s == 0) || (h % s + len > s);
+        if (fresh) {
+            start = (h + s - 1) / s * s;
+            if (start / s >= __atomic_load_n(loupe_ctl(cpu, 128), __ATOMIC_ACQUIRE) + loupe_trace_m.nsub) {
+                __atomic_fetch_add(loupe_ctl(cpu, 64), 1, __ATOMIC_RELAXED);
+                return 0;
+            }
+            pos = start + LOUPE_PACKET_HEADER;
+        } else {
+            pos = h;
+        }
+        nw = pos + len;
+    } while (!__atomic_compare_exchange_n(head, &h, nw, 1, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+    memcpy(rec, &ts, 8);
+    memcpy(loupe_at(cpu, pos), rec, len);
+    if (fresh) {
+        /* CTF packet header + context; the consumer completes end, sizes, drops. */
+        uint8_t hdr[LOUPE_PACKET_HEADER] = {0};
+        uint32_t magic = LOUPE_PACKET_MAGIC, c32 = (uint32_t)cpu;
+        uint64_t seq = start / s, dropped = __atomic_load_n(loupe_ctl(cpu, 64), __ATOMIC_RELAXED);
+        memcpy(hdr, &magic, 4);
+        memcpy(hdr + 8, &c32, 4);
+        memcpy(hdr + 12, &c32, 4);
+        memcpy(hdr + 16, &ts, 8);
+        memcpy(hdr + 48, &seq, 8);
+        memcpy(hdr + 56, &dropped, 8);
+        memcpy(loupe_at(cpu, start), hdr, LOUPE_PACKET_HEADER);
+        mine += LOUPE_PACKET_HEADER;
+        if (h % s) { /* close the previous packet: zero its tail and commit it */
+            memset(loupe_at(cpu, h), 0, s - h % s);
+            loupe_commit(cpu, h, s - h % s);
+        }
+    }
+    loupe_commit(cpu, pos, mine);
+    return 1;
+}
+
+/* Encoding helpers used by generated code: little-endian, packed. */
+static inline uint8_t *loupe_put(uint8_t *p, const void *v, size_t n) { memcpy(p, v, n); return p + n; }
+static inline uint8_t *loupe_put_str(uint8_t *p, const char *s) {
+    size_t n = s ? strlen(s) : 0;
+    uint16_t n16 = (uint16_t)(n > LOUPE_MAX_STRING ? LOUPE_MAX_STRING : n);
+    p = loupe_put(p, &n16, 2);
+    return loupe_put(p, s, n16);
+}
+static inline uint8_t *loupe_put_list(uint8_t *p, const void *v, size_t n, size_t elt) {
+    uint16_t c = (uint16_t)(n > LOUPE_MAX_LIST ? LOUPE_MAX_LIST : n);
+    p = loupe_put(p, &c, 2);
+    return loupe_put(p, v, c * elt); /* little-endian hosts only (x86-64, arm64) */
+}
+static inline uint32_t loupe_finish(uint8_t *rec, uint8_t *end, uint16_t id) {
+    uint32_t n = (uint32_t)(end - rec);
+    uint16_t size = (uint16_t)((n + 7) & ~7u);
+    memset(end, 0, size - n);
+    memcpy(rec + 8, &size, 2);
+    memcpy(rec + 10, &id, 2);
+    return size;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,3 @@
+module loupe.dev/sdk/go
+
+go 1.19
