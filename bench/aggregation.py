@@ -33,7 +33,7 @@ def hwm_kib(pid):
 
 def run(backend, workload, rate, seconds, tmp):
     db = os.path.join(tmp, f"{backend}-{workload}")
-    p = subprocess.Popen([LOUPE, "daemon", "--db", db, "--backend", backend, "--max-overhead", "off", "--freq", str(rate)],
+    p = subprocess.Popen([LOUPE, "daemon", "--db", db, "--no-stacks", "--backend", backend, "--max-overhead", "off", "--freq", str(rate)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while not os.path.exists(os.path.join(db, "daemon.sock")):
         time.sleep(0.05)

@@ -5,9 +5,9 @@ Configs per round, in rotating order so drift hits all alike:
   none   no profiler
   floor  the sampling interrupt alone: bpftrace -e 'profile:hz:RATE { }'
   perf   perf record -a -F RATE
-  stream loupe daemon --backend stream --freq RATE --max-overhead off
-  bpf    loupe daemon --backend bpf --freq RATE --max-overhead off
-  budget loupe daemon --max-overhead 1 --freq 10000 (the daemon picks the rate;
+  stream loupe daemon --no-stacks --backend stream --freq RATE --max-overhead off
+  bpf    loupe daemon --no-stacks --backend bpf --freq RATE --max-overhead off
+  budget loupe daemon --no-stacks --max-overhead 1 --freq 10000 (the daemon picks the rate;
          RATE is ignored, the chosen rate is reported)
 
 `burn --threads $(nproc)` does fixed work and times itself from inside, so
@@ -69,9 +69,11 @@ def run_perf(rate, tmp):
 
 def run_loupe(rate, tmp, config):
     db = os.path.join(tmp, f"db-{time.time_ns()}")
-    args = {"stream": ["--backend", "stream", "--freq", str(rate), "--max-overhead", "off"],
-            "bpf": ["--backend", "bpf", "--freq", str(rate), "--max-overhead", "off"],
-            "budget": ["--max-overhead", "1", "--freq", "10000"]}[config]
+    # Flat profiles (--no-stacks) as the foundation issue measures them;
+    # the cost of stacks is bench/stacks.py's.
+    args = {"stream": ["--no-stacks", "--backend", "stream", "--freq", str(rate), "--max-overhead", "off"],
+            "bpf": ["--no-stacks", "--backend", "bpf", "--freq", str(rate), "--max-overhead", "off"],
+            "budget": ["--no-stacks", "--max-overhead", "1", "--freq", "10000"]}[config]
     p = subprocess.Popen([LOUPE, "daemon", "--db", db, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     while not os.path.exists(os.path.join(db, "daemon.sock")):
         time.sleep(0.05)

@@ -5,17 +5,8 @@ mod util;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 use util::*;
-
-/// These tests measure whole-machine sampling; run one at a time so one's
-/// load does not starve another's workload.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Per-procedure shares (percent) of one process in a database.
 fn shares(db: &Path, pid: &str) -> (f64, HashMap<String, f64>) {

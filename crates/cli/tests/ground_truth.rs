@@ -23,6 +23,7 @@ fn shares_match_truth(backend: &str) {
     if !require_root() {
         return;
     }
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let truth_file = dir.path().join("truth.json");

@@ -76,3 +76,11 @@ pub fn top_json(db: &Path, extra: &[&str]) -> serde_json::Value {
 pub fn sum_rows(top: &serde_json::Value, pred: impl Fn(&serde_json::Value) -> bool) -> u64 {
     top["rows"].as_array().unwrap().iter().filter(|r| pred(r)).map(|r| r["samples"].as_u64().unwrap()).sum()
 }
+
+/// Tests that judge sample counts or shares of the whole machine take this
+/// lock, so tests of the same binary running in parallel do not starve
+/// each other's workloads.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
