@@ -63,6 +63,8 @@ Bubbles above an instruction name the possible causes of its dynamic stall and t
 d D-cache miss, D DTLB miss, f divider busy, p branch mispredict, i I-cache miss, w store buffer full. \
 The clock event's period (ns) becomes cycles with the core clock measured at start (or --cpu-ghz).")]
     Calc(CalcArgs),
+    /// Re-optimize a program from its profile (Morph): export BOLT or LLVM profiles, run llvm-bolt, validate, install, roll back.
+    Optimize(crate::optimize::OptimizeArgs),
 }
 
 #[derive(Args, Debug, Clone)]

@@ -5,6 +5,7 @@ mod calc;
 mod collect;
 mod flags;
 mod machine;
+mod optimize;
 mod procedure;
 mod symbols;
 mod top;
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         Command::Events => collect::events(),
         Command::Annotate(a) => annotate::run(a),
         Command::Calc(a) => calc::run(a),
+        Command::Optimize(a) => optimize::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
