@@ -139,20 +139,20 @@ fn build_id_of(path: &Path) -> Result<String> {
     Ok(Symbolizer::read_build_id(path).map(|b| b.to_hex()).unwrap_or_default())
 }
 
-/// Sample sets of every epoch for images at `path` (any build), aged by
-/// the time since the epoch ended.
+/// Sample sets of every epoch for images at `path`, aged by the time since
+/// the epoch ended. Sets of builds other than `file_bid` carry no samples:
+/// they are only counted, to be refused.
 fn sample_sets(
     db: &Database,
     epochs: &[loupe_store::EpochId],
     path: &str,
+    file_bid: &str,
     syms: &mut Symbolizer,
-) -> Result<(Vec<SampleSet>, Option<ImageId>, String)> {
+) -> Result<Vec<SampleSet>> {
     let all = db.epochs()?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let want = std::fs::canonicalize(path).map(|p| p.display().to_string()).unwrap_or(path.to_string());
     let mut sets = Vec::new();
-    let mut seen: Option<ImageId> = None;
-    let mut target_bid = String::new();
     for &e in epochs {
         let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
         let (profiles, bad) = db.load(e, &|x| x.image.kind == ImageKind::Elf && (x.image.path == want || x.image.path == path))?;
@@ -161,23 +161,19 @@ fn sample_sets(
         }
         for p in profiles {
             let bid = p.image.build_id.as_ref().map(|b| b.to_hex()).unwrap_or_default();
-            let Ok(code) = syms.code(&p.image) else { continue };
             let mut samples: HashMap<u64, u64> = HashMap::new();
-            for (off, n) in p.by_offset(|_| true) {
-                if let Some(va) = code.vaddr(off) {
-                    *samples.entry(va).or_insert(0) += n;
+            if bid == file_bid {
+                let code = syms.code(&p.image).map_err(|r| anyhow!("cannot read {}: {r}", p.image.path))?;
+                for (off, n) in p.by_offset(|_| true) {
+                    if let Some(va) = code.vaddr(off) {
+                        *samples.entry(va).or_insert(0) += n;
+                    }
                 }
-            }
-            if target_bid.is_empty() || bid == target_bid {
-                seen = Some(p.image.clone());
-            }
-            if target_bid.is_empty() {
-                target_bid = bid.clone();
             }
             sets.push(SampleSet { build_id: bid, age_secs: now.saturating_sub(end) as f64, samples });
         }
     }
-    Ok((sets, seen, target_bid))
+    Ok(sets)
 }
 
 struct Mem<'a>(&'a Code<'a>);
@@ -193,7 +189,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     let epochs = crate::top::select_epochs(&db, &p.epoch)?;
     let file_bid = build_id_of(&p.image)?;
     let path = p.image.display().to_string();
-    let (sets, _, _) = sample_sets(&db, &epochs, &path, syms)?;
+    let sets = sample_sets(&db, &epochs, &path, &file_bid, syms)?;
     if sets.is_empty() {
         bail!("no samples of {} in {} (epochs {})", path, p.db.db.display(), p.epoch);
     }
@@ -206,7 +202,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     if combined.refused > 0 {
         eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
     }
-    let image = db_image(&sets, &p.image, &file_bid);
+    let image = db_image(&p.image, &file_bid);
     let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path))?;
     let policy = ColdPolicy { cold_fraction: p.cold_fraction };
     let mut functions = Vec::new();
@@ -223,7 +219,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     Ok(ImageProfile { image, build_id: file_bid, combined, functions })
 }
 
-fn db_image(_sets: &[SampleSet], path: &Path, bid: &str) -> ImageId {
+fn db_image(path: &Path, bid: &str) -> ImageId {
     let canon = std::fs::canonicalize(path).unwrap_or(path.to_path_buf());
     ImageId::elf(&canon.display().to_string(), loupe_model::BuildId::from_hex(bid))
 }
