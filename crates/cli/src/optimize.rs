@@ -65,7 +65,10 @@ pub struct ProfileArgs {
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExportFormat {
+    /// BOLT fdata, no-LBR form: block counts.
     Bolt,
+    /// BOLT fdata, branch records: edge counts synthesized from block counts.
+    BoltEdges,
     LlvmSample,
     Json,
 }
@@ -257,6 +260,7 @@ fn export(a: ExportArgs) -> Result<u8> {
     let ip = image_profile(&a.profile, &mut syms)?;
     let text = match a.format {
         ExportFormat::Bolt => fdata::write_no_lbr(&ip.functions),
+        ExportFormat::BoltEdges => fdata::write_edges(&ip.functions),
         ExportFormat::LlvmSample => llvm_sample::write_text(&llvm_lines(&ip, &mut syms)?),
         ExportFormat::Json => {
             let doc = serde_json::json!({

@@ -12,7 +12,7 @@
 
 use crate::stats::poisson_upper;
 use loupe_calc::cfg::{self, Memory};
-use loupe_calc::decode;
+use loupe_calc::decode::{self, Flow};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -44,7 +44,12 @@ pub struct BlockCount {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct EdgeCount {
+    /// Offset of the source block's first instruction.
     pub from: u64,
+    /// Offset of the source block's last instruction when it is a jump or
+    /// branch (BOLT's branch records start there); `None` for fall-through
+    /// from a block that ends without one.
+    pub branch: Option<u64>,
     pub to: u64,
     pub count: f64,
 }
@@ -96,15 +101,26 @@ pub fn function_profile(
     FunctionProfile { name: name.to_string(), start, samples: total, blocks, edges, missing_edges: g.missing_edges }
 }
 
+/// An edge's count is the larger of two estimates: the source's count
+/// split over its successors by their counts, and the target's count split
+/// over its predecessors by theirs. The second rescues edges out of a
+/// block too short to catch samples of its own (a lone `jmp *` of a
+/// switch dispatch) into well-sampled targets.
 fn synthesize_edges(g: &cfg::Cfg, blocks: &[BlockCount], start: u64) -> Vec<EdgeCount> {
+    let share = |num: f64, sum: f64, n: usize| if sum > 0.0 { num / sum } else { 1.0 / n.max(1) as f64 };
     let mut out = Vec::new();
     for (b, blk) in g.blocks.iter().enumerate() {
-        // `succs` holds edge indices.
+        // `succs` and `preds` hold edge indices.
         let succ: Vec<usize> = blk.succs.iter().map(|&e| g.edges[e].to).collect();
-        let sum: f64 = succ.iter().map(|&s| blocks[s].count).sum();
+        let out_sum: f64 = succ.iter().map(|&s| blocks[s].count).sum();
         for &s in &succ {
-            let share = if sum > 0.0 { blocks[s].count / sum } else { 1.0 / succ.len() as f64 };
-            out.push(EdgeCount { from: blocks[b].offset, to: g.start(s) - start, count: blocks[b].count * share });
+            let preds: Vec<usize> = g.blocks[s].preds.iter().map(|&e| g.edges[e].from).collect();
+            let in_sum: f64 = preds.iter().map(|&p| blocks[p].count).sum();
+            let forward = blocks[b].count * share(blocks[s].count, out_sum, succ.len());
+            let backward = blocks[s].count * share(blocks[b].count, in_sum, preds.len());
+            let last = g.last(b);
+            let branch = matches!(last.flow, Flow::Jump(_) | Flow::Branch(_) | Flow::IndirectJump).then(|| last.addr - start);
+            out.push(EdgeCount { from: blocks[b].offset, branch, to: g.start(s) - start, count: forward.max(backward) });
         }
     }
     out
@@ -159,6 +175,22 @@ mod tests {
         assert!(sparse.blocks.iter().all(|b| !b.cold));
     }
 
+    // An unsampled source block (too short to catch samples) still passes
+    // on the count of a target it is the only predecessor of.
+    #[test]
+    fn edges_from_target_counts() {
+        let p = function_profile(
+            "f",
+            0x1000,
+            &CODE,
+            &at(&[(0x1005, 100.0), (0x1008, 100.0), (0x100b, 100.0), (0x100e, 100.0)]),
+            &NoMemory,
+            ColdPolicy::default(),
+        );
+        let e: Vec<(u64, u64, f64)> = p.edges.iter().map(|e| (e.from, e.to, e.count)).collect();
+        assert!(e.contains(&(0, 5, 100.0)), "{e:?}");
+    }
+
     // Edges: the entry block's count splits over je-taken and fall-through
     // in proportion to the successors' counts (0 and 1000 here).
     #[test]
@@ -176,5 +208,8 @@ mod tests {
         assert!(e.contains(&(0, 5, 0.0)));
         assert!(e.contains(&(5, 14, 0.0)));
         assert_eq!(e.len(), 3);
+        // The je at offset 3 is the branch of both edges out of the entry block; block 2 falls through.
+        let br: Vec<Option<u64>> = p.edges.iter().map(|e| e.branch).collect();
+        assert_eq!(br, vec![Some(3), Some(3), None]);
     }
 }
