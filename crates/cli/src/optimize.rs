@@ -73,6 +73,12 @@ pub enum ExportFormat {
     Json,
 }
 
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoltProfile {
+    Edges,
+    Blocks,
+}
+
 #[derive(Args, Debug)]
 pub struct ExportArgs {
     #[command(flatten)]
@@ -105,6 +111,9 @@ pub struct RunArgs {
     /// Where the candidate is written (default IMAGE.loupe-bolt).
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Profile given to BOLT: `edges` (branch records from edge counts synthesized from block counts) or `blocks` (no-LBR block counts).
+    #[arg(long, value_enum, default_value_t = BoltProfile::Edges)]
+    pub profile_kind: BoltProfile,
     /// Path of llvm-bolt (default /usr/lib/llvm-19/bin/llvm-bolt).
     #[arg(long)]
     pub bolt: Option<PathBuf>,
@@ -292,7 +301,11 @@ fn optimize(a: RunArgs) -> Result<u8> {
     let ip = image_profile(p, &mut syms)?;
     let out_path = a.output.clone().unwrap_or_else(|| PathBuf::from(format!("{}.loupe-bolt", p.image.display())));
     let fdata_path = PathBuf::from(format!("{}.fdata", out_path.display()));
-    std::fs::write(&fdata_path, fdata::write_no_lbr(&ip.functions))?;
+    let text = match a.profile_kind {
+        BoltProfile::Edges => fdata::write_edges(&ip.functions),
+        BoltProfile::Blocks => fdata::write_no_lbr(&ip.functions),
+    };
+    std::fs::write(&fdata_path, text)?;
     let cold: usize = ip.functions.iter().map(|f| f.blocks.iter().filter(|b| b.cold).count()).sum();
     let blocks: usize = ip.functions.iter().map(|f| f.blocks.len()).sum();
     eprintln!(
