@@ -241,7 +241,7 @@ fn llvm_lines(ip: &ImageProfile, syms: &mut Symbolizer) -> Result<Vec<FunctionLi
     let mut out = Vec::new();
     for f in &ip.functions {
         let first = code.line(f.start).1.unwrap_or(0);
-        let bytes = code.bytes(f.start, f.blocks.last().map_or(0, |_| code_len(&code, f))).unwrap_or(&[]);
+        let bytes = code.bytes(f.start, f.size).unwrap_or(&[]);
         let insns = loupe_calc::decode::decode(f.start, bytes);
         let mut fl = FunctionLines { name: f.name.clone(), head: count(f.blocks.first().map_or(0.0, |b| b.count)), ..Default::default() };
         for i in &insns {
@@ -254,10 +254,6 @@ fn llvm_lines(ip: &ImageProfile, syms: &mut Symbolizer) -> Result<Vec<FunctionLi
         out.push(fl);
     }
     Ok(out)
-}
-
-fn code_len(code: &Code, f: &FunctionProfile) -> u64 {
-    code.find(&f.name).into_iter().find(|p| p.start == f.start).map_or(0, |p| p.size)
 }
 
 fn count(c: f64) -> u64 {

@@ -39,6 +39,11 @@ fn export_bolt_and_validate() {
     let run = json["functions"].as_array().unwrap().iter().find(|f| f["name"] == "run").unwrap();
     assert!(run["blocks"].as_array().unwrap().iter().any(|b| b["cold"] == true), "no block of run is confidently cold");
 
+    let prof = run_ok(loupe().args(["optimize", "export", "--format", "llvm-sample", "--db"]).arg(&db).arg(&bin));
+    let prof = String::from_utf8(prof.stdout).unwrap();
+    let heads: Vec<&str> = prof.lines().filter(|l| !l.starts_with(' ')).map(|l| l.split(':').next().unwrap()).collect();
+    assert!(heads.contains(&"run") && heads.iter().all(|f| !f.starts_with("cold_")), "{prof}");
+
     let out = dir.path().join("layout.bolt");
     let bolt = run_ok(Command::new(BOLT).arg(&bin).arg("-o").arg(&out).arg(format!("-data={}", fdata.display())).args([
         "-reorder-blocks=ext-tsp",

@@ -58,6 +58,8 @@ pub struct EdgeCount {
 pub struct FunctionProfile {
     pub name: String,
     pub start: u64,
+    /// Bytes of code.
+    pub size: u64,
     pub samples: f64,
     pub blocks: Vec<BlockCount>,
     /// Edge frequencies synthesized from block counts (Morph's Editor does
@@ -98,7 +100,15 @@ pub fn function_profile(
     }
     let edges = synthesize_edges(&g, &blocks, start);
     let total = samples.range(start..end).map(|(_, w)| w).sum();
-    FunctionProfile { name: name.to_string(), start, samples: total, blocks, edges, missing_edges: g.missing_edges }
+    FunctionProfile {
+        name: name.to_string(),
+        start,
+        size: bytes.len() as u64,
+        samples: total,
+        blocks,
+        edges,
+        missing_edges: g.missing_edges,
+    }
 }
 
 /// An edge's count is the larger of two estimates: the source's count

@@ -74,6 +74,7 @@ mod tests {
         let f = |name: &str, samples: f64, blocks| FunctionProfile {
             name: name.into(),
             start: 0,
+            size: 0x40,
             samples,
             blocks,
             edges: vec![],
@@ -100,6 +101,7 @@ mod tests {
         let f = FunctionProfile {
             name: "g".into(),
             start: 0,
+            size: 0x40,
             samples: 9.0,
             blocks: vec![block(0, 7.5, false), block(0x10, 7.5, false), block(0x20, 0.0, false), block(0x30, 0.0, true)],
             edges,
