@@ -100,6 +100,7 @@ pub struct RunArgs {
     /// Shell command timed on original and candidate in alternation ({} = binary).
     #[arg(long)]
     pub bench: String,
+    /// Alternating rounds of --bench (at least 5: fewer can never pass the sign test at p < 0.05).
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,
     /// Smallest median gain accepted (0.01 = 1%).
@@ -324,7 +325,7 @@ fn optimize(a: RunArgs) -> Result<u8> {
     };
     let verdict = evaluate(&a, &bolt, &fdata_path, &out_path, &mut decision);
     if let Err(e) = &verdict {
-        decision.reason = e.clone();
+        decision.reason = format!("{}{e}", decision.reason);
         let _ = std::fs::remove_file(&out_path);
     }
     log_decision(&p.db.db, &decision)?;
@@ -338,6 +339,7 @@ fn evaluate(a: &RunArgs, bolt: &dyn tool::Tool, fdata_path: &Path, out: &Path, d
     let report = tool::run_bolt(bolt, img, fdata_path, out)?;
     for s in &report.skipped {
         eprintln!("loupe: skipped {s}");
+        d.reason = format!("skipped {s}; ");
     }
     if let Some(f) = &report.profiled_functions {
         eprintln!("loupe: {f}");
@@ -351,7 +353,7 @@ fn evaluate(a: &RunArgs, bolt: &dyn tool::Tool, fdata_path: &Path, out: &Path, d
     );
     d.measurement = Some(m.clone());
     manage::decide(&m, a.min_gain, 0.05)?;
-    d.reason = format!("{:.1}% faster (median of {} alternating rounds)", (1.0 - m.ratio_median) * 100.0, m.rounds);
+    d.reason += &format!("{:.1}% faster (median of {} alternating rounds)", (1.0 - m.ratio_median) * 100.0, m.rounds);
     if a.install {
         manage::install(img, out)?;
         d.action = "installed".into();

@@ -87,7 +87,10 @@ pub fn parse_bolt_log(log: &str) -> BoltReport {
     let relocation_mode = log.contains("enabling relocation mode");
     let mut skipped = Vec::new();
     if !relocation_mode {
-        skipped.push("function reordering and hot/cold splitting (no relocations: relink with -Wl,--emit-relocs)".into());
+        skipped.push(
+            "function reordering, and moving split-off cold code away from its function (no relocations: relink with -Wl,--emit-relocs)"
+                .into(),
+        );
     }
     let profiled_functions = log
         .lines()
@@ -96,9 +99,19 @@ pub fn parse_bolt_log(log: &str) -> BoltReport {
     BoltReport { relocation_mode, skipped, profiled_functions, log: log.to_string() }
 }
 
-/// Runs BOLT on `input` with `fdata`, writing `output`.
+/// BOLT's refusal to reorder functions of a binary without relocations.
+const NEEDS_RELOCS: &str = "function reordering only works when relocations are enabled";
+
+/// Runs BOLT on `input` with `fdata`, writing `output`. A binary linked
+/// without relocations gets what BOLT can do without them (block
+/// reordering and splitting inside functions), and the report says so.
 pub fn run_bolt(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path) -> Result<BoltReport, String> {
-    let out = tool.run(&bolt_args(input, fdata, output))?;
+    let mut args = bolt_args(input, fdata, output);
+    let mut out = tool.run(&args)?;
+    if !out.success && format!("{}{}", out.stdout, out.stderr).contains(NEEDS_RELOCS) {
+        args.retain(|a| !a.starts_with("-reorder-functions"));
+        out = tool.run(&args)?;
+    }
     let log = format!("{}{}", out.stdout, out.stderr);
     if !out.success || !output.is_file() {
         let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
@@ -120,6 +133,32 @@ mod tests {
         assert!(r.skipped[0].contains("--emit-relocs"));
         assert!(r.profiled_functions.unwrap().starts_with("BOLT-INFO: 2 out of 14"));
         assert!(parse_bolt_log("BOLT-INFO: enabling relocation mode\n").skipped.is_empty());
+    }
+
+    // Without relocations BOLT refuses function reordering; the run is
+    // retried without it and the report names what was skipped.
+    #[test]
+    fn retries_without_function_reordering() {
+        struct NoRelocs(std::cell::RefCell<Vec<Vec<String>>>, std::path::PathBuf);
+        impl Tool for NoRelocs {
+            fn describe(&self) -> String {
+                "fake-bolt".into()
+            }
+            fn run(&self, args: &[String]) -> Result<ToolOutput, String> {
+                self.0.borrow_mut().push(args.to_vec());
+                if args.iter().any(|a| a.starts_with("-reorder-functions")) {
+                    return Ok(ToolOutput { success: false, stdout: String::new(), stderr: format!("BOLT-ERROR: {NEEDS_RELOCS}\n") });
+                }
+                std::fs::write(&self.1, b"x").unwrap();
+                Ok(ToolOutput { success: true, stdout: "BOLT-INFO: Target architecture: x86_64\n".into(), stderr: String::new() })
+            }
+        }
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("out");
+        let t = NoRelocs(Default::default(), out.clone());
+        let r = run_bolt(&t, Path::new("in"), Path::new("p.fdata"), &out).unwrap();
+        assert_eq!(t.0.borrow().len(), 2);
+        assert!(!r.relocation_mode && r.skipped[0].contains("--emit-relocs"));
     }
 
     // A tool that fails is reported with its last line, and no output file means failure.
