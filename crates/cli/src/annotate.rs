@@ -100,9 +100,7 @@ fn text(out: &mut dyn Write, image: &str, procedure: &str, evs: &[&str], rows: &
         if source {
             if let (Some(f), Some(l)) = (&r.file, r.line) {
                 if last_line != Some((f.clone(), l)) {
-                    let src = files
-                        .entry(f.clone())
-                        .or_insert_with(|| std::fs::read_to_string(f).ok().map(|s| s.lines().map(String::from).collect()));
+                    let src = files.entry(f.clone()).or_insert_with(|| std::fs::read_to_string(f).ok().map(|s| s.lines().map(String::from).collect()));
                     let text = src.as_ref().and_then(|v| v.get(l as usize - 1)).map_or("", |s| s.as_str());
                     let mark = if hot.contains_key(&(f.clone(), l)) { '*' } else { ' ' };
                     let share = hot.get(&(f.clone(), l)).map_or(String::new(), |n| format!("{:.2}%", pct(*n, totals[0])));
@@ -112,12 +110,7 @@ fn text(out: &mut dyn Write, image: &str, procedure: &str, evs: &[&str], rows: &
                 }
             }
         }
-        let cols: String = r
-            .counts
-            .iter()
-            .enumerate()
-            .map(|(k, n)| if *n == 0 { format!("{:>8} ", "") } else { format!("{:>8.2} ", pct(*n, totals[k])) })
-            .collect();
+        let cols: String = r.counts.iter().enumerate().map(|(k, n)| if *n == 0 { format!("{:>8} ", "") } else { format!("{:>8.2} ", pct(*n, totals[k])) }).collect();
         let counts: String = r.counts.iter().map(|n| format!("{n:>7} ")).collect();
         writeln!(out, "{cols}:   {:>8x}:  {counts} {}", r.addr, r.text)?;
     }

@@ -46,8 +46,7 @@ pub fn run(a: CalcArgs) -> Result<u8> {
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
     let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
     let calc = analyze(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code)).map_err(|e| anyhow!("{e}"))?;
-    let hw: Vec<&str> =
-        sel.samples.keys().map(|e| e.as_str()).filter(|e| !matches!(*e, "cpu-clock" | "task-clock" | "page-faults")).collect();
+    let hw: Vec<&str> = sel.samples.keys().map(|e| e.as_str()).filter(|e| !matches!(*e, "cpu-clock" | "task-clock" | "page-faults")).collect();
     let head = Header {
         procedure: &proc_.name,
         image: &sel.image.path,
@@ -121,8 +120,7 @@ fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
     let s = &c.summary;
     writeln!(out, "*** {} in {} (epoch {}), {} samples of {}", h.procedure, h.image, h.epochs, s.samples, h.event)?;
     writeln!(out, "*** model: {}; {}; {:.0} cycles per sample", h.model, h.clock, c.period_cycles)?;
-    let cfg_note =
-        if c.missing_edges { "CFG missing edges (unresolved indirect jump): one class per block and edge" } else { "CFG complete" };
+    let cfg_note = if c.missing_edges { "CFG missing edges (unresolved indirect jump): one class per block and edge" } else { "CFG complete" };
     writeln!(out, "*** {} blocks, {} frequency classes; {cfg_note}", c.blocks.len(), c.classes)?;
     if h.hw_events.is_empty() {
         writeln!(out, "*** No hardware event samples (no PMU): culprits are possible causes, not bounded by event counts.")?;
@@ -143,19 +141,8 @@ fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
         let execs = r.executions.map_or("-".into(), |e| format!("{e:.0}"));
         let cpi = r.cpi.map_or("-".into(), |x| format!("{x:.1}cy"));
         let conf = r.confidence.map_or("-".into(), |x| format!("{x:?}").to_lowercase());
-        let blame: Vec<String> =
-            r.culprits.iter().filter_map(|k| k.at).map(hex).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-        writeln!(
-            out,
-            "{:>8x}  {:<40} {:>8} {:>12} {:>8} {:<6}  {}",
-            r.address,
-            r.instruction,
-            r.samples,
-            execs,
-            cpi,
-            conf,
-            blame.join(" ")
-        )?;
+        let blame: Vec<String> = r.culprits.iter().filter_map(|k| k.at).map(hex).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        writeln!(out, "{:>8x}  {:<40} {:>8} {:>12} {:>8} {:<6}  {}", r.address, r.instruction, r.samples, execs, cpi, conf, blame.join(" "))?;
     }
     summary(out, c)
 }
@@ -199,13 +186,7 @@ fn summary(out: &mut dyn Write, c: &Calc) -> Result<()> {
     let pct = |x: f64| if cyc > 0.0 { 100.0 * x / cyc } else { 0.0 };
     writeln!(out)?;
     writeln!(out, "*** Summary of {} (cycles from samples with estimates: {cyc:.0})", "the procedure")?;
-    writeln!(
-        out,
-        "*** Best-case {:.0}/{:.0} = {:.2}CPI",
-        s.best_case_cycles,
-        s.instructions_executed,
-        s.best_case_cycles / s.instructions_executed.max(1.0)
-    )?;
+    writeln!(out, "*** Best-case {:.0}/{:.0} = {:.2}CPI", s.best_case_cycles, s.instructions_executed, s.best_case_cycles / s.instructions_executed.max(1.0))?;
     writeln!(out, "*** Actual {:.0}/{:.0} = {:.2}CPI", cyc, s.instructions_executed, cyc / s.instructions_executed.max(1.0))?;
     writeln!(out, "***")?;
     for cause in Cause::ALL {
