@@ -100,6 +100,10 @@ pub struct RunArgs {
     /// Shell command timed on original and candidate in alternation ({} = binary).
     #[arg(long)]
     pub bench: String,
+    /// Do not optimize from fewer samples of the image (after aging): a sparse profile calls too much code cold;
+    /// keep collecting instead.
+    #[arg(long, default_value_t = 1000.0)]
+    pub min_samples: f64,
     /// Alternating rounds of --bench (at least 5: fewer can never pass the sign test at p < 0.05).
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,
@@ -219,7 +223,12 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path))?;
     let policy = ColdPolicy { cold_fraction: p.cold_fraction };
     let mut functions = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    // Every sized symbol (an empty name matches all); aliases once.
     for f in code.find("") {
+        if !seen.insert(f.start) {
+            continue;
+        }
         let hot = combined.samples.range(f.start..f.start + f.size).next().is_some();
         if !hot {
             continue;
@@ -228,7 +237,6 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
         functions.push(function_profile(&f.name, f.start, bytes, &combined.samples, &Mem(&code), policy));
     }
     functions.sort_by(|a, b| b.samples.total_cmp(&a.samples));
-    functions.dedup_by(|a, b| a.start == b.start);
     Ok(ImageProfile { image, build_id: file_bid, combined, functions })
 }
 
@@ -313,6 +321,14 @@ fn optimize(a: RunArgs) -> Result<u8> {
         ip.combined.total(),
         ip.functions.len()
     );
+    if ip.combined.total() < a.min_samples {
+        bail!(
+            "profile of {} not mature: {:.0} samples (after aging), --min-samples is {:.0}; keep collecting",
+            p.image.display(),
+            ip.combined.total(),
+            a.min_samples
+        );
+    }
     let bolt = tool::find_bolt(a.bolt.as_deref()).map_err(|e| anyhow!(e))?;
     let mut decision = Decision {
         unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),

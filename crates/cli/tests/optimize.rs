@@ -89,7 +89,7 @@ fn run_checks_and_measures_then_records_the_decision() {
         .args(["optimize", "run", "--db"])
         .arg(&db)
         .arg(&bin)
-        .args(["--check", "{} 300", "--bench", "{} 300", "--rounds", "2", "--install"])
+        .args(["--check", "{} 300", "--bench", "{} 300", "--rounds", "2", "--install", "--min-samples", "100"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -101,5 +101,14 @@ fn run_checks_and_measures_then_records_the_decision() {
     assert_eq!(d["measurement"]["rounds"], 2);
     assert_ne!(d["candidate_build_id"], d["build_id"]);
     let st = run_ok(loupe().args(["optimize", "status", "--db"]).arg(&db).arg(&bin));
+    // A profile below --min-samples is not used.
+    let sparse = loupe()
+        .args(["optimize", "run", "--db"])
+        .arg(&db)
+        .arg(&bin)
+        .args(["--check", "{} 1", "--bench", "{} 1", "--min-samples", "1e9"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&sparse.stderr).contains("not mature"), "{}", String::from_utf8_lossy(&sparse.stderr));
     assert!(String::from_utf8_lossy(&st.stdout).contains("original in place"));
 }
