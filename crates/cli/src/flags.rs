@@ -85,6 +85,8 @@ The database keeps counts per epoch, so --since/--until select whole epochs.")]
     Export(ExportArgs),
     /// Vertical event tracing: event specs, generated stubs, record, dump, export.
     Trace(TraceArgs),
+    /// Re-optimize a program from its profile (Morph): export BOLT or LLVM profiles, run llvm-bolt, validate, install, roll back.
+    Optimize(crate::optimize::OptimizeArgs),
 }
 
 /// Which stacks: epochs, processes, images, event.

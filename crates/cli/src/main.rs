@@ -7,6 +7,7 @@ mod diff;
 mod flags;
 mod locks;
 mod machine;
+mod optimize;
 mod procedure;
 mod stacks;
 mod symbols;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Command::Flame(a) => stacks::flame(a),
         Command::Export(a) => stacks::export(a),
         Command::Trace(a) => trace::run(a),
+        Command::Optimize(a) => optimize::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

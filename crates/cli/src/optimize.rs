@@ -1,0 +1,415 @@
+//! `loupe optimize` (Morph's Manager): a program's profile from the
+//! database as BOLT fdata or an LLVM sample profile, and llvm-bolt run on
+//! it with validation, installation and rollback.
+
+use crate::flags::DbArg;
+use crate::procedure::symbolizer;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use loupe_model::{ImageId, ImageKind};
+use loupe_optimize::blocks::{function_profile, ColdPolicy, FunctionProfile};
+use loupe_optimize::combine::{check_build_id, combine, Combined, SampleSet};
+use loupe_optimize::llvm_sample::{self, FunctionLines};
+use loupe_optimize::manage::{self, Decision};
+use loupe_optimize::{fdata, tool};
+use loupe_store::Database;
+use loupe_symbolize::{Code, Symbolizer};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+pub struct OptimizeArgs {
+    #[command(subcommand)]
+    pub command: OptimizeCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum OptimizeCommand {
+    /// Write the image's profile for an optimizer: BOLT fdata (no-LBR), an LLVM text sample profile, or block counts as JSON.
+    #[command(after_help = "Examples:\n  loupe optimize export --format bolt ./layout > layout.fdata\n  \
+loupe optimize export --format llvm-sample --epoch all -o prof.txt /usr/local/bin/lua\n  \
+llvm-bolt ./layout -o layout.bolt -data=layout.fdata -reorder-blocks=ext-tsp -split-functions\n\n\
+Samples of every epoch are combined, each weighted by 0.5^(age/--half-life). Only samples of the build whose \
+build-id the file on disk has are used.")]
+    Export(ExportArgs),
+    /// Run llvm-bolt on the image with its profile, check and measure the result, and install it if it is faster.
+    #[command(after_help = "Examples:\n  loupe optimize run ./layout --check '{} 200' --bench '{} 20000'\n  \
+loupe optimize run ./layout --check '{} 200' --bench '{} 20000' --rounds 20 --install\n\n\
+{} in --check and --bench stands for the binary under test. The candidate must give the same exit status and \
+standard output as the original under --check, and be faster under --bench in a sign test over alternating runs \
+(p < 0.05) by at least --min-gain. Every decision is appended to DB/optimize/decisions.jsonl.")]
+    Run(RunArgs),
+    /// The decisions taken for an image and whether an optimized version is installed.
+    Status(StatusArgs),
+    /// Put the original binary back in place of the installed optimized one.
+    Rollback(StatusArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// The executable: its path on disk (its build-id selects the samples).
+    pub image: PathBuf,
+    /// Epochs to combine: a number, `current` or `all`.
+    #[arg(long, default_value = "all")]
+    pub epoch: String,
+    /// Age in seconds at which an epoch's samples count half (0: no aging).
+    #[arg(long, default_value_t = 7.0 * 86400.0)]
+    pub half_life: f64,
+    /// A never-sampled block is cold when the 95% upper bound of its count is below this fraction of its function's hottest block.
+    #[arg(long, default_value_t = 0.01)]
+    pub cold_fraction: f64,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// BOLT fdata, no-LBR form: block counts.
+    Bolt,
+    /// BOLT fdata, branch records: edge counts synthesized from block counts.
+    BoltEdges,
+    LlvmSample,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoltProfile {
+    Edges,
+    Blocks,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    #[arg(long, value_enum, default_value_t = ExportFormat::Bolt)]
+    pub format: ExportFormat,
+    /// Write here instead of standard output.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Shell command that must behave the same on the candidate ({} = binary).
+    #[arg(long)]
+    pub check: String,
+    /// Shell command timed on original and candidate in alternation ({} = binary).
+    #[arg(long)]
+    pub bench: String,
+    /// Do not optimize from fewer samples of the image (after aging): a sparse profile calls too much code cold;
+    /// keep collecting instead.
+    #[arg(long, default_value_t = 1000.0)]
+    pub min_samples: f64,
+    /// Alternating rounds of --bench (at least 5: fewer can never pass the sign test at p < 0.05).
+    #[arg(long, default_value_t = 10)]
+    pub rounds: usize,
+    /// Smallest median gain accepted (0.01 = 1%).
+    #[arg(long, default_value_t = 0.01)]
+    pub min_gain: f64,
+    /// Install the candidate in place of the image when it passes (the original is kept as IMAGE.loupe-orig).
+    #[arg(long)]
+    pub install: bool,
+    /// Where the candidate is written (default IMAGE.loupe-bolt).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Profile given to BOLT: `edges` (branch records from edge counts synthesized from block counts) or `blocks` (no-LBR block counts).
+    #[arg(long, value_enum, default_value_t = BoltProfile::Edges)]
+    pub profile_kind: BoltProfile,
+    /// Path of llvm-bolt (default /usr/lib/llvm-19/bin/llvm-bolt).
+    #[arg(long)]
+    pub bolt: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    pub image: PathBuf,
+}
+
+pub fn run(a: OptimizeArgs) -> Result<u8> {
+    match a.command {
+        OptimizeCommand::Export(e) => export(e),
+        OptimizeCommand::Run(r) => optimize(r),
+        OptimizeCommand::Status(s) => status(s),
+        OptimizeCommand::Rollback(s) => rollback(s),
+    }
+}
+
+/// The image's profile: the file's build-id, the combined samples and
+/// per-function block counts.
+struct ImageProfile {
+    image: ImageId,
+    build_id: String,
+    combined: Combined,
+    functions: Vec<FunctionProfile>,
+}
+
+fn build_id_of(path: &Path) -> Result<String> {
+    if !path.is_file() {
+        bail!("{} is not a file", path.display());
+    }
+    Ok(Symbolizer::read_build_id(path).map(|b| b.to_hex()).unwrap_or_default())
+}
+
+/// Sample sets of every epoch for images at `path`, aged by the time since
+/// the epoch ended. Sets of builds other than `file_bid` carry no samples:
+/// they are only counted, to be refused.
+fn sample_sets(
+    db: &Database,
+    epochs: &[loupe_store::EpochId],
+    path: &str,
+    file_bid: &str,
+    syms: &mut Symbolizer,
+) -> Result<Vec<SampleSet>> {
+    let all = db.epochs()?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let want = std::fs::canonicalize(path).map(|p| p.display().to_string()).unwrap_or(path.to_string());
+    let mut sets = Vec::new();
+    for &e in epochs {
+        let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
+        let (profiles, bad) = db.load(e, &|x| x.image.kind == ImageKind::Elf && (x.image.path == want || x.image.path == path))?;
+        for p in &bad {
+            eprintln!("loupe: skipping corrupt profile {p}");
+        }
+        for p in profiles {
+            let bid = p.image.build_id.as_ref().map(|b| b.to_hex()).unwrap_or_default();
+            let mut samples: HashMap<u64, u64> = HashMap::new();
+            if bid == file_bid {
+                let code = syms.code(&p.image).map_err(|r| anyhow!("cannot read {}: {r}", p.image.path))?;
+                for (off, n) in p.by_offset(|_| true) {
+                    if let Some(va) = code.vaddr(off) {
+                        *samples.entry(va).or_insert(0) += n;
+                    }
+                }
+            }
+            sets.push(SampleSet { build_id: bid, age_secs: now.saturating_sub(end) as f64, samples });
+        }
+    }
+    Ok(sets)
+}
+
+struct Mem<'a>(&'a Code<'a>);
+
+impl loupe_calc::cfg::Memory for Mem<'_> {
+    fn read(&self, vaddr: u64, len: usize) -> Option<Vec<u8>> {
+        self.0.bytes(vaddr, len as u64).map(<[u8]>::to_vec)
+    }
+}
+
+fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile> {
+    let db = Database::open(&p.db.db)?;
+    let epochs = crate::top::select_epochs(&db, &p.epoch)?;
+    let file_bid = build_id_of(&p.image)?;
+    let path = p.image.display().to_string();
+    let sets = sample_sets(&db, &epochs, &path, &file_bid, syms)?;
+    if sets.is_empty() {
+        bail!("no samples of {} in {} (epochs {})", path, p.db.db.display(), p.epoch);
+    }
+    let builds: std::collections::BTreeSet<&str> = sets.iter().map(|s| s.build_id.as_str()).collect();
+    if !builds.contains(file_bid.as_str()) {
+        let have: Vec<&str> = builds.into_iter().collect();
+        check_build_id(have[0], Some(&file_bid).filter(|b| !b.is_empty()).map(String::as_str)).map_err(|e| anyhow!("{}: {e}", path))?;
+    }
+    let combined = combine(&file_bid, &sets, p.half_life);
+    if combined.refused > 0 {
+        eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
+    }
+    let image = db_image(&p.image, &file_bid);
+    let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path))?;
+    let policy = ColdPolicy { cold_fraction: p.cold_fraction };
+    let mut functions = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    // Every sized symbol (an empty name matches all); aliases once.
+    for f in code.find("") {
+        if !seen.insert(f.start) {
+            continue;
+        }
+        let hot = combined.samples.range(f.start..f.start + f.size).next().is_some();
+        if !hot {
+            continue;
+        }
+        let Some(bytes) = code.bytes(f.start, f.size) else { continue };
+        functions.push(function_profile(&f.name, f.start, bytes, &combined.samples, &Mem(&code), policy));
+    }
+    functions.sort_by(|a, b| b.samples.total_cmp(&a.samples));
+    Ok(ImageProfile { image, build_id: file_bid, combined, functions })
+}
+
+fn db_image(path: &Path, bid: &str) -> ImageId {
+    let canon = std::fs::canonicalize(path).unwrap_or(path.to_path_buf());
+    ImageId::elf(&canon.display().to_string(), loupe_model::BuildId::from_hex(bid))
+}
+
+fn llvm_lines(ip: &ImageProfile, syms: &mut Symbolizer) -> Result<Vec<FunctionLines>> {
+    let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {}: {r}", ip.image.path))?;
+    let mut out = Vec::new();
+    for f in &ip.functions {
+        let first = code.line(f.start).1.unwrap_or(0);
+        let bytes = code.bytes(f.start, f.size).unwrap_or(&[]);
+        let insns = loupe_calc::decode::decode(f.start, bytes);
+        let mut fl = FunctionLines { name: f.name.clone(), head: count(f.blocks.first().map_or(0.0, |b| b.count)), ..Default::default() };
+        for i in &insns {
+            let off = i.addr - f.start;
+            let b = f.blocks.partition_point(|b| b.offset <= off).saturating_sub(1);
+            if let (Some(line), Some(blk)) = (code.line(i.addr).1, f.blocks.get(b)) {
+                llvm_sample::add(&mut fl, line.saturating_sub(first), count(blk.count));
+            }
+        }
+        out.push(fl);
+    }
+    Ok(out)
+}
+
+fn count(c: f64) -> u64 {
+    (c * fdata::SCALE).round() as u64
+}
+
+fn export(a: ExportArgs) -> Result<u8> {
+    let mut syms = symbolizer(&a.profile.db.db);
+    let ip = image_profile(&a.profile, &mut syms)?;
+    let text = match a.format {
+        ExportFormat::Bolt => fdata::write_no_lbr(&ip.functions),
+        ExportFormat::BoltEdges => fdata::write_edges(&ip.functions),
+        ExportFormat::LlvmSample => llvm_sample::write_text(&llvm_lines(&ip, &mut syms)?),
+        ExportFormat::Json => {
+            let doc = serde_json::json!({
+                "image": ip.image.path, "build_id": ip.build_id, "raw_samples": ip.combined.raw,
+                "aged_samples": ip.combined.total(), "sets_used": ip.combined.used, "sets_refused": ip.combined.refused,
+                "functions": ip.functions,
+            });
+            serde_json::to_string_pretty(&doc)? + "\n"
+        }
+    };
+    match a.output {
+        Some(p) => std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?,
+        None => std::io::stdout().lock().write_all(text.as_bytes())?,
+    }
+    Ok(0)
+}
+
+fn log_decision(db: &Path, d: &Decision) -> Result<()> {
+    let dir = db.join("optimize");
+    std::fs::create_dir_all(&dir)?;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("decisions.jsonl"))?;
+    writeln!(f, "{}", serde_json::to_string(d)?)?;
+    Ok(())
+}
+
+fn optimize(a: RunArgs) -> Result<u8> {
+    let p = &a.profile;
+    let mut syms = symbolizer(&p.db.db);
+    let ip = image_profile(p, &mut syms)?;
+    let out_path = a.output.clone().unwrap_or_else(|| PathBuf::from(format!("{}.loupe-bolt", p.image.display())));
+    let fdata_path = PathBuf::from(format!("{}.fdata", out_path.display()));
+    let text = match a.profile_kind {
+        BoltProfile::Edges => fdata::write_edges(&ip.functions),
+        BoltProfile::Blocks => fdata::write_no_lbr(&ip.functions),
+    };
+    std::fs::write(&fdata_path, text)?;
+    let cold: usize = ip.functions.iter().map(|f| f.blocks.iter().filter(|b| b.cold).count()).sum();
+    let blocks: usize = ip.functions.iter().map(|f| f.blocks.len()).sum();
+    eprintln!(
+        "loupe: profile of {} (build {}): {} samples ({:.0} after aging) in {} functions, {cold} of {blocks} blocks confidently cold",
+        p.image.display(),
+        ip.build_id,
+        ip.combined.raw,
+        ip.combined.total(),
+        ip.functions.len()
+    );
+    if ip.combined.total() < a.min_samples {
+        bail!(
+            "profile of {} not mature: {:.0} samples (after aging), --min-samples is {:.0}; keep collecting",
+            p.image.display(),
+            ip.combined.total(),
+            a.min_samples
+        );
+    }
+    let bolt = tool::find_bolt(a.bolt.as_deref()).map_err(|e| anyhow!(e))?;
+    let mut decision = Decision {
+        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        image: p.image.display().to_string(),
+        build_id: ip.build_id.clone(),
+        candidate_build_id: None,
+        action: "discarded".into(),
+        reason: String::new(),
+        measurement: None,
+    };
+    let verdict = evaluate(&a, &bolt, &fdata_path, &out_path, &mut decision);
+    if let Err(e) = &verdict {
+        decision.reason = format!("{}{e}", decision.reason);
+        let _ = std::fs::remove_file(&out_path);
+    }
+    log_decision(&p.db.db, &decision)?;
+    println!("{}: {} ({})", p.image.display(), decision.action, decision.reason);
+    Ok(if verdict.is_ok() { 0 } else { 2 })
+}
+
+/// BOLT, check, measure, and install when asked: the reason for any refusal.
+fn evaluate(a: &RunArgs, bolt: &dyn tool::Tool, fdata_path: &Path, out: &Path, d: &mut Decision) -> Result<(), String> {
+    let img = &a.profile.image;
+    let report = tool::run_bolt(bolt, img, fdata_path, out)?;
+    for s in &report.skipped {
+        eprintln!("loupe: skipped {s}");
+        d.reason = format!("skipped {s}; ");
+    }
+    if let Some(f) = &report.profiled_functions {
+        eprintln!("loupe: {f}");
+    }
+    d.candidate_build_id = Symbolizer::read_build_id(out).map(|b| b.to_hex());
+    manage::check(&a.check, img, out)?;
+    let m = manage::measure(&a.bench, img, out, a.rounds)?;
+    eprintln!(
+        "loupe: candidate/original time: median {:.3} (min {:.3}, max {:.3}), faster in {} of {} rounds, p = {:.4}",
+        m.ratio_median, m.ratio_min, m.ratio_max, m.wins, m.rounds, m.p_value
+    );
+    d.measurement = Some(m.clone());
+    manage::decide(&m, a.min_gain, 0.05)?;
+    d.reason += &format!("{:.1}% faster (median of {} alternating rounds)", (1.0 - m.ratio_median) * 100.0, m.rounds);
+    if a.install {
+        manage::install(img, out)?;
+        d.action = "installed".into();
+    } else {
+        d.action = "accepted".into();
+        d.reason += &format!("; candidate left at {} (use --install to install)", out.display());
+    }
+    Ok(())
+}
+
+fn status(a: StatusArgs) -> Result<u8> {
+    let log = a.db.db.join("optimize/decisions.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let want = a.image.display().to_string();
+    let saved = manage::saved_original(&a.image);
+    println!(
+        "{want}: {}",
+        if saved.exists() { format!("optimized version installed, original at {}", saved.display()) } else { "original in place".into() }
+    );
+    for line in text.lines() {
+        let Ok(d) = serde_json::from_str::<Decision>(line) else { continue };
+        if d.image == want {
+            println!("  {}  {:<10} build {}  {}", d.unix_time, d.action, d.build_id, d.reason);
+        }
+    }
+    Ok(0)
+}
+
+fn rollback(a: StatusArgs) -> Result<u8> {
+    manage::rollback(&a.image).map_err(|e| anyhow!(e))?;
+    let d = Decision {
+        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        image: a.image.display().to_string(),
+        build_id: build_id_of(&a.image)?,
+        candidate_build_id: None,
+        action: "rolled-back".into(),
+        reason: "by request".into(),
+        measurement: None,
+    };
+    log_decision(&a.db.db, &d)?;
+    println!("{}: original restored", a.image.display());
+    Ok(0)
+}

@@ -1,0 +1,118 @@
+//! BOLT's profile in its no-LBR form (what `perf2bolt -nl` writes when the
+//! PMU has no branch stack): a header `no_lbr EVENT...`, then one line per
+//! location `1 FUNCTION HEX-OFFSET COUNT`, offsets relative to the
+//! function's start. BOLT sums the counts of a block's locations into the
+//! block's execution count and infers edge counts from block counts.
+//!
+//! BOLT divides by the block's instruction count only when an event name
+//! contains "cycles" or "instructions". Loupe writes counts that are
+//! already per execution (Morph's scaling, with the cold policy applied),
+//! one location per block at its first byte, under an event name that
+//! contains neither word, so BOLT takes them as they are.
+
+use crate::blocks::FunctionProfile;
+use std::fmt::Write;
+
+/// Event name of the header: must not contain "cycles" or "instructions".
+pub const EVENT: &str = "loupe-block-counts";
+
+/// Counts are written as integers: per-instruction sample weight times
+/// this, so blocks with less than one sample per instruction keep their
+/// relative weight.
+pub const SCALE: f64 = 100.0;
+
+/// The fdata text for `funcs`. Blocks that are not cold get at least 1, so
+/// BOLT never splits a block the profile cannot call cold; cold blocks are
+/// left out (count 0). Functions without samples are left out entirely.
+pub fn write_no_lbr(funcs: &[FunctionProfile]) -> String {
+    let mut out = format!("no_lbr {EVENT}\n");
+    for f in funcs.iter().filter(|f| f.samples > 0.0) {
+        if f.name.chars().any(char::is_whitespace) {
+            continue;
+        }
+        for b in f.blocks.iter().filter(|b| !b.cold) {
+            let n = ((b.count * SCALE).round() as u64).max(1);
+            let _ = writeln!(out, "1 {} {:x} {n}", f.name, b.offset);
+        }
+    }
+    out
+}
+
+/// BOLT's branch-record fdata from the edge counts synthesized from block
+/// counts (what BOLT's instrumentation writes, with estimated counts):
+/// `1 F BRANCH 1 F TARGET 0 COUNT` for every edge that leaves a block by a
+/// jump or branch; BOLT infers the plain fall-throughs. Edges into cold
+/// blocks are left out; others get at least 1.
+pub fn write_edges(funcs: &[FunctionProfile]) -> String {
+    let mut out = String::new();
+    for f in funcs.iter().filter(|f| f.samples > 0.0 && !f.name.chars().any(char::is_whitespace)) {
+        for e in &f.edges {
+            let Some(br) = e.branch else { continue };
+            if f.blocks.iter().any(|b| b.offset == e.to && b.cold) {
+                continue;
+            }
+            let n = ((e.count * SCALE).round() as u64).max(1);
+            let _ = writeln!(out, "1 {0} {br:x} 1 {0} {1:x} 0 {n}", f.name, e.to);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::blocks::BlockCount;
+
+    fn block(offset: u64, count: f64, cold: bool) -> BlockCount {
+        BlockCount { offset, insns: 1, samples: count, count, upper: count, cold }
+    }
+
+    // Literal profile: hot blocks scaled, an unsampled warm block kept at 1,
+    // a cold block and an unsampled function left out, offsets in hex.
+    #[test]
+    fn writes_block_records() {
+        let f = |name: &str, samples: f64, blocks| FunctionProfile {
+            name: name.into(),
+            start: 0,
+            size: 0x40,
+            samples,
+            blocks,
+            edges: vec![],
+            missing_edges: false,
+        };
+        let text = write_no_lbr(&[
+            f("run", 40.0, vec![block(0, 12.5, false), block(0x1a, 0.0, false), block(0x30, 0.0, true)]),
+            f("idle", 0.0, vec![block(0, 0.0, false)]),
+        ]);
+        assert_eq!(text, "no_lbr loupe-block-counts\n1 run 0 1250\n1 run 1a 1\n");
+    }
+
+    // Branch records: from the branch instruction, cold targets and
+    // fall-through-only edges left out, warm unsampled targets kept at 1.
+    #[test]
+    fn writes_edge_records() {
+        use crate::blocks::EdgeCount;
+        let edges = vec![
+            EdgeCount { from: 0, branch: Some(3), to: 0x10, count: 7.5 },
+            EdgeCount { from: 0, branch: Some(3), to: 0x20, count: 0.0 },
+            EdgeCount { from: 0x10, branch: None, to: 0x20, count: 7.5 },
+            EdgeCount { from: 0x20, branch: Some(0x22), to: 0x30, count: 0.0 },
+        ];
+        let f = FunctionProfile {
+            name: "g".into(),
+            start: 0,
+            size: 0x40,
+            samples: 9.0,
+            blocks: vec![block(0, 7.5, false), block(0x10, 7.5, false), block(0x20, 0.0, false), block(0x30, 0.0, true)],
+            edges,
+            missing_edges: false,
+        };
+        assert_eq!(write_edges(&[f]), "1 g 3 1 g 10 0 750\n1 g 3 1 g 20 0 1\n");
+    }
+
+    // The header must not make BOLT divide by block length a second time.
+    #[test]
+    fn event_name_is_not_scaled_by_bolt() {
+        assert!(!EVENT.contains("cycles") && !EVENT.contains("instructions"));
+    }
+}

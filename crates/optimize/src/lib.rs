@@ -1,0 +1,18 @@
+//! Morph's Manager (Zhang et al., SOSP'97 §3.3) on Loupe's database: PC
+//! samples of one executable image, combined across runs and epochs with
+//! aging, become per-function basic-block counts (scaled by block length,
+//! blocks from `loupe-calc`'s control-flow graphs), written as BOLT's
+//! no-LBR fdata or LLVM's text sample profile; then llvm-bolt runs, the
+//! candidate is checked and measured against the original, and installed
+//! or discarded.
+//!
+//! Pure modules (`combine`, `blocks`, `fdata`, `llvm_sample`, `stats`) take
+//! values; `tool` and `manage` do the process and file work.
+
+pub mod blocks;
+pub mod combine;
+pub mod fdata;
+pub mod llvm_sample;
+pub mod manage;
+pub mod stats;
+pub mod tool;

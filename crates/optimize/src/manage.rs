@@ -1,0 +1,224 @@
+//! Validation and installation (Morph's Manager deciding whether a
+//! re-optimized module replaces the original): the candidate must give the
+//! user's check the same result as the original, and be faster on the
+//! user's benchmark over alternating runs by a margin a sign test finds
+//! significant. Installation renames, never writes in place; the original
+//! is kept beside it for `rollback`.
+
+use crate::stats::{median, sign_test};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A shell command with `{}` standing for the binary under test.
+pub fn command_for(template: &str, binary: &Path) -> String {
+    let quoted = format!("'{}'", binary.display().to_string().replace('\'', r"'\''"));
+    if template.contains("{}") {
+        template.replace("{}", &quoted)
+    } else {
+        format!("{quoted} {template}")
+    }
+}
+
+fn sh(cmd: &str) -> Result<std::process::Output, String> {
+    Command::new("sh").arg("-c").arg(cmd).output().map_err(|e| format!("cannot run sh -c {cmd:?}: {e}"))
+}
+
+/// The check: same exit status and same standard output for both binaries.
+pub fn check(template: &str, original: &Path, candidate: &Path) -> Result<(), String> {
+    let a = sh(&command_for(template, original))?;
+    let b = sh(&command_for(template, candidate))?;
+    if !a.status.success() {
+        return Err(format!("the check fails on the original too ({}): fix the check command", a.status));
+    }
+    if a.status.code() != b.status.code() {
+        return Err(format!("check: candidate exited with {} where the original gave {}", b.status, a.status));
+    }
+    if a.stdout != b.stdout {
+        return Err("check: candidate's output differs from the original's".into());
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Measurement {
+    pub rounds: usize,
+    pub original_secs: Vec<f64>,
+    pub candidate_secs: Vec<f64>,
+    /// Median over rounds of candidate time / original time.
+    pub ratio_median: f64,
+    pub ratio_min: f64,
+    pub ratio_max: f64,
+    /// Rounds where the candidate was faster, and the sign test's p-value.
+    pub wins: usize,
+    pub p_value: f64,
+}
+
+/// User+system CPU seconds of all children waited for so far.
+fn children_cpu() -> f64 {
+    // SAFETY: getrusage writes one rusage struct into the zeroed value we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// The command's CPU time (user+system, itself and its children): on a
+/// VM shared with other tenants it moves less than wall time does.
+fn time(cmd: &str) -> Result<f64, String> {
+    let before = children_cpu();
+    let out = sh(cmd)?;
+    if !out.status.success() {
+        return Err(format!("benchmark {cmd:?} failed: {}", out.status));
+    }
+    Ok(children_cpu() - before)
+}
+
+/// Runs the benchmark A B A B ... `rounds` times (the order flips every
+/// round so neither side always runs second).
+pub fn measure(template: &str, original: &Path, candidate: &Path, rounds: usize) -> Result<Measurement, String> {
+    let (ca, cb) = (command_for(template, original), command_for(template, candidate));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        if r % 2 == 0 {
+            a.push(time(&ca)?);
+            b.push(time(&cb)?);
+        } else {
+            b.push(time(&cb)?);
+            a.push(time(&ca)?);
+        }
+    }
+    Ok(summarize(a, b))
+}
+
+pub fn summarize(a: Vec<f64>, b: Vec<f64>) -> Measurement {
+    let ratios: Vec<f64> = a.iter().zip(&b).map(|(x, y)| y / x).collect();
+    let wins = ratios.iter().filter(|r| **r < 1.0).count();
+    Measurement {
+        rounds: ratios.len(),
+        ratio_median: median(&ratios),
+        ratio_min: ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        ratio_max: ratios.iter().copied().fold(0.0, f64::max),
+        wins,
+        p_value: sign_test(wins, ratios.len()),
+        original_secs: a,
+        candidate_secs: b,
+    }
+}
+
+/// Accept only a significant gain of at least `min_gain` (0.01 = 1%).
+pub fn decide(m: &Measurement, min_gain: f64, alpha: f64) -> Result<(), String> {
+    let gain = 1.0 - m.ratio_median;
+    if m.p_value > alpha {
+        return Err(format!(
+            "not significantly faster: {} of {} rounds faster (sign test p = {:.3}), median ratio {:.3}",
+            m.wins, m.rounds, m.p_value, m.ratio_median
+        ));
+    }
+    if gain < min_gain {
+        return Err(format!("gain {:.1}% below the required {:.1}%", gain * 100.0, min_gain * 100.0));
+    }
+    Ok(())
+}
+
+/// The original's saved copy beside it.
+pub fn saved_original(image: &Path) -> PathBuf {
+    let mut s = image.as_os_str().to_owned();
+    s.push(".loupe-orig");
+    PathBuf::from(s)
+}
+
+/// Installs `candidate` at `image`: the original is hard-linked to
+/// `IMAGE.loupe-orig` (kept if already there from an earlier install), the
+/// candidate copied next to the image and renamed over it, so a running or
+/// starting process sees either the old file or the new one, never a mix.
+pub fn install(image: &Path, candidate: &Path) -> Result<(), String> {
+    let orig = saved_original(image);
+    if !orig.exists() {
+        std::fs::hard_link(image, &orig).map_err(|e| format!("cannot keep the original as {}: {e}", orig.display()))?;
+    }
+    let mut tmp = image.as_os_str().to_owned();
+    tmp.push(".loupe-new");
+    let tmp = PathBuf::from(tmp);
+    std::fs::copy(candidate, &tmp).map_err(|e| format!("cannot copy the candidate beside {}: {e}", image.display()))?;
+    std::fs::rename(&tmp, image).map_err(|e| format!("cannot rename the candidate over {}: {e}", image.display()))
+}
+
+/// Puts the original back (a rename) and forgets the saved copy.
+pub fn rollback(image: &Path) -> Result<(), String> {
+    let orig = saved_original(image);
+    if !orig.exists() {
+        return Err(format!("{} has no saved original ({} missing): nothing to roll back", image.display(), orig.display()));
+    }
+    std::fs::rename(&orig, image).map_err(|e| format!("cannot restore {}: {e}", image.display()))
+}
+
+/// One decision of the manager, kept in its log.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Decision {
+    pub unix_time: u64,
+    pub image: String,
+    pub build_id: String,
+    pub candidate_build_id: Option<String>,
+    pub action: String,
+    pub reason: String,
+    pub measurement: Option<Measurement>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // `{}` becomes the quoted binary; without it the binary comes first.
+    #[test]
+    fn commands() {
+        assert_eq!(command_for("{} 100 | head -1", Path::new("/a b/x")), "'/a b/x' 100 | head -1");
+        assert_eq!(command_for("--n 3", Path::new("/x")), "'/x' --n 3");
+    }
+
+    // Ten wins of ten at 0.9 passes; 6 of 10 does not, nor a 0.5% gain.
+    #[test]
+    fn decisions() {
+        let m = summarize(vec![1.0; 10], vec![0.9; 10]);
+        assert_eq!((m.wins, m.ratio_median), (10, 0.9));
+        assert!(decide(&m, 0.01, 0.05).is_ok());
+        let mixed = summarize(vec![1.0; 10], vec![0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 1.1, 1.1, 1.1, 1.1]);
+        assert!(decide(&mixed, 0.01, 0.05).unwrap_err().contains("not significantly"));
+        let small = summarize(vec![1.0; 10], vec![0.995; 10]);
+        assert!(decide(&small, 0.01, 0.05).unwrap_err().contains("below"));
+    }
+
+    // Install renames over the image and keeps the original; rollback
+    // restores it byte for byte.
+    #[test]
+    fn install_and_rollback() {
+        let d = tempfile::tempdir().unwrap();
+        let (img, cand) = (d.path().join("prog"), d.path().join("cand"));
+        std::fs::write(&img, b"original").unwrap();
+        std::fs::write(&cand, b"optimized").unwrap();
+        install(&img, &cand).unwrap();
+        assert_eq!(std::fs::read(&img).unwrap(), b"optimized");
+        assert_eq!(std::fs::read(saved_original(&img)).unwrap(), b"original");
+        rollback(&img).unwrap();
+        assert_eq!(std::fs::read(&img).unwrap(), b"original");
+        assert!(rollback(&img).is_err());
+    }
+
+    // The check sees a different output and a failing original.
+    #[test]
+    fn checks() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::write(&a, "#!/bin/sh\necho 1\n").unwrap();
+        std::fs::write(&b, "#!/bin/sh\necho 2\n").unwrap();
+        for p in [&a, &b] {
+            std::process::Command::new("chmod").arg("+x").arg(p).status().unwrap();
+        }
+        assert!(check("{}", &a, &a).is_ok());
+        assert!(check("{}", &a, &b).unwrap_err().contains("differs"));
+        assert!(check("{}; false", &a, &a).unwrap_err().contains("original too"));
+    }
+}
