@@ -87,6 +87,10 @@ pub struct BpfAggregator {
     generation: u32,
     /// Held open while the kernel keeps run-time statistics of programs.
     stats_fd: Option<std::os::fd::OwnedFd>,
+    /// The eviction ring, mapped once (re-mapping it at every drain cost
+    /// more than the drain itself); its callback appends to `evicted`.
+    evictions: Option<libbpf_rs::RingBuffer<'static>>,
+    evicted: Rc<RefCell<Vec<AggEntry>>>,
 }
 
 /// The kernel's own account of the program: how often it ran, and how long.
@@ -131,7 +135,16 @@ impl BpfAggregator {
         }
         let skel = open.load().map_err(|e| err("loading the BPF program (verifier)", e))?;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| err("counting CPUs", e))?;
-        Ok(BpfAggregator { skel, links: Vec::new(), ncpus, max_entries: max_entries_per_cpu, generation: 0, stats_fd: None })
+        Ok(BpfAggregator {
+            skel,
+            links: Vec::new(),
+            ncpus,
+            max_entries: max_entries_per_cpu,
+            generation: 0,
+            stats_fd: None,
+            evictions: None,
+            evicted: Rc::default(),
+        })
     }
 
     /// Attaches to sampling perf events, given as (event index, fd); the
@@ -173,22 +186,28 @@ impl BpfAggregator {
     }
 
     fn drain_evictions(&mut self, out: &mut Vec<AggEntry>) -> Result<(), Error> {
-        let got: Rc<RefCell<Vec<AggEntry>>> = Rc::default();
-        let sink = Rc::clone(&got);
-        let mut b = RingBufferBuilder::new();
-        b.add(&self.skel.maps.evictions, move |data: &[u8]| {
-            // struct eviction: the key, then the sample's period.
-            let period = data.get(KEY_SIZE..KEY_SIZE + 8).unwrap_or(&[0; 8]);
-            if let Some(e) = parse_entry(&data[..KEY_SIZE.min(data.len())], &[&1u64.to_ne_bytes()[..], period].concat()) {
-                sink.borrow_mut().push(e);
-            }
-            0
-        })
-        .map_err(|e| err("eviction ring buffer", e))?;
-        let rb = b.build().map_err(|e| err("eviction ring buffer", e))?;
-        rb.consume().map_err(|e| err("reading evictions", e))?;
-        drop(rb);
-        out.append(&mut got.borrow_mut());
+        if self.evictions.is_none() {
+            // The ring lives as long as the daemon; its map handle is leaked
+            // so the ring buffer can borrow it for 'static.
+            let handle: &'static libbpf_rs::MapHandle =
+                Box::leak(Box::new(libbpf_rs::MapHandle::try_from(&self.skel.maps.evictions).map_err(|e| err("eviction ring buffer", e))?));
+            let sink = Rc::clone(&self.evicted);
+            let mut b = RingBufferBuilder::new();
+            b.add(handle, move |data: &[u8]| {
+                // struct eviction: the key, then the sample's period.
+                let period = data.get(KEY_SIZE..KEY_SIZE + 8).unwrap_or(&[0; 8]);
+                if let Some(e) = parse_entry(&data[..KEY_SIZE.min(data.len())], &[&1u64.to_ne_bytes()[..], period].concat()) {
+                    sink.borrow_mut().push(e);
+                }
+                0
+            })
+            .map_err(|e| err("eviction ring buffer", e))?;
+            self.evictions = Some(b.build().map_err(|e| err("eviction ring buffer", e))?);
+        }
+        if let Some(rb) = &self.evictions {
+            rb.consume().map_err(|e| err("reading evictions", e))?;
+        }
+        out.append(&mut self.evicted.borrow_mut());
         Ok(())
     }
 

@@ -69,6 +69,9 @@ pub struct IntervalReport {
     pub images: usize,
     pub daemon_cpu_seconds: f64,
     pub cpu_us_per_sample: f64,
+    /// Whole-life reports: CPU spent before sampling began (loading the BPF
+    /// object and the kernel's BTF, the /proc scan), not in the figures above.
+    pub startup_cpu_seconds: f64,
     pub rss_kib: u64,
     pub flush_bytes: u64,
     pub sample_period: u64,
@@ -129,6 +132,8 @@ pub struct Engine {
     pub backend_note: String,
     /// CPU time the cost calibration spent spinning.
     pub calibration_cpu_seconds: f64,
+    /// CPU time spent before sampling began.
+    pub startup_cpu_seconds: f64,
 }
 
 impl Engine {
@@ -171,6 +176,7 @@ impl Engine {
             bpf_entries_drained: 0,
             backend_note,
             calibration_cpu_seconds: 0.0,
+            startup_cpu_seconds: 0.0,
         })
     }
 
@@ -522,6 +528,7 @@ pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) 
     let mut engine = Engine::new(cfg, db, opts.flush_every, opts.backend)?;
     eprintln!("loupe: backend {}", engine.backend_note);
     engine.collector.scan_all();
+    engine.startup_cpu_seconds = own_cpu_seconds();
     engine.sampler.enable()?;
     let mut budget = match opts.max_overhead_pct {
         Some(pct) => {
@@ -562,6 +569,13 @@ pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) 
 }
 
 fn serve_commands(listener: &UnixListener, engine: &mut Engine, meter: &Meter, budget: Option<BudgetReport>) {
+    // A zero-timeout poll first: a non-blocking accept with nobody waiting
+    // still allocates and frees a socket, several times a second.
+    let mut pfd = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(listener), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } <= 0 {
+        return;
+    }
     while let Ok((stream, _)) = listener.accept() {
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
@@ -637,6 +651,7 @@ impl Meter {
         let runs = e.bpf().map(|b| b.run_stats()).unwrap_or_default();
         let (nruns, run_ns) = (runs.run_count - self.runs.run_count, runs.run_time_ns - self.runs.run_time_ns);
         IntervalReport {
+            startup_cpu_seconds: 0.0,
             bpf_runs: nruns,
             bpf_handler_ns_per_sample: if nruns > 0 { run_ns as f64 / nruns as f64 } else { 0.0 },
             rate_hz: e.sampler.freq(),
@@ -664,8 +679,10 @@ impl Meter {
 
     /// Totals since the engine started (CPU since process start).
     fn report_total(e: &Engine) -> IntervalReport {
-        // The calibration's spinning threads are not the daemon's running cost.
-        Meter { at: e.started, cpu: e.calibration_cpu_seconds, ..Meter::start() }.report(e)
+        // Start-up and the calibration's spinning threads are not the
+        // daemon's running cost per sample; start-up is reported apart.
+        let cpu = e.startup_cpu_seconds + e.calibration_cpu_seconds;
+        IntervalReport { startup_cpu_seconds: e.startup_cpu_seconds, ..Meter { at: e.started, cpu, ..Meter::start() }.report(e) }
     }
 }
 
