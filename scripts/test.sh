@@ -7,5 +7,10 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -q -- -D warnings
-cargo test --workspace --release 2>&1
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+cargo test --workspace --release 2>&1 | tee "$log"
 sdk/test.sh  # generated trace stubs: shared byte vectors in C, C++, Python, Go, Java
+# One closing line over everything that ran: cargo's per-binary counts plus
+# the five SDK suites (sdk/test.sh stops at the first failing one).
+read -r passed failed < <(awk '/^test result:/ { p += $4; f += $6 } END { print p + 5, f }' "$log")
+echo "loupe: $passed passed, $failed failed"
