@@ -158,7 +158,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-pub fn decode(b: &[u8]) -> Result<Profile, FormatError> {
+/// Checks a file's frame — magic, version, checksum, kind — and returns
+/// everything before the checksum (the header included: readers start at 12).
+pub(crate) fn checked_body(b: &[u8], kind: u16) -> Result<&[u8], FormatError> {
     if b.len() < 8 || &b[..8] != MAGIC {
         return Err(if b.len() < 8 && MAGIC.starts_with(b) { FormatError::Truncated(b.len()) } else { FormatError::BadMagic });
     }
@@ -173,10 +175,15 @@ pub fn decode(b: &[u8]) -> Result<Profile, FormatError> {
     if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
         return Err(FormatError::Checksum);
     }
-    let kind = u16::from_le_bytes([b[10], b[11]]);
-    if kind != KIND_FLAT {
-        return Err(FormatError::UnsupportedKind(kind));
+    let found = u16::from_le_bytes([b[10], b[11]]);
+    if found != kind {
+        return Err(FormatError::UnsupportedKind(found));
     }
+    Ok(body)
+}
+
+pub fn decode(b: &[u8]) -> Result<Profile, FormatError> {
+    let body = checked_body(b, KIND_FLAT)?;
     decode_body(&mut Reader { b: body, at: 12 })
 }
 

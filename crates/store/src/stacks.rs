@@ -14,7 +14,7 @@
 //! Flat per-instruction profiles (kind 1) are untouched by stacks: `top`
 //! without call-graph columns never reads these files.
 
-use crate::format::{kind_code, kind_from, put_bytes, put_varint, FormatError, Reader, MAGIC, VERSION};
+use crate::format::{checked_body, kind_code, kind_from, put_bytes, put_varint, FormatError, Reader, MAGIC, VERSION};
 use loupe_model::stacks::{Frame, StackProfile};
 use loupe_model::{BuildId, EventName, ImageId, ImageOffset, ProcessKey};
 
@@ -81,25 +81,7 @@ pub fn encode(p: &StackProfile) -> Vec<u8> {
 }
 
 pub fn decode(b: &[u8]) -> Result<StackProfile, FormatError> {
-    if b.len() < 16 || &b[..8] != MAGIC {
-        return Err(if b.len() < 16 && MAGIC.starts_with(&b[..b.len().min(8)]) {
-            FormatError::Truncated(b.len())
-        } else {
-            FormatError::BadMagic
-        });
-    }
-    let version = u16::from_le_bytes([b[8], b[9]]);
-    if version != VERSION {
-        return Err(FormatError::UnsupportedVersion(version));
-    }
-    let (body, crc) = b.split_at(b.len() - 4);
-    if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
-        return Err(FormatError::Checksum);
-    }
-    let kind = u16::from_le_bytes([b[10], b[11]]);
-    if kind != KIND_STACKS {
-        return Err(FormatError::UnsupportedKind(kind));
-    }
+    let body = checked_body(b, KIND_STACKS)?;
     let mut r = Reader { b: body, at: 12 };
     let p = decode_body(&mut r)?;
     if r.at != r.b.len() {
