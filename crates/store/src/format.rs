@@ -75,28 +75,51 @@ pub(crate) fn kind_from(c: u8) -> Option<ImageKind> {
     })
 }
 
-pub fn encode(p: &Profile) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + p.entries.len() * 3);
+/// A new file: magic, version and kind.
+pub(crate) fn begin_file(kind: u16, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&KIND_FLAT.to_le_bytes());
-    out.push(kind_code(p.image.kind));
-    put_bytes(&mut out, p.image.path.as_bytes());
-    put_bytes(&mut out, p.image.build_id.as_ref().map_or(&[][..], |b| &b.0));
-    match p.image.content_hash {
+    out.extend_from_slice(&kind.to_le_bytes());
+    out
+}
+
+/// Appends the CRC32 of everything written so far.
+pub(crate) fn seal_file(mut out: Vec<u8>) -> Vec<u8> {
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// An image identity: kind (u8), path (str), build-id (bytes), content hash (u8 flag + u64).
+pub(crate) fn put_image(out: &mut Vec<u8>, image: &ImageId) {
+    out.push(kind_code(image.kind));
+    put_bytes(out, image.path.as_bytes());
+    put_bytes(out, image.build_id.as_ref().map_or(&[][..], |b| &b.0));
+    match image.content_hash {
         Some(h) => {
             out.push(1);
             out.extend_from_slice(&h.to_le_bytes());
         }
         None => out.push(0),
     }
+}
+
+/// A process table: count, then pid (varint) and comm (str) each.
+pub(crate) fn put_processes(out: &mut Vec<u8>, processes: &[ProcessKey]) {
+    put_varint(out, processes.len() as u64);
+    for p in processes {
+        put_varint(out, p.pid as u64);
+        put_bytes(out, p.comm.as_bytes());
+    }
+}
+
+pub fn encode(p: &Profile) -> Vec<u8> {
+    let mut out = begin_file(KIND_FLAT, 64 + p.entries.len() * 3);
+    put_image(&mut out, &p.image);
     put_bytes(&mut out, p.event.0.as_bytes());
     put_varint(&mut out, p.period_sum);
-    put_varint(&mut out, p.processes.len() as u64);
-    for proc_ in &p.processes {
-        put_varint(&mut out, proc_.pid as u64);
-        put_bytes(&mut out, proc_.comm.as_bytes());
-    }
+    put_processes(&mut out, &p.processes);
     put_varint(&mut out, p.entries.len() as u64);
     let (mut last_proc, mut last_off) = (0u32, 0u64);
     for (&(pi, off), &n) in &p.entries {
@@ -106,9 +129,7 @@ pub fn encode(p: &Profile) -> Vec<u8> {
         put_varint(&mut out, n);
         (last_proc, last_off) = (pi, off.0);
     }
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    seal_file(out)
 }
 
 pub(crate) struct Reader<'a> {
@@ -187,7 +208,7 @@ pub fn decode(b: &[u8]) -> Result<Profile, FormatError> {
     decode_body(&mut Reader { b: body, at: 12 })
 }
 
-fn decode_body(r: &mut Reader) -> Result<Profile, FormatError> {
+pub(crate) fn read_image(r: &mut Reader) -> Result<ImageId, FormatError> {
     let at = r.at;
     let kind = kind_from(r.byte()?).ok_or(FormatError::Invalid(at, "image kind"))?;
     let path = r.string()?;
@@ -197,15 +218,19 @@ fn decode_body(r: &mut Reader) -> Result<Profile, FormatError> {
         0 => None,
         _ => Some(u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes"))),
     };
-    let build_id = (!bid.is_empty()).then(|| BuildId(bid.to_vec()));
-    let image = ImageId { kind, path, build_id, content_hash };
+    Ok(ImageId { kind, path, build_id: (!bid.is_empty()).then(|| BuildId(bid.to_vec())), content_hash })
+}
+
+pub(crate) fn read_processes(r: &mut Reader) -> Result<Vec<ProcessKey>, FormatError> {
+    (0..r.len()?).map(|_| Ok(ProcessKey { pid: r.varint()? as u32, comm: r.string()? })).collect()
+}
+
+fn decode_body(r: &mut Reader) -> Result<Profile, FormatError> {
+    let image = read_image(r)?;
     let mut p = Profile::new(image, EventName(r.string()?));
     p.period_sum = r.varint()?;
-    let nprocs = r.len()?;
-    for _ in 0..nprocs {
-        let pid = r.varint()? as u32;
-        p.processes.push(ProcessKey { pid, comm: r.string()? });
-    }
+    p.processes = read_processes(r)?;
+    let nprocs = p.processes.len();
     let nentries = r.len()?;
     let (mut pi, mut off) = (0u64, 0u64);
     for _ in 0..nentries {

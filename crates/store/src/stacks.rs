@@ -14,9 +14,11 @@
 //! Flat per-instruction profiles (kind 1) are untouched by stacks: `top`
 //! without call-graph columns never reads these files.
 
-use crate::format::{checked_body, kind_code, kind_from, put_bytes, put_varint, FormatError, Reader, MAGIC, VERSION};
+use crate::format::{
+    begin_file, checked_body, put_bytes, put_image, put_processes, put_varint, read_image, read_processes, seal_file, FormatError, Reader,
+};
 use loupe_model::stacks::{Frame, StackProfile};
-use loupe_model::{BuildId, EventName, ImageId, ImageOffset, ProcessKey};
+use loupe_model::{EventName, ImageOffset};
 
 pub const KIND_STACKS: u16 = 2;
 
@@ -26,24 +28,8 @@ pub fn file_name(event: &EventName) -> String {
     format!("stacks.{ev}.stacks")
 }
 
-fn put_image(out: &mut Vec<u8>, image: &ImageId) {
-    out.push(kind_code(image.kind));
-    put_bytes(out, image.path.as_bytes());
-    put_bytes(out, image.build_id.as_ref().map_or(&[][..], |b| &b.0));
-    match image.content_hash {
-        Some(h) => {
-            out.push(1);
-            out.extend_from_slice(&h.to_le_bytes());
-        }
-        None => out.push(0),
-    }
-}
-
 pub fn encode(p: &StackProfile) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + p.frames.len() * 4 + p.counts.len() * 3);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&KIND_STACKS.to_le_bytes());
+    let mut out = begin_file(KIND_STACKS, 64 + p.frames.len() * 4 + p.counts.len() * 3);
     put_bytes(&mut out, p.event.0.as_bytes());
     put_varint(&mut out, p.period_sum);
     put_varint(&mut out, p.images.len() as u64);
@@ -62,11 +48,7 @@ pub fn encode(p: &StackProfile) -> Vec<u8> {
             put_varint(&mut out, f as u64);
         }
     }
-    put_varint(&mut out, p.processes.len() as u64);
-    for pr in &p.processes {
-        put_varint(&mut out, pr.pid as u64);
-        put_bytes(&mut out, pr.comm.as_bytes());
-    }
+    put_processes(&mut out, &p.processes);
     put_varint(&mut out, p.counts.len() as u64);
     let (mut lp, mut ls) = (0u32, 0u32);
     for (&(pi, si), &n) in &p.counts {
@@ -75,9 +57,7 @@ pub fn encode(p: &StackProfile) -> Vec<u8> {
         put_varint(&mut out, n);
         (lp, ls) = (pi, si);
     }
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    seal_file(out)
 }
 
 pub fn decode(b: &[u8]) -> Result<StackProfile, FormatError> {
@@ -88,19 +68,6 @@ pub fn decode(b: &[u8]) -> Result<StackProfile, FormatError> {
         return Err(FormatError::Invalid(r.at, "trailing bytes"));
     }
     Ok(p)
-}
-
-fn read_image(r: &mut Reader) -> Result<ImageId, FormatError> {
-    let at = r.at;
-    let kind = kind_from(r.byte()?).ok_or(FormatError::Invalid(at, "image kind"))?;
-    let path = r.string()?;
-    let n = r.len()?;
-    let bid = r.take(n)?;
-    let content_hash = match r.byte()? {
-        0 => None,
-        _ => Some(u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes"))),
-    };
-    Ok(ImageId { kind, path, build_id: (!bid.is_empty()).then(|| BuildId(bid.to_vec())), content_hash })
 }
 
 /// An index read from the file, checked against its table's length.
@@ -128,10 +95,7 @@ fn decode_body(r: &mut Reader) -> Result<StackProfile, FormatError> {
         let s = (0..depth).map(|_| index(r, p.frames.len(), "frame index")).collect::<Result<Vec<u32>, _>>()?;
         p.stacks.push(s);
     }
-    for _ in 0..r.len()? {
-        let pid = r.varint()? as u32;
-        p.processes.push(ProcessKey { pid, comm: r.string()? });
-    }
+    p.processes = read_processes(r)?;
     let (mut pi, mut si) = (0u64, 0u64);
     for _ in 0..r.len()? {
         let at = r.at;
@@ -150,6 +114,7 @@ fn decode_body(r: &mut Reader) -> Result<StackProfile, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use loupe_model::{BuildId, ImageId, ProcessKey};
 
     fn sample() -> StackProfile {
         let mut p = StackProfile::new(EventName::new("cpu-clock"));
