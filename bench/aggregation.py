@@ -17,26 +17,16 @@ a noisy machine (timing goes to overhead.py).
 Usage: bench/aggregation.py [--rate 1000] [--seconds 6]
 Environment: LOUPE (default target/release/loupe).
 """
-import argparse, json, os, signal, subprocess, tempfile, time
+import argparse, os, subprocess, tempfile, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
-WL = os.path.join(ROOT, "target/bench-workloads")
+from common import WL, build, proc_hwm_kib, start_daemon, stop_daemon
 
 
-def hwm_kib(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
 
 
 def run(backend, workload, rate, seconds, tmp):
     db = os.path.join(tmp, f"{backend}-{workload}")
-    p = subprocess.Popen([LOUPE, "daemon", "--db", db, "--no-stacks", "--backend", backend, "--max-overhead", "off", "--freq", str(rate)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while not os.path.exists(os.path.join(db, "daemon.sock")):
-        time.sleep(0.05)
+    p = start_daemon(db, ["--no-stacks", "--backend", backend, "--max-overhead", "off", "--freq", str(rate)])
     t0 = time.time()
     if workload == "steady":
         while time.time() - t0 < seconds:
@@ -44,13 +34,10 @@ def run(backend, workload, rate, seconds, tmp):
     else:
         subprocess.run([os.path.join(WL, "churn"), "--count", "2000"], check=True, stdout=subprocess.DEVNULL)
     took = time.time() - t0
-    peak = hwm_kib(p.pid)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=120)
-    lines = [l for l in err.splitlines() if l.startswith("loupe: daemon stopped: ")]
-    if not lines:
+    peak = proc_hwm_kib(p.pid)
+    r, err = stop_daemon(p)
+    if r is None:
         raise SystemExit(f"loupe daemon ({backend}, {workload}) gave no final report:\n{err}")
-    r = json.loads(lines[0].split(": ", 2)[2])
     return r, peak, took
 
 
@@ -59,7 +46,7 @@ def main():
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=6)
     a = ap.parse_args()
-    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "testdata/workloads"), f"OUT={WL}"], check=True)
+    build()
     print(f"# aggregation: {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, kernel {os.uname().release}, "
           f"{a.rate} samples/s per CPU")
     print("| workload | backend | s | samples | entries to user space | aggregation | evicted | dropped | "

@@ -21,30 +21,15 @@ Environment: LOUPE (default target/release/loupe).
 """
 import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
-WL = os.path.join(ROOT, "target/bench-workloads")
+from common import LOUPE, ROOT, build, burn, proc_cpu, proc_hwm_kib, start_daemon, stop_daemon
 
 
-def build():
-    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "testdata/workloads"), f"OUT={WL}"], check=True)
 
 
-def burn():
-    out = subprocess.run([os.path.join(WL, "burn"), "--threads", str(os.cpu_count())], check=True, capture_output=True, text=True).stdout
-    return float(out.strip().split("=")[1])
 
 
-def proc_cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def proc_hwm_kib(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
 
 
 def run_floor(rate):
@@ -74,18 +59,11 @@ def run_loupe(rate, tmp, config):
     args = {"stream": ["--no-stacks", "--backend", "stream", "--freq", str(rate), "--max-overhead", "off"],
             "bpf": ["--no-stacks", "--backend", "bpf", "--freq", str(rate), "--max-overhead", "off"],
             "budget": ["--no-stacks", "--max-overhead", "1", "--freq", "10000"]}[config]
-    p = subprocess.Popen([LOUPE, "daemon", "--db", db, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while not os.path.exists(os.path.join(db, "daemon.sock")):
-        time.sleep(0.05)
+    p = start_daemon(db, args)
     time.sleep(1.0)
     t = burn()
     hwm = proc_hwm_kib(p.pid)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=60)
-    report = {}
-    for line in err.splitlines():
-        if line.startswith("loupe: daemon stopped: "):
-            report = json.loads(line.split(": ", 2)[2])
+    report = stop_daemon(p, timeout=60)[0] or {}
     samples = report.get("stats", {}).get("samples", 0)
     cpu = report.get("daemon_cpu_seconds", 0.0)
     x = {"loupe_cpu_s": cpu, "loupe_samples": samples, "loupe_us_per_sample": 1e6 * cpu / max(samples, 1), "loupe_hwm_kib": hwm,

@@ -20,27 +20,17 @@ Environment: LOUPE (default target/release/loupe). Run as root.
 """
 import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
-WL = os.path.join(ROOT, "target/bench-workloads")
+from common import LOUPE, WL, build, burn, proc_cpu, start_daemon, stop_daemon
 # A stack reaches its root when it holds the thread's entry: _start or libc's
 # frames that call main (stripped programs have no _start symbol), or the
 # thread-start frames.
 ROOTS = {"_start", "__libc_start_main", "__libc_start_call_main", "clone3", "__clone3", "clone", "__clone", "start_thread"}
 
 
-def build():
-    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "testdata/workloads"), f"OUT={WL}"], check=True)
 
 
-def burn():
-    out = subprocess.run([os.path.join(WL, "burn"), "--threads", str(os.cpu_count())], check=True, capture_output=True, text=True).stdout
-    return float(out.strip().split("=")[1])
 
 
-def proc_cpu(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def with_perf(args, tmp):
@@ -56,15 +46,11 @@ def with_perf(args, tmp):
 def with_loupe(args, tmp):
     db = os.path.join(tmp, f"db-{time.time_ns()}")
     # The rate is the benchmark's, not the overhead budget's.
-    p = subprocess.Popen([LOUPE, "daemon", "--db", db, "--max-overhead", "off", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    while not os.path.exists(os.path.join(db, "daemon.sock")):
-        time.sleep(0.05)
+    p = start_daemon(db, ["--max-overhead", "off", *args])
     time.sleep(1.0)
     t = burn()
     cpu = proc_cpu(p.pid)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=120)
-    rep = next((json.loads(l.split(": ", 2)[2]) for l in err.splitlines() if l.startswith("loupe: daemon stopped: ")), {})
+    rep = stop_daemon(p)[0] or {}
     n = rep.get("stats", {}).get("samples", 0)
     return t, {"profiler_cpu_s": cpu, "samples": n, "lost": rep.get("kernel_lost", 0)}
 
@@ -211,18 +197,18 @@ def shares(stacks, truth):
 def truth():
     """callstack's self-measured shares vs loupe and perf, FP and DWARF builds."""
     with tempfile.TemporaryDirectory() as tmp:
-        for build, perf_mode, loupe_args in [("callstack", "fp", ["--stack-bytes", "0"]), ("nofp/callstack", "dwarf,16384", [])]:
+        for program, perf_mode, loupe_args in [("callstack", "fp", ["--stack-bytes", "0"]), ("nofp/callstack", "dwarf,16384", [])]:
             out = os.path.join(tmp, "truth.json")
             db = os.path.join(tmp, f"db-{time.time_ns()}")
-            subprocess.run([LOUPE, "record", "--db", db, "--freq", "2000", *loupe_args, "--", os.path.join(WL, build), "--seconds", "4", "--out", out], stderr=subprocess.DEVNULL, check=True)
+            subprocess.run([LOUPE, "record", "--db", db, "--freq", "2000", *loupe_args, "--", os.path.join(WL, program), "--seconds", "4", "--out", out], stderr=subprocess.DEVNULL, check=True)
             t = json.load(open(out))
             folded = subprocess.run([LOUPE, "export", "--db", db, "--format", "collapsed", "--pid", str(t["pid"])], capture_output=True, text=True, check=True).stdout
             lo = shares([(l.rsplit(" ", 1)[0].split(";"), int(l.rsplit(" ", 1)[1])) for l in folded.splitlines()], t)
-            pf = shares([(s, 1) for s in perf_stacks([os.path.join(WL, build), "--seconds", "4"], tmp, perf_mode)], t)
+            pf = shares([(s, 1) for s in perf_stacks([os.path.join(WL, program), "--seconds", "4"], tmp, perf_mode)], t)
             s, tot = t["self"], t["total_cpu"]
             want = {"a self": s["a"], "b self": s["b"], "d self": s["d"], "b inclusive": s["b"] + s["c_via_b"],
                     "d inclusive": s["d"] + s["c_via_d"], "c_work inclusive": s["c_via_b"] + s["c_via_d"]}
-            print(f"\n`{build}` (loupe {' '.join(loupe_args) or 'default'}; perf --call-graph {perf_mode})\n")
+            print(f"\n`{program}` (loupe {' '.join(loupe_args) or 'default'}; perf --call-graph {perf_mode})\n")
             print("| share of a's samples | truth | loupe | perf |")
             print("|---|---|---|---|")
             for k in want:
