@@ -100,6 +100,15 @@ pub struct RunStats {
     pub run_time_ns: u64,
 }
 
+impl RunStats {
+    /// Runs since `earlier`, and their mean run time in ns (`None` when none ran).
+    pub fn since(self, earlier: RunStats) -> (u64, Option<f64>) {
+        let runs = self.run_count.saturating_sub(earlier.run_count);
+        let ns = self.run_time_ns.saturating_sub(earlier.run_time_ns);
+        (runs, (runs > 0).then(|| ns as f64 / runs as f64))
+    }
+}
+
 /// Why BPF cannot be used here, if it cannot: checked before loading so
 /// the daemon can say it in one line and fall back to streaming.
 pub fn unavailable_reason() -> Option<String> {

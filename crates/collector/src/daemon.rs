@@ -195,9 +195,12 @@ impl Engine {
 
     /// The BPF program's mean run time per sample since `since`, in seconds.
     fn handler_seconds(&self, since: loupe_bpf::RunStats) -> Option<f64> {
-        let now = self.bpf.as_ref()?.run_stats();
-        let runs = now.run_count.checked_sub(since.run_count)?;
-        (runs > 0).then(|| (now.run_time_ns - since.run_time_ns) as f64 / runs as f64 / 1e9)
+        self.bpf.as_ref()?.run_stats().since(since).1.map(|ns| ns / 1e9)
+    }
+
+    /// The kernel's counts for the BPF program (zero without BPF).
+    fn run_stats(&self) -> loupe_bpf::RunStats {
+        self.bpf.as_ref().map(|b| b.run_stats()).unwrap_or_default()
     }
 
     /// Measures what one sample costs on this host with this backend
@@ -357,6 +360,9 @@ pub struct Budget {
     pub calibration: SampleCost,
     /// BPF handler run time per sample during calibration, seconds.
     handler_at_calibration: Option<f64>,
+    /// Interrupt cost per sample now, seconds: calibrated, then adjusted by
+    /// the change in the BPF handler's own run time.
+    interrupt_s: f64,
     /// Smoothed daemon CPU seconds per sample.
     daemon_s: f64,
     at: Instant,
@@ -370,7 +376,7 @@ impl Budget {
     /// Calibrates on `engine` and sets its first rate.
     pub fn start(engine: &mut Engine, max_overhead_pct: f64) -> Result<Budget> {
         let ceiling_hz = engine.sampler.freq();
-        let run_stats = engine.bpf.as_ref().map(|b| b.run_stats()).unwrap_or_default();
+        let run_stats = engine.run_stats();
         let calibration = engine.calibrate()?;
         let handler_at_calibration = engine.handler_seconds(run_stats);
         let mut b = Budget {
@@ -378,11 +384,12 @@ impl Budget {
             ceiling_hz,
             calibration,
             handler_at_calibration,
+            interrupt_s: calibration.interrupt_us / 1e6,
             daemon_s: 0.0,
             at: Instant::now(),
             cpu: own_cpu_seconds(),
             samples: engine.samples_taken(),
-            run_stats: engine.bpf.as_ref().map(|b| b.run_stats()).unwrap_or_default(),
+            run_stats: engine.run_stats(),
             last: BudgetReport::default(),
         };
         b.apply(engine);
@@ -405,16 +412,15 @@ impl Budget {
             // The handler's share moves with the table's miss rate; the
             // interrupt's entry and exit do not.
             let entry_exit = (self.calibration.interrupt_us / 1e6 - then).max(0.0);
-            self.last.interrupt_us = (entry_exit + now) * 1e6;
+            self.interrupt_s = entry_exit + now;
         }
-        self.run_stats = engine.bpf.as_ref().map(|b| b.run_stats()).unwrap_or_default();
+        self.run_stats = engine.run_stats();
         (self.at, self.cpu, self.samples) = (Instant::now(), cpu, samples);
         self.apply(engine);
     }
 
     fn apply(&mut self, engine: &mut Engine) {
-        let interrupt_us = if self.last.interrupt_us > 0.0 { self.last.interrupt_us } else { self.calibration.interrupt_us };
-        let rate = budget::rate_for_budget(self.fraction, interrupt_us / 1e6, self.daemon_s, MIN_RATE_HZ, self.ceiling_hz);
+        let rate = budget::rate_for_budget(self.fraction, self.interrupt_s, self.daemon_s, MIN_RATE_HZ, self.ceiling_hz);
         let current = engine.sampler.freq();
         if rate.abs_diff(current) * 20 > current {
             engine.sampler.set_freq(rate);
@@ -422,11 +428,11 @@ impl Budget {
         let rate = engine.sampler.freq();
         self.last = BudgetReport {
             max_overhead_pct: self.fraction * 100.0,
-            interrupt_us,
+            interrupt_us: self.interrupt_s * 1e6,
             daemon_us: self.daemon_s * 1e6,
             rate_hz: rate,
             ceiling_hz: self.ceiling_hz,
-            estimated_overhead_pct: rate as f64 * (interrupt_us / 1e6 + self.daemon_s) * 100.0,
+            estimated_overhead_pct: rate as f64 * (self.interrupt_s + self.daemon_s) * 100.0,
             calibration: self.calibration,
         };
     }
@@ -625,7 +631,7 @@ impl Meter {
             lost: e.sampler.lost(),
             bpf: e.bpf().map(|b| b.counters()).unwrap_or_default(),
             drained: e.bpf_entries_drained,
-            runs: e.bpf().map(|b| b.run_stats()).unwrap_or_default(),
+            runs: e.run_stats(),
             ..Meter::start()
         }
     }
@@ -648,12 +654,11 @@ impl Meter {
         let bpf = e.bpf().map(|b| b.counters()).unwrap_or_default();
         let moved = e.bpf_entries_drained - self.drained;
         let bpf_samples = bpf.samples - self.bpf.samples;
-        let runs = e.bpf().map(|b| b.run_stats()).unwrap_or_default();
-        let (nruns, run_ns) = (runs.run_count - self.runs.run_count, runs.run_time_ns - self.runs.run_time_ns);
+        let (nruns, handler_ns) = e.run_stats().since(self.runs);
         IntervalReport {
             startup_cpu_seconds: 0.0,
             bpf_runs: nruns,
-            bpf_handler_ns_per_sample: if nruns > 0 { run_ns as f64 / nruns as f64 } else { 0.0 },
+            bpf_handler_ns_per_sample: handler_ns.unwrap_or(0.0),
             rate_hz: e.sampler.freq(),
             budget: None,
             backend: if e.bpf().is_some() { "bpf" } else { "stream" },
