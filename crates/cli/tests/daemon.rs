@@ -58,6 +58,7 @@ fn churn_of_short_lived_processes_stays_attributed_and_bounded() {
     if !require_root() {
         return;
     }
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let d = Daemon::start(&db, &["--flush-every", "2"]);
@@ -83,8 +84,18 @@ fn kill_9_loses_at_most_the_last_flush_interval() {
     if !require_root() {
         return;
     }
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    // Every CPU busy for the whole run, so rate x CPUs x seconds samples are
+    // taken by construction (an idle CPU in a deep sleep state takes fewer
+    // timer samples, and a quiet machine would make the figure a guess).
+    let mut busy = Command::new(workloads().join("selftime"))
+        .args(["--seconds", "8", "--threads", &cpus.to_string(), "--out", "/dev/null"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let d = Daemon::start(&db, &["--flush-every", "1", "--freq", "500", "--max-overhead", "off"]);
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
@@ -92,9 +103,9 @@ fn kill_9_loses_at_most_the_last_flush_interval() {
     child.kill().unwrap();
     let ran = started.elapsed().as_secs_f64();
     child.wait().unwrap();
-    let cpus = std::thread::available_parallelism().unwrap().get() as f64;
-    // cpu-clock samples idle CPUs too: expect ~ rate x CPUs x seconds.
-    let expected_min = 500.0 * cpus * (ran - 2.5);
+    let _ = busy.kill();
+    let _ = busy.wait();
+    let expected_min = 500.0 * cpus as f64 * (ran - 2.5);
     let got = total(&db) as f64;
     assert!(got >= expected_min, "only {got} samples survived; expected at least {expected_min:.0}");
     let d2 = Daemon::start(&db, &["--flush-every", "1"]);
