@@ -167,6 +167,23 @@ def _decode_os_block_issue(r):
     return [('dev', r.scalar('I')), ('sector', r.scalar('Q')), ('bytes', r.scalar('I')), ('rwbs', r.string())]
 
 
+ID_OS_BLOCK_COMPLETE = 36
+
+
+def encode_os_block_complete(ts, dev, sector, bytes, error):
+    """OS::Block::Complete: A block I/O request completed"""
+    parts = []
+    _scalar(parts, 'I', dev)
+    _scalar(parts, 'Q', sector)
+    _scalar(parts, 'I', bytes)
+    _scalar(parts, 'i', error)
+    return _finish(ts, 36, parts)
+
+
+def _decode_os_block_complete(r):
+    return [('dev', r.scalar('I')), ('sector', r.scalar('Q')), ('bytes', r.scalar('I')), ('error', r.scalar('i'))]
+
+
 ID_LOUPE_PROFILE_SAMPLE = 48
 
 
@@ -209,6 +226,7 @@ _EVENTS = {
     33: ('OS::Sched::Switch', _decode_os_sched_switch, encode_os_sched_switch),
     34: ('OS::Syscall::Enter', _decode_os_syscall_enter, encode_os_syscall_enter),
     35: ('OS::Block::Issue', _decode_os_block_issue, encode_os_block_issue),
+    36: ('OS::Block::Complete', _decode_os_block_complete, encode_os_block_complete),
     48: ('Loupe::Profile::Sample', _decode_loupe_profile_sample, encode_loupe_profile_sample),
     49: ('Loupe::App::Progress', _decode_loupe_app_progress, encode_loupe_app_progress),
 }

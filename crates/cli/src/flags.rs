@@ -486,7 +486,8 @@ loupe trace gen --lang python --vectors -o out/ app.xml      also write shared t
 C includes sdk/c/loupe_trace.h; Rust uses the loupe-trace crate's `stub` module.")]
     Gen(TraceGenArgs),
     /// Run a command with tracing on and write its events to a trace directory.
-    #[command(after_help = "Example:\n  loupe trace record -o run.trace --spec app.xml -- ./my-app\n\n\
+    #[command(after_help = "Examples:\n  loupe trace record -o run.trace --spec app.xml -- ./my-app\n  \
+loupe trace record --kernel sched,syscalls,faults,samples -o run.trace -- ./my-app\n\n\
 The command logs through generated stubs into a per-CPU shared-memory buffer named by $LOUPE_TRACE_SHM; \
 loupe drains it while the command runs. Events the buffer could not hold are dropped and counted in trace.json.")]
     Record(TraceRecordArgs),
@@ -548,9 +549,17 @@ pub struct TraceRecordArgs {
     #[arg(long)]
     pub live: bool,
     /// Log every page fault of the command as an OS::Memory::PageFault event with its address
-    /// (perf, one sample per fault, on the same clock); slows fault-heavy code noticeably.
+    /// (perf, one sample per fault, on the same clock); slows fault-heavy code noticeably. Same as --kernel faults.
     #[arg(long)]
     pub page_faults: bool,
+    /// Kernel events on the same clock, as their own CTF streams: faults (page faults), sched (switches away from
+    /// the command's threads), syscalls (system call entries), block (block I/O requests, machine-wide),
+    /// samples (Loupe's cpu-clock profiling samples), or all. Comma-separated.
+    #[arg(long, value_name = "GROUPS")]
+    pub kernel: Vec<String>,
+    /// Profiling samples per second of CPU time with --kernel samples.
+    #[arg(long, default_value_t = 1000)]
+    pub sample_hz: u64,
     /// The command to run.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -57,6 +57,7 @@ fn gen(g: TraceGenArgs) -> Result<u8> {
 }
 
 fn record(r: TraceRecordArgs) -> Result<u8> {
+    loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz).map_err(anyhow::Error::msg)?;
     std::fs::create_dir(&r.out).with_context(|| format!("creating trace directory {}", r.out.display()))?;
     let spec_dir = r.out.join("spec");
     std::fs::create_dir(&spec_dir)?;
@@ -94,15 +95,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     if !skipped.is_empty() {
         eprintln!("loupe trace: counters not available on this machine: {}", skipped.join("; "));
     }
-    let fault_ev = spec.by_name("OS::Memory::PageFault").context("spec lacks OS::Memory::PageFault")?;
-    let mut faults = match loupe_trace::kernel::PageFaults::open(child.pid, fault_ev, &r.out.join("ctf"), geo.sub_size as usize) {
-        _ if !r.page_faults => None,
-        Ok(f) => Some(f),
-        Err(e) => {
-            eprintln!("loupe trace: no page-fault events (perf_event_open: {e})");
-            None
-        }
-    };
+    let mut kernel = open_kernel(r, child.pid, spec, geo.sub_size as usize)?;
     child.release()?;
     let interval_ev = spec.by_name("HW::Counters::Interval").context("spec lacks HW::Counters::Interval")?.clone();
     let interval = Duration::from_micros(r.interval_us.max(100));
@@ -125,11 +118,11 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         let exited = child.try_wait()?;
         log_counters(buf, &interval_ev, &mut counters, &mut last);
         tick += 1;
+        if let Some(k) = &mut kernel {
+            k.drain(false)?;
+        }
         if tick.is_multiple_of(4) || exited.is_some() {
             drain(&mut writer, false)?;
-            if let Some(f) = &mut faults {
-                f.drain(false)?;
-            }
         }
         if let Some(st) = exited {
             break st;
@@ -139,18 +132,41 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     for f in &mut writer.0 {
         f.flush()?;
     }
-    if let Some(f) = &mut faults {
-        f.drain(true)?;
+    if let Some(k) = &mut kernel {
+        k.drain(true)?;
     }
-    let (kernel_events, kernel_lost) = faults.as_ref().map_or((0, 0), |f| (f.events, f.lost()));
+    let kernel_events = kernel.as_ref().map(|k| serde_json::json!(k.counts)).unwrap_or_else(|| serde_json::json!({}));
+    let kernel_lost = kernel.as_ref().map_or(0, |k| k.lost());
     let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
     let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size,
         "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
-        "counters": counters.names(), "interval_us": r.interval_us,
-        "page_fault_events": kernel_events, "page_fault_events_lost": kernel_lost});
+        "counters": counters.names(), "counters_missing": skipped, "interval_us": r.interval_us,
+        "kernel_events": kernel_events, "kernel_events_lost": kernel_lost});
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
     eprintln!("loupe trace: {} packets, {} events dropped, in {}", packets, dropped.iter().sum::<u64>(), r.out.display());
     Ok(status as u8)
+}
+
+/// The kernel layer asked for by --kernel/--page-faults, or None; what
+/// cannot be opened is said on stderr and left out.
+fn open_kernel(r: &TraceRecordArgs, pid: i32, spec: &Spec, sub_size: usize) -> Result<Option<loupe_trace::kernel::Kernel>> {
+    let mut sel = loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz).map_err(anyhow::Error::msg)?;
+    sel.faults |= r.page_faults;
+    if !sel.any() {
+        return Ok(None);
+    }
+    match loupe_trace::kernel::Kernel::open(pid, sel, spec, &r.out.join("ctf"), sub_size) {
+        Ok(k) => {
+            if !k.skipped.is_empty() {
+                eprintln!("loupe trace: kernel events left out: {}", k.skipped.join("; "));
+            }
+            Ok(Some(k))
+        }
+        Err(e) => {
+            eprintln!("loupe trace: no kernel events (perf_event_open: {e})");
+            Ok(None)
+        }
+    }
 }
 
 /// The trace writer: packets go to the CPU's CTF stream file as they are.
