@@ -501,8 +501,10 @@ Series: the counters logged per interval (page-faults, context-switches, ...) an
 event per interval. Correlations are Pearson over intervals; 'within phase N' uses only intervals inside its iterations."
     )]
     Report(TraceReportArgs),
-    /// Export a trace to the Chrome JSON trace format (opens in ui.perfetto.dev).
-    #[command(after_help = "Example:\n  loupe trace export run.trace -o run.json")]
+    /// Export a trace to the Chrome JSON or Perfetto protobuf trace format (both open in ui.perfetto.dev).
+    #[command(
+        after_help = "Examples:\n  loupe trace export run.trace -o run.json\n  loupe trace export run.trace --format perfetto -o run.pftrace"
+    )]
     Export(TraceExportArgs),
 }
 
@@ -578,6 +580,15 @@ pub struct TraceExportArgs {
     /// Output file.
     #[arg(short, long)]
     pub out: PathBuf,
+    /// chrome: Chrome trace-event JSON; perfetto: Perfetto protobuf (counter tracks, phase slices, per-thread/CPU tracks).
+    #[arg(long, value_enum, default_value_t = TraceExportFormat::Chrome)]
+    pub format: TraceExportFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceExportFormat {
+    Chrome,
+    Perfetto,
 }
 
 #[derive(Args, Debug)]

@@ -2,7 +2,8 @@
 //! events through the shared-memory buffer, dump and export traces.
 
 use crate::flags::{
-    TraceArgs, TraceCmd, TraceDirArg, TraceExportArgs, TraceFormat, TraceGenArgs, TraceRecordArgs, TraceReportArgs, TraceSpecs,
+    TraceArgs, TraceCmd, TraceDirArg, TraceExportArgs, TraceExportFormat, TraceFormat, TraceGenArgs, TraceRecordArgs, TraceReportArgs,
+    TraceSpecs,
 };
 use anyhow::{bail, Context, Result};
 use loupe_trace::buffer::{Buffer, Geometry, ENV};
@@ -235,8 +236,15 @@ fn dump(d: TraceDirArg) -> Result<u8> {
 
 fn export(e: TraceExportArgs) -> Result<u8> {
     let t = read(&e.dir)?;
-    let json = loupe_trace::export::chrome(&t);
-    std::fs::write(&e.out, serde_json::to_string(&json)?).with_context(|| format!("writing {}", e.out.display()))?;
+    let bytes = match e.format {
+        TraceExportFormat::Chrome => serde_json::to_vec(&loupe_trace::export::chrome(&t))?,
+        TraceExportFormat::Perfetto => {
+            let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(e.dir.join("trace.json"))?).unwrap_or_default();
+            let command = meta["command"][0].as_str().map_or("traced command", |c| c.rsplit('/').next().unwrap_or(c));
+            loupe_trace::perfetto::perfetto(&t, command)
+        }
+    };
+    std::fs::write(&e.out, bytes).with_context(|| format!("writing {}", e.out.display()))?;
     eprintln!("loupe trace: {} events written to {}", t.entries.len(), e.out.display());
     Ok(0)
 }

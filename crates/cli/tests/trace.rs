@@ -106,6 +106,19 @@ fn record_phases_workload() {
     let j = loupe_trace::export::chrome(&t);
     let b = j["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "B").count();
     assert_eq!(b, 5);
+    // The Perfetto export, decoded: a slice per iteration, an instant per other event (page faults on the
+    // program's thread track), a counter value per counter per interval.
+    let pf = dir.path().join("run.pftrace");
+    let st = Command::new(env!("CARGO_BIN_EXE_loupe")).args(["trace", "export", "--format", "perfetto", "-o"]).arg(&pf).arg(&out).status();
+    assert!(st.unwrap().success());
+    let p = loupe_trace::perfetto::decode(&std::fs::read(&pf).unwrap()).unwrap();
+    let of_type = |ty: i32| p.packet.iter().filter_map(|p| p.track_event.as_ref()).filter(|e| e.r#type == Some(ty)).count();
+    let intervals = t.entries.iter().filter(|e| e.rec.id == 16).count();
+    assert_eq!((of_type(1), of_type(2)), (5, 5));
+    assert_eq!(of_type(3), t.entries.len() - 10 - intervals);
+    assert_eq!(of_type(4), intervals * t.counters.len());
+    let threads = p.packet.iter().filter_map(|p| p.track_descriptor.as_ref()?.thread.as_ref()).count();
+    assert!(threads >= 1);
     // babeltrace2 (the CTF reference reader) decodes every event with its fields.
     let text = babeltrace(&out, &t);
     let lines: Vec<&str> = text.lines().collect();

@@ -23,6 +23,7 @@ pub mod counters;
 pub mod ctf;
 pub mod export;
 pub mod kernel;
+pub mod perfetto;
 pub mod record;
 pub mod render;
 pub mod report;
