@@ -559,6 +559,11 @@ pub struct TraceRecordArgs {
     /// samples (Loupe's cpu-clock profiling samples), or all. Comma-separated.
     #[arg(long, value_name = "GROUPS")]
     pub kernel: Vec<String>,
+    /// The writers' clock: auto (the TSC where the kernel publishes its TSC-to-ns factors, else clock_gettime),
+    /// tsc (the TSC, with factors measured against CLOCK_MONOTONIC if the kernel has none; the drift is in
+    /// trace.json), monotonic (clock_gettime).
+    #[arg(long, value_enum, default_value_t = TraceClock::Auto)]
+    pub clock: TraceClock,
     /// Profiling samples per second of CPU time with --kernel samples.
     #[arg(long, default_value_t = 1000)]
     pub sample_hz: u64,
@@ -583,6 +588,13 @@ pub struct TraceExportArgs {
     /// chrome: Chrome trace-event JSON; perfetto: Perfetto protobuf (counter tracks, phase slices, per-thread/CPU tracks).
     #[arg(long, value_enum, default_value_t = TraceExportFormat::Chrome)]
     pub format: TraceExportFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceClock {
+    Auto,
+    Tsc,
+    Monotonic,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //! events through the shared-memory buffer, dump and export traces.
 
 use crate::flags::{
-    TraceArgs, TraceCmd, TraceDirArg, TraceExportArgs, TraceExportFormat, TraceFormat, TraceGenArgs, TraceRecordArgs, TraceReportArgs,
-    TraceSpecs,
+    TraceArgs, TraceClock, TraceCmd, TraceDirArg, TraceExportArgs, TraceExportFormat, TraceFormat, TraceGenArgs, TraceRecordArgs,
+    TraceReportArgs, TraceSpecs,
 };
 use anyhow::{bail, Context, Result};
 use loupe_trace::buffer::{Buffer, Geometry, ENV};
@@ -76,7 +76,14 @@ fn record(r: TraceRecordArgs) -> Result<u8> {
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let geo = Geometry { ncpu, nsub: r.subbufs, sub_size: r.subbuf_kib.saturating_mul(1024) };
     let shm = PathBuf::from(format!("/dev/shm/loupe-trace.{}", std::process::id()));
-    let buf = Buffer::create(&shm, geo).with_context(|| format!("creating buffer {}", shm.display()))?;
+    let clock = match r.clock {
+        TraceClock::Auto => loupe_trace::tsc::TscClock::calibrate(),
+        TraceClock::Tsc => {
+            loupe_trace::tsc::TscClock::calibrate().or_else(|| loupe_trace::tsc::TscClock::measure(Duration::from_millis(50)))
+        }
+        TraceClock::Monotonic => None,
+    };
+    let buf = Buffer::create_with_clock(&shm, geo, clock).with_context(|| format!("creating buffer {}", shm.display()))?;
     let status = drain_while(&buf, &r, &spec)?;
     buf.unlink().ok();
     Ok(status)
@@ -142,7 +149,9 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size,
         "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
         "counters": counters.names(), "counters_missing": skipped, "interval_us": r.interval_us,
-        "kernel_events": kernel_events, "kernel_events_lost": kernel_lost});
+        "kernel_events": kernel_events, "kernel_events_lost": kernel_lost,
+        "writer_clock": if buf.clock().is_some() { "tsc" } else { "clock_gettime" },
+        "writer_clock_drift_ns": buf.clock().map(|c| c.drift())});
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
     eprintln!("loupe trace: {} packets, {} events dropped, in {}", packets, dropped.iter().sum::<u64>(), r.out.display());
     Ok(status as u8)

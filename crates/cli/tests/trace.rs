@@ -218,7 +218,8 @@ fn java_stub_logs_into_buffer() {
 // known kernel events: 20 sleeps -> >= 20 switches away from its thread inside phase 1; 512 fresh pages -> exactly
 // 512 faults in the range, all inside phase 2; 1000 getppid -> exactly 1000 sys_enter(getppid) inside phase 3;
 // 4 MiB of O_DIRECT writes -> >= 4 MiB of block writes issued and completed inside phase 4; 200 ms of CPU at
-// 1000 Hz -> about 200 profiling samples of its thread inside phase 5. babeltrace2 decodes every event.
+// 1000 Hz -> about 200 profiling samples of its thread inside phase 5. babeltrace2 decodes every event. The
+// program stamps its events with the TSC clock, the kernel with CLOCK_MONOTONIC: the windows check they agree.
 #[test]
 fn kernel_events_known_by_construction() {
     use loupe_trace::record::Value;
@@ -227,7 +228,7 @@ fn kernel_events_known_by_construction() {
     let out = dir.path().join("k.trace");
     // O_DIRECT needs a disk file system; the repository's target/ is on one, tmpfs is not.
     let data = root().join(format!("target/trace_kernel.{}.dat", std::process::id()));
-    let t = record(&["--kernel", "all", "--sample-hz", "1000"], &out, &[prog.as_os_str(), data.as_os_str()]);
+    let t = record(&["--kernel", "all", "--sample-hz", "1000", "--clock", "tsc"], &out, &[prog.as_os_str(), data.as_os_str()]);
     let window = |phase: u64| {
         let at = |id| t.entries.iter().find(|e| e.rec.id == id && e.rec.fields[0] == Value::U(phase)).unwrap().rec.ts;
         at(1)..=at(2)
@@ -267,6 +268,9 @@ fn kernel_events_known_by_construction() {
     assert!((150..=250).contains(&samples), "{samples} samples in 200 ms of CPU at 1000 Hz");
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
     assert_eq!(meta["kernel_events_lost"], 0);
+    // The application's TSC clock stayed within 20 us of the kernel's CLOCK_MONOTONIC.
+    assert_eq!(meta["writer_clock"], "tsc");
+    assert!(meta["writer_clock_drift_ns"].as_i64().unwrap().abs() < 20_000, "{}", meta["writer_clock_drift_ns"]);
     let text = babeltrace(&out, &t);
     assert!(text.contains("OS::Sched::Switch: { cpu_id = ") && text.contains("OS::Block::Complete: {"));
 }

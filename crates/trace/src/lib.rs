@@ -30,4 +30,5 @@ pub mod report;
 pub mod spec;
 pub mod stub;
 pub mod tracefile;
+pub mod tsc;
 pub mod vectors;
