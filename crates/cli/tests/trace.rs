@@ -214,6 +214,22 @@ fn java_stub_logs_into_buffer() {
     assert!(t.entries.iter().any(|e| e.rec.fields.get(2) == Some(&Value::Str("java".into()))));
 }
 
+// The generated Python module logs into the same buffer through sdk/python/loupe_trace.py: tracedemo.py's events
+// arrive complete and in order.
+#[test]
+fn python_stub_logs_into_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("py.trace");
+    let demo = root().join("sdk/python/tracedemo.py");
+    let t = record(&[], &out, &["python3".as_ref(), demo.as_os_str()]);
+    assert_eq!(t.dropped, 0);
+    let (got, want) = demo_events(&t);
+    assert_eq!(got, want);
+    use loupe_trace::record::Value;
+    assert!(t.entries.iter().any(|e| e.rec.fields.get(2) == Some(&Value::Str("python".into()))));
+    babeltrace(&out, &t);
+}
+
 // The kernel layer on the application's clock, against testdata/workloads/trace_kernel.c whose phases cause
 // known kernel events: 20 sleeps -> >= 20 switches away from its thread inside phase 1; 512 fresh pages -> exactly
 // 512 faults in the range, all inside phase 2; 1000 getppid -> exactly 1000 sys_enter(getppid) inside phase 3;
