@@ -15,6 +15,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// How often `--live` closes the open packets so that clients see events within that delay.
+const LIVE_FLUSH: Duration = Duration::from_millis(50);
+
 /// Loupe's own spec, compiled in so that every trace carries it.
 const LOUPE_SPEC: &str = include_str!("../../trace/spec/loupe.xml");
 
@@ -121,6 +124,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     };
     let mut last = loupe_trace::buffer::now();
     let mut tick = 0u64;
+    let mut last_flush = std::time::Instant::now();
     let status = loop {
         std::thread::sleep(interval);
         let exited = child.try_wait()?;
@@ -130,7 +134,12 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
             k.drain(false)?;
         }
         if tick.is_multiple_of(4) || exited.is_some() {
-            drain(&mut writer, false)?;
+            // Online clients get partial packets too, closed every LIVE_FLUSH (which costs packet space).
+            let flush = r.live && last_flush.elapsed() >= LIVE_FLUSH;
+            if flush {
+                last_flush = std::time::Instant::now();
+            }
+            drain(&mut writer, flush)?;
         }
         if let Some(st) = exited {
             break st;

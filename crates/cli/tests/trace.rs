@@ -230,6 +230,34 @@ fn python_stub_logs_into_buffer() {
     babeltrace(&out, &t);
 }
 
+// The online client sees events while the program still logs: testdata/workloads/trace_live.c logs a phase
+// begin and then waits for a file that this test creates only once `--live` has printed that begin event;
+// the program exits 1 if the file never comes.
+#[test]
+fn live_client_sees_events_while_logging() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_c(dir.path(), "trace_live");
+    let flag = dir.path().join("seen");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loupe"))
+        .args(["trace", "record", "--live", "-o"])
+        .arg(dir.path().join("live.trace"))
+        .arg("--")
+        .arg(&prog)
+        .arg(&flag)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("Loupe::Phase::Begin phase=9 iteration=0"), "{first}");
+    std::fs::write(&flag, "").unwrap();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(rest.len(), 1);
+    assert!(rest[0].contains("Loupe::Phase::End phase=9 iteration=0"), "{}", rest[0]);
+}
+
 // The kernel layer on the application's clock, against testdata/workloads/trace_kernel.c whose phases cause
 // known kernel events: 20 sleeps -> >= 20 switches away from its thread inside phase 1; 512 fresh pages -> exactly
 // 512 faults in the range, all inside phase 2; 1000 getppid -> exactly 1000 sys_enter(getppid) inside phase 3;
