@@ -496,7 +496,7 @@ loupe drains it while the command runs. Events the buffer could not hold are dro
     Dump(TraceDirArg),
     /// Frequency strips per interval aligned with phase markers, correlations, periods (PEM Figure 4).
     #[command(
-        after_help = "Examples:\n  loupe trace report run.trace\n  loupe trace report run.trace --interval-ms 2 --svg strips.svg\n  loupe trace report run.trace --format json\n\n\
+        after_help = "Examples:\n  loupe trace report run.trace\n  loupe trace report run.trace --interval-ms 2 --svg strips.svg --png strips.png\n  loupe trace report run.trace --format json\n\n\
 Series: the counters logged per interval (page-faults, context-switches, ...) and the number of each application \
 event per interval. Correlations are Pearson over intervals; 'within phase N' uses only intervals inside its iterations."
     )]
@@ -613,6 +613,9 @@ pub struct TraceReportArgs {
     /// Also write the strips as an SVG plot.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Also write the strips as a PNG image.
+    #[arg(long)]
+    pub png: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = TraceFormat::Text)]
     pub format: TraceFormat,

@@ -273,6 +273,9 @@ fn report(a: TraceReportArgs) -> Result<u8> {
     if let Some(svg) = &a.svg {
         std::fs::write(svg, loupe_trace::render::svg(&r)).with_context(|| format!("writing {}", svg.display()))?;
     }
+    if let Some(png) = &a.png {
+        std::fs::write(png, loupe_trace::raster::png(&r)).with_context(|| format!("writing {}", png.display()))?;
+    }
     let mut out = std::io::stdout().lock();
     match a.format {
         TraceFormat::Text => write!(out, "{}", loupe_trace::render::text(&r))?,

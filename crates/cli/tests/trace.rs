@@ -160,11 +160,19 @@ fn pem_page_faults_against_progress() {
     let iteration = r["median_iteration_ns"].as_f64().unwrap();
     assert!((0.7..1.3).contains(&(period / iteration)), "page-fault period {period} ns vs median iteration {iteration} ns");
     babeltrace(&out, &t);
-    // The text report and the SVG render.
-    let svg = dir.path().join("s.svg");
-    let txt = Command::new(loupe).args(["trace", "report"]).arg(&out).arg("--svg").arg(&svg).output().unwrap();
+    // Within phase 6 alone (the intervals inside its iterations) the correlation is negative too.
+    let phase6 = r["per_phase"].as_array().unwrap().iter().find(|p| p["phase"] == 6).expect("phase 6 correlations");
+    let within = phase6["correlation"][pf][pr].as_f64().unwrap();
+    assert!(within < -0.3, "within phase 6: page faults vs progress correlation {within}");
+    // The text report and the SVG and PNG renders: a curve per series, a line per iteration start.
+    let (svg, png) = (dir.path().join("s.svg"), dir.path().join("s.png"));
+    let txt = Command::new(loupe).args(["trace", "report"]).arg(&out).arg("--svg").arg(&svg).arg("--png").arg(&png).output().unwrap();
     assert!(String::from_utf8(txt.stdout).unwrap().contains("iteration starts"));
-    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg"));
+    assert_eq!(svg.matches("<polyline").count(), names.len());
+    assert_eq!(svg.matches("stroke='red'").count(), 12);
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"));
 }
 
 // The generated Go stub logs into the same buffer: sdk/go/cmd/tracedemo's 3 iterations of 100 progress

@@ -24,6 +24,7 @@ pub mod ctf;
 pub mod export;
 pub mod kernel;
 pub mod perfetto;
+pub mod raster;
 pub mod record;
 pub mod render;
 pub mod report;
