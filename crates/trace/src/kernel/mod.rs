@@ -50,6 +50,7 @@ impl Select {
                 "sched" => s.sched = true,
                 "syscalls" => s.syscalls = true,
                 "block" => s.block = true,
+                "samples" if sample_hz == 0 => return Err("kernel event group 'samples' needs a sample rate above 0".into()),
                 "samples" => s.sample_hz = sample_hz,
                 "all" => s = Select { faults: true, sched: true, syscalls: true, block: true, sample_hz },
                 other => return Err(format!("unknown kernel event group '{other}' (faults, sched, syscalls, block, samples, all)")),
@@ -192,27 +193,15 @@ fn finish(s: &mut CpuStream, spec: &Spec, sub_size: usize) -> std::io::Result<()
     if s.packet.is_empty() {
         return Ok(());
     }
-    let content = s.packet.len();
-    let last_ts = {
-        let mut at = PACKET_HEADER;
-        let mut ts = 0;
-        while at < content {
-            ts = u64::from_le_bytes(s.packet[at..at + 8].try_into().unwrap());
-            at += u16::from_le_bytes([s.packet[at + 8], s.packet[at + 9]]) as usize;
-        }
-        ts
-    };
     let p = &mut s.packet;
     p[0..4].copy_from_slice(&PACKET_MAGIC.to_le_bytes());
     p[8..12].copy_from_slice(&(KERNEL_STREAM_BASE + s.cpu).to_le_bytes());
     p[12..16].copy_from_slice(&s.cpu.to_le_bytes());
-    p[24..32].copy_from_slice(&last_ts.to_le_bytes());
-    p[32..40].copy_from_slice(&(8 * content as u64).to_le_bytes());
-    p[40..48].copy_from_slice(&(8 * sub_size as u64).to_le_bytes());
     p[48..56].copy_from_slice(&s.seq.to_le_bytes());
-    p[56..64].copy_from_slice(&s.lost.to_le_bytes());
     p.resize(sub_size, 0);
+    // End time, sizes and drops as the consumer of the shared buffer completes its packets;
     // CTF readers need the content to end where the last record's fields do.
+    crate::buffer::seal(p, s.lost);
     crate::ctf::trim_content(spec, p);
     s.out.write_all(p)?;
     s.seq += 1;
@@ -232,5 +221,6 @@ mod tests {
         assert!(Select::parse(&["all".into()], 0).unwrap().block);
         assert!(!Select::parse(&[], 100).unwrap().any());
         assert!(Select::parse(&["faults,disk".into()], 1).unwrap_err().contains("'disk'"));
+        assert!(Select::parse(&["samples".into()], 0).is_err());
     }
 }
