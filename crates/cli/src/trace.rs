@@ -155,7 +155,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     let kernel_events = kernel.as_ref().map(|k| serde_json::json!(k.counts)).unwrap_or_else(|| serde_json::json!({}));
     let kernel_lost = kernel.as_ref().map_or(0, |k| k.lost());
     let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
-    let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size,
+    let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size, "pid": child.pid,
         "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
         "counters": counters.names(), "counters_missing": skipped, "interval_us": r.interval_us,
         "kernel_events": kernel_events, "kernel_events_lost": kernel_lost,
@@ -259,7 +259,7 @@ fn export(e: TraceExportArgs) -> Result<u8> {
         TraceExportFormat::Perfetto => {
             let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(e.dir.join("trace.json"))?).unwrap_or_default();
             let command = meta["command"][0].as_str().map_or("traced command", |c| c.rsplit('/').next().unwrap_or(c));
-            loupe_trace::perfetto::perfetto(&t, command)
+            loupe_trace::perfetto::perfetto(&t, command, meta["pid"].as_i64().unwrap_or(0) as i32)
         }
     };
     std::fs::write(&e.out, bytes).with_context(|| format!("writing {}", e.out.display()))?;

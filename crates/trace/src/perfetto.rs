@@ -15,7 +15,7 @@ use crate::spec::{Event, PHASE_BEGIN, PHASE_END};
 use crate::tracefile::Trace;
 use loupe_analysis::export::perfetto_proto::*;
 use prost::Message;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 const SEQ: u32 = 1;
 const PROCESS: u64 = 1;
@@ -57,13 +57,27 @@ fn thread_of(ev: &Event, fields: &[Value]) -> Option<u64> {
     }
 }
 
-/// The trace as Perfetto protobuf bytes; `command` names the process track.
-pub fn perfetto(t: &Trace, command: &str) -> Vec<u8> {
+/// The process of each thread that profiling samples name (other threads are taken to be the command's).
+fn process_of_threads(t: &Trace) -> HashMap<u64, i32> {
+    let Some(sample) = t.spec.by_name("Loupe::Profile::Sample").map(|e| e.id) else { return HashMap::new() };
+    t.entries
+        .iter()
+        .filter(|e| e.rec.id == sample)
+        .filter_map(|e| match e.rec.fields[..] {
+            [Value::U(pid), Value::U(tid), ..] => Some((tid, pid as i32)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The trace as Perfetto protobuf bytes; `command` and `pid` name the process track (the traced command).
+pub fn perfetto(t: &Trace, command: &str, pid: i32) -> Vec<u8> {
+    let owners = process_of_threads(t);
     let mut tracks: BTreeMap<u64, TrackDescriptor> = BTreeMap::new();
     tracks.insert(
         PROCESS,
         TrackDescriptor {
-            process: Some(ProcessDescriptor { pid: Some(0), process_name: Some(command.into()) }),
+            process: Some(ProcessDescriptor { pid: Some(pid), process_name: Some(command.into()) }),
             ..descriptor(PROCESS, command.into())
         },
     );
@@ -106,7 +120,11 @@ pub fn perfetto(t: &Trace, command: &str) -> Vec<u8> {
                 Some(tid) if kernel => {
                     let uuid = THREAD_BASE + tid;
                     tracks.entry(uuid).or_insert_with(|| TrackDescriptor {
-                        thread: Some(ThreadDescriptor { pid: Some(0), tid: Some(tid as i32), thread_name: None }),
+                        thread: Some(ThreadDescriptor {
+                            pid: Some(*owners.get(&tid).unwrap_or(&pid)),
+                            tid: Some(tid as i32),
+                            thread_name: None,
+                        }),
                         ..descriptor(uuid, format!("thread {tid} (kernel events)"))
                     });
                     uuid
@@ -175,7 +193,7 @@ mod tests {
             rec(0, 4000, PHASE_END, vec![Value::U(6), Value::U(0)]),
         ];
         let t = Trace { spec, entries, packets: 1, dropped: 0, counters: vec!["page-faults".into(), "cs".into()], errors: vec![] };
-        let bytes = perfetto(&t, "prog");
+        let bytes = perfetto(&t, "prog", 41);
         let p = decode(&bytes).unwrap();
         let names: Vec<String> = p.packet.iter().filter_map(|p| p.track_descriptor.as_ref()?.name.clone()).collect();
         assert_eq!(names, ["prog", "phases", "cpu 0 (application)", "page-faults", "cs", "thread 42 (kernel events)"]);
@@ -198,5 +216,7 @@ mod tests {
         let fault = p.packet.iter().filter_map(|p| p.track_event.as_ref()).find(|e| e.r#type == Some(INSTANT)).unwrap();
         assert_eq!(fault.track_uuid, Some(THREAD_BASE + 42));
         assert_eq!(fault.debug_annotations[1].uint_value, Some(0x1000));
+        let thread = p.packet.iter().filter_map(|p| p.track_descriptor.as_ref()?.thread.as_ref()).next().unwrap();
+        assert_eq!((thread.pid, thread.tid), (Some(41), Some(42)));
     }
 }
