@@ -547,7 +547,7 @@ pub struct TraceRecordArgs {
     /// Counter sampling interval in microseconds (page faults, context switches, ... per interval).
     #[arg(long, default_value_t = 1000)]
     pub interval_us: u64,
-    /// Also print every application event on stdout as it is drained (an online PEM client).
+    /// Also print every application and kernel event on stdout as it is drained (an online PEM client).
     #[arg(long)]
     pub live: bool,
     /// Log every page fault of the command as an OS::Memory::PageFault event with its address

@@ -112,6 +112,9 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     let interval = Duration::from_micros(r.interval_us.max(100));
     let mut writer = StreamFiles(files);
     let mut live = Live { spec: spec.clone(), out: std::io::stdout() };
+    // The kernel's events go to their own streams; `--live` prints them too.
+    let mut klive = Live { spec: spec.clone(), out: std::io::stdout() };
+    let mut kclients: Vec<&mut dyn Client> = if r.live { vec![&mut klive] } else { vec![] };
     let mut scratch = Vec::new();
     let mut packets = 0u64;
     let mut drain = |writer: &mut StreamFiles, flush: bool| -> Result<()> {
@@ -131,7 +134,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         log_counters(buf, &interval_ev, &mut counters, &mut last);
         tick += 1;
         if let Some(k) = &mut kernel {
-            k.drain(false)?;
+            k.drain(false, &mut kclients)?;
         }
         if tick.is_multiple_of(4) || exited.is_some() {
             // Online clients get partial packets too, closed every LIVE_FLUSH (which costs packet space).
@@ -150,7 +153,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         f.flush()?;
     }
     if let Some(k) = &mut kernel {
-        k.drain(true)?;
+        k.drain(true, &mut kclients)?;
     }
     let kernel_events = kernel.as_ref().map(|k| serde_json::json!(k.counts)).unwrap_or_else(|| serde_json::json!({}));
     let kernel_lost = kernel.as_ref().map_or(0, |k| k.lost());

@@ -241,8 +241,9 @@ fn python_stub_logs_into_buffer() {
 }
 
 // The online client sees events while the program still logs: testdata/workloads/trace_live.c logs a phase
-// begin and then waits for a file that this test creates only once `--live` has printed that begin event;
-// the program exits 1 if the file never comes.
+// begin and then polls (access(2), once a millisecond) for a file that this test creates only once `--live`
+// has printed that begin event and one of those system calls from the kernel layer; the program exits 1 if
+// the file never comes.
 #[test]
 fn live_client_sees_events_while_logging() {
     use std::io::BufRead;
@@ -250,7 +251,7 @@ fn live_client_sees_events_while_logging() {
     let prog = build_c(dir.path(), "trace_live");
     let flag = dir.path().join("seen");
     let mut child = Command::new(env!("CARGO_BIN_EXE_loupe"))
-        .args(["trace", "record", "--live", "-o"])
+        .args(["trace", "record", "--live", "--kernel", "syscalls", "-o"])
         .arg(dir.path().join("live.trace"))
         .arg("--")
         .arg(&prog)
@@ -258,14 +259,14 @@ fn live_client_sees_events_while_logging() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    assert!(first.contains("Loupe::Phase::Begin phase=9 iteration=0"), "{first}");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines().map(|l| l.unwrap());
+    let nr = format!(" nr={}", libc::SYS_access);
+    assert!(lines.by_ref().any(|l| l.contains("Loupe::Phase::Begin phase=9 iteration=0")));
+    assert!(lines.by_ref().any(|l| l.contains("OS::Syscall::Enter tid=") && l.ends_with(&nr)));
     std::fs::write(&flag, "").unwrap();
-    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let rest: Vec<String> = lines.collect();
     assert!(child.wait().unwrap().success());
-    assert_eq!(rest.len(), 1);
-    assert!(rest[0].contains("Loupe::Phase::End phase=9 iteration=0"), "{}", rest[0]);
+    assert_eq!(rest.iter().filter(|l| l.contains("Loupe::Phase::End phase=9 iteration=0")).count(), 1);
 }
 
 // The kernel layer on the application's clock, against testdata/workloads/trace_kernel.c whose phases cause

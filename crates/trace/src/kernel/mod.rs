@@ -15,7 +15,8 @@ pub mod sample;
 pub mod tracefs;
 
 use crate::buffer::{PACKET_HEADER, PACKET_MAGIC};
-use crate::record::encode;
+use crate::client::Client;
+use crate::record::{encode, Record};
 use crate::spec::{Event, Spec};
 use loupe_perf::ring::Ring;
 use loupe_perf::sys::{self, PerfEventAttr};
@@ -149,8 +150,10 @@ impl Kernel {
         Ok(Kernel { streams, sources, spec: spec.clone(), sub_size, counts: HashMap::new(), skipped })
     }
 
-    /// Moves what the rings hold into packets; `last` also writes the open packets.
-    pub fn drain(&mut self, last: bool) -> std::io::Result<()> {
+    /// Moves what the rings hold into packets, handing each event to the
+    /// online `clients` that want records; `last` also writes the open packets.
+    pub fn drain(&mut self, last: bool, clients: &mut [&mut dyn Client]) -> std::io::Result<()> {
+        let online = clients.iter().any(|c| c.wants_records());
         let events: HashMap<String, &Event> = self.spec.events.iter().map(|e| (e.full_name(), e)).collect();
         for s in &mut self.streams {
             let mut recs = Vec::new();
@@ -164,6 +167,10 @@ impl Kernel {
             for (time, name, values) in recs {
                 let Some(ev) = events.get(name) else { continue };
                 let rec = encode(ev, time, &values);
+                if online {
+                    let r = Record { ts: time, id: ev.id, fields: values };
+                    clients.iter_mut().filter(|c| c.wants_records()).for_each(|c| c.record(s.cpu as usize, &r));
+                }
                 if s.packet.len().max(PACKET_HEADER) + rec.len() > self.sub_size {
                     finish(s, &self.spec, self.sub_size)?;
                 }
