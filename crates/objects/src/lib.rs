@@ -16,6 +16,10 @@
 
 pub mod index;
 pub mod log;
+pub mod sites;
+pub mod track;
 
 pub use index::{Allocation, AllocationIndex, LoadStats, SiteLocation};
 pub use log::{AllocFn, Record, Source};
+pub use sites::SiteNamer;
+pub use track::{AllocTracker, TrackSummary, TrackerOptions};

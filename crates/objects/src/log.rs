@@ -262,6 +262,15 @@ impl Writer {
         Ok(())
     }
 
+    /// Appends one record already in the log's layout (the eBPF events are).
+    pub fn append_raw(&mut self, record: &[u8]) -> io::Result<()> {
+        self.buf.extend_from_slice(record);
+        if self.buf.len() >= 1 << 16 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     /// Writes what is buffered. Whole records only, so a kill between
     /// flushes loses the buffer but never corrupts the file.
     pub fn flush(&mut self) -> io::Result<()> {
