@@ -16,6 +16,7 @@
 
 pub mod index;
 pub mod log;
+pub mod preload;
 pub mod sites;
 pub mod track;
 

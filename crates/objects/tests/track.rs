@@ -1,14 +1,15 @@
 //! Allocation tracking against a workload that prints every block it
-//! allocated and freed (testdata/workloads/allocs.cc): the log must hold
-//! exactly those blocks, with their sizes, threads, allocating functions
-//! and freeing threads.
+//! allocated and freed (testdata/workloads/allocs.cc): the log, written by
+//! the uprobes or by the LD_PRELOAD shim, must hold exactly those blocks,
+//! with their sizes, threads, allocating functions and freeing threads.
 
 mod common;
 
-use loupe_objects::{AllocTracker, AllocationIndex, SiteNamer, TrackerOptions};
+use loupe_objects::{preload, AllocTracker, AllocationIndex, SiteNamer, Source, TrackerOptions};
 use loupe_perf::GatedChild;
 use loupe_symbolize::{Symbolizer, SymbolizerOptions};
 use std::collections::BTreeMap;
+use std::path::Path;
 
 type Multiset = BTreeMap<String, usize>;
 
@@ -31,6 +32,36 @@ fn expected(out: &str) -> (Multiset, Multiset) {
     (allocs, frees)
 }
 
+/// The same tally from the log: blocks whose site lies in the workload
+/// itself (the C library and C++ runtime allocate for themselves too).
+fn logged(db: &Path, exe: &Path) -> (Multiset, Multiset, Vec<Source>) {
+    let idx = AllocationIndex::load(db).unwrap();
+    assert!(idx.stats.bad_files.is_empty(), "{:?}", idx.stats.bad_files);
+    let mut namer = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+    let exe_path = exe.canonicalize().unwrap().to_string_lossy().into_owned();
+    let (mut allocs, mut frees) = (Multiset::new(), Multiset::new());
+    for a in idx.allocations() {
+        let Some(loc) = idx.site_location(a).filter(|l| l.path == exe_path) else { continue };
+        let func = namer.name(&loc).map(|s| s.procedure).unwrap_or_else(|r| format!("?{r}"));
+        add(&mut allocs, format!("{func} {} {:#x} {}", a.size, a.base, a.tid));
+        if let (Some(t), Some(tid)) = (a.free_ns, a.free_tid) {
+            assert!(t >= a.alloc_ns, "freed before allocated: {a:?}");
+            add(&mut frees, format!("{:#x} {tid}", a.base));
+        }
+    }
+    (allocs, frees, idx.stats.sources.clone())
+}
+
+fn check(db: &Path, exe: &Path, tally: &Path, source: Source) {
+    let (want_allocs, want_frees) = expected(&std::fs::read_to_string(tally).unwrap());
+    assert_eq!(want_allocs.values().sum::<usize>(), 200 * 6 + 1);
+    let (got_allocs, got_frees, sources) = logged(db, exe);
+    assert_eq!(sources, vec![source]);
+    assert_eq!(got_allocs, want_allocs);
+    // Every block the workload reports freeing was freed in the log by that thread (worker blocks are freed by main).
+    assert_eq!(got_frees, want_frees);
+}
+
 #[test]
 fn uprobe_log_holds_exactly_the_blocks_the_workload_reports() {
     // Checks base, size, thread, allocating function and freeing thread of 1,201 blocks (malloc, calloc, realloc, new, new[]) against the workload's own print-out.
@@ -39,34 +70,23 @@ fn uprobe_log_holds_exactly_the_blocks_the_workload_reports() {
     }
     let exe = common::workloads().join("allocs");
     let db = tempfile::tempdir().unwrap();
-    let out = db.path().join("tally.txt");
-    let mut child = GatedChild::spawn(exe.to_str().unwrap(), &["200".into(), out.to_str().unwrap().into()]).unwrap();
+    let tally = db.path().join("tally.txt");
+    let mut child = GatedChild::spawn(exe.to_str().unwrap(), &["200".into(), tally.to_str().unwrap().into()]).unwrap();
     let tracker = AllocTracker::start(db.path(), &[child.pid as u32], &TrackerOptions::default()).unwrap();
     child.release().unwrap();
     assert_eq!(child.wait().unwrap(), 0);
-    let summary = tracker.stop().unwrap();
-    assert_eq!(summary.dropped, 0);
+    assert_eq!(tracker.stop().unwrap().dropped, 0);
+    check(db.path(), &exe, &tally, Source::Uprobes);
+}
 
-    let (want_allocs, want_frees) = expected(&std::fs::read_to_string(&out).unwrap());
-    assert_eq!(want_allocs.values().sum::<usize>(), 200 * 6 + 1);
-    let idx = AllocationIndex::load(db.path()).unwrap();
-    let mut namer = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
-    let exe_path = exe.canonicalize().unwrap().to_string_lossy().into_owned();
-    let (mut got_allocs, mut got_frees) = (Multiset::new(), Multiset::new());
-    for a in idx.allocations() {
-        let Some(loc) = idx.site_location(a) else { continue };
-        // Only the workload's own call sites: the C library and C++ runtime allocate for themselves too.
-        if loc.path != exe_path {
-            continue;
-        }
-        let func = namer.name(&loc).map(|s| s.procedure).unwrap_or_else(|r| format!("?{r}"));
-        add(&mut got_allocs, format!("{func} {} {:#x} {}", a.size, a.base, a.tid));
-        if let (Some(_), Some(t)) = (a.free_ns, a.free_tid) {
-            assert!(a.free_ns.unwrap() >= a.alloc_ns);
-            add(&mut got_frees, format!("{:#x} {t}", a.base));
-        }
-    }
-    assert_eq!(got_allocs, want_allocs);
-    // Every block the workload reports freeing was freed in the log by that thread (worker blocks are freed by main).
-    assert_eq!(got_frees, want_frees);
+#[test]
+fn preload_shim_log_holds_exactly_the_blocks_the_workload_reports() {
+    // Checks the same 1,201 blocks through the LD_PRELOAD shim (no privileges needed).
+    let exe = common::workloads().join("allocs");
+    let db = tempfile::tempdir().unwrap();
+    let tally = db.path().join("tally.txt");
+    let env = preload::install(db.path()).unwrap();
+    let st = std::process::Command::new(&exe).arg("200").arg(&tally).envs(env.vars).status().unwrap();
+    assert!(st.success());
+    check(db.path(), &exe, &tally, Source::Preload);
 }
