@@ -87,6 +87,8 @@ The database keeps counts per epoch, so --since/--until select whole epochs.")]
     Trace(TraceArgs),
     /// Re-optimize a program from its profile (Morph): export BOLT or LLVM profiles, run llvm-bolt, validate, install, roll back.
     Optimize(crate::optimize::OptimizeArgs),
+    /// Data profiling (DProf): memory cost by data type and field, miss classes, working set.
+    Data(crate::data::DataArgs),
 }
 
 /// Which stacks: epochs, processes, images, event.

@@ -3,6 +3,7 @@
 mod annotate;
 mod calc;
 mod collect;
+mod data;
 mod diff;
 mod flags;
 mod locks;
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
         Command::Export(a) => stacks::export(a),
         Command::Trace(a) => trace::run(a),
         Command::Optimize(a) => optimize::run(a),
+        Command::Data(a) => data::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
