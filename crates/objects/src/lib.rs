@@ -14,6 +14,9 @@
 //! }
 //! ```
 
+pub mod bp;
+pub mod flow;
+pub mod history;
 pub mod index;
 pub mod log;
 pub mod preload;
