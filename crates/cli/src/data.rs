@@ -1,9 +1,13 @@
 //! `loupe data`: DProf's views of where memory time goes, by data type and
 //! field rather than by code.
 
-use crate::flags::{DbArg, Format};
-use anyhow::{bail, Result};
+use crate::flags::{DbArg, Format, RecordArgs};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use loupe_dataprof::recorder::{Recorder, Summary};
+use loupe_perf::GatedChild;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct DataArgs {
@@ -40,4 +44,58 @@ pub fn run(a: DataArgs) -> Result<u8> {
 
 fn profile(v: ViewArgs) -> Result<u8> {
     bail!("{}: no access samples (not implemented yet; record with `loupe record --data`)", v.db.db.display())
+}
+
+/// `loupe record --data`: access samples (and heap allocations) of a
+/// command and its children, or of every process for --duration seconds.
+pub fn record(a: RecordArgs) -> Result<u8> {
+    let db = a.db.db.clone();
+    std::fs::create_dir_all(&db).with_context(|| format!("cannot create {}", db.display()))?;
+    let stop = crate::collect::stop_flag()?;
+    let freq = a.sampling.freq;
+    let (status, summary) = match a.command.split_first() {
+        Some((cmd, args)) => {
+            if crate::collect::find_command(cmd).is_none() {
+                eprintln!("loupe: command not found: {cmd}");
+                return Ok(127);
+            }
+            let mut child = GatedChild::spawn(cmd, args)?;
+            let mut rec = Recorder::open(&db, Some(child.pid), freq, true)?;
+            eprintln!("loupe: data source: {}", rec.path().describe());
+            child.release()?;
+            let status = loop {
+                rec.pump(Duration::from_millis(50))?;
+                if let Some(s) = child.try_wait()? {
+                    break s;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    // SAFETY: signalling our own child by pid.
+                    unsafe { libc::kill(child.pid, libc::SIGTERM) };
+                }
+            };
+            (status, rec.finish()?)
+        }
+        None => {
+            let Some(secs) = a.duration else { bail!("give a command after `--`, or --duration SECONDS for every process") };
+            let rec = Recorder::open(&db, None, freq, true)?;
+            eprintln!("loupe: data source: {}", rec.path().describe());
+            rec.enable()?;
+            let mut rec = rec;
+            let t0 = Instant::now();
+            while t0.elapsed().as_secs_f64() < secs && !stop.load(Ordering::Relaxed) {
+                rec.pump(Duration::from_millis(50))?;
+            }
+            (0, rec.finish()?)
+        }
+    };
+    report(&summary);
+    Ok(status.clamp(0, 255) as u8)
+}
+
+fn report(s: &Summary) {
+    let pct = if s.samples > 0 { 100.0 * s.with_address as f64 / s.samples as f64 } else { 0.0 };
+    eprintln!(
+        "loupe: {} samples, {} ({pct:.1}%) at memory-referencing instructions with an exact address, {} lost",
+        s.samples, s.with_address, s.lost
+    );
 }

@@ -225,6 +225,9 @@ pub struct RecordArgs {
     /// Merge into the database this often while recording, in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub flush_every: f64,
+    /// Collect access samples for `loupe data` (data address of each sample, heap allocations) instead of a code profile.
+    #[arg(long)]
+    pub data: bool,
     /// Command to run and profile, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -50,6 +50,63 @@ pub enum NoAccess {
 /// Decodes the instruction at `ip` from `code` and evaluates its first
 /// data memory operand with `regs`.
 pub fn access(code: &[u8], ip: u64, regs: &Regs) -> Result<Access, NoAccess> {
+    evaluate(code, ip, regs, false)
+}
+
+/// The same for the instruction that has just retired (it ends at the
+/// sampled PC), with the registers as it left them: only exact when it
+/// wrote none of the registers its address uses, otherwise `Unknown`.
+pub fn access_retired(code: &[u8], ip: u64, regs: &Regs) -> Result<Access, NoAccess> {
+    evaluate(code, ip, regs, true)
+}
+
+/// The timer interrupt is taken at an instruction boundary once the
+/// instruction that was stalling retires, so the PC names the instruction
+/// *after* the one the time went to (a load's miss shows at the next
+/// instruction). This picks the instruction that attribution should use:
+/// the one ending at the PC when it references memory and its address is
+/// still computable, else the one at the PC. `before` holds the bytes just
+/// before `pc` (any length; empty when unreadable). Returns the access and
+/// how many bytes before the PC the chosen instruction starts (0: at it).
+pub fn charged_access(before: &[u8], at: &[u8], pc: u64, regs: &Regs) -> Result<(Access, u8), NoAccess> {
+    if let Some(start) = previous_start(before, pc) {
+        let back = pc - start;
+        let from = before.len() - back as usize;
+        if let Ok(a) = access_retired(&before[from..], start, regs) {
+            return Ok((a, back as u8));
+        }
+    }
+    access(at, pc, regs).map(|a| (a, 0))
+}
+
+/// Start of the instruction that ends exactly at `pc`, decoding forward
+/// from every offset of `before` (x86 decoding resynchronizes within a few
+/// instructions) and taking the candidate most starting points agree on.
+pub fn previous_start(before: &[u8], pc: u64) -> Option<u64> {
+    let base = pc.checked_sub(before.len() as u64)?;
+    let mut votes: Vec<(u64, u32)> = Vec::new();
+    for s in 0..before.len() {
+        let mut dec = Decoder::with_ip(64, &before[s..], base + s as u64, DecoderOptions::NONE);
+        let mut last = None;
+        while dec.can_decode() {
+            let ins = dec.decode();
+            if ins.code() == Code::INVALID {
+                last = None;
+                break;
+            }
+            last = Some(ins.ip());
+        }
+        if let (Some(start), true) = (last, dec.ip() == pc) {
+            match votes.iter_mut().find(|(v, _)| *v == start) {
+                Some(v) => v.1 += 1,
+                None => votes.push((start, 1)),
+            }
+        }
+    }
+    votes.into_iter().max_by_key(|&(start, n)| (n, std::cmp::Reverse(start))).map(|(s, _)| s)
+}
+
+fn evaluate(code: &[u8], ip: u64, regs: &Regs, retired: bool) -> Result<Access, NoAccess> {
     let mut dec = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
     let ins = dec.decode();
     if ins.code() == Code::INVALID {
@@ -60,6 +117,18 @@ pub fn access(code: &[u8], ip: u64, regs: &Regs) -> Result<Access, NoAccess> {
     let Some(mem) = info.used_memory().iter().find(|m| kind(m.access()).is_some()) else {
         return Err(NoAccess::NoMemory);
     };
+    if retired {
+        let written = |r: Register| {
+            r != Register::None
+                && info.used_registers().iter().any(|u| {
+                    u.register().full_register() == r.full_register()
+                        && matches!(u.access(), OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite)
+                })
+        };
+        if written(mem.base()) || written(mem.index()) {
+            return Err(NoAccess::Unknown);
+        }
+    }
     let addr = mem.virtual_address(0, |reg, _, _| value(reg, regs)).ok_or(NoAccess::Unknown)?;
     let base = mem.base();
     let (base_dwarf, base_offset) = match dwarf_number(base).zip(value(base, regs)) {
@@ -185,6 +254,44 @@ mod tests {
         assert_eq!(access(&[0x0f, 0x1f, 0x44, 0x00, 0x00], 0, &r), Err(NoAccess::NoMemory));
         assert_eq!(access(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0], 0, &r), Err(NoAccess::Unknown));
         assert_eq!(access(&[0x06], 0, &r), Err(NoAccess::Invalid));
+    }
+
+    /// `bump` from dataprof.c at -O2: mov edx,1000; nop; L: mov rax,[rdi]; add rax,1; mov [rdi],rax; sub edx,1; jne L.
+    const BUMP: [u8; 23] = [
+        0xba, 0xe8, 0x03, 0x00, 0x00, 0x0f, 0x1f, 0x00, 0x48, 0x8b, 0x07, 0x48, 0x83, 0xc0, 0x01, 0x48, 0x89, 0x07, 0x83, 0xea, 0x01, 0x75,
+        0xf1,
+    ];
+
+    #[test]
+    fn previous_instruction_found_by_resynchronizing() {
+        // Checks the instruction ending at each PC of `bump` (0x100 based) is its true predecessor.
+        let (base, b) = (0x100u64, &BUMP[..]);
+        assert_eq!(previous_start(&b[..0xb], base + 0xb), Some(base + 0x8));
+        assert_eq!(previous_start(&b[..0x12], base + 0x12), Some(base + 0xf));
+        assert_eq!(previous_start(&b[..0x8], base + 0x8), Some(base + 0x5));
+        assert_eq!(previous_start(&[], base), None);
+    }
+
+    #[test]
+    fn time_after_a_load_goes_to_the_load() {
+        // Checks a sample at `add rax,1` charges the load before it ([rdi], 1 byte back is wrong: 3 bytes back), and one at `sub` the store.
+        let r = regs(&[(DI, 0x6000), (AX, 5)]);
+        let (a, back) = charged_access(&BUMP[..0xb], &BUMP[0xb..], 0x10b, &r).unwrap();
+        assert_eq!((a.addr, a.kind, back), (0x6000, Kind::Read, 3));
+        let (a, back) = charged_access(&BUMP[..0x12], &BUMP[0x12..], 0x112, &r).unwrap();
+        assert_eq!((a.addr, a.kind, back), (0x6000, Kind::Write, 3));
+        // At the loop head the predecessor is a nop: the load at the PC is charged.
+        let (a, back) = charged_access(&BUMP[..0x8], &BUMP[0x8..], 0x108, &r).unwrap();
+        assert_eq!((a.addr, back), (0x6000, 0));
+    }
+
+    #[test]
+    fn retired_load_that_overwrote_its_base_is_not_guessed() {
+        // Checks mov rax,[rax] (48 8b 00) cannot be evaluated after it ran (rax now holds the loaded value); the PC's own instruction is used.
+        let r = regs(&[(AX, 0x9999), (DI, 0x6000)]);
+        assert_eq!(access_retired(&[0x48, 0x8b, 0x00], 0x100, &r), Err(NoAccess::Unknown));
+        let (a, back) = charged_access(&[0x48, 0x8b, 0x00], &[0x48, 0x8b, 0x07], 0x103, &r).unwrap();
+        assert_eq!((a.addr, back), (0x6000, 0));
     }
 
     #[test]
