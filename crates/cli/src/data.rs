@@ -21,6 +21,12 @@ pub enum DataCommand {
     #[command(after_help = "Examples:\n  loupe record --data --db d.db -- ./my-program\n  loupe data profile --db d.db\n  \
 loupe data profile --db d.db --format json")]
     Profile(ViewArgs),
+    /// Object access histories from hardware breakpoints: every access to chosen offsets of chosen objects, allocation to free.
+    #[command(after_help = crate::objects::HISTORY_HELP)]
+    History(crate::objects::HistoryArgs),
+    /// Data flow: the common paths objects take from allocation to free, CPU changes marked (text, JSON, DOT, SVG).
+    #[command(after_help = crate::objects::FLOW_HELP)]
+    Flow(crate::objects::FlowArgs),
 }
 
 /// Selection shared by the views.
@@ -39,6 +45,8 @@ pub struct ViewArgs {
 pub fn run(a: DataArgs) -> Result<u8> {
     match a.cmd {
         DataCommand::Profile(v) => profile(v),
+        DataCommand::History(a) => crate::objects::history(a),
+        DataCommand::Flow(a) => crate::objects::flow_view(a),
     }
 }
 
