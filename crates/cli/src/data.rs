@@ -27,6 +27,9 @@ loupe data profile --db d.db --format json")]
     /// Data flow: the common paths objects take from allocation to free, CPU changes marked (text, JSON, DOT, SVG).
     #[command(after_help = crate::objects::FLOW_HELP)]
     Flow(crate::objects::FlowArgs),
+    /// Runs a command with its heap allocations tracked (uprobes or LD_PRELOAD) and lists the allocation sites.
+    #[command(after_help = crate::objects::ALLOCS_HELP)]
+    Allocs(crate::objects::AllocsArgs),
 }
 
 /// Selection shared by the views.
@@ -47,6 +50,7 @@ pub fn run(a: DataArgs) -> Result<u8> {
         DataCommand::Profile(v) => profile(v),
         DataCommand::History(a) => crate::objects::history(a),
         DataCommand::Flow(a) => crate::objects::flow_view(a),
+        DataCommand::Allocs(a) => crate::objects::allocs(a),
     }
 }
 

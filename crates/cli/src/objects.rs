@@ -73,6 +73,112 @@ pub struct HistoryArgs {
     pub command: Vec<String>,
 }
 
+pub const ALLOCS_HELP: &str = "\
+Runs a command with its heap allocations tracked into --db (the allocation log that `loupe data` \
+views use to name heap objects by allocation site) and lists the allocation sites: calls, bytes, \
+blocks still live at exit. Tracking is by eBPF uprobes (root; every process the command forks), or \
+with --preload by an LD_PRELOAD shim (no privileges; processes that keep the environment).
+
+Examples:
+  loupe data allocs --db d.db -- ./my-program
+  loupe data allocs --db d.db --preload --format json -- ./my-program";
+
+#[derive(Args, Debug)]
+pub struct AllocsArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Track with the LD_PRELOAD shim instead of uprobes.
+    #[arg(long)]
+    pub preload: bool,
+    /// Show at most this many allocation sites.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Command to run (after `--`).
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+pub fn allocs(a: AllocsArgs) -> Result<u8> {
+    let (cmd, args) = a.command.split_first().expect("clap requires a command");
+    std::fs::create_dir_all(&a.db.db).with_context(|| format!("cannot create {}", a.db.db.display()))?;
+    let status = if a.preload {
+        let env = loupe_objects::preload::install(&a.db.db).context("installing the allocation shim")?;
+        let st = std::process::Command::new(cmd).args(args).envs(env.vars).status().with_context(|| format!("running {cmd}"))?;
+        st.code().unwrap_or(128)
+    } else {
+        let mut child = GatedChild::spawn(cmd, args)?;
+        let tracker = AllocTracker::start(&a.db.db, &[child.pid as u32], &TrackerOptions::default())?;
+        for w in &tracker.warnings {
+            eprintln!("loupe: {w}");
+        }
+        child.release()?;
+        let status = child.wait()?;
+        let s = tracker.stop()?;
+        if s.dropped > 0 {
+            eprintln!("loupe: {} allocation events found the ring buffer full and are missing from the log", s.dropped);
+        }
+        status
+    };
+    let idx = AllocationIndex::load(&a.db.db)?;
+    for b in &idx.stats.bad_files {
+        eprintln!("loupe: skipped {b}");
+    }
+    let rows = site_rows(&idx);
+    let mut out = std::io::stdout().lock();
+    let text = match a.format {
+        Format::Json => {
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "source": idx.stats.sources.iter().map(|s| s.name()).collect::<Vec<_>>(), "rows": rows.iter().take(a.limit).map(|r| serde_json::json!({"site": r.site, "calls": r.calls, "bytes": r.bytes, "live": r.live})).collect::<Vec<_>>() }),
+            )? + "\n"
+        }
+        Format::Text => render_sites(&rows, a.limit),
+    };
+    let _ = out.write_all(text.as_bytes());
+    Ok(status.clamp(0, 255) as u8)
+}
+
+struct SiteRow {
+    site: String,
+    calls: u64,
+    bytes: u64,
+    live: u64,
+}
+
+fn site_rows(idx: &AllocationIndex) -> Vec<SiteRow> {
+    let mut namer = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+    let mut by: std::collections::HashMap<String, SiteRow> = Default::default();
+    let mut labels: std::collections::HashMap<(u32, u64), String> = Default::default();
+    for al in idx.allocations() {
+        let label = labels
+            .entry((al.pid, al.site))
+            .or_insert_with(|| idx.site_location(al).map_or_else(|| format!("{:#x}", al.site), |l| namer.label(&l)))
+            .clone();
+        let r = by.entry(label.clone()).or_insert(SiteRow { site: label, calls: 0, bytes: 0, live: 0 });
+        r.calls += 1;
+        r.bytes += al.size;
+        r.live += al.free_ns.is_none() as u64;
+    }
+    let mut rows: Vec<SiteRow> = by.into_values().collect();
+    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    rows
+}
+
+fn render_sites(rows: &[SiteRow], limit: usize) -> String {
+    let mut s = format!(
+        "# Allocation sites ({} in all), by bytes allocated\n# {:>10}  {:>14}  {:>8}  site\n",
+        rows.len(),
+        "calls",
+        "bytes",
+        "live"
+    );
+    for r in rows.iter().take(limit) {
+        s.push_str(&format!("  {:>10}  {:>14}  {:>8}  {}\n", r.calls, r.bytes, r.live, r.site));
+    }
+    s
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum FlowFormat {
     Text,
