@@ -257,8 +257,11 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
     let mut last_refresh = Instant::now();
     loop {
         let stopping = !matches!(stop.try_recv(), Err(mpsc::TryRecvError::Empty));
-        let timeout = if watcher.as_ref().is_some_and(|w| w.watching().is_some()) { 5 } else { 50 };
+        // Events do not wake this thread (only armed objects do): drain on a short period.
+        let timeout = if watcher.as_ref().is_some_and(|w| w.watching().is_some()) { 5 } else { 20 };
         rb.poll(Duration::from_millis(timeout)).map_err(|e| err("reading allocation events", e))?;
+        // poll only reads rings that signalled; the probes mostly do not.
+        rb.consume().map_err(|e| err("reading allocation events", e))?;
         if last_refresh.elapsed() >= Duration::from_millis(200) || stopping {
             refresh_maps(&state);
             last_refresh = Instant::now();
