@@ -20,6 +20,8 @@ pub const HW_BREAKPOINT_RW: u32 = 3;
 const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
 const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 const FLAG_USE_CLOCKID: u64 = 1 << 25;
+/// PERF_EVENT_IOC_MODIFY_ATTRIBUTES, `_IOW('$', 11, __u64 *)`: breakpoints only.
+const IOC_MODIFY_ATTRIBUTES: libc::c_ulong = 0x4008_240b;
 const SAMPLE_TYPE: u64 = sys::SAMPLE_IP | sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_CPU;
 
 /// One access to a watched range.
@@ -89,6 +91,36 @@ impl Watch {
         }
     }
 
+    /// Opens the events disabled at `addr`, to be [`Watch::retarget`]ed later:
+    /// opening and mapping is most of the cost of setting a breakpoint, so
+    /// a watcher does it once, not while the watched process is stopped.
+    pub fn open_idle(addr: u64, len: u64, cpus: &[u32]) -> io::Result<Watch> {
+        let a = attr(addr, len, HW_BREAKPOINT_RW);
+        let mut events = Vec::with_capacity(cpus.len());
+        for &cpu in cpus {
+            let fd = sys::perf_event_open(&a, -1, cpu as i32, -1)?;
+            let ring = Ring::map(fd.as_raw_fd(), 16)?;
+            events.push((fd, ring));
+        }
+        Ok(Watch { events, addr, len })
+    }
+
+    /// Moves the (disabled) breakpoint to `len` bytes at `addr` and enables it.
+    pub fn retarget(&mut self, addr: u64, len: u64, bp_type: u32) -> io::Result<()> {
+        let a = attr(addr, len, bp_type);
+        for (fd, _) in &self.events {
+            // SAFETY: the kernel reads one perf_event_attr of the size it declares through the pointer, valid for the call.
+            if unsafe { libc::ioctl(fd.as_raw_fd(), IOC_MODIFY_ATTRIBUTES, &a as *const PerfEventAttr) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        for (fd, _) in &self.events {
+            sys::ioctl(fd.as_raw_fd(), sys::IOC_ENABLE, 0)?;
+        }
+        (self.addr, self.len) = (addr, len);
+        Ok(())
+    }
+
     /// Hits the rings had no room for (PERF_RECORD_LOST) are not counted
     /// here; the rings are sized for a few thousand hits per poll.
     pub fn disable(&self) {
@@ -118,6 +150,38 @@ mod tests {
         assert_eq!(parse_sample(&rec), Some(Hit { ip: 0x401234, pid: 10, tid: 11, time_ns: 999, cpu: 1 }));
         rec[0] = 2; // PERF_RECORD_LOST
         assert_eq!(parse_sample(&rec), None);
+    }
+
+    #[test]
+    fn a_retargeted_idle_breakpoint_counts_only_accesses_to_its_new_address() {
+        // Checks open_idle + retarget: nothing counted while idle, then exactly 300 hits on the new word, none on the old.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+            return;
+        }
+        let cells = Box::into_raw(Box::new([0u64; 2]));
+        // SAFETY: cells points to the live boxed array; the two words are in bounds.
+        let (a, b) = unsafe { (&raw mut (*cells)[0], &raw mut (*cells)[1]) };
+        let mut w = Watch::open_idle(a as u64, 8, &loupe_perf::online_cpus()).unwrap();
+        let write = |p: *mut u64, n: u64| {
+            for i in 0..n {
+                // SAFETY: p is one of the two live words above.
+                unsafe { std::ptr::write_volatile(p, i) };
+            }
+        };
+        write(a, 100);
+        w.retarget(b as u64, 8, HW_BREAKPOINT_RW).unwrap();
+        write(a, 100);
+        write(b, 300);
+        w.disable();
+        let mut hits = Vec::new();
+        w.drain(&mut hits);
+        // SAFETY: cells came from Box::into_raw and is freed once.
+        drop(unsafe { Box::from_raw(cells) });
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        assert_eq!(hits.iter().filter(|h| h.tid == tid).count(), 300);
     }
 
     #[test]

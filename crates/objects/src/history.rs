@@ -121,18 +121,19 @@ pub fn assemble(lines: impl Iterator<Item = Line>) -> (Vec<History>, Option<u64>
     (v, hit_ns)
 }
 
-/// The cost of one breakpoint trap on this machine, in ns: writes to a
-/// watched word of this thread against the same writes unwatched.
+/// The cost of one breakpoint trap on this machine, in ns of this thread's
+/// CPU time (the trap is handled on it, so waiting for a busy CPU does not
+/// count): writes to a watched word against the same writes unwatched.
 pub fn calibrate_hit_ns() -> std::io::Result<u64> {
     const N: u64 = 4000;
     let cell = Box::into_raw(Box::new(0u64));
     let time_writes = |p: *mut u64| {
-        let t = std::time::Instant::now();
+        let t = thread_cpu_ns();
         for i in 0..N {
             // SAFETY: p is the live boxed u64 allocated above.
             unsafe { std::ptr::write_volatile(p, i) };
         }
-        t.elapsed().as_nanos() as u64
+        thread_cpu_ns() - t
     };
     let plain = time_writes(cell);
     let watched = Watch::open(cell as u64, 8, bp::HW_BREAKPOINT_W, &loupe_perf::online_cpus()).map(|w| {
@@ -145,6 +146,13 @@ pub fn calibrate_hit_ns() -> std::io::Result<u64> {
     Ok(watched?.saturating_sub(plain) / N)
 }
 
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The object being watched.
 struct Current {
     id: u64,
@@ -153,14 +161,14 @@ struct Current {
     start_ns: u64,
     setup_ns: u64,
     hits: u64,
-    watches: Vec<(u64, Watch)>,
 }
 
 /// Watches one object at a time inside the allocation tracker's thread.
 pub struct Watcher {
     pub opts: HistoryOptions,
     out: std::fs::File,
-    cpus: Vec<u32>,
+    /// One breakpoint per watched range, opened idle up front and moved onto each object.
+    slots: Vec<(u64, Watch)>,
     hit_ns: u64,
     current: Option<Current>,
     next_id: u64,
@@ -180,18 +188,12 @@ impl Watcher {
         std::fs::create_dir_all(path.parent().unwrap())?;
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
         let hit_ns = calibrate_hit_ns()?;
-        let mut w = Watcher {
-            opts,
-            out,
-            cpus: loupe_perf::online_cpus(),
-            hit_ns,
-            current: None,
-            next_id: 1,
-            cost_ns: 0,
-            started_ns: now_ns,
-            objects: 0,
-            errors: Vec::new(),
-        };
+        let cpus = loupe_perf::online_cpus();
+        // Parked on an address nobody maps (page 1), disabled until an object is armed.
+        let slots =
+            opts.offsets.iter().map(|&(off, len)| Ok((off, Watch::open_idle(0x1000, len, &cpus)?))).collect::<std::io::Result<Vec<_>>>()?;
+        let mut w =
+            Watcher { opts, out, slots, hit_ns, current: None, next_id: 1, cost_ns: 0, started_ns: now_ns, objects: 0, errors: Vec::new() };
         w.write(&Line::Calibration { hit_ns });
         Ok(w)
     }
@@ -219,11 +221,9 @@ impl Watcher {
     /// A matching object was allocated and its process stopped: arm, resume, record.
     #[allow(clippy::too_many_arguments)]
     pub fn armed(&mut self, pid: u32, tid: u32, cpu: u32, base: u64, size: u64, site: u64, alloc_ns: u64, now: impl Fn() -> u64) {
-        let mut watches = Vec::new();
-        for &(off, len) in &self.opts.offsets.clone() {
-            match Watch::open(base + off, len, bp::HW_BREAKPOINT_RW, &self.cpus) {
-                Ok(w) => watches.push((off, w)),
-                Err(e) => self.errors.push(format!("breakpoint at +{off}: {e}")),
+        for (off, w) in &mut self.slots {
+            if let Err(e) = w.retarget(base + *off, w.len, bp::HW_BREAKPOINT_RW) {
+                self.errors.push(format!("breakpoint at +{off}: {e}"));
             }
         }
         // SAFETY: kill has no memory preconditions; the pid is the stopped process.
@@ -235,7 +235,7 @@ impl Watcher {
         self.cost_ns += setup_ns;
         let offsets = self.opts.offsets.clone();
         self.write(&Line::Object { id, pid, tid, cpu, base, size, site, alloc_ns, setup_ns, offsets });
-        self.current = Some(Current { id, pid, base, start_ns: alloc_ns, setup_ns, hits: 0, watches });
+        self.current = Some(Current { id, pid, base, start_ns: alloc_ns, setup_ns, hits: 0 });
     }
 
     /// Records the hits queued so far; lets an object go after `max_watch`.
@@ -252,7 +252,7 @@ impl Watcher {
     fn drain(&mut self, until_ns: u64) {
         let Some(mut c) = self.current.take() else { return };
         let mut lines = Vec::new();
-        for (off, w) in &mut c.watches {
+        for (off, w) in &mut self.slots {
             let mut hits: Vec<Hit> = Vec::new();
             w.drain(&mut hits);
             for h in hits.into_iter().filter(|h| h.pid == c.pid && h.time_ns >= c.start_ns && h.time_ns < until_ns) {
@@ -268,8 +268,8 @@ impl Watcher {
 
     /// The watched object was freed (or is let go): last hits, end line, cost.
     pub fn finish(&mut self, why: &str, time_ns: u64, tid: u32, cpu: u32, site: u64) {
-        if let Some(c) = &self.current {
-            for (_, w) in &c.watches {
+        if self.current.is_some() {
+            for (_, w) in &self.slots {
                 w.disable();
             }
         }
