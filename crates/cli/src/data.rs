@@ -9,7 +9,7 @@ use loupe_dataprof::log::AccessRecord;
 use loupe_dataprof::recorder::{Meta, Recorder, Summary};
 use loupe_dataprof::resolve::{infer_site_types, Heap, HeapBlock, How, Resolved, Resolver};
 use loupe_dataprof::views::{self, Sample};
-use loupe_objects::{AllocationIndex, SiteNamer};
+use loupe_objects::{AllocTracker, AllocationIndex, SiteNamer, TrackerOptions};
 use loupe_perf::GatedChild;
 use loupe_symbolize::{Symbolizer, SymbolizerOptions};
 use std::collections::HashMap;
@@ -322,6 +322,19 @@ pub fn record(a: RecordArgs) -> Result<u8> {
             let mut child = GatedChild::spawn(cmd, args)?;
             let mut rec = Recorder::open(&db, Some(child.pid), freq, true)?;
             eprintln!("loupe: data source: {}", rec.path().describe());
+            // Heap blocks and their allocation sites, so heap samples find their objects.
+            let tracker = match AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()) {
+                Ok(t) => {
+                    for w in &t.warnings {
+                        eprintln!("loupe: allocation tracking: {w}");
+                    }
+                    Some(t)
+                }
+                Err(e) => {
+                    eprintln!("loupe: no allocation tracking ({e}); heap objects are typed only through registers");
+                    None
+                }
+            };
             child.release()?;
             let status = loop {
                 rec.pump(Duration::from_millis(50))?;
@@ -333,10 +346,17 @@ pub fn record(a: RecordArgs) -> Result<u8> {
                     unsafe { libc::kill(child.pid, libc::SIGTERM) };
                 }
             };
+            if let Some(t) = tracker {
+                match t.stop() {
+                    Ok(sum) => eprintln!("loupe: {} allocations, {} frees tracked, {} dropped", sum.allocs, sum.frees, sum.dropped),
+                    Err(e) => eprintln!("loupe: allocation tracking: {e}"),
+                }
+            }
             (status, rec.finish()?)
         }
         None => {
             let Some(secs) = a.duration else { bail!("give a command after `--`, or --duration SECONDS for every process") };
+            eprintln!("loupe: every process: no allocation tracking (it follows a command's process tree)");
             let rec = Recorder::open(&db, None, freq, true)?;
             eprintln!("loupe: data source: {}", rec.path().describe());
             rec.enable()?;

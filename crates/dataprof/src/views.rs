@@ -128,21 +128,42 @@ pub fn chao1(counts: impl IntoIterator<Item = usize>) -> f64 {
     }
 }
 
+/// Bytes of one object its samples say are in use: Chao1 over its sampled
+/// lines, at most its size; when at least 32 samples never hit a line twice
+/// the samples cannot bound the use below the whole object, so it is all of it.
+fn object_bytes(size: Option<u64>, counts: &HashMap<u64, usize>, line_size: u64) -> f64 {
+    let est = chao1(counts.values().copied()) * line_size as f64;
+    let n: usize = counts.values().sum();
+    match size {
+        Some(size) if n >= 32 && counts.values().all(|&c| c == 1) => size as f64,
+        Some(size) => est.min(size.max(1) as f64),
+        None => est,
+    }
+}
+
 /// Per type: (distinct sampled lines, estimated working set in bytes, distinct objects).
+/// Samples with a known object are estimated object by object (see
+/// [`object_bytes`]); the rest by Chao1 over the type's lines.
 pub fn working_sets(samples: &[Sample], line_size: u64) -> HashMap<String, (usize, f64, usize)> {
-    let mut lines: HashMap<&str, HashMap<u64, usize>> = HashMap::new();
-    let mut objects: HashMap<&str, HashSet<u64>> = HashMap::new();
+    type Lines = HashMap<u64, usize>;
+    let mut per_type: HashMap<&str, (HashSet<u64>, HashMap<u64, (u64, Lines)>, Lines)> = HashMap::new();
     for s in samples {
-        *lines.entry(&s.res.type_name).or_default().entry(line(s.rec.addr, line_size)).or_default() += 1;
-        if let Some((base, _)) = s.res.object {
-            objects.entry(&s.res.type_name).or_default().insert(base);
+        let l = line(s.rec.addr, line_size);
+        let e = per_type.entry(&s.res.type_name).or_default();
+        e.0.insert(l);
+        match s.res.object {
+            Some((base, size)) => *e.1.entry(base).or_insert((size, Lines::new())).1.entry(l).or_default() += 1,
+            None => *e.2.entry(l).or_default() += 1,
         }
     }
-    lines
+    per_type
         .into_iter()
-        .map(|(t, l)| {
-            let est = chao1(l.values().copied()) * line_size as f64;
-            (t.to_string(), (l.len(), est, objects.get(t).map_or(0, |o| o.len())))
+        .map(|(t, (lines, objects, loose))| {
+            let mut est: f64 = objects.values().map(|(size, c)| object_bytes(Some(*size), c, line_size)).sum();
+            if !loose.is_empty() {
+                est += object_bytes(None, &loose, line_size);
+            }
+            (t.to_string(), (lines.len(), est, objects.len()))
         })
         .collect()
 }
@@ -429,12 +450,23 @@ mod tests {
     }
 
     #[test]
+    fn spread_samples_stand_for_their_whole_object() {
+        // Checks 40 samples on 40 different lines of a 1 MiB block count the whole block; 40 samples on 2 lines count Chao1 (2 lines).
+        let spread: HashMap<u64, usize> = (0..40).map(|l| (l * 100, 1)).collect();
+        assert_eq!(object_bytes(Some(1 << 20), &spread, 64), (1u64 << 20) as f64);
+        let hot: HashMap<u64, usize> = [(0, 20), (1, 20)].into_iter().collect();
+        assert_eq!(object_bytes(Some(1 << 20), &hot, 64), 128.0);
+        assert_eq!(object_bytes(Some(16), &hot, 64), 16.0);
+    }
+
+    #[test]
     fn capacity_goes_to_the_type_that_overflows_the_cache() {
         // Checks: 400 lines each seen once estimate 400+400*399/2 lines (~5 MB) > a 1 MiB LLC, so the big type is capacity; a small type seen often is not.
         let llc = Geometry { level: 3, kind: "Unified".into(), size: 1 << 20, ways: 16, line: 64, sets: 1024 };
         let mut recs: Vec<AccessRecord> = (0..400).map(|i| rec(i, 0, 0x100_0000 + i * 64 * 97, Kind::Read)).collect();
         recs.extend((0..50).map(|i| rec(1000 + i, 0, 0x5000, Kind::Read)));
-        let (big, small) = (typed("struct node", "key"), typed("struct tally", "sum"));
+        let big = Resolved { object: None, ..typed("struct node", "key") };
+        let small = typed("struct tally", "sum");
         let s: Vec<Sample> = recs.iter().enumerate().map(|(i, r)| Sample { rec: r, res: if i < 400 { &big } else { &small } }).collect();
         let c = classify_samples(&s, &[l1(), llc], 1000);
         assert!(c[..400].iter().all(|c| *c == Some(Class::Capacity)));
