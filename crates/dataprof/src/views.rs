@@ -141,12 +141,16 @@ fn object_bytes(size: Option<u64>, counts: &HashMap<u64, usize>, line_size: u64)
     }
 }
 
+type Lines = HashMap<u64, usize>;
+
+/// One type's sampled lines: all of them, per known object (with its size), and those of no known object.
+type TypeLines = (HashSet<u64>, HashMap<u64, (u64, Lines)>, Lines);
+
 /// Per type: (distinct sampled lines, estimated working set in bytes, distinct objects).
 /// Samples with a known object are estimated object by object (see
 /// [`object_bytes`]); the rest by Chao1 over the type's lines.
 pub fn working_sets(samples: &[Sample], line_size: u64) -> HashMap<String, (usize, f64, usize)> {
-    type Lines = HashMap<u64, usize>;
-    let mut per_type: HashMap<&str, (HashSet<u64>, HashMap<u64, (u64, Lines)>, Lines)> = HashMap::new();
+    let mut per_type: HashMap<&str, TypeLines> = HashMap::new();
     for s in samples {
         let l = line(s.rec.addr, line_size);
         let e = per_type.entry(&s.res.type_name).or_default();
