@@ -106,8 +106,8 @@ static int sharing(int same) {
 __attribute__((noinline)) static long sweep_slots(void) {
     long s = 0;
     for (int r = 0; r < 1000; r++)
-        for (int i = 0; i < 24; i++)
-            s += ((volatile struct slot *)&slots[i])->v;
+        for (volatile struct slot *p = slots; p < slots + 24; p++)
+            s += p->v;
     return s;
 }
 

@@ -88,6 +88,7 @@ The database keeps counts per epoch, so --since/--until select whole epochs.")]
     /// Re-optimize a program from its profile (Morph): export BOLT or LLVM profiles, run llvm-bolt, validate, install, roll back.
     Optimize(crate::optimize::OptimizeArgs),
     /// Data profiling (DProf): memory cost by data type and field, miss classes, working set.
+    #[command(after_help = crate::data::SOURCE_NOTE)]
     Data(crate::data::DataArgs),
 }
 

@@ -69,14 +69,21 @@ pub fn access_retired(code: &[u8], ip: u64, regs: &Regs) -> Result<Access, NoAcc
 /// before `pc` (any length; empty when unreadable). Returns the access and
 /// how many bytes before the PC the chosen instruction starts (0: at it).
 pub fn charged_access(before: &[u8], at: &[u8], pc: u64, regs: &Regs) -> Result<(Access, u8), NoAccess> {
+    let mut lost = false;
     if let Some(start) = previous_start(before, pc) {
         let back = pc - start;
         let from = before.len() - back as usize;
-        if let Ok(a) = access_retired(&before[from..], start, regs) {
-            return Ok((a, back as u8));
+        match access_retired(&before[from..], start, regs) {
+            Ok(a) => return Ok((a, back as u8)),
+            Err(NoAccess::Unknown) => lost = true,
+            Err(_) => {}
         }
     }
-    access(at, pc, regs).map(|a| (a, 0))
+    match access(at, pc, regs) {
+        // The retiring instruction touched memory but overwrote its address register (`mov rax,[rax]`): a memory sample whose address is unknown.
+        Err(NoAccess::NoMemory) if lost => Err(NoAccess::Unknown),
+        r => r.map(|a| (a, 0)),
+    }
 }
 
 /// Start of the instruction that ends exactly at `pc`, decoding forward
@@ -292,6 +299,8 @@ mod tests {
         assert_eq!(access_retired(&[0x48, 0x8b, 0x00], 0x100, &r), Err(NoAccess::Unknown));
         let (a, back) = charged_access(&[0x48, 0x8b, 0x00], &[0x48, 0x8b, 0x07], 0x103, &r).unwrap();
         assert_eq!((a.addr, back), (0x6000, 0));
+        // Followed by add rcx,rax (48 01 c1), no memory: the sample is memory time with an unknown address.
+        assert_eq!(charged_access(&[0x48, 0x8b, 0x00], &[0x48, 0x01, 0xc1], 0x103, &r), Err(NoAccess::Unknown));
     }
 
     #[test]

@@ -15,4 +15,7 @@ pub mod maps;
 pub mod pmu;
 pub mod recorder;
 pub mod regs;
+pub mod resolve;
 pub mod sample;
+pub mod types;
+pub mod views;
