@@ -208,10 +208,9 @@ impl Watcher {
 
     /// Whether the tracker should ask the probes for one more object now.
     pub fn wants_object(&self, now_ns: u64) -> bool {
-        let elapsed = now_ns.saturating_sub(self.started_ns).max(1);
         self.current.is_none()
             && (self.objects as usize) < self.opts.max_objects
-            && (self.cost_ns as f64) <= self.opts.budget * elapsed as f64
+            && within_budget(self.cost_ns, now_ns.saturating_sub(self.started_ns), self.opts.budget)
     }
 
     pub fn watching(&self) -> Option<u64> {
@@ -285,6 +284,12 @@ impl Watcher {
     }
 }
 
+/// Whether collection that has cost the target `cost_ns` over `elapsed_ns`
+/// may take one more object: the cost stays within `budget` of the time.
+pub fn within_budget(cost_ns: u64, elapsed_ns: u64, budget: f64) -> bool {
+    cost_ns as f64 <= budget * elapsed_ns as f64
+}
+
 /// The runtime address range of function `name` in a process, from its
 /// maps text and the symbol tables of its mapped files.
 pub fn function_range(maps: &str, name: &str) -> Option<(u64, u64)> {
@@ -352,6 +357,14 @@ mod tests {
         let ips: Vec<u64> = h[0].hits.iter().map(|l| if let Line::Hit { ip, .. } = l { *ip } else { 0 }).collect();
         assert_eq!(ips, vec![0xc, 0xb]);
         assert!(matches!(&h[0].end, Some(Line::End { why, .. }) if why == "freed"));
+    }
+
+    #[test]
+    fn takes_the_next_object_only_once_the_cost_fits_the_budget() {
+        // Checks the rate limit: 1 ms of cost at a 5% budget needs 20 ms of elapsed time.
+        assert!(!within_budget(1_000_000, 19_999_999, 0.05));
+        assert!(within_budget(1_000_000, 20_000_000, 0.05));
+        assert!(within_budget(0, 0, 0.05));
     }
 
     #[test]
