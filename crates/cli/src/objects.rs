@@ -226,11 +226,11 @@ pub fn history(a: HistoryArgs) -> Result<u8> {
         status = collect(&a.db.db, cmd, args, opts)?;
     }
     let (histories, hit_ns) = read(&a.db.db)?;
-    let mut name = namer(&a.db.db)?;
+    let mut code = Code::load(&a.db.db)?;
     let mut out = std::io::stdout().lock();
     let text = match a.format {
-        Format::Json => serde_json::to_string_pretty(&history_json(&histories, hit_ns, &mut name))? + "\n",
-        Format::Text => render_histories(&histories, hit_ns, a.limit, &mut name),
+        Format::Json => serde_json::to_string_pretty(&history_json(&histories, hit_ns, &mut code))? + "\n",
+        Format::Text => render_histories(&histories, hit_ns, a.limit, &mut code),
     };
     let _ = out.write_all(text.as_bytes());
     Ok(status)
@@ -269,26 +269,57 @@ fn read(db: &std::path::Path) -> Result<(Vec<History>, Option<u64>)> {
 
 /// Names addresses with the maps the allocation log kept for each process.
 fn namer(db: &std::path::Path) -> Result<impl FnMut(u32, u64) -> String> {
-    let idx = AllocationIndex::load(db).with_context(|| format!("reading the allocation log of {}", db.display()))?;
-    let mut sites = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
-    let mut cache = std::collections::HashMap::new();
-    Ok(move |pid: u32, addr: u64| {
-        cache
-            .entry((pid, addr))
-            .or_insert_with(|| match idx.locate(pid, addr, u64::MAX) {
-                Some(loc) => sites
-                    .name(&loc)
-                    .map(|s| s.procedure)
-                    .unwrap_or_else(|_| format!("{}+{:#x}", loc.path.rsplit('/').next().unwrap_or(""), loc.offset.0)),
-                None => format!("{addr:#x}"),
-            })
-            .clone()
-    })
+    let mut code = Code::load(db)?;
+    Ok(move |pid: u32, addr: u64| code.name(pid, addr))
 }
 
-fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, name: &mut dyn FnMut(u32, u64) -> String) -> String {
+/// Names code addresses and finds the instruction behind a breakpoint hit.
+struct Code {
+    idx: AllocationIndex,
+    sites: SiteNamer,
+    names: std::collections::HashMap<(u32, u64), String>,
+    files: std::collections::HashMap<String, Option<Vec<u8>>>,
+}
+
+impl Code {
+    fn load(db: &std::path::Path) -> Result<Code> {
+        let idx = AllocationIndex::load(db).with_context(|| format!("reading the allocation log of {}", db.display()))?;
+        let sites = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+        Ok(Code { idx, sites, names: Default::default(), files: Default::default() })
+    }
+
+    fn name(&mut self, pid: u32, addr: u64) -> String {
+        if let Some(n) = self.names.get(&(pid, addr)) {
+            return n.clone();
+        }
+        let n = match self.idx.locate(pid, addr, u64::MAX) {
+            Some(loc) => self
+                .sites
+                .name(&loc)
+                .map(|s| s.procedure)
+                .unwrap_or_else(|_| format!("{}+{:#x}", loc.path.rsplit('/').next().unwrap_or(""), loc.offset.0)),
+            None => format!("{addr:#x}"),
+        };
+        self.names.insert((pid, addr), n.clone());
+        n
+    }
+
+    /// The instruction that made a hit reported at `ip` (the next one's address), and its read/write kind.
+    fn accessor(&mut self, pid: u32, ip: u64) -> Option<(u64, Option<loupe_objects::access::Kind>)> {
+        let loc = self.idx.locate(pid, ip, u64::MAX)?;
+        let start = self.sites.name(&loc).ok()?.procedure_start.0;
+        let bytes = self.files.entry(loc.path.clone()).or_insert_with(|| std::fs::read(&loc.path).ok()).as_deref()?;
+        // Function start and IP are both file offsets of one mapping, so their distance is the same at run time.
+        let code = bytes.get(start as usize..loc.offset.0 as usize)?;
+        let runtime_start = ip.checked_sub(loc.offset.0 - start)?;
+        loupe_objects::access::instruction_ending_at(code, runtime_start, ip)
+    }
+}
+
+fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, code: &mut Code) -> String {
     let mut s = format!(
-        "# {} object access histories (hardware breakpoints; IP = instruction after the access); breakpoint trap cost {} ns\n",
+        "# {} object access histories (hardware breakpoints); breakpoint trap cost {} ns\n\
+         # function/access: the instruction before the trap IP (breakpoints trap after the access)\n",
         hs.len(),
         hit_ns.map_or("?".into(), |n| n.to_string())
     );
@@ -297,23 +328,35 @@ fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, name: &mu
         let offs: Vec<String> = offsets.iter().map(|(o, l)| format!("+{o}:{l}")).collect();
         s.push_str(&format!(
             "\nobject #{id}: {size} bytes at {base:#x} (pid {pid}), allocated by {} on cpu{cpu} (tid {tid}); watching {}; set-up {:.1} us\n",
-            name(*pid, *site),
+            code.name(*pid, *site),
             offs.join(" "),
             *setup_ns as f64 / 1000.0
         ));
-        s.push_str(&format!("  {:>12}  {:>4}  {:>8}  {:>6}  function\n", "time(us)", "cpu", "tid", "offset"));
+        s.push_str(&format!(
+            "  {:>12}  {:>4}  {:>8}  {:>6}  {:>6}  function (instruction)\n",
+            "time(us)", "cpu", "tid", "offset", "access"
+        ));
         for l in &h.hits {
             if let Line::Hit { offset, ip, tid, cpu, time_ns, .. } = l {
                 let t = time_ns.saturating_sub(*alloc_ns) as f64 / 1000.0;
-                s.push_str(&format!("  {t:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  {}\n", format!("+{offset}"), name(*pid, *ip)));
+                let (at, kind) = match code.accessor(*pid, *ip) {
+                    Some((start, k)) => (format!("{start:#x}"), k.map_or("?", |k| k.label())),
+                    None => (format!("before {ip:#x}"), "?"),
+                };
+                s.push_str(&format!(
+                    "  {t:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  {kind:>6}  {} ({at})\n",
+                    format!("+{offset}"),
+                    code.name(*pid, *ip)
+                ));
             }
         }
         match &h.end {
             Some(Line::End { why, time_ns, cpu, site, tid, .. }) if why == "freed" => s.push_str(&format!(
-                "  {:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  freed by {}\n",
+                "  {:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  {:>6}  freed by {}\n",
                 time_ns.saturating_sub(*alloc_ns) as f64 / 1000.0,
                 "",
-                name(*pid, *site)
+                "",
+                code.name(*pid, *site)
             )),
             Some(Line::End { why, .. }) => s.push_str(&format!("  (not freed while watched: {why})\n")),
             _ => s.push_str("  (history cut short)\n"),
@@ -322,28 +365,26 @@ fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, name: &mu
     s
 }
 
-fn history_json(hs: &[History], hit_ns: Option<u64>, name: &mut dyn FnMut(u32, u64) -> String) -> serde_json::Value {
-    let items: Vec<serde_json::Value> = hs
-        .iter()
-        .filter_map(|h| {
-            let Line::Object { pid, site, .. } = &h.object else { return None };
-            let mut o = serde_json::to_value(&h.object).ok()?;
-            o["site_function"] = name(*pid, *site).into();
-            let hits: Vec<serde_json::Value> = h
-                .hits
-                .iter()
-                .filter_map(|l| {
-                    let Line::Hit { ip, .. } = l else { return None };
-                    let mut v = serde_json::to_value(l).ok()?;
-                    v["function"] = name(*pid, *ip).into();
-                    Some(v)
-                })
-                .collect();
-            o["hits"] = hits.into();
-            o["end"] = serde_json::to_value(&h.end).ok()?;
-            Some(o)
-        })
-        .collect();
+fn history_json(hs: &[History], hit_ns: Option<u64>, code: &mut Code) -> serde_json::Value {
+    let mut items = Vec::new();
+    for h in hs {
+        let Line::Object { pid, site, .. } = &h.object else { continue };
+        let Ok(mut o) = serde_json::to_value(&h.object) else { continue };
+        o["site_function"] = code.name(*pid, *site).into();
+        let mut hits = Vec::new();
+        for l in &h.hits {
+            let (Line::Hit { ip, .. }, Ok(mut v)) = (l, serde_json::to_value(l)) else { continue };
+            v["function"] = code.name(*pid, *ip).into();
+            if let Some((start, kind)) = code.accessor(*pid, *ip) {
+                v["access_ip"] = start.into();
+                v["access"] = kind.map_or("?", |k| k.label()).into();
+            }
+            hits.push(v);
+        }
+        o["hits"] = hits.into();
+        o["end"] = serde_json::to_value(&h.end).unwrap_or_default();
+        items.push(o);
+    }
     serde_json::json!({ "source": "hardware breakpoints (debug registers)", "hit_ns": hit_ns, "histories": items })
 }
 

@@ -41,7 +41,7 @@ fn allocs_view_counts_the_calls_and_bytes_of_each_site() {
 
 #[test]
 fn history_and_flow_views_show_the_queue_handoff_between_cpus() {
-    // Checks test (5) through the CLI: watched messages go enqueue (cpu0) => dequeue (cpu1), in JSON, DOT and SVG.
+    // Checks test (5) through the CLI: each access's read/write kind, and watched messages going enqueue (cpu0) => dequeue (cpu1) in JSON, DOT and SVG.
     if !require_root() {
         return;
     }
@@ -62,6 +62,15 @@ fn history_and_flow_views_show_the_queue_handoff_between_cpus() {
     let h: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
     assert!(!h["histories"].as_array().unwrap().is_empty());
     assert_eq!(h["histories"][0]["site_function"], "make_msg");
+    // Read or write, from the instruction before each trap IP, as queue.c is written.
+    for hit in h["histories"].as_array().unwrap().iter().flat_map(|x| x["hits"].as_array().unwrap()) {
+        let want = match (hit["function"].as_str().unwrap(), hit["offset"].as_u64().unwrap()) {
+            ("fill_msg", 0 | 8) | ("enqueue", 16) | ("dequeue", 24) => "W",
+            ("dequeue", 16) | ("consume", 0 | 8) => "R",
+            other => panic!("unexpected access {other:?}"),
+        };
+        assert_eq!(hit["access"], want, "{hit}");
+    }
     let f = json(&run_ok(loupe().args(["data", "flow", "--db"]).arg(db.path()).args(["--format", "json"])));
     let moved: Vec<(String, String)> = f["edges"]
         .as_array()

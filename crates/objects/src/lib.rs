@@ -14,6 +14,7 @@
 //! }
 //! ```
 
+pub mod access;
 pub mod bp;
 pub mod flow;
 pub mod history;
