@@ -21,8 +21,8 @@ operator new/delete) and watches objects it allocates: the first allocation that
 CPU) are set on the --offset ranges, and the process continues; every read or write of those bytes is \
 recorded with its instruction, thread, CPU and time until the object is freed. One object at a time; \
 the next only while the cost so far (time stopped + hits x the calibrated cost of a breakpoint trap) \
-stays under --budget of the elapsed time. Breakpoints trap after the access, so each instruction shown \
-is the one after the access (in the same function). Needs root. Without a command, shows the \
+stays under --budget of the elapsed time. Breakpoints trap after the access; the instruction shown is \
+the one before the trap IP, found by decoding the function from its start, with R or W. Needs root. Without a command, shows the \
 histories already in --db.
 
 Examples:
