@@ -61,7 +61,7 @@ fn seconds(s: f64, what: &str) -> Result<Duration> {
 }
 
 /// Stop flag set by SIGTERM and SIGINT.
-fn stop_flag() -> Result<Arc<AtomicBool>> {
+pub(crate) fn stop_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
@@ -71,7 +71,7 @@ fn stop_flag() -> Result<Arc<AtomicBool>> {
 
 /// Finds a command the way a shell would, so a missing one is reported
 /// before anything starts (exit 127, as shells do).
-fn find_command(cmd: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn find_command(cmd: &str) -> Option<std::path::PathBuf> {
     if cmd.contains('/') {
         return std::path::Path::new(cmd).exists().then(|| cmd.into());
     }
@@ -80,6 +80,9 @@ fn find_command(cmd: &str) -> Option<std::path::PathBuf> {
 }
 
 pub fn record(a: RecordArgs) -> Result<u8> {
+    if a.data {
+        return crate::data::record(a);
+    }
     if let Some(cmd) = a.command.first() {
         if find_command(cmd).is_none() {
             eprintln!("loupe: command not found: {cmd}");

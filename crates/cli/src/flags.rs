@@ -87,6 +87,9 @@ The database keeps counts per epoch, so --since/--until select whole epochs.")]
     Trace(TraceArgs),
     /// Re-optimize a program from its profile (Morph): export BOLT or LLVM profiles, run llvm-bolt, validate, install, roll back.
     Optimize(crate::optimize::OptimizeArgs),
+    /// Data profiling (DProf): memory cost by data type and field, miss classes, working set.
+    #[command(after_help = crate::data::SOURCE_NOTE)]
+    Data(crate::data::DataArgs),
 }
 
 /// Which stacks: epochs, processes, images, event.
@@ -223,6 +226,9 @@ pub struct RecordArgs {
     /// Merge into the database this often while recording, in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub flush_every: f64,
+    /// Collect access samples for `loupe data` (data address of each sample, heap allocations) instead of a code profile.
+    #[arg(long)]
+    pub data: bool,
     /// Command to run and profile, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

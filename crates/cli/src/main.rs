@@ -3,10 +3,12 @@
 mod annotate;
 mod calc;
 mod collect;
+mod data;
 mod diff;
 mod flags;
 mod locks;
 mod machine;
+mod objects;
 mod optimize;
 mod procedure;
 mod stacks;
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
         Command::Export(a) => stacks::export(a),
         Command::Trace(a) => trace::run(a),
         Command::Optimize(a) => optimize::run(a),
+        Command::Data(a) => data::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

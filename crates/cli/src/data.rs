@@ -1,0 +1,396 @@
+//! `loupe data`: DProf's views of where memory time goes, by data type and
+//! field rather than by code.
+
+use crate::flags::{DbArg, Format, RecordArgs};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use loupe_dataprof::cache::Geometry;
+use loupe_dataprof::log::AccessRecord;
+use loupe_dataprof::recorder::{Meta, Recorder, Summary};
+use loupe_dataprof::resolve::{infer_site_types, Heap, HeapBlock, How, Resolved, Resolver};
+use loupe_dataprof::views::{self, Sample};
+use loupe_objects::{AllocTracker, AllocationIndex, SiteNamer, TrackerOptions};
+use loupe_perf::GatedChild;
+use loupe_symbolize::{Symbolizer, SymbolizerOptions};
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct DataArgs {
+    #[command(subcommand)]
+    pub cmd: DataCommand,
+}
+
+pub const SOURCE_NOTE: &str = "\
+Access samples are timer (cpu-clock) samples of user code whose data address is computed exactly by \
+interpreting the instruction retiring at the interrupt with the sampled registers (or, on machines with \
+PEBS/IBS, the address the PMU reports). Without hit/miss data a sample's memory cost is the sample itself: \
+time spent at a memory-referencing instruction. Types come from DWARF: statics by address, others from the \
+variable held in the instruction's base register; heap blocks with no type are grouped by allocation site.";
+
+#[derive(Subcommand, Debug)]
+pub enum DataCommand {
+    /// Data types and fields sorted by sampled memory cost (DProf's data profile).
+    #[command(after_help = "Examples:\n  loupe record --data --db d.db -- ./my-program\n  loupe data profile --db d.db\n  \
+loupe data profile --db d.db --format json\n\n\
+`bounces`: at least 5% of the field's samples had its cache line written by another thread on another CPU \
+within --window-ms. Percentages are of all samples of the recorded processes.")]
+    Profile(ViewArgs),
+    /// Miss classification per type and field: true/false sharing, conflict, capacity.
+    #[command(after_help = "Examples:\n  loupe data classify --db d.db\n  loupe data classify --db d.db --format json\n\n\
+Sharing: another thread on another CPU wrote the accessed line within --window-ms (true sharing when the bytes \
+overlap, false otherwise). Conflict: the access's L1 set holds more distinct sampled lines than it has ways and \
+at least 4x the mean (the L1 is virtually indexed, so virtual addresses give its sets). Capacity: the type's \
+estimated working set (Chao1 over sampled lines) exceeds a tenth of the last-level cache while all types together \
+exceed it. Share: the row's samples over all memory samples.")]
+    Classify(ViewArgs),
+    /// Working set: which types occupy the cache, how many objects, which sets they crowd.
+    #[command(
+        name = "workingset",
+        after_help = "Examples:\n  loupe data workingset --db d.db\n  loupe data workingset --db d.db --format json\n\n\
+Estimated bytes: Chao1 estimate of the distinct cache lines the type touches, from the sampled lines seen once \
+and twice. L1 lines: what an LRU model of this machine's L1 data cache holds at the end when fed the sampled \
+lines in time order (a sampled, not a complete, stream)."
+    )]
+    Workingset(ViewArgs),
+    /// Object access histories from hardware breakpoints: every access to chosen offsets of chosen objects, allocation to free.
+    #[command(after_help = crate::objects::HISTORY_HELP)]
+    History(crate::objects::HistoryArgs),
+    /// Data flow: the common paths objects take from allocation to free, CPU changes marked (text, JSON, DOT, SVG).
+    #[command(after_help = crate::objects::FLOW_HELP)]
+    Flow(crate::objects::FlowArgs),
+    /// Runs a command with its heap allocations tracked (uprobes or LD_PRELOAD) and lists the allocation sites.
+    #[command(after_help = crate::objects::ALLOCS_HELP)]
+    Allocs(crate::objects::AllocsArgs),
+}
+
+/// Selection shared by the views.
+#[derive(Args, Debug)]
+pub struct ViewArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Show at most this many rows.
+    #[arg(long, default_value_t = 40)]
+    pub limit: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Sharing window: another CPU's writes this close in time count as invalidations, and one thread's
+    /// sampled writes to the same bytes up to this far apart count as continuous writing.
+    #[arg(long, default_value_t = 20.0, value_name = "MS")]
+    pub window_ms: f64,
+    /// Only samples of these process ids (repeatable).
+    #[arg(long)]
+    pub pid: Vec<u32>,
+}
+
+pub fn run(a: DataArgs) -> Result<u8> {
+    let v = match a.cmd {
+        DataCommand::History(h) => return crate::objects::history(h),
+        DataCommand::Flow(f) => return crate::objects::flow_view(f),
+        DataCommand::Allocs(x) => return crate::objects::allocs(x),
+        DataCommand::Profile(ref v) | DataCommand::Classify(ref v) | DataCommand::Workingset(ref v) => v,
+    };
+    let loaded = load(v)?;
+    let mut out = std::io::stdout().lock();
+    match a.cmd {
+        DataCommand::Profile(v) => print_profile(&mut out, &v, &loaded)?,
+        DataCommand::Classify(v) => print_classify(&mut out, &v, &loaded)?,
+        DataCommand::Workingset(v) => print_workingset(&mut out, &v, &loaded)?,
+        DataCommand::History(_) | DataCommand::Flow(_) | DataCommand::Allocs(_) => unreachable!("dispatched above"),
+    }
+    Ok(0)
+}
+
+/// Everything the views need, resolved once.
+struct Loaded {
+    meta: Meta,
+    records: Vec<AccessRecord>,
+    resolved: Vec<Resolved>,
+    /// All samples of the selected processes (memory-referencing or not).
+    total: u64,
+    heap_note: String,
+}
+
+impl Loaded {
+    fn samples(&self) -> Vec<Sample<'_>> {
+        self.records.iter().zip(&self.resolved).map(|(rec, res)| Sample { rec, res }).collect()
+    }
+
+    fn classes(&self, v: &ViewArgs) -> Vec<Option<views::Class>> {
+        views::classify_samples(&self.samples(), &self.meta.caches, (v.window_ms * 1e6) as u64)
+    }
+
+    fn typed(&self) -> usize {
+        self.resolved.iter().filter(|r| r.how.typed()).count()
+    }
+
+    fn header(&self) -> String {
+        let mem = self.records.len();
+        format!(
+            "# source: {}\n# {} samples, {} ({:.1}%) at memory-referencing instructions with an exact address; {} ({:.1}%) of those typed\n# {}\n",
+            self.meta.summary.source,
+            self.total,
+            mem,
+            100.0 * mem as f64 / self.total.max(1) as f64,
+            self.typed(),
+            100.0 * self.typed() as f64 / mem.max(1) as f64,
+            self.heap_note
+        )
+    }
+}
+
+/// The allocation log as the resolver's heap, naming sites once each.
+struct AllocHeap {
+    index: AllocationIndex,
+    namer: SiteNamer,
+    names: HashMap<(u32, u64), String>,
+}
+
+impl Heap for AllocHeap {
+    fn block(&mut self, pid: u32, addr: u64, time_ns: u64) -> Option<HeapBlock> {
+        let a = self.index.lookup(pid, addr, time_ns)?.clone();
+        let site = match self.names.get(&(pid, a.site)) {
+            Some(s) => s.clone(),
+            None => {
+                let s = match self.index.site_location(&a) {
+                    Some(loc) => self.namer.label(&loc),
+                    None => format!("{:#x}", a.site),
+                };
+                self.names.insert((pid, a.site), s.clone());
+                s
+            }
+        };
+        Some(HeapBlock { base: a.base, size: a.size, site })
+    }
+}
+
+fn load(v: &ViewArgs) -> Result<Loaded> {
+    let db = &v.db.db;
+    let meta = Meta::read(db)?;
+    let all = loupe_dataprof::log::read(db).map_err(|e| anyhow::anyhow!(e))?;
+    let all: Vec<AccessRecord> = all.into_iter().filter(|r| v.pid.is_empty() || v.pid.contains(&r.pid)).collect();
+    let total = all.len() as u64;
+    if total == 0 {
+        bail!("{}: no access samples{}", db.display(), if v.pid.is_empty() { "" } else { " of those processes" });
+    }
+    let records: Vec<AccessRecord> = all.into_iter().filter(|r| r.has_addr()).collect();
+    let index = AllocationIndex::load(db).map_err(|e| anyhow::anyhow!("allocation log: {e}"))?;
+    for bad in &index.stats.bad_files {
+        eprintln!("loupe: skipped {bad}");
+    }
+    let heap_note = if index.is_empty() {
+        "heap: no allocation log (heap objects typed only through registers)".to_string()
+    } else {
+        "heap: objects from the allocation log; untyped ones grouped by allocation site".to_string()
+    };
+    let namer = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+    let mut resolver = Resolver::new(db, AllocHeap { index, namer, names: HashMap::new() });
+    let mut resolved: Vec<Resolved> = records.iter().map(|r| resolver.resolve(r)).collect();
+    infer_site_types(&mut resolved);
+    for img in resolver.unreadable() {
+        eprintln!("loupe: no types from {img} (unreadable or not ELF)");
+    }
+    Ok(Loaded { meta, records, resolved, total, heap_note })
+}
+
+fn print_profile(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
+    let rows = views::profile(&l.samples(), &l.classes(v), l.total);
+    let rows: Vec<_> = rows.into_iter().take(v.limit).collect();
+    match v.format {
+        Format::Json => {
+            let j = serde_json::json!({
+                "source": l.meta.summary.source,
+                "total_samples": l.total,
+                "memory_samples": l.records.len(),
+                "typed_samples": l.typed(),
+                "rows": rows,
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
+        }
+        Format::Text => {
+            write!(out, "{}", l.header())?;
+            writeln!(out, "{:>8} {:>7}  {:<7} {:<9} type.field", "samples", "%", "bounces", "how")?;
+            for r in rows {
+                let name = if r.field.is_empty() { r.type_name.clone() } else { format!("{}.{}", r.type_name, r.field) };
+                writeln!(
+                    out,
+                    "{:>8} {:>6.2}%  {:<7} {:<9} {}",
+                    r.samples,
+                    r.percent,
+                    if r.bounces { "yes" } else { "" },
+                    how(r.how),
+                    name
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn how(h: How) -> &'static str {
+    match h {
+        How::Static => "static",
+        How::Register => "register",
+        How::Site => "site",
+        How::SiteOnly => "site-only",
+        How::Region => "region",
+    }
+}
+
+fn print_classify(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
+    let samples = l.samples();
+    let classes = l.classes(v);
+    let rows: Vec<_> = views::classify(&samples, &classes, &l.meta.caches).into_iter().take(v.limit).collect();
+    let l1 = Geometry::level(&l.meta.caches, 1);
+    let crowded = l1.map(|g| views::crowded_sets(&samples, g)).unwrap_or_default();
+    match v.format {
+        Format::Json => {
+            let j = serde_json::json!({
+                "source": l.meta.summary.source,
+                "window_ms": v.window_ms,
+                "caches": l.meta.caches,
+                "crowded_sets": crowded.iter().map(|(s, n)| serde_json::json!({"set": s, "lines": n})).collect::<Vec<_>>(),
+                "rows": rows,
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
+        }
+        Format::Text => {
+            write!(out, "{}", l.header())?;
+            if let Some(g) = l1 {
+                writeln!(out, "# L1d: {} KiB, {} ways, {} sets of {} B lines", g.size >> 10, g.ways, g.sets, g.line)?;
+            }
+            if !crowded.is_empty() {
+                let c: Vec<String> = crowded.iter().map(|(s, n)| format!("{s} ({n} lines)")).collect();
+                writeln!(out, "# crowded L1 sets: {}", c.join(", "))?;
+            }
+            writeln!(out, "{:>8} {:>7}  {:<14} type.field", "samples", "share", "class")?;
+            for r in rows {
+                let name = if r.field.is_empty() { r.type_name.clone() } else { format!("{}.{}", r.type_name, r.field) };
+                let sets = if r.sets.is_empty() { String::new() } else { format!("  sets {:?}", r.sets) };
+                writeln!(out, "{:>8} {:>6.2}%  {:<14} {name}{sets}", r.samples, 100.0 * r.share, r.class.name())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_workingset(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
+    let rows: Vec<_> = views::working_set(&l.samples(), &l.meta.caches).into_iter().take(v.limit).collect();
+    match v.format {
+        Format::Json => {
+            let j = serde_json::json!({"source": l.meta.summary.source, "caches": l.meta.caches, "rows": rows});
+            writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
+        }
+        Format::Text => {
+            write!(out, "{}", l.header())?;
+            let caches: Vec<String> = l.meta.caches.iter().map(|c| format!("L{} {} KiB", c.level, c.size >> 10)).collect();
+            writeln!(out, "# caches: {}", caches.join(", "))?;
+            writeln!(
+                out,
+                "{:>8} {:>8} {:>8} {:>12} {:>8}  {:<24} type",
+                "samples", "objects", "lines", "est. bytes", "L1 lines", "crowded L1 sets"
+            )?;
+            for r in rows {
+                let sets: Vec<String> = r.crowded_sets.iter().map(|s| s.to_string()).collect();
+                writeln!(
+                    out,
+                    "{:>8} {:>8} {:>8} {:>12} {:>8}  {:<24} {}",
+                    r.samples,
+                    r.objects,
+                    r.lines_sampled,
+                    human(r.estimated_bytes),
+                    r.l1_resident_lines,
+                    sets.join(","),
+                    r.type_name
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn human(b: f64) -> String {
+    match b {
+        b if b >= (1u64 << 30) as f64 => format!("{:.1} GiB", b / (1u64 << 30) as f64),
+        b if b >= (1u64 << 20) as f64 => format!("{:.1} MiB", b / (1u64 << 20) as f64),
+        b if b >= 1024.0 => format!("{:.1} KiB", b / 1024.0),
+        b => format!("{b:.0} B"),
+    }
+}
+
+/// `loupe record --data`: access samples (and heap allocations) of a
+/// command and its children, or of every process for --duration seconds.
+pub fn record(a: RecordArgs) -> Result<u8> {
+    let db = a.db.db.clone();
+    std::fs::create_dir_all(&db).with_context(|| format!("cannot create {}", db.display()))?;
+    let stop = crate::collect::stop_flag()?;
+    let freq = a.sampling.freq;
+    let (status, summary) = match a.command.split_first() {
+        Some((cmd, args)) => {
+            if crate::collect::find_command(cmd).is_none() {
+                eprintln!("loupe: command not found: {cmd}");
+                return Ok(127);
+            }
+            let mut child = GatedChild::spawn(cmd, args)?;
+            let mut rec = Recorder::open(&db, Some(child.pid), freq, true)?;
+            eprintln!("loupe: data source: {}", rec.path().describe());
+            // Heap blocks and their allocation sites, so heap samples find their objects.
+            let tracker = match AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()) {
+                Ok(t) => {
+                    for w in &t.warnings {
+                        eprintln!("loupe: allocation tracking: {w}");
+                    }
+                    Some(t)
+                }
+                Err(e) => {
+                    eprintln!("loupe: no allocation tracking ({e}); heap objects are typed only through registers");
+                    None
+                }
+            };
+            child.release()?;
+            let status = loop {
+                rec.pump(Duration::from_millis(50))?;
+                if let Some(s) = child.try_wait()? {
+                    break s;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    // SAFETY: signalling our own child by pid.
+                    unsafe { libc::kill(child.pid, libc::SIGTERM) };
+                }
+            };
+            if let Some(t) = tracker {
+                match t.stop() {
+                    Ok(sum) => eprintln!("loupe: {} allocations, {} frees tracked, {} dropped", sum.allocs, sum.frees, sum.dropped),
+                    Err(e) => eprintln!("loupe: allocation tracking: {e}"),
+                }
+            }
+            (status, rec.finish()?)
+        }
+        None => {
+            let Some(secs) = a.duration else { bail!("give a command after `--`, or --duration SECONDS for every process") };
+            eprintln!("loupe: every process: no allocation tracking (it follows a command's process tree)");
+            let rec = Recorder::open(&db, None, freq, true)?;
+            eprintln!("loupe: data source: {}", rec.path().describe());
+            rec.enable()?;
+            let mut rec = rec;
+            let t0 = Instant::now();
+            while t0.elapsed().as_secs_f64() < secs && !stop.load(Ordering::Relaxed) {
+                rec.pump(Duration::from_millis(50))?;
+            }
+            (0, rec.finish()?)
+        }
+    };
+    report(&summary);
+    Ok(status.clamp(0, 255) as u8)
+}
+
+fn report(s: &Summary) {
+    let pct = if s.samples > 0 { 100.0 * s.with_address as f64 / s.samples as f64 } else { 0.0 };
+    eprintln!(
+        "loupe: {} samples, {} ({pct:.1}%) at memory-referencing instructions with an exact address, {} lost",
+        s.samples, s.with_address, s.lost
+    );
+}

@@ -1,0 +1,136 @@
+//! `loupe record --data` and `loupe data` on workloads whose answer is
+//! known by construction (testdata/workloads/dataprof.c): the data each
+//! mode hammers, its type and fields, and the kind of miss it causes.
+
+mod util;
+
+use serde_json::Value;
+use std::path::Path;
+use util::*;
+
+/// Records `mode` of a dataprof binary; returns the address range it printed.
+fn record(db: &Path, exe: &str, mode: &str, freq: &str) -> (u64, u64) {
+    let bin = workloads().join(exe);
+    let out = run_ok(loupe().args(["record", "--data", "--freq", freq, "--db"]).arg(db).arg("--").arg(&bin).args([mode, "1.5"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("range ")).expect("workload prints its range");
+    let mut f = line.split_whitespace().skip(1);
+    let base = u64::from_str_radix(f.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+    (base, f.next().unwrap().parse().unwrap())
+}
+
+fn view(db: &Path, which: &str) -> Value {
+    json(&run_ok(loupe().args(["data", which, "--format", "json", "--limit", "1000", "--db"]).arg(db)))
+}
+
+fn rows(v: &Value) -> Vec<(String, String, String)> {
+    v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["type"].as_str().unwrap().to_string(),
+                r["field"].as_str().unwrap().to_string(),
+                r["class"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn has(rows: &[(String, String, String)], t: &str, f: &str, c: &str) -> bool {
+    rows.iter().any(|r| r.0 == t && r.1 == f && r.2 == c)
+}
+
+#[test]
+fn sampled_addresses_lie_in_the_array_the_workload_walks() {
+    // Checks that at least 90% of exact data addresses fall inside the 128 MiB node array the workload prints, and that they resolve to struct node.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    let db = tempfile::tempdir().unwrap();
+    let (base, size) = record(db.path(), "dataprof", "capacity", "4000");
+    let recs = loupe_dataprof::log::read(db.path()).unwrap();
+    let with: Vec<_> = recs.iter().filter(|r| r.has_addr()).collect();
+    let inside = with.iter().filter(|r| r.addr >= base && r.addr < base + size).count();
+    assert!(with.len() >= 200, "only {} samples with an address", with.len());
+    assert!(inside * 10 >= with.len() * 9, "{inside} of {} addresses inside [{base:#x}, +{size})", with.len());
+    let p = view(db.path(), "profile");
+    assert_eq!(p["rows"][0]["type"], "struct node", "{p}");
+}
+
+#[test]
+fn false_sharing_of_two_fields_disappears_when_padded() {
+    // Checks two threads writing fields a and b of one struct counters: both fields top the profile and are false sharing; padded apart, no sharing at all.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    let db = tempfile::tempdir().unwrap();
+    record(db.path(), "dataprof", "falseshare", "2000");
+    let p = view(db.path(), "profile");
+    let top: Vec<(String, String)> = p["rows"].as_array().unwrap()[..2]
+        .iter()
+        .map(|r| (r["type"].as_str().unwrap().into(), r["field"].as_str().unwrap().into()))
+        .collect();
+    assert!(top.contains(&("struct counters".into(), "a".into())) && top.contains(&("struct counters".into(), "b".into())), "{p}");
+    assert!(p["rows"][0]["bounces"].as_bool().unwrap(), "{p}");
+    let c = rows(&view(db.path(), "classify"));
+    assert_eq!((c[0].0.as_str(), c[0].2.as_str()), ("struct counters", "false_sharing"), "{c:?}");
+    assert!(has(&c, "struct counters", "a", "false_sharing") && has(&c, "struct counters", "b", "false_sharing"), "{c:?}");
+    assert!(!has(&c, "struct counters", "a", "true_sharing") && !has(&c, "struct counters", "b", "true_sharing"), "{c:?}");
+
+    let padded = tempfile::tempdir().unwrap();
+    record(padded.path(), "dataprof-padded", "falseshare", "2000");
+    let c = rows(&view(padded.path(), "classify"));
+    assert!(!c.iter().any(|r| r.0 == "struct counters"), "padded fields still classified: {c:?}");
+}
+
+#[test]
+fn one_field_written_by_two_threads_is_true_sharing() {
+    // Checks two threads writing the same field a: true sharing first, and never false sharing of struct counters.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    let db = tempfile::tempdir().unwrap();
+    record(db.path(), "dataprof", "trueshare", "2000");
+    let c = rows(&view(db.path(), "classify"));
+    assert_eq!(c[0], ("struct counters".into(), "a".into(), "true_sharing".into()), "{c:?}");
+    assert!(!c.iter().any(|r| r.0 == "struct counters" && r.2 == "false_sharing"), "{c:?}");
+}
+
+#[test]
+fn slots_four_kib_apart_are_conflict_in_their_set() {
+    // Checks 24 struct slots 4 KiB apart: conflict misses of struct slot.v, in the one L1 set their address gives.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    let db = tempfile::tempdir().unwrap();
+    let (base, _) = record(db.path(), "dataprof", "conflict", "2000");
+    let v = view(db.path(), "classify");
+    let c = rows(&v);
+    assert_eq!(c[0], ("struct slot".into(), "v".into(), "conflict".into()), "{c:?}");
+    let l1 = v["caches"].as_array().unwrap().iter().find(|g| g["level"] == 1).unwrap();
+    let want = (base / l1["line"].as_u64().unwrap()) % l1["sets"].as_u64().unwrap();
+    assert_eq!(v["rows"][0]["sets"], serde_json::json!([want]), "{v}");
+    assert_eq!(v["crowded_sets"][0]["set"], want, "{v}");
+    assert_eq!(v["crowded_sets"][0]["lines"], 24, "{v}");
+}
+
+#[test]
+fn array_larger_than_the_llc_is_capacity_of_its_type() {
+    // Checks random visits to a 128 MiB array of struct node (LLC 32 MiB here): capacity, with struct node the dominant type.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    let db = tempfile::tempdir().unwrap();
+    record(db.path(), "dataprof", "capacity", "2000");
+    let c = rows(&view(db.path(), "classify"));
+    assert_eq!((c[0].0.as_str(), c[0].2.as_str()), ("struct node", "capacity"), "{c:?}");
+    let ws = view(db.path(), "workingset");
+    assert_eq!(ws["rows"][0]["type"], "struct node", "{ws}");
+}

@@ -1,0 +1,221 @@
+//! Each access sample's address to a data type and field (DProf §4.2):
+//! (a) statics from the image's DWARF or symbols, (c) the type of the
+//! pointer the instruction dereferences (DWARF location of its base
+//! register at that instruction), (b) heap blocks from the allocation log,
+//! grouped by allocation site when no type is found — never dropped.
+//! Loading images and maps is IO; [`infer_site_types`] is pure.
+
+use crate::log::{self, AccessRecord};
+use crate::maps::{self, Mapping, Region};
+use crate::types::{ImageTypes, Typed};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// How a sample's type was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum How {
+    /// A static variable's DWARF type (or its ELF symbol).
+    Static,
+    /// The DWARF type of the variable in the base register at the instruction.
+    Register,
+    /// The type other samples found for objects from the same allocation site.
+    Site,
+    /// No type: grouped by allocation site.
+    SiteOnly,
+    /// No type and no allocation: grouped by memory region.
+    Region,
+}
+
+impl How {
+    pub fn typed(self) -> bool {
+        matches!(self, How::Static | How::Register | How::Site)
+    }
+}
+
+/// A heap block holding an address, as the allocation log tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeapBlock {
+    pub base: u64,
+    pub size: u64,
+    /// The allocation site, named (`make_node (list.c:42)`).
+    pub site: String,
+}
+
+/// The allocation index as the resolver needs it (the `objects` crate's
+/// `AllocationIndex` in practice).
+pub trait Heap {
+    fn block(&mut self, pid: u32, addr: u64, time_ns: u64) -> Option<HeapBlock>;
+}
+
+/// No allocation log.
+pub struct NoHeap;
+
+impl Heap for NoHeap {
+    fn block(&mut self, _: u32, _: u64, _: u64) -> Option<HeapBlock> {
+        None
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    pub type_name: String,
+    pub field: String,
+    pub how: How,
+    /// Start and size of the object (or array element) the address is in, when known.
+    pub object: Option<(u64, u64)>,
+    /// Offset inside the object.
+    pub offset: u64,
+    pub site: Option<String>,
+}
+
+pub struct Resolver<H: Heap> {
+    maps: HashMap<u32, Vec<Mapping>>,
+    images: HashMap<String, Option<ImageTypes>>,
+    heap: H,
+    /// (image, vaddr of instruction, register, offset) -> result of (c).
+    pointee_cache: HashMap<(String, u64, u16, i64), Option<Typed>>,
+}
+
+impl<H: Heap> Resolver<H> {
+    /// Reads the process maps saved with the access log.
+    pub fn new(db: &Path, heap: H) -> Resolver<H> {
+        let mut maps = HashMap::new();
+        if let Ok(dir) = std::fs::read_dir(log::data_dir(db).join("maps")) {
+            for e in dir.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+                if let Ok(text) = std::fs::read_to_string(e.path()) {
+                    maps.insert(pid, maps::parse(&text));
+                }
+            }
+        }
+        Resolver { maps, images: HashMap::new(), heap, pointee_cache: HashMap::new() }
+    }
+
+    /// Images whose DWARF or symbols could not be read: (path, why).
+    pub fn unreadable(&self) -> Vec<String> {
+        self.images.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| k.clone()).collect()
+    }
+
+    fn image(&mut self, path: &str) -> Option<&ImageTypes> {
+        self.images.entry(path.to_string()).or_insert_with(|| ImageTypes::load(Path::new(path)).ok()).as_ref()
+    }
+
+    pub fn resolve(&mut self, r: &AccessRecord) -> Resolved {
+        let maps = self.maps.get(&r.pid).cloned().unwrap_or_default();
+        let region = maps::region(&maps, r.addr);
+        if let Some(t) = self.static_at(&region, r.addr) {
+            let object = Some((r.addr - t.offset, t.size));
+            return Resolved { type_name: t.type_name, field: t.field, how: How::Static, object, offset: t.offset, site: None };
+        }
+        let block = self.heap.block(r.pid, r.addr, r.time);
+        if let Some(t) = self.pointee(&maps, r) {
+            let object = block.as_ref().map(|b| (b.base, b.size)).or(Some((r.addr - t.offset, t.size)));
+            return Resolved {
+                type_name: t.type_name,
+                field: t.field,
+                how: How::Register,
+                object,
+                offset: t.offset,
+                site: block.map(|b| b.site),
+            };
+        }
+        if let Some(b) = block {
+            let offset = r.addr - b.base;
+            return Resolved {
+                type_name: format!("[heap from {}]", b.site),
+                field: String::new(),
+                how: How::SiteOnly,
+                object: Some((b.base, b.size)),
+                offset,
+                site: Some(b.site),
+            };
+        }
+        let name = match region {
+            Region::Heap => "[heap]".to_string(),
+            Region::Stack => "[stack]".to_string(),
+            Region::Anon => "[anonymous memory]".to_string(),
+            Region::Unmapped => "[unmapped]".to_string(),
+            Region::Image { path, .. } | Region::Bss { path, .. } => format!("[data of {}]", path.rsplit('/').next().unwrap_or(path)),
+        };
+        Resolved { type_name: name, field: String::new(), how: How::Region, object: None, offset: 0, site: None }
+    }
+
+    fn static_at(&mut self, region: &Region, addr: u64) -> Option<Typed> {
+        let (path, vaddr) = match region {
+            Region::Image { path, file_offset } => {
+                let t = self.image(path)?;
+                (path.to_string(), t.vaddr_of(*file_offset)?)
+            }
+            Region::Bss { path, last, .. } => {
+                let t = self.image(path)?;
+                (path.to_string(), t.vaddr_of(last.offset)? + (addr - last.start))
+            }
+            _ => return None,
+        };
+        self.image(&path)?.static_at(vaddr)
+    }
+
+    fn pointee(&mut self, maps: &[Mapping], r: &AccessRecord) -> Option<Typed> {
+        let reg = r.base?;
+        let Region::Image { path, file_offset } = maps::region(maps, r.insn()) else { return None };
+        let path = path.to_string();
+        let key = (path.clone(), file_offset, reg, r.base_offset);
+        if let Some(c) = self.pointee_cache.get(&key) {
+            return c.clone();
+        }
+        let found = self.image(&path).and_then(|t| t.pointee_at(t.vaddr_of(file_offset)?, reg, r.base_offset));
+        self.pointee_cache.insert(key, found.clone());
+        found
+    }
+}
+
+/// Heap samples with no type of their own take the type other samples
+/// found for objects of the same allocation site (the most common one),
+/// and the field those samples saw at the same offset.
+pub fn infer_site_types(rs: &mut [Resolved]) {
+    let mut by_site: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
+    let mut fields: HashMap<(String, String, u64), String> = HashMap::new();
+    for r in rs.iter().filter(|r| r.how == How::Register) {
+        if let Some(s) = &r.site {
+            *by_site.entry(s.as_str()).or_default().entry(r.type_name.as_str()).or_default() += 1;
+            fields.insert((s.clone(), r.type_name.clone(), r.offset), r.field.clone());
+        }
+    }
+    let best: HashMap<String, String> = by_site
+        .into_iter()
+        .filter_map(|(s, counts)| Some((s.to_string(), counts.into_iter().max_by_key(|&(t, n)| (n, std::cmp::Reverse(t)))?.0.to_string())))
+        .collect();
+    for r in rs.iter_mut().filter(|r| r.how == How::SiteOnly) {
+        let Some(site) = &r.site else { continue };
+        if let Some(t) = best.get(site) {
+            r.field = fields.get(&(site.clone(), t.clone(), r.offset)).cloned().unwrap_or_default();
+            r.type_name = t.clone();
+            r.how = How::Site;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(t: &str, how: How, site: Option<&str>, offset: u64, field: &str) -> Resolved {
+        Resolved { type_name: t.into(), field: field.into(), how, object: None, offset, site: site.map(String::from) }
+    }
+
+    #[test]
+    fn untyped_heap_samples_take_their_sites_type() {
+        // Checks a site-only sample adopts the majority type of its site with the field seen at its offset; other sites stay untyped.
+        let mut rs = vec![
+            res("struct node", How::Register, Some("make_node"), 8, "next"),
+            res("struct node", How::Register, Some("make_node"), 0, "key"),
+            res("long", How::Register, Some("make_node"), 0, ""),
+            res("[heap from make_node]", How::SiteOnly, Some("make_node"), 8, ""),
+            res("[heap from other]", How::SiteOnly, Some("other"), 0, ""),
+        ];
+        infer_site_types(&mut rs);
+        assert_eq!((rs[3].type_name.as_str(), rs[3].field.as_str(), rs[3].how), ("struct node", "next", How::Site));
+        assert_eq!(rs[4].how, How::SiteOnly);
+    }
+}

@@ -1,0 +1,501 @@
+//! Address to data type from an image's DWARF (DProf §4.2 a and c):
+//! statics by their `DW_OP_addr` location (or, without DWARF, the ELF
+//! object symbol), and the object a register points to from the DWARF
+//! location of the variable held in that register at the instruction, as
+//! perf's data-type profiling does. Types are named as in the source
+//! (`struct counters`, a typedef's name) and fields found by offset.
+
+use anyhow::{Context, Result};
+use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
+use object::{Object, ObjectSegment, ObjectSymbol};
+use std::path::Path;
+
+type R = EndianSlice<'static, RunTimeEndian>;
+
+/// A type and the field at an offset inside it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Typed {
+    pub type_name: String,
+    /// Dotted member path (`inner.x`); empty for scalars.
+    pub field: String,
+    /// Offset of the address inside the object (its element, for arrays).
+    pub offset: u64,
+    /// Size of one object of the type (for arrays: of one element).
+    pub size: u64,
+}
+
+struct Global {
+    addr: u64,
+    size: u64,
+    unit: usize,
+    ty: Option<UnitOffset>,
+    name: String,
+}
+
+struct Func {
+    low: u64,
+    high: u64,
+    unit: usize,
+    die: UnitOffset,
+}
+
+struct Load {
+    vaddr: u64,
+    offset: u64,
+    filesz: u64,
+}
+
+pub struct ImageTypes {
+    dwarf: gimli::Dwarf<R>,
+    units: Vec<gimli::Unit<R>>,
+    globals: Vec<Global>,
+    funcs: Vec<Func>,
+    loads: Vec<Load>,
+    pub has_dwarf: bool,
+}
+
+impl ImageTypes {
+    pub fn load(path: &Path) -> Result<ImageTypes> {
+        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        // Lives as long as the analysis command: the DWARF readers borrow it.
+        let data: &'static [u8] = Box::leak(data.into_boxed_slice());
+        let file = object::File::parse(data).with_context(|| format!("{}: not an ELF file", path.display()))?;
+        let endian = if file.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
+        let load_section = |id: gimli::SectionId| -> Result<R, gimli::Error> {
+            let bytes = match object::ObjectSection::uncompressed_data(&match file.section_by_name(id.name()) {
+                Some(s) => s,
+                None => return Ok(EndianSlice::new(&[], endian)),
+            }) {
+                Ok(b) => b,
+                Err(_) => return Ok(EndianSlice::new(&[], endian)),
+            };
+            let bytes: &'static [u8] = match bytes {
+                std::borrow::Cow::Borrowed(b) => b,
+                std::borrow::Cow::Owned(v) => Box::leak(v.into_boxed_slice()),
+            };
+            Ok(EndianSlice::new(bytes, endian))
+        };
+        let dwarf = gimli::Dwarf::load(load_section)?;
+        let loads = file
+            .segments()
+            .map(|s| {
+                let (offset, filesz) = s.file_range();
+                Load { vaddr: s.address(), offset, filesz }
+            })
+            .collect();
+        let mut t = ImageTypes { dwarf, units: Vec::new(), globals: Vec::new(), funcs: Vec::new(), loads, has_dwarf: false };
+        t.index()?;
+        t.has_dwarf = !t.units.is_empty();
+        t.add_symbols(&file);
+        t.globals.sort_by_key(|g| g.addr);
+        t.funcs.sort_by_key(|f| f.low);
+        Ok(t)
+    }
+
+    /// ELF virtual address of a file offset inside a loaded segment (or
+    /// its page-aligned start).
+    pub fn vaddr_of(&self, file_offset: u64) -> Option<u64> {
+        self.loads
+            .iter()
+            .find(|l| (l.offset & !0xfff) <= file_offset && file_offset < l.offset + l.filesz.max(1))
+            .map(|l| (l.vaddr + file_offset).wrapping_sub(l.offset))
+    }
+
+    fn index(&mut self) -> Result<()> {
+        let mut headers = self.dwarf.units();
+        while let Some(h) = headers.next()? {
+            let unit = self.dwarf.unit(h)?;
+            let ui = self.units.len();
+            let mut entries = unit.entries();
+            while let Some((_, e)) = entries.next_dfs()? {
+                match e.tag() {
+                    gimli::DW_TAG_subprogram => {
+                        if let Ok(mut ranges) = self.dwarf.die_ranges(&unit, e) {
+                            while let Ok(Some(r)) = ranges.next() {
+                                if r.begin < r.end {
+                                    self.funcs.push(Func { low: r.begin, high: r.end, unit: ui, die: e.offset() });
+                                }
+                            }
+                        }
+                    }
+                    gimli::DW_TAG_variable => {
+                        if let Some(g) = self.global(&unit, ui, e) {
+                            self.globals.push(g);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.units.push(unit);
+        }
+        Ok(())
+    }
+
+    fn global(&self, unit: &gimli::Unit<R>, ui: usize, e: &gimli::DebuggingInformationEntry<R>) -> Option<Global> {
+        let AttributeValue::Exprloc(expr) = e.attr_value(gimli::DW_AT_location).ok()?? else { return None };
+        let mut ops = expr.operations(unit.encoding());
+        let gimli::Operation::Address { address } = ops.next().ok()?? else { return None };
+        // C++ static members and definitions of declared variables keep name and type on the declaration.
+        let decl = match e.attr_value(gimli::DW_AT_specification).ok()? {
+            Some(AttributeValue::UnitRef(o)) => unit.entry(o).ok(),
+            _ => None,
+        };
+        let from = |a| e.attr_value(a).ok().flatten().or_else(|| decl.as_ref().and_then(|d| d.attr_value(a).ok().flatten()));
+        let ty = match from(gimli::DW_AT_type) {
+            Some(AttributeValue::UnitRef(o)) => Some(o),
+            _ => None,
+        };
+        let name = from(gimli::DW_AT_name).and_then(|v| self.dwarf.attr_string(unit, v).ok()).map(|s| s.to_string_lossy().into_owned());
+        let size = ty.map_or(0, |t| self.size_of(ui, unit, t));
+        Some(Global { addr: address, size: size.max(1), unit: ui, ty, name: name.unwrap_or_else(|| "?".into()) })
+    }
+
+    /// Object symbols no DWARF variable covers: named, untyped.
+    fn add_symbols(&mut self, file: &object::File) {
+        let mut known: Vec<(u64, u64)> = self.globals.iter().map(|g| (g.addr, g.addr + g.size)).collect();
+        known.sort();
+        for s in file.symbols() {
+            if s.kind() != object::SymbolKind::Data || s.size() == 0 {
+                continue;
+            }
+            let a = s.address();
+            let covered = known.partition_point(|&(start, _)| start <= a).checked_sub(1).is_some_and(|i| a < known[i].1);
+            if !covered {
+                let name = s.name().unwrap_or("?").to_string();
+                self.globals.push(Global { addr: a, size: s.size(), unit: usize::MAX, ty: None, name });
+            }
+        }
+    }
+
+    /// The static variable at `vaddr`: its type (an array's element type)
+    /// and field. Scalars and untyped symbols are named `TYPE NAME`.
+    pub fn static_at(&self, vaddr: u64) -> Option<Typed> {
+        let i = self.globals.partition_point(|g| g.addr <= vaddr).checked_sub(1)?;
+        let g = &self.globals[i];
+        if vaddr - g.addr >= g.size {
+            return None;
+        }
+        let off = vaddr - g.addr;
+        let Some(ty) = g.ty else {
+            return Some(Typed { type_name: format!("[symbol {}]", g.name), field: String::new(), offset: off, size: g.size });
+        };
+        let unit = &self.units[g.unit];
+        let (elem, elem_off) = self.element(g.unit, unit, ty, off);
+        if self.is_aggregate(unit, elem) {
+            Some(self.typed(g.unit, unit, elem, elem_off))
+        } else {
+            let size = self.size_of(g.unit, unit, elem).max(1);
+            Some(Typed { type_name: format!("{} {}", self.name_of(unit, ty), g.name), field: String::new(), offset: elem_off, size })
+        }
+    }
+
+    /// The type of what register `reg` (DWARF number) points to at `pc`,
+    /// and the field at `offset` from it: the variable whose location at
+    /// `pc` is that register and whose type is a pointer; or the variable
+    /// stored in memory at `reg + k` that covers `offset`.
+    pub fn pointee_at(&self, pc: u64, reg: u16, offset: i64) -> Option<Typed> {
+        let end = self.funcs.partition_point(|f| f.low <= pc);
+        for f in self.funcs[..end].iter().rev().filter(|f| pc < f.high) {
+            let unit = &self.units[f.unit];
+            if let Some(t) = self.search_function(f.unit, unit, f.die, pc, reg, offset) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    fn search_function(&self, ui: usize, unit: &gimli::Unit<R>, die: UnitOffset, pc: u64, reg: u16, offset: i64) -> Option<Typed> {
+        let mut tree = unit.entries_tree(Some(die)).ok()?;
+        let root = tree.root().ok()?;
+        self.search_subtree(ui, unit, root, pc, reg, offset)
+    }
+
+    /// Depth-first over a scope's variables, parameters, blocks and inlined calls.
+    fn search_subtree(
+        &self,
+        ui: usize,
+        unit: &gimli::Unit<R>,
+        node: gimli::EntriesTreeNode<R>,
+        pc: u64,
+        reg: u16,
+        offset: i64,
+    ) -> Option<Typed> {
+        let mut it = node.children();
+        let mut nested = Vec::new();
+        while let Ok(Some(child)) = it.next() {
+            let e = child.entry();
+            match e.tag() {
+                gimli::DW_TAG_variable | gimli::DW_TAG_formal_parameter => {
+                    if let Some(t) = self.match_variable(ui, unit, e, pc, reg, offset) {
+                        return Some(t);
+                    }
+                }
+                gimli::DW_TAG_lexical_block | gimli::DW_TAG_inlined_subroutine => nested.push(e.offset()),
+                _ => {}
+            }
+        }
+        for c in nested {
+            let mut t = unit.entries_tree(Some(c)).ok()?;
+            let r = t.root().ok()?;
+            if let Some(x) = self.search_subtree(ui, unit, r, pc, reg, offset) {
+                return Some(x);
+            }
+        }
+        None
+    }
+
+    fn match_variable(
+        &self,
+        ui: usize,
+        unit: &gimli::Unit<R>,
+        e: &gimli::DebuggingInformationEntry<R>,
+        pc: u64,
+        reg: u16,
+        offset: i64,
+    ) -> Option<Typed> {
+        let loc = e.attr_value(gimli::DW_AT_location).ok()??;
+        let expr = match loc {
+            AttributeValue::Exprloc(x) => x,
+            other => {
+                let mut list = self.dwarf.attr_locations(unit, other).ok()??;
+                let mut hit = None;
+                while let Ok(Some(l)) = list.next() {
+                    if l.range.begin <= pc && pc < l.range.end {
+                        hit = Some(l.data);
+                        break;
+                    }
+                }
+                hit?
+            }
+        };
+        let mut ops = expr.operations(unit.encoding());
+        let first = ops.next().ok()??;
+        let only = matches!(ops.next(), Ok(None));
+        let ty = self.var_type(unit, e)?;
+        match first {
+            // The variable's value is in the register: a pointer to the object.
+            gimli::Operation::Register { register } if register.0 == reg && only => {
+                let pointee = self.pointee(unit, ty)?;
+                let size = self.size_of(ui, unit, pointee).max(1) as i64;
+                if offset < 0 {
+                    return None;
+                }
+                Some(self.typed(ui, unit, pointee, (offset % size) as u64))
+            }
+            // The variable itself lives at register + k (a stack local).
+            gimli::Operation::RegisterOffset { register, offset: k, .. } if register.0 == reg && only => {
+                let size = self.size_of(ui, unit, ty) as i64;
+                let off = offset - k;
+                if off < 0 || off >= size {
+                    return None;
+                }
+                let (elem, elem_off) = self.element(ui, unit, ty, off as u64);
+                Some(self.typed(ui, unit, elem, elem_off))
+            }
+            _ => None,
+        }
+    }
+
+    /// A variable's type, through DW_AT_abstract_origin for inlined copies.
+    fn var_type(&self, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Option<UnitOffset> {
+        match e.attr_value(gimli::DW_AT_type).ok()? {
+            Some(AttributeValue::UnitRef(o)) => Some(o),
+            _ => match e.attr_value(gimli::DW_AT_abstract_origin).ok()? {
+                Some(AttributeValue::UnitRef(o)) => {
+                    let origin = unit.entry(o).ok()?;
+                    self.var_type(unit, &origin)
+                }
+                _ => None,
+            },
+        }
+    }
+
+    fn type_ref(unit: &gimli::Unit<R>, t: UnitOffset) -> Option<UnitOffset> {
+        match unit.entry(t).ok()?.attr_value(gimli::DW_AT_type).ok()? {
+            Some(AttributeValue::UnitRef(o)) => Some(o),
+            _ => None,
+        }
+    }
+
+    fn tag(unit: &gimli::Unit<R>, t: UnitOffset) -> Option<gimli::DwTag> {
+        unit.entry(t).ok().map(|e| e.tag())
+    }
+
+    /// Through typedefs and qualifiers.
+    fn strip(&self, unit: &gimli::Unit<R>, mut t: UnitOffset) -> UnitOffset {
+        for _ in 0..16 {
+            match Self::tag(unit, t) {
+                Some(
+                    gimli::DW_TAG_typedef
+                    | gimli::DW_TAG_const_type
+                    | gimli::DW_TAG_volatile_type
+                    | gimli::DW_TAG_restrict_type
+                    | gimli::DW_TAG_atomic_type,
+                ) => match Self::type_ref(unit, t) {
+                    Some(n) => t = n,
+                    None => return t,
+                },
+                _ => return t,
+            }
+        }
+        t
+    }
+
+    /// Through qualifiers only (a typedef names the type as written).
+    fn unqualify(&self, unit: &gimli::Unit<R>, mut t: UnitOffset) -> UnitOffset {
+        while let Some(gimli::DW_TAG_const_type | gimli::DW_TAG_volatile_type | gimli::DW_TAG_restrict_type | gimli::DW_TAG_atomic_type) =
+            Self::tag(unit, t)
+        {
+            match Self::type_ref(unit, t) {
+                Some(n) => t = n,
+                None => break,
+            }
+        }
+        t
+    }
+
+    fn pointee(&self, unit: &gimli::Unit<R>, t: UnitOffset) -> Option<UnitOffset> {
+        let s = self.strip(unit, t);
+        match Self::tag(unit, s)? {
+            gimli::DW_TAG_pointer_type | gimli::DW_TAG_reference_type | gimli::DW_TAG_rvalue_reference_type => {
+                Self::type_ref(unit, s).map(|p| self.unqualify(unit, p))
+            }
+            _ => None,
+        }
+    }
+
+    fn is_aggregate(&self, unit: &gimli::Unit<R>, t: UnitOffset) -> bool {
+        matches!(
+            Self::tag(unit, self.strip(unit, t)),
+            Some(gimli::DW_TAG_structure_type | gimli::DW_TAG_union_type | gimli::DW_TAG_class_type)
+        )
+    }
+
+    /// For arrays (possibly nested): the element type and the offset in it.
+    fn element(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset, off: u64) -> (UnitOffset, u64) {
+        let mut t = self.unqualify(unit, t);
+        let mut off = off;
+        for _ in 0..8 {
+            let s = self.strip(unit, t);
+            if Self::tag(unit, s) != Some(gimli::DW_TAG_array_type) {
+                break;
+            }
+            let Some(elem) = Self::type_ref(unit, s) else { break };
+            let esize = self.size_of(ui, unit, elem).max(1);
+            off %= esize;
+            t = self.unqualify(unit, elem);
+        }
+        (t, off)
+    }
+
+    fn typed(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset, off: u64) -> Typed {
+        Typed { type_name: self.name_of(unit, t), field: self.field_at(ui, unit, t, off, 0), offset: off, size: self.size_of(ui, unit, t) }
+    }
+
+    fn name_str(&self, unit: &gimli::Unit<R>, t: UnitOffset) -> Option<String> {
+        let e = unit.entry(t).ok()?;
+        let v = e.attr_value(gimli::DW_AT_name).ok()??;
+        Some(self.dwarf.attr_string(unit, v).ok()?.to_string_lossy().into_owned())
+    }
+
+    /// The type as the source writes it.
+    pub(crate) fn name_of(&self, unit: &gimli::Unit<R>, t: UnitOffset) -> String {
+        let t = self.unqualify(unit, t);
+        let name = self.name_str(unit, t);
+        match Self::tag(unit, t) {
+            Some(gimli::DW_TAG_structure_type) => format!("struct {}", name.as_deref().unwrap_or("<anonymous>")),
+            Some(gimli::DW_TAG_union_type) => format!("union {}", name.as_deref().unwrap_or("<anonymous>")),
+            Some(gimli::DW_TAG_class_type) => format!("class {}", name.as_deref().unwrap_or("<anonymous>")),
+            Some(gimli::DW_TAG_enumeration_type) => format!("enum {}", name.as_deref().unwrap_or("<anonymous>")),
+            Some(gimli::DW_TAG_pointer_type) => match Self::type_ref(unit, t) {
+                Some(p) => format!("{} *", self.name_of(unit, p)),
+                None => "void *".into(),
+            },
+            Some(gimli::DW_TAG_array_type) => match Self::type_ref(unit, t) {
+                Some(p) => format!("{} []", self.name_of(unit, p)),
+                None => "[]".into(),
+            },
+            _ => name.unwrap_or_else(|| "?".into()),
+        }
+    }
+
+    fn field_at(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset, off: u64, depth: u32) -> String {
+        let s = self.strip(unit, t);
+        if depth > 6 || !self.is_aggregate(unit, s) {
+            return String::new();
+        }
+        let Ok(mut tree) = unit.entries_tree(Some(s)) else { return String::new() };
+        let Ok(root) = tree.root() else { return String::new() };
+        let mut it = root.children();
+        while let Ok(Some(child)) = it.next() {
+            let m = child.entry();
+            if m.tag() != gimli::DW_TAG_member {
+                continue;
+            }
+            let loc = m.attr_value(gimli::DW_AT_data_member_location).ok().flatten().and_then(|v| v.udata_value()).unwrap_or(0);
+            let Some(AttributeValue::UnitRef(mt)) = m.attr_value(gimli::DW_AT_type).ok().flatten() else { continue };
+            let size = self.size_of(ui, unit, mt);
+            if loc <= off && off < loc + size.max(1) {
+                let name = self.name_str(unit, m.offset()).unwrap_or_else(|| "<anonymous>".into());
+                let (elem, eoff) = self.element(ui, unit, mt, off - loc);
+                let inner = self.field_at(ui, unit, elem, eoff, depth + 1);
+                return if inner.is_empty() {
+                    name
+                } else if name == "<anonymous>" {
+                    inner
+                } else {
+                    format!("{name}.{inner}")
+                };
+            }
+        }
+        String::new()
+    }
+
+    fn size_of(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset) -> u64 {
+        let _ = ui;
+        let mut t = t;
+        for _ in 0..16 {
+            let Ok(e) = unit.entry(t) else { return 0 };
+            if let Some(n) = e.attr_value(gimli::DW_AT_byte_size).ok().flatten().and_then(|v| v.udata_value()) {
+                return n;
+            }
+            match e.tag() {
+                gimli::DW_TAG_pointer_type | gimli::DW_TAG_reference_type | gimli::DW_TAG_rvalue_reference_type => return 8,
+                gimli::DW_TAG_array_type => {
+                    let Some(elem) = Self::type_ref(unit, t) else { return 0 };
+                    return self.size_of(ui, unit, elem) * self.array_count(unit, t);
+                }
+                _ => match Self::type_ref(unit, t) {
+                    Some(n) => t = n,
+                    None => return 0,
+                },
+            }
+        }
+        0
+    }
+
+    fn array_count(&self, unit: &gimli::Unit<R>, t: UnitOffset) -> u64 {
+        let Ok(mut tree) = unit.entries_tree(Some(t)) else { return 0 };
+        let Ok(root) = tree.root() else { return 0 };
+        let mut it = root.children();
+        let mut count = 1u64;
+        let mut any = false;
+        while let Ok(Some(child)) = it.next() {
+            let e = child.entry();
+            if e.tag() != gimli::DW_TAG_subrange_type {
+                continue;
+            }
+            let n = match e.attr_value(gimli::DW_AT_count).ok().flatten().and_then(|v| v.udata_value()) {
+                Some(n) => n,
+                None => e.attr_value(gimli::DW_AT_upper_bound).ok().flatten().and_then(|v| v.udata_value()).map_or(0, |u| u + 1),
+            };
+            count = count.saturating_mul(n);
+            any = true;
+        }
+        if any {
+            count
+        } else {
+            0
+        }
+    }
+}

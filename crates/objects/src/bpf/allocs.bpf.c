@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Heap allocation tracking (DProf §4.2 b): uprobes on the C library's
+ * allocator and the C++ runtime's operator new/delete, for one process tree.
+ *
+ *   allocator entry  -> pending[thread] = (function, size, caller), or depth++
+ *                       when already inside an allocator (operator new calls malloc)
+ *   allocator return -> depth--; at depth 0 an alloc event (and a free of the old
+ *                       block for a realloc that returned a block)
+ *   free entry       -> a free event, unless inside operator delete (which frees once)
+ *
+ * Events go through a ring buffer in exactly the allocation log's record layout
+ * (crates/objects/src/log.rs), so user space appends them unchanged. Times are
+ * bpf_ktime_get_ns, i.e. CLOCK_MONOTONIC. Children are followed from the
+ * sched_process_fork raw tracepoint (CO-RE read of the child's tgid).
+ */
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <asm/ptrace.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Only the fields read here; CO-RE relocates them against the running kernel's BTF. */
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+enum { KIND_ALLOC = 1, KIND_FREE = 2 };
+enum { F_MALLOC = 1, F_CALLOC = 2, F_REALLOC = 3, F_NEW = 4, F_NEW_ARRAY = 5, F_ALIGNED = 6,
+       F_FREE = 7, F_DELETE = 8, F_DELETE_ARRAY = 9, F_POSIX_MEMALIGN = 100 };
+
+/* The log record (48 bytes), see log.rs. */
+struct event {
+	__u16 kind;
+	__u16 func;
+	__u32 pid;
+	__u32 tid;
+	__u32 payload_len;
+	__u64 time_ns;
+	__u64 base;
+	__u64 size;
+	__u64 site;
+};
+
+struct pending {
+	__u64 size;
+	__u64 site;
+	__u64 old; /* realloc: the block passed in; posix_memalign: where the pointer goes */
+	__u32 func;
+	__u32 depth;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} tracked SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid */
+	__type(value, struct pending);
+} pendings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* tid inside operator delete */
+	__type(value, __u32);
+} deleting SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} events SEC(".maps");
+
+/* Events the ring buffer had no room for. */
+__u64 dropped = 0;
+
+/*
+ * Object access histories (DProf §4.3): user space sets `want` when it is
+ * ready to watch one more object; the first allocation that matches the
+ * selection takes it (compare-and-swap), reports itself (EV_ARMED) and stops
+ * its process with SIGSTOP before the allocator returns to user code, so
+ * user space can set the hardware breakpoints before the object's first
+ * use; user space sends SIGCONT. Its free reports EV_UNWATCHED. Both carry
+ * the CPU in the payload_len slot (they never reach the log).
+ */
+enum { EV_ARMED = 4, EV_UNWATCHED = 5 };
+#define SIGSTOP 19
+
+struct arm_cfg {
+	__u64 size;    /* 0: any */
+	__u64 site_lo; /* site range [lo, hi); hi 0: any */
+	__u64 site_hi;
+	__u64 base;    /* the object being watched, 0: none */
+	__u64 want;    /* 64-bit: BPF compare-and-swap */
+	__u32 tgid;    /* 0: any traced process */
+	__u32 pad;
+};
+struct arm_cfg arm = {};
+
+static __always_inline int traced(__u64 id)
+{
+	__u32 tgid = id >> 32;
+	return bpf_map_lookup_elem(&tracked, &tgid) != 0;
+}
+
+/* The caller's return address: the word on top of the stack at function entry. */
+static __always_inline __u64 caller(struct pt_regs *ctx)
+{
+	__u64 ret = 0;
+	bpf_probe_read_user(&ret, sizeof ret, (void *)PT_REGS_SP(ctx));
+	return ret;
+}
+
+static __always_inline void emit(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+	if (!e) {
+		__sync_fetch_and_add(&dropped, 1);
+		return;
+	}
+	e->kind = kind;
+	e->func = func;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->payload_len = 0;
+	e->time_ns = now;
+	e->base = base;
+	e->size = size;
+	e->site = site;
+	/* No wakeup per event: user space drains every few ms (a wakeup per allocation costs more than the probe). */
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void emit_cpu(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+	if (!e) {
+		__sync_fetch_and_add(&dropped, 1);
+		return;
+	}
+	e->kind = kind;
+	e->func = func;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->payload_len = bpf_get_smp_processor_id();
+	e->time_ns = now;
+	e->base = base;
+	e->size = size;
+	e->site = site;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
+static __always_inline int matches_arm(__u64 id, __u64 size, __u64 site)
+{
+	if (arm.tgid && arm.tgid != (__u32)(id >> 32))
+		return 0;
+	if (arm.size && arm.size != size)
+		return 0;
+	return arm.site_hi == 0 || (site >= arm.site_lo && site < arm.site_hi);
+}
+
+static __always_inline int enter(struct pt_regs *ctx, __u32 func, __u64 size, __u64 old)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id))
+		return 0;
+	__u32 tid = id;
+	struct pending *p = bpf_map_lookup_elem(&pendings, &tid);
+	if (p) {
+		p->depth++;
+		return 0;
+	}
+	struct pending n = { .size = size, .site = caller(ctx), .old = old, .func = func, .depth = 1 };
+	bpf_map_update_elem(&pendings, &tid, &n, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe") int BPF_KRETPROBE(alloc_ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = id;
+	struct pending *p = bpf_map_lookup_elem(&pendings, &tid);
+	if (!p)
+		return 0;
+	if (--p->depth > 0)
+		return 0;
+	struct pending pv = *p;
+	bpf_map_delete_elem(&pendings, &tid);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 ptr = PT_REGS_RC(ctx);
+	__u32 func = pv.func;
+	if (func == F_POSIX_MEMALIGN) {
+		if (ptr != 0) /* an error code */
+			return 0;
+		bpf_probe_read_user(&ptr, sizeof ptr, (void *)pv.old);
+		func = F_ALIGNED;
+	}
+	if (func == F_REALLOC && pv.old && (ptr || pv.size == 0))
+		emit(id, KIND_FREE, F_REALLOC, now, pv.old, 0, pv.site);
+	if (ptr)
+		emit(id, KIND_ALLOC, func, now, ptr, pv.size, pv.site);
+	if (ptr && arm.want && matches_arm(id, pv.size, pv.site) && __sync_val_compare_and_swap(&arm.want, 1, 0) == 1) {
+		arm.base = ptr;
+		emit_cpu(id, EV_ARMED, func, now, ptr, pv.size, pv.site);
+		bpf_send_signal_thread(SIGSTOP);
+	}
+	return 0;
+}
+
+SEC("uprobe") int BPF_KPROBE(malloc_enter, __u64 n) { return enter(ctx, F_MALLOC, n, 0); }
+SEC("uprobe") int BPF_KPROBE(calloc_enter, __u64 n, __u64 each) { return enter(ctx, F_CALLOC, n * each, 0); }
+SEC("uprobe") int BPF_KPROBE(realloc_enter, __u64 old, __u64 n) { return enter(ctx, F_REALLOC, n, old); }
+SEC("uprobe") int BPF_KPROBE(memalign_enter, __u64 align, __u64 n) { return enter(ctx, F_ALIGNED, n, 0); }
+SEC("uprobe") int BPF_KPROBE(posix_memalign_enter, __u64 out, __u64 align, __u64 n) { return enter(ctx, F_POSIX_MEMALIGN, n, out); }
+SEC("uprobe") int BPF_KPROBE(new_enter, __u64 n) { return enter(ctx, F_NEW, n, 0); }
+SEC("uprobe") int BPF_KPROBE(new_array_enter, __u64 n) { return enter(ctx, F_NEW_ARRAY, n, 0); }
+
+static __always_inline int freed(struct pt_regs *ctx, __u16 func, __u64 ptr)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!ptr || !traced(id))
+		return 0;
+	__u64 now = bpf_ktime_get_ns(), site = caller(ctx);
+	emit(id, KIND_FREE, func, now, ptr, 0, site);
+	if (arm.base == ptr && (!arm.tgid || arm.tgid == (__u32)(id >> 32))) {
+		arm.base = 0;
+		emit_cpu(id, EV_UNWATCHED, func, now, ptr, 0, site);
+	}
+	return 0;
+}
+
+SEC("uprobe") int BPF_KPROBE(free_enter, __u64 ptr)
+{
+	__u32 tid = bpf_get_current_pid_tgid();
+	if (bpf_map_lookup_elem(&deleting, &tid))
+		return 0;
+	return freed(ctx, F_FREE, ptr);
+}
+
+static __always_inline int delete_enter(struct pt_regs *ctx, __u16 func, __u64 ptr)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!traced(id))
+		return 0;
+	__u32 tid = id, one = 1;
+	bpf_map_update_elem(&deleting, &tid, &one, BPF_ANY);
+	return freed(ctx, func, ptr);
+}
+
+SEC("uprobe") int BPF_KPROBE(delete_enter_p, __u64 ptr) { return delete_enter(ctx, F_DELETE, ptr); }
+SEC("uprobe") int BPF_KPROBE(delete_array_enter, __u64 ptr) { return delete_enter(ctx, F_DELETE_ARRAY, ptr); }
+
+SEC("uretprobe") int BPF_KRETPROBE(delete_ret)
+{
+	__u32 tid = bpf_get_current_pid_tgid();
+	bpf_map_delete_elem(&deleting, &tid);
+	return 0;
+}
+
+SEC("raw_tp/sched_process_fork") int on_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *parent = (struct task_struct *)ctx->args[0];
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	if (!bpf_map_lookup_elem(&tracked, &ptgid))
+		return 0;
+	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	__u8 one = 1;
+	bpf_map_update_elem(&tracked, &ctgid, &one, BPF_ANY);
+	return 0;
+}
