@@ -5,7 +5,7 @@ use crate::flags::{DbArg, Format, RecordArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use loupe_dataprof::cache::Geometry;
-use loupe_dataprof::log::AccessRecord;
+use loupe_dataprof::log::{AccessRecord, Status};
 use loupe_dataprof::recorder::{Meta, Recorder, Summary};
 use loupe_dataprof::resolve::{infer_site_types, Heap, HeapBlock, How, Resolved, Resolver};
 use loupe_dataprof::views::{self, Sample};
@@ -96,6 +96,8 @@ struct Loaded {
     resolved: Vec<Resolved>,
     /// All samples of the selected processes (memory-referencing or not).
     total: u64,
+    /// Samples at memory-referencing instructions whose address could not be known.
+    no_address: u64,
     heap_note: String,
 }
 
@@ -115,11 +117,13 @@ impl Loaded {
     fn header(&self) -> String {
         let mem = self.records.len();
         format!(
-            "# source: {}\n# {} samples, {} ({:.1}%) at memory-referencing instructions with an exact address; {} ({:.1}%) of those typed\n# {}\n",
+            "# source: {}\n# {} samples, {} ({:.1}%) at memory-referencing instructions with an exact address \
+             (and {} whose address was lost: base register overwritten, or TLS); {} ({:.1}%) of those typed\n# {}\n",
             self.meta.summary.source,
             self.total,
             mem,
             100.0 * mem as f64 / self.total.max(1) as f64,
+            self.no_address,
             self.typed(),
             100.0 * self.typed() as f64 / mem.max(1) as f64,
             self.heap_note
@@ -161,6 +165,7 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
     if total == 0 {
         bail!("{}: no access samples{}", db.display(), if v.pid.is_empty() { "" } else { " of those processes" });
     }
+    let no_address = all.iter().filter(|r| r.status == Status::Unknown).count() as u64;
     let records: Vec<AccessRecord> = all.into_iter().filter(|r| r.has_addr()).collect();
     let index = AllocationIndex::load(db).map_err(|e| anyhow::anyhow!("allocation log: {e}"))?;
     for bad in &index.stats.bad_files {
@@ -178,7 +183,7 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
     for img in resolver.unreadable() {
         eprintln!("loupe: no types from {img} (unreadable or not ELF)");
     }
-    Ok(Loaded { meta, records, resolved, total, heap_note })
+    Ok(Loaded { meta, records, resolved, total, no_address, heap_note })
 }
 
 fn print_profile(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
@@ -190,6 +195,7 @@ fn print_profile(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
                 "source": l.meta.summary.source,
                 "total_samples": l.total,
                 "memory_samples": l.records.len(),
+                "memory_samples_without_address": l.no_address,
                 "typed_samples": l.typed(),
                 "rows": rows,
             });
@@ -323,8 +329,13 @@ pub fn record(a: RecordArgs) -> Result<u8> {
             let mut rec = Recorder::open(&db, Some(child.pid), freq, true)?;
             eprintln!("loupe: data source: {}", rec.path().describe());
             // Heap blocks and their allocation sites, so heap samples find their objects.
-            let tracker = match AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()) {
-                Ok(t) => {
+            let tracker = match a.no_allocs {
+                true => Ok(None),
+                false => AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()).map(Some),
+            };
+            let tracker = match tracker {
+                Ok(None) => None,
+                Ok(Some(t)) => {
                     for w in &t.warnings {
                         eprintln!("loupe: allocation tracking: {w}");
                     }
@@ -346,13 +357,15 @@ pub fn record(a: RecordArgs) -> Result<u8> {
                     unsafe { libc::kill(child.pid, libc::SIGTERM) };
                 }
             };
+            // Sampling's own cost is read in finish(), before detaching the allocation probes (which takes seconds).
+            let summary = rec.finish()?;
             if let Some(t) = tracker {
                 match t.stop() {
                     Ok(sum) => eprintln!("loupe: {} allocations, {} frees tracked, {} dropped", sum.allocs, sum.frees, sum.dropped),
                     Err(e) => eprintln!("loupe: allocation tracking: {e}"),
                 }
             }
-            (status, rec.finish()?)
+            (status, summary)
         }
         None => {
             let Some(secs) = a.duration else { bail!("give a command after `--`, or --duration SECONDS for every process") };
@@ -377,5 +390,10 @@ fn report(s: &Summary) {
     eprintln!(
         "loupe: {} samples, {} ({pct:.1}%) at memory-referencing instructions with an exact address, {} lost",
         s.samples, s.with_address, s.lost
+    );
+    let per = s.self_cpu_ns as f64 / s.samples.max(1) as f64 / 1000.0;
+    eprintln!(
+        "loupe: recorder CPU {:.1} ms while sampling ({per:.1} us per sample; the allocation tracking thread included)",
+        s.self_cpu_ns as f64 / 1e6
     );
 }

@@ -229,6 +229,9 @@ pub struct RecordArgs {
     /// Collect access samples for `loupe data` (data address of each sample, heap allocations) instead of a code profile.
     #[arg(long)]
     pub data: bool,
+    /// With --data: do not track heap allocations (heap samples are then typed only through registers).
+    #[arg(long, requires = "data")]
+    pub no_allocs: bool,
     /// Command to run and profile, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
