@@ -5,7 +5,7 @@ memory samples (samples at memory-referencing instructions with an exact
 address) given a data type, next to TypeCraft's published 70-80% for user
 space. Also how each typed sample was typed (static, register, site).
 
-Usage: bench/dataprof_coverage.py [FREQ]
+Usage: bench/dataprof_coverage.py [FREQ]   (REALPROGS=DIR: binaries already built by scripts/realprogs.sh --out DIR)
 """
 import collections, json, os, subprocess, sys, tempfile
 from common import LOUPE, ROOT
@@ -14,7 +14,7 @@ FREQ = sys.argv[1] if len(sys.argv) > 1 else "2000"
 
 
 def main():
-    bins = subprocess.run([os.path.join(ROOT, "scripts/realprogs.sh")], check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    bins = os.environ.get("REALPROGS") or subprocess.run([os.path.join(ROOT, "scripts/realprogs.sh")], check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     lua = os.path.join(ROOT, "testdata/realprogs/lua")
     progs = [
         ("lua nbody.lua", [os.path.join(bins, "lua"), os.path.join(lua, "nbody.lua")]),

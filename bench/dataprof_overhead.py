@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Cost of access sampling (`loupe record --data`) at the default rate, beside
-`perf record` sampling cpu-clock with the same user registers at the same rate.
+"""Cost of access sampling (`loupe record --data`) at the default rate, with
+and without allocation tracking, beside `perf record` sampling cpu-clock with
+the same user registers at the same rate.
 
 `burn` (CPU-bound, one thread per CPU) times itself from inside, so the
 profilers' start-up (BPF load, uprobes for allocation tracking) is outside the
@@ -31,17 +32,18 @@ def main():
     build()
     tmp = tempfile.mkdtemp(prefix="dprof-overhead-")
     loupe = [LOUPE, "record", "--data", "--db", os.path.join(tmp, "db"), "--"]
+    sampling = [LOUPE, "record", "--data", "--allocs", "off", "--db", os.path.join(tmp, "db2"), "--"]
     perf = ["perf", "record", "-q", "-e", "cpu-clock", "-c", "1000000", f"--user-regs={REGS}", "-o", os.path.join(tmp, "perf.data"), "--"]
-    rows = {"baseline": [], "loupe": [], "perf": []}
+    rows = {"baseline": [], "loupe": [], "loupe-allocs-off": [], "perf": []}
     for r in range(ROUNDS):
-        for name, prefix in (("baseline", []), ("loupe", loupe), ("perf", perf)):
+        for name, prefix in (("baseline", []), ("loupe", loupe), ("loupe-allocs-off", sampling), ("perf", perf)):
             rows[name].append(run(prefix))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in rows.items()), file=sys.stderr)
     base = statistics.median(rows["baseline"])
     print(f"burn --threads {os.cpu_count()} --iterations {ITER}, {ROUNDS} rounds; medians of elapsed_s, ratio to the same round's baseline")
-    for name in ("baseline", "loupe", "perf"):
+    for name in rows:
         ratios = [x / b for x, b in zip(rows[name], rows["baseline"])]
-        print(f"{name:9} median {statistics.median(rows[name]):.3f}s  ratio median {statistics.median(ratios):.4f}  "
+        print(f"{name:15} median {statistics.median(rows[name]):.3f}s  ratio median {statistics.median(ratios):.4f}  "
               f"min {min(ratios):.4f} max {max(ratios):.4f}")
     print(f"(baseline median {base:.3f}s)")
 

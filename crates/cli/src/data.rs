@@ -57,6 +57,14 @@ lines in time order (a sampled, not a complete, stream)."
     Workingset(ViewArgs),
 }
 
+/// How `record --data` tracks heap allocations.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocs {
+    Shim,
+    Uprobes,
+    Off,
+}
+
 /// Selection shared by the views.
 #[derive(Args, Debug)]
 pub struct ViewArgs {
@@ -325,26 +333,37 @@ pub fn record(a: RecordArgs) -> Result<u8> {
                 eprintln!("loupe: command not found: {cmd}");
                 return Ok(127);
             }
+            if a.allocs == Allocs::Shim {
+                let env = loupe_objects::preload::install(&db).context("installing the allocation shim")?;
+                for (k, v) in env.vars {
+                    // The gated child inherits this environment; loupe itself is already loaded.
+                    std::env::set_var(k, v);
+                }
+            }
             let mut child = GatedChild::spawn(cmd, args)?;
             let mut rec = Recorder::open(&db, Some(child.pid), freq, true)?;
             eprintln!("loupe: data source: {}", rec.path().describe());
             // Heap blocks and their allocation sites, so heap samples find their objects.
-            let tracker = match a.no_allocs {
-                true => Ok(None),
-                false => AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()).map(Some),
-            };
-            let tracker = match tracker {
-                Ok(None) => None,
-                Ok(Some(t)) => {
-                    for w in &t.warnings {
-                        eprintln!("loupe: allocation tracking: {w}");
-                    }
-                    Some(t)
-                }
-                Err(e) => {
-                    eprintln!("loupe: no allocation tracking ({e}); heap objects are typed only through registers");
+            let tracker = match a.allocs {
+                Allocs::Off => None,
+                Allocs::Shim => {
+                    eprintln!(
+                        "loupe: allocation tracking by LD_PRELOAD shim (statically linked allocators are not seen; --allocs uprobes)"
+                    );
                     None
                 }
+                Allocs::Uprobes => match AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()) {
+                    Ok(t) => {
+                        for w in &t.warnings {
+                            eprintln!("loupe: allocation tracking: {w}");
+                        }
+                        Some(t)
+                    }
+                    Err(e) => {
+                        eprintln!("loupe: no allocation tracking ({e}); heap objects are typed only through registers");
+                        None
+                    }
+                },
             };
             child.release()?;
             let status = loop {

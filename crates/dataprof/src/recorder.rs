@@ -48,6 +48,7 @@ impl SamplePath {
 }
 
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Summary {
     pub source: String,
     pub freq_hz: u64,
@@ -248,7 +249,9 @@ impl Recorder {
             return;
         }
         self.maps_taken.insert(pid, now);
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        // An exited (zombie) process reads as empty: keep the last real map.
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if !text.is_empty() {
             let _ = std::fs::write(crate::log::data_dir(&self.db).join("maps").join(pid.to_string()), text);
         }
     }
