@@ -540,3 +540,52 @@ impl ImageTypes {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = r#"
+struct pair { long a; long b; };
+typedef struct node { int key; struct node *next; } Node;
+struct pair pairs[4];
+long counter;
+__attribute__((noinline)) int get(Node *n) { return n->next->key; }
+int main(void) { return (int)(pairs[1].b + counter) + get(0); }
+"#;
+
+    /// Builds SOURCE with `cc -O2 -g`; returns the binary and its symbols' addresses.
+    fn build() -> (tempfile::TempDir, std::path::PathBuf, std::collections::HashMap<String, u64>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, bin) = (dir.path().join("t.c"), dir.path().join("t"));
+        std::fs::write(&src, SOURCE).unwrap();
+        let st = std::process::Command::new("cc").args(["-O2", "-g", "-o"]).arg(&bin).arg(&src).status().expect("cc");
+        assert!(st.success());
+        let data = std::fs::read(&bin).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let syms = file.symbols().filter_map(|s| Some((s.name().ok()?.to_string(), s.address()))).collect();
+        (dir, bin, syms)
+    }
+
+    #[test]
+    fn statics_get_their_type_and_field_by_offset() {
+        // Checks pairs[1].b (pairs + 16 + 8) is struct pair field b at offset 8, and a scalar static is named by type and variable.
+        let (_d, bin, syms) = build();
+        let t = ImageTypes::load(&bin).unwrap();
+        let got = t.static_at(syms["pairs"] + 24).unwrap();
+        assert_eq!((got.type_name.as_str(), got.field.as_str(), got.offset, got.size), ("struct pair", "b", 8, 16));
+        assert_eq!(t.static_at(syms["counter"]).unwrap().type_name, "long int counter");
+        assert_eq!(t.static_at(syms["pairs"] + 64), None);
+    }
+
+    #[test]
+    fn the_base_registers_pointer_variable_gives_the_pointee_type() {
+        // Checks that at get's first instruction rdi (DWARF 5) holds `Node *n`: offset 8 is Node.next; another register gives nothing.
+        let (_d, bin, syms) = build();
+        let t = ImageTypes::load(&bin).unwrap();
+        let got = t.pointee_at(syms["get"], 5, 8).unwrap();
+        assert_eq!((got.type_name.as_str(), got.field.as_str()), ("Node", "next"));
+        assert_eq!(t.pointee_at(syms["get"], 5, 0).unwrap().field, "key");
+        assert_eq!(t.pointee_at(syms["get"], 3, 8), None);
+    }
+}
