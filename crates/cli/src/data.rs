@@ -5,7 +5,7 @@ use crate::flags::{DbArg, Format, RecordArgs};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use loupe_dataprof::cache::Geometry;
-use loupe_dataprof::log::AccessRecord;
+use loupe_dataprof::log::{AccessRecord, Status};
 use loupe_dataprof::recorder::{Meta, Recorder, Summary};
 use loupe_dataprof::resolve::{infer_site_types, Heap, HeapBlock, How, Resolved, Resolver};
 use loupe_dataprof::views::{self, Sample};
@@ -66,6 +66,14 @@ lines in time order (a sampled, not a complete, stream)."
     Allocs(crate::objects::AllocsArgs),
 }
 
+/// How `record --data` tracks heap allocations.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocs {
+    Shim,
+    Uprobes,
+    Off,
+}
+
 /// Selection shared by the views.
 #[derive(Args, Debug)]
 pub struct ViewArgs {
@@ -111,6 +119,8 @@ struct Loaded {
     resolved: Vec<Resolved>,
     /// All samples of the selected processes (memory-referencing or not).
     total: u64,
+    /// Samples at memory-referencing instructions whose address could not be known.
+    no_address: u64,
     heap_note: String,
 }
 
@@ -130,11 +140,13 @@ impl Loaded {
     fn header(&self) -> String {
         let mem = self.records.len();
         format!(
-            "# source: {}\n# {} samples, {} ({:.1}%) at memory-referencing instructions with an exact address; {} ({:.1}%) of those typed\n# {}\n",
+            "# source: {}\n# {} samples, {} ({:.1}%) at memory-referencing instructions with an exact address \
+             (and {} whose address was lost: base register overwritten, or TLS); {} ({:.1}%) of those typed\n# {}\n",
             self.meta.summary.source,
             self.total,
             mem,
             100.0 * mem as f64 / self.total.max(1) as f64,
+            self.no_address,
             self.typed(),
             100.0 * self.typed() as f64 / mem.max(1) as f64,
             self.heap_note
@@ -176,6 +188,7 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
     if total == 0 {
         bail!("{}: no access samples{}", db.display(), if v.pid.is_empty() { "" } else { " of those processes" });
     }
+    let no_address = all.iter().filter(|r| r.status == Status::Unknown).count() as u64;
     let records: Vec<AccessRecord> = all.into_iter().filter(|r| r.has_addr()).collect();
     let index = AllocationIndex::load(db).map_err(|e| anyhow::anyhow!("allocation log: {e}"))?;
     for bad in &index.stats.bad_files {
@@ -193,7 +206,7 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
     for img in resolver.unreadable() {
         eprintln!("loupe: no types from {img} (unreadable or not ELF)");
     }
-    Ok(Loaded { meta, records, resolved, total, heap_note })
+    Ok(Loaded { meta, records, resolved, total, no_address, heap_note })
 }
 
 fn print_profile(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
@@ -205,6 +218,7 @@ fn print_profile(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
                 "source": l.meta.summary.source,
                 "total_samples": l.total,
                 "memory_samples": l.records.len(),
+                "memory_samples_without_address": l.no_address,
                 "typed_samples": l.typed(),
                 "rows": rows,
             });
@@ -334,21 +348,37 @@ pub fn record(a: RecordArgs) -> Result<u8> {
                 eprintln!("loupe: command not found: {cmd}");
                 return Ok(127);
             }
+            if a.allocs == Allocs::Shim {
+                let env = loupe_objects::preload::install(&db).context("installing the allocation shim")?;
+                for (k, v) in env.vars {
+                    // The gated child inherits this environment; loupe itself is already loaded.
+                    std::env::set_var(k, v);
+                }
+            }
             let mut child = GatedChild::spawn(cmd, args)?;
             let mut rec = Recorder::open(&db, Some(child.pid), freq, true)?;
             eprintln!("loupe: data source: {}", rec.path().describe());
             // Heap blocks and their allocation sites, so heap samples find their objects.
-            let tracker = match AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()) {
-                Ok(t) => {
-                    for w in &t.warnings {
-                        eprintln!("loupe: allocation tracking: {w}");
-                    }
-                    Some(t)
-                }
-                Err(e) => {
-                    eprintln!("loupe: no allocation tracking ({e}); heap objects are typed only through registers");
+            let tracker = match a.allocs {
+                Allocs::Off => None,
+                Allocs::Shim => {
+                    eprintln!(
+                        "loupe: allocation tracking by LD_PRELOAD shim (statically linked allocators are not seen; --allocs uprobes)"
+                    );
                     None
                 }
+                Allocs::Uprobes => match AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()) {
+                    Ok(t) => {
+                        for w in &t.warnings {
+                            eprintln!("loupe: allocation tracking: {w}");
+                        }
+                        Some(t)
+                    }
+                    Err(e) => {
+                        eprintln!("loupe: no allocation tracking ({e}); heap objects are typed only through registers");
+                        None
+                    }
+                },
             };
             child.release()?;
             let status = loop {
@@ -361,13 +391,15 @@ pub fn record(a: RecordArgs) -> Result<u8> {
                     unsafe { libc::kill(child.pid, libc::SIGTERM) };
                 }
             };
+            // Sampling's own cost is read in finish(), before detaching the allocation probes (which takes seconds).
+            let summary = rec.finish()?;
             if let Some(t) = tracker {
                 match t.stop() {
                     Ok(sum) => eprintln!("loupe: {} allocations, {} frees tracked, {} dropped", sum.allocs, sum.frees, sum.dropped),
                     Err(e) => eprintln!("loupe: allocation tracking: {e}"),
                 }
             }
-            (status, rec.finish()?)
+            (status, summary)
         }
         None => {
             let Some(secs) = a.duration else { bail!("give a command after `--`, or --duration SECONDS for every process") };
@@ -392,5 +424,10 @@ fn report(s: &Summary) {
     eprintln!(
         "loupe: {} samples, {} ({pct:.1}%) at memory-referencing instructions with an exact address, {} lost",
         s.samples, s.with_address, s.lost
+    );
+    let per = s.self_cpu_ns as f64 / s.samples.max(1) as f64 / 1000.0;
+    eprintln!(
+        "loupe: recorder CPU {:.1} ms while sampling ({per:.1} us per sample; the allocation tracking thread included)",
+        s.self_cpu_ns as f64 / 1e6
     );
 }

@@ -229,6 +229,10 @@ pub struct RecordArgs {
     /// Collect access samples for `loupe data` (data address of each sample, heap allocations) instead of a code profile.
     #[arg(long)]
     pub data: bool,
+    /// With --data: how heap allocations are tracked: `shim` (LD_PRELOAD, ~0.1 us per call), `uprobes`
+    /// (eBPF, ~15 us per call here, catches calls the dynamic linker does not route), or `off`.
+    #[arg(long, value_enum, default_value_t = crate::data::Allocs::Shim, value_name = "HOW")]
+    pub allocs: crate::data::Allocs,
     /// Command to run and profile, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -9,9 +9,15 @@ use std::path::Path;
 use util::*;
 
 /// Records `mode` of a dataprof binary; returns the address range it printed.
+/// Only the heap mode needs allocation tracking.
 fn record(db: &Path, exe: &str, mode: &str, freq: &str) -> (u64, u64) {
     let bin = workloads().join(exe);
-    let out = run_ok(loupe().args(["record", "--data", "--freq", freq, "--db"]).arg(db).arg("--").arg(&bin).args([mode, "1.5"]));
+    let mut cmd = loupe();
+    cmd.args(["record", "--data", "--freq", freq, "--db"]).arg(db);
+    if mode != "capacity" {
+        cmd.args(["--allocs", "off"]);
+    }
+    let out = run_ok(cmd.arg("--").arg(&bin).args([mode, "1.5"]));
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("range ")).expect("workload prints its range");
     let mut f = line.split_whitespace().skip(1);

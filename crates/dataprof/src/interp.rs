@@ -69,8 +69,14 @@ pub fn access_retired(code: &[u8], ip: u64, regs: &Regs) -> Result<Access, NoAcc
 /// before `pc` (any length; empty when unreadable). Returns the access and
 /// how many bytes before the PC the chosen instruction starts (0: at it).
 pub fn charged_access(before: &[u8], at: &[u8], pc: u64, regs: &Regs) -> Result<(Access, u8), NoAccess> {
+    charged_access_from(before, at, pc, previous_start(before, pc), regs)
+}
+
+/// [`charged_access`] with the previous instruction's start already found
+/// (it depends only on the code, so callers cache it per PC).
+pub fn charged_access_from(before: &[u8], at: &[u8], pc: u64, previous: Option<u64>, regs: &Regs) -> Result<(Access, u8), NoAccess> {
     let mut lost = false;
-    if let Some(start) = previous_start(before, pc) {
+    if let Some(start) = previous.filter(|&s| s < pc && pc - s <= before.len() as u64) {
         let back = pc - start;
         let from = before.len() - back as usize;
         match access_retired(&before[from..], start, regs) {

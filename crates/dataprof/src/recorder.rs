@@ -48,6 +48,7 @@ impl SamplePath {
 }
 
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Summary {
     pub source: String,
     pub freq_hz: u64,
@@ -57,6 +58,9 @@ pub struct Summary {
     pub start_ns: u64,
     pub end_ns: u64,
     pub cpus: usize,
+    /// CPU time the recording process used while sampling (all its threads,
+    /// from the first drain to the end: start-up excluded), ns.
+    pub self_cpu_ns: u64,
 }
 
 pub struct Recorder {
@@ -70,6 +74,8 @@ pub struct Recorder {
     maps_taken: HashMap<u32, Instant>,
     summary: Summary,
     batch: Vec<AccessRecord>,
+    /// Process CPU time at the first drain.
+    cpu_at_start: Option<u64>,
 }
 
 impl Recorder {
@@ -91,6 +97,7 @@ impl Recorder {
             maps_taken: HashMap::new(),
             summary: Summary { freq_hz, start_ns: monotonic_ns(), cpus: cpus.len(), ..Default::default() },
             batch: Vec::new(),
+            cpu_at_start: None,
         };
         if let Some(e) = pmu_event {
             match rec.open_all(&cpus, pid, Some(&e), freq_hz) {
@@ -136,6 +143,7 @@ impl Recorder {
 
     /// Waits up to `timeout` for data, then interprets and logs every sample.
     pub fn pump(&mut self, timeout: Duration) -> Result<()> {
+        self.cpu_at_start.get_or_insert_with(self_cpu_ns);
         let mut fds: Vec<libc::pollfd> =
             self.fds.iter().map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
         // SAFETY: `fds` is a valid array of pollfd of the length passed.
@@ -196,16 +204,16 @@ impl Recorder {
             }
             return r;
         }
-        let Some((before, at)) = self.code.read(&self.db, s.pid, s.ip) else {
+        let Some(code) = self.code.read(&self.db, s.pid, s.ip) else {
             r.status = Status::NoCode;
             return r;
         };
         let regs = s.regs.unwrap_or_default();
         // With a PMU the hardware names the instruction (precise IP); without, time goes to the one retiring at the interrupt.
         let charged = if s.addr.is_some() {
-            interp::access(&at, s.ip, &regs).map(|a| (a, 0))
+            interp::access(&code.at, s.ip, &regs).map(|a| (a, 0))
         } else {
-            interp::charged_access(&before, &at, s.ip, &regs)
+            interp::charged_access_from(&code.before, &code.at, s.ip, code.previous, &regs)
         };
         match charged {
             Ok((a, back)) => {
@@ -241,7 +249,9 @@ impl Recorder {
             return;
         }
         self.maps_taken.insert(pid, now);
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        // An exited (zombie) process reads as empty: keep the last real map.
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if !text.is_empty() {
             let _ = std::fs::write(crate::log::data_dir(&self.db).join("maps").join(pid.to_string()), text);
         }
     }
@@ -253,6 +263,7 @@ impl Recorder {
         }
         self.drain()?;
         self.summary.end_ns = monotonic_ns();
+        self.summary.self_cpu_ns = self_cpu_ns().saturating_sub(self.cpu_at_start.unwrap_or(0));
         let meta = Meta { summary: self.summary.clone(), caches: crate::cache::Geometry::read_sysfs() };
         let p = crate::log::data_dir(&self.db).join("meta.json");
         std::fs::write(&p, serde_json::to_vec_pretty(&meta)?).with_context(|| format!("writing {}", p.display()))?;
@@ -303,6 +314,14 @@ fn attr(pmu: Option<&PmuEvent>, freq_hz: u64, command: bool) -> PerfEventAttr {
     }
 }
 
+/// User + system CPU of this process (every thread), ns.
+fn self_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec through a valid pointer.
@@ -312,37 +331,45 @@ pub fn monotonic_ns() -> u64 {
 
 /// Instruction bytes around sampled PCs: from the live process
 /// (/proc/PID/mem, right for JIT code too), else from the mapped file per
-/// the saved map. (bytes before the PC, bytes from the PC).
+/// the saved map; with the start of the instruction ending at the PC.
 #[derive(Default)]
 struct CodeReader {
     mem: HashMap<u32, Option<File>>,
-    cache: HashMap<(u32, u64), (Vec<u8>, Vec<u8>)>,
+    cache: HashMap<(u32, u64), std::rc::Rc<Code>>,
+}
+
+struct Code {
+    before: Vec<u8>,
+    at: Vec<u8>,
+    previous: Option<u64>,
 }
 
 /// Bytes read before the PC to find the instruction that ends at it.
 const BEFORE: u64 = 48;
 
 impl CodeReader {
-    fn read(&mut self, db: &Path, pid: u32, ip: u64) -> Option<(Vec<u8>, Vec<u8>)> {
+    fn read(&mut self, db: &Path, pid: u32, ip: u64) -> Option<std::rc::Rc<Code>> {
         if let Some(c) = self.cache.get(&(pid, ip)) {
             return Some(c.clone());
         }
         let f = self.mem.entry(pid).or_insert_with(|| File::open(format!("/proc/{pid}/mem")).ok());
-        let got = match f.as_ref().and_then(|f| read_around(f, ip, 0)) {
+        let (before, at) = match f.as_ref().and_then(|f| read_around(f, ip)) {
             Some(x) => x,
             None => from_file(db, pid, ip)?,
         };
-        self.cache.insert((pid, ip), got.clone());
-        Some(got)
+        let previous = interp::previous_start(&before, ip);
+        let code = std::rc::Rc::new(Code { before, at, previous });
+        self.cache.insert((pid, ip), code.clone());
+        Some(code)
     }
 }
 
-/// `BEFORE` bytes before `at + shift` (fewer when they are unreadable) and 16 from it.
-fn read_around(f: &File, at: u64, shift: u64) -> Option<(Vec<u8>, Vec<u8>)> {
+/// `BEFORE` bytes before `at` (none when they are unreadable) and 16 from it.
+fn read_around(f: &File, at: u64) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut buf = [0u8; 16];
-    let n = f.read_at(&mut buf, at + shift).ok().filter(|&n| n > 0)?;
+    let n = f.read_at(&mut buf, at).ok().filter(|&n| n > 0)?;
     let mut before = vec![0u8; BEFORE as usize];
-    let start = (at + shift).saturating_sub(BEFORE);
+    let start = at.saturating_sub(BEFORE);
     let m = f.read_at(&mut before, start).unwrap_or(0);
     let before = if m == before.len() { before } else { Vec::new() };
     Some((before, buf[..n].to_vec()))
@@ -355,7 +382,7 @@ fn from_file(db: &Path, pid: u32, ip: u64) -> Option<(Vec<u8>, Vec<u8>)> {
     let f = File::open(&m.path).ok()?;
     // Not before the mapping's start: the bytes there belong to another section.
     let off = ip - m.start + m.offset;
-    let (mut before, at) = read_around(&f, off, 0)?;
+    let (mut before, at) = read_around(&f, off)?;
     let room = (ip - m.start) as usize;
     if room < before.len() {
         before.drain(..before.len() - room);

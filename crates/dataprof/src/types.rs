@@ -24,6 +24,15 @@ pub struct Typed {
     pub size: u64,
 }
 
+/// What (c) looks for: the register an instruction at `pc` dereferences,
+/// the offset from it, and the function's frame base there.
+struct Query {
+    pc: u64,
+    reg: u16,
+    offset: i64,
+    frame: Option<(u16, i64)>,
+}
+
 struct Global {
     addr: u64,
     size: u64,
@@ -47,6 +56,9 @@ struct Load {
 
 pub struct ImageTypes {
     dwarf: gimli::Dwarf<R>,
+    /// Call frame information: where the CFA is at a PC (frame bases of
+    /// `DW_OP_call_frame_cfa` functions).
+    eh_frame: Option<(gimli::EhFrame<R>, gimli::BaseAddresses)>,
     units: Vec<gimli::Unit<R>>,
     globals: Vec<Global>,
     funcs: Vec<Func>,
@@ -83,7 +95,15 @@ impl ImageTypes {
                 Load { vaddr: s.address(), offset, filesz }
             })
             .collect();
-        let mut t = ImageTypes { dwarf, units: Vec::new(), globals: Vec::new(), funcs: Vec::new(), loads, has_dwarf: false };
+        let eh_frame = file.section_by_name(".eh_frame").and_then(|sec| {
+            let data = object::ObjectSection::data(&sec).ok()?;
+            let mut bases = gimli::BaseAddresses::default().set_eh_frame(object::ObjectSection::address(&sec));
+            if let Some(text) = file.section_by_name(".text") {
+                bases = bases.set_text(object::ObjectSection::address(&text));
+            }
+            Some((gimli::EhFrame::new(data, endian), bases))
+        });
+        let mut t = ImageTypes { dwarf, eh_frame, units: Vec::new(), globals: Vec::new(), funcs: Vec::new(), loads, has_dwarf: false };
         t.index()?;
         t.has_dwarf = !t.units.is_empty();
         t.add_symbols(&file);
@@ -205,28 +225,47 @@ impl ImageTypes {
     }
 
     fn search_function(&self, ui: usize, unit: &gimli::Unit<R>, die: UnitOffset, pc: u64, reg: u16, offset: i64) -> Option<Typed> {
+        let frame = self.frame_base(unit, die, pc);
         let mut tree = unit.entries_tree(Some(die)).ok()?;
         let root = tree.root().ok()?;
-        self.search_subtree(ui, unit, root, pc, reg, offset)
+        let q = Query { pc, reg, offset, frame };
+        self.search_subtree(ui, unit, root, &q)
+    }
+
+    /// A function's frame base at `pc` as (DWARF register, offset): the CFA
+    /// from the call frame information, or the register it names.
+    fn frame_base(&self, unit: &gimli::Unit<R>, die: UnitOffset, pc: u64) -> Option<(u16, i64)> {
+        let e = unit.entry(die).ok()?;
+        let AttributeValue::Exprloc(expr) = e.attr_value(gimli::DW_AT_frame_base).ok()?? else { return None };
+        match expr.operations(unit.encoding()).next().ok()?? {
+            gimli::Operation::CallFrameCFA => self.cfa_at(pc),
+            gimli::Operation::Register { register } => Some((register.0, 0)),
+            gimli::Operation::RegisterOffset { register, offset, .. } => Some((register.0, offset)),
+            _ => None,
+        }
+    }
+
+    /// The CFA rule at `pc` when it is register + offset.
+    pub fn cfa_at(&self, pc: u64) -> Option<(u16, i64)> {
+        use gimli::UnwindSection;
+        let (eh, bases) = self.eh_frame.as_ref()?;
+        let mut ctx = Box::new(gimli::UnwindContext::new());
+        let row = eh.unwind_info_for_address(bases, &mut ctx, pc, gimli::EhFrame::cie_from_offset).ok()?;
+        match row.cfa() {
+            gimli::CfaRule::RegisterAndOffset { register, offset } => Some((register.0, *offset)),
+            _ => None,
+        }
     }
 
     /// Depth-first over a scope's variables, parameters, blocks and inlined calls.
-    fn search_subtree(
-        &self,
-        ui: usize,
-        unit: &gimli::Unit<R>,
-        node: gimli::EntriesTreeNode<R>,
-        pc: u64,
-        reg: u16,
-        offset: i64,
-    ) -> Option<Typed> {
+    fn search_subtree(&self, ui: usize, unit: &gimli::Unit<R>, node: gimli::EntriesTreeNode<R>, q: &Query) -> Option<Typed> {
         let mut it = node.children();
         let mut nested = Vec::new();
         while let Ok(Some(child)) = it.next() {
             let e = child.entry();
             match e.tag() {
                 gimli::DW_TAG_variable | gimli::DW_TAG_formal_parameter => {
-                    if let Some(t) = self.match_variable(ui, unit, e, pc, reg, offset) {
+                    if let Some(t) = self.match_variable(ui, unit, e, q) {
                         return Some(t);
                     }
                 }
@@ -237,22 +276,15 @@ impl ImageTypes {
         for c in nested {
             let mut t = unit.entries_tree(Some(c)).ok()?;
             let r = t.root().ok()?;
-            if let Some(x) = self.search_subtree(ui, unit, r, pc, reg, offset) {
+            if let Some(x) = self.search_subtree(ui, unit, r, q) {
                 return Some(x);
             }
         }
         None
     }
 
-    fn match_variable(
-        &self,
-        ui: usize,
-        unit: &gimli::Unit<R>,
-        e: &gimli::DebuggingInformationEntry<R>,
-        pc: u64,
-        reg: u16,
-        offset: i64,
-    ) -> Option<Typed> {
+    fn match_variable(&self, ui: usize, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>, q: &Query) -> Option<Typed> {
+        let (pc, reg, offset) = (q.pc, q.reg, q.offset);
         let loc = e.attr_value(gimli::DW_AT_location).ok()??;
         let expr = match loc {
             AttributeValue::Exprloc(x) => x,
@@ -284,16 +316,25 @@ impl ImageTypes {
             }
             // The variable itself lives at register + k (a stack local).
             gimli::Operation::RegisterOffset { register, offset: k, .. } if register.0 == reg && only => {
-                let size = self.size_of(ui, unit, ty) as i64;
-                let off = offset - k;
-                if off < 0 || off >= size {
-                    return None;
-                }
-                let (elem, elem_off) = self.element(ui, unit, ty, off as u64);
-                Some(self.typed(ui, unit, elem, elem_off))
+                self.local(ui, unit, ty, offset - k)
             }
+            // At frame base + k, the frame base being register + f at this PC.
+            gimli::Operation::FrameOffset { offset: k } if only => match q.frame {
+                Some((r, f)) if r == reg => self.local(ui, unit, ty, offset - f - k),
+                _ => None,
+            },
             _ => None,
         }
+    }
+
+    /// A variable of type `ty` stored in memory, accessed at `off` from its start.
+    fn local(&self, ui: usize, unit: &gimli::Unit<R>, ty: UnitOffset, off: i64) -> Option<Typed> {
+        let size = self.size_of(ui, unit, ty) as i64;
+        if off < 0 || off >= size {
+            return None;
+        }
+        let (elem, elem_off) = self.element(ui, unit, ty, off as u64);
+        Some(self.typed(ui, unit, elem, elem_off))
     }
 
     /// A variable's type, through DW_AT_abstract_origin for inlined copies.
@@ -497,5 +538,54 @@ impl ImageTypes {
         } else {
             0
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOURCE: &str = r#"
+struct pair { long a; long b; };
+typedef struct node { int key; struct node *next; } Node;
+struct pair pairs[4];
+long counter;
+__attribute__((noinline)) int get(Node *n) { return n->next->key; }
+int main(void) { return (int)(pairs[1].b + counter) + get(0); }
+"#;
+
+    /// Builds SOURCE with `cc -O2 -g`; returns the binary and its symbols' addresses.
+    fn build() -> (tempfile::TempDir, std::path::PathBuf, std::collections::HashMap<String, u64>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, bin) = (dir.path().join("t.c"), dir.path().join("t"));
+        std::fs::write(&src, SOURCE).unwrap();
+        let st = std::process::Command::new("cc").args(["-O2", "-g", "-o"]).arg(&bin).arg(&src).status().expect("cc");
+        assert!(st.success());
+        let data = std::fs::read(&bin).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let syms = file.symbols().filter_map(|s| Some((s.name().ok()?.to_string(), s.address()))).collect();
+        (dir, bin, syms)
+    }
+
+    #[test]
+    fn statics_get_their_type_and_field_by_offset() {
+        // Checks pairs[1].b (pairs + 16 + 8) is struct pair field b at offset 8, and a scalar static is named by type and variable.
+        let (_d, bin, syms) = build();
+        let t = ImageTypes::load(&bin).unwrap();
+        let got = t.static_at(syms["pairs"] + 24).unwrap();
+        assert_eq!((got.type_name.as_str(), got.field.as_str(), got.offset, got.size), ("struct pair", "b", 8, 16));
+        assert_eq!(t.static_at(syms["counter"]).unwrap().type_name, "long int counter");
+        assert_eq!(t.static_at(syms["pairs"] + 64), None);
+    }
+
+    #[test]
+    fn the_base_registers_pointer_variable_gives_the_pointee_type() {
+        // Checks that at get's first instruction rdi (DWARF 5) holds `Node *n`: offset 8 is Node.next; another register gives nothing.
+        let (_d, bin, syms) = build();
+        let t = ImageTypes::load(&bin).unwrap();
+        let got = t.pointee_at(syms["get"], 5, 8).unwrap();
+        assert_eq!((got.type_name.as_str(), got.field.as_str()), ("Node", "next"));
+        assert_eq!(t.pointee_at(syms["get"], 5, 0).unwrap().field, "key");
+        assert_eq!(t.pointee_at(syms["get"], 3, 8), None);
     }
 }
