@@ -28,6 +28,7 @@ pub mod culprit;
 pub mod decode;
 pub mod equiv;
 pub mod estimate;
+pub mod loops;
 pub mod mca;
 
 use culprit::{Cause, Culprit};
@@ -138,8 +139,12 @@ pub fn analyze(
         }
     }
     let wanted: Vec<bool> = (0..g.blocks.len()).map(|b| g.blocks[b].reachable && classes.block[b].is_some_and(|c| class_hot[c])).collect();
+    let hot_loops: Vec<loops::Cycle> = loops::simple_cycles(&g, 2)
+        .into_iter()
+        .filter(|c| c.blocks.iter().any(|&b| (g.blocks[b].first..g.blocks[b].end).any(|i| s[i] > 0.0)))
+        .collect();
     let m = min_cycles(&g, &wanted, model)?;
-    let est = estimate::estimate(&g, &classes, &s, &m);
+    let est = estimate::estimate(&g, &classes, &s, &m, &hot_loops);
     let instructions: Vec<InsnReport> = (0..g.insns.len()).map(|i| insn_report(&g, i, &s, &m, &est, period_cycles)).collect();
     let blocks = (0..g.blocks.len())
         .map(|b| {
