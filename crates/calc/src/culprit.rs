@@ -198,6 +198,26 @@ mod tests {
     }
 
     #[test]
+    fn block_head_with_a_predecessor_in_another_line_keeps_icache() {
+        // Checks DCPI's rule at a block head: the jne at 0x3d ends in line 0 and the head 0x41 sits in
+        // line 1, so I-cache stays a suspect even though the fall-through predecessor (0x40) shares line 1.
+        // 0: nop x 0x3b | 0x3b: test %edi,%edi | 0x3d: jne 0x41 | 0x3f: nop | 0x40: nop | 0x41: add $1,%ecx; ret
+        let mut bytes = vec![0x90; 0x3b];
+        bytes.extend([0x85, 0xff, 0x75, 0x02, 0x90, 0x90, 0x83, 0xc1, 0x01, 0xc3]);
+        let g = build(decode(0, &bytes), &NoMemory);
+        let i = g.insns.iter().position(|x| x.addr == 0x41).unwrap();
+        assert_eq!(g.blocks[g.block_of(i)].first, i, "0x41 heads a block");
+        let c = culprits(&g, i, 40.0);
+        assert!(c.iter().any(|c| c.cause == Cause::ICache), "{c:?}");
+        // Moved so that both predecessors end in line 1 (branch at 0x40, head at 0x44), it is ruled out.
+        let mut bytes = vec![0x90; 0x3e];
+        bytes.extend([0x85, 0xff, 0x75, 0x02, 0x90, 0x90, 0x83, 0xc1, 0x01, 0xc3]);
+        let g = build(decode(0, &bytes), &NoMemory);
+        let i = g.insns.iter().position(|x| x.addr == 0x44).unwrap();
+        assert!(!culprits(&g, i, 40.0).iter().any(|c| c.cause == Cause::ICache));
+    }
+
+    #[test]
     fn straight_line_code_rules_out_icache_except_at_line_starts() {
         // Checks DCPI's I-cache rule inside a block: only the instruction that opens a new line is suspect.
         let bytes = vec![0x90; 70];
