@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Builds three real programs from source for the accuracy and optimization benchmarks:
+#   lua           Lua 5.4.7 interpreter (testdata/realprogs/lua_main.c + the Lua library)
+#   sqlite-bench  SQLite 3 amalgamation + testdata/realprogs/sqlite_bench.c (in-memory SQL workloads)
+#   zstd-bench    zstd 1.5.7 library + testdata/realprogs/zstd_bench.c (compress/decompress a corpus)
+# The C sources come from crates.io's vendored-source crates (lua-src, libsqlite3-sys, zstd-sys) through
+# `cargo fetch`, since crates.io is the only source registry these machines reach.
+#
+# Usage: scripts/realprogs.sh [--out DIR] [--cflags "FLAGS"] [--ldflags "FLAGS"] [PROGRAM...]
+#   --out DIR       where the binaries go (default testdata/realprogs/build/default)
+#   --cflags FLAGS  compiler flags (default "-O2 -g"); e.g. "-O2 -g -falign-functions=64"
+#   --ldflags FLAGS linker flags (default none); e.g. "-no-pie -Wl,--emit-relocs" for llvm-bolt
+#   --cc CC         compiler (default gcc; clang-19 for -fprofile-sample-use rebuilds)
+#   PROGRAM         any of lua, sqlite-bench, zstd-bench (default all three)
+# Prints the directory of the binaries on its last line. Rebuilds only what is older than its sources
+# or was built with other flags.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+here=$root/testdata/realprogs
+out=$here/build/default
+cflags="-O2 -g"
+ldflags=""
+cc=gcc
+progs=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --out) out=$2; shift 2 ;;
+        --cflags) cflags=$2; shift 2 ;;
+        --ldflags) ldflags=$2; shift 2 ;;
+        --cc) cc=$2; shift 2 ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        lua|sqlite-bench|zstd-bench) progs+=("$1"); shift ;;
+        *) echo "realprogs.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ ${#progs[@]} -gt 0 ] || progs=(lua sqlite-bench zstd-bench)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+# Where cargo unpacked each crate: ask cargo, not a guessed $CARGO_HOME layout.
+manifest=$here/sources/Cargo.toml
+cargo fetch --quiet --manifest-path "$manifest"
+crate_dir() {
+    cargo metadata --quiet --format-version 1 --manifest-path "$manifest" |
+        python3 -c "import json,sys,os; m=json.load(sys.stdin); print(next(os.path.dirname(p['manifest_path']) for p in m['packages'] if p['name']=='$1'))"
+}
+
+jobs=$(nproc)
+stamp="$cc $cflags | $ldflags"
+# build NAME OBJDIR SOURCES... -- EXTRA_CFLAGS...: compiles each source to an object (in parallel), links NAME.
+build() {
+    local name=$1 objdir=$out/obj-$1 srcs=() extra=()
+    shift
+    while [ "$1" != "--" ]; do srcs+=("$1"); shift; done
+    shift
+    extra=("$@")
+    if [ -x "$out/$name" ] && [ "$(cat "$out/$name.flags" 2>/dev/null)" = "$stamp" ]; then
+        echo "realprogs: $name up to date" >&2
+        return
+    fi
+    rm -rf "$objdir" && mkdir -p "$objdir"
+    echo "realprogs: building $name (${#srcs[@]} files, $cc $cflags $ldflags)" >&2
+    printf '%s\n' "${srcs[@]}" | xargs -P "$jobs" -I{} sh -c \
+        'd=$1; s=$2; shift 2; o="$d/$(echo "$s" | md5sum | cut -c1-12)-$(basename "$s" .c).o"; '"$cc $cflags"' "$@" -c "$s" -o "$o"' \
+        sh "$objdir" {} "${extra[@]}"
+    # shellcheck disable=SC2086
+    $cc $cflags $ldflags -o "$out/$name" "$objdir"/*.o -lm -lpthread -ldl
+    echo "$stamp" > "$out/$name.flags"
+}
+
+for prog in "${progs[@]}"; do
+    case $prog in
+        lua)
+            src=$(crate_dir lua-src)/lua-5.4.7
+            build lua "$here/lua_main.c" $(ls "$src"/*.c) -- -I"$src" -DLUA_USE_LINUX
+            ;;
+        sqlite-bench)
+            src=$(crate_dir libsqlite3-sys)/sqlite3
+            build sqlite-bench "$here/sqlite_bench.c" "$src/sqlite3.c" -- -I"$src" \
+                -DSQLITE_THREADSAFE=0 -DSQLITE_OMIT_LOAD_EXTENSION
+            ;;
+        zstd-bench)
+            src=$(crate_dir zstd-sys)/zstd/lib
+            build zstd-bench "$here/zstd_bench.c" $(ls "$src"/common/*.c "$src"/compress/*.c "$src"/decompress/*.c) -- \
+                -I"$src" -DZSTD_DISABLE_ASM
+            ;;
+    esac
+done
+echo "$out"

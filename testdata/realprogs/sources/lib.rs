@@ -1,0 +1,1 @@
+// Empty: this crate only carries C sources (see Cargo.toml).
