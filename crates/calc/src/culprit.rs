@@ -63,6 +63,8 @@ pub struct Culprit {
 /// cause as well, so such a cause is listed first.
 pub const MISPREDICT_BOUND: f64 = 25.0;
 pub const CACHE_LINE: u64 = 64;
+/// L1 instruction cache size (32 KB on Zen 4, Zen 5 and recent Intel cores).
+pub const ICACHE_BYTES: u64 = 32 * 1024;
 
 /// Possible causes of a dynamic stall of `stall` cycles per execution at
 /// instruction `i`, most likely first; empty when all are ruled out.
@@ -100,7 +102,13 @@ pub fn culprits(g: &Cfg, i: usize, stall: f64) -> Vec<Culprit> {
         out.extend(dcache.into_iter().chain(mispredict));
     }
     if icache_possible(g, i, head, &before) {
-        out.push(Culprit { cause: Cause::ICache, at: None });
+        // A jump from farther away than the L1 I-cache holds lands on a line
+        // the cache is unlikely to keep (a switch over a large code
+        // footprint): the miss leads the list, ahead of the mispredict that
+        // took the same jump.
+        let far = before.iter().any(|&k| g.insns[k].addr.abs_diff(g.insns[i].addr) > ICACHE_BYTES);
+        let at = if far { out.iter().take_while(|c| c.cause == Cause::Divider).count() } else { out.len() };
+        out.insert(at, Culprit { cause: Cause::ICache, at: None });
     }
     if let Some(k) = load {
         out.push(Culprit { cause: Cause::Dtlb, at: Some(g.insns[k].addr) });
@@ -215,6 +223,27 @@ mod tests {
         let g = build(decode(0, &bytes), &NoMemory);
         let i = g.insns.iter().position(|x| x.addr == 0x44).unwrap();
         assert!(!culprits(&g, i, 40.0).iter().any(|c| c.cause == Cause::ICache));
+    }
+
+    #[test]
+    fn far_jump_target_names_icache_first() {
+        // Checks the ordering rule: a block head reached by a jump from 40 KB away (more than the L1i
+        // holds) lists I-cache before the mispredict; the same head reached from nearby lists it after.
+        // 0: test %edi,%edi | 2: jne rel32 -> T | 8: ret | nops | T: add $1,%ecx; ret
+        let far = |gap: usize| {
+            let mut bytes = vec![0x85, 0xff, 0x0f, 0x85];
+            bytes.extend(((gap + 1) as u32).to_le_bytes());
+            bytes.push(0xc3);
+            bytes.extend(vec![0x90; gap]);
+            bytes.extend([0x83, 0xc1, 0x01, 0xc3]);
+            let g = build(decode(0, &bytes), &NoMemory);
+            let i = g.insns.iter().position(|x| x.addr == 9 + gap as u64).unwrap();
+            culprits(&g, i, 20.0).iter().map(|c| c.cause).collect::<Vec<_>>()
+        };
+        let c = far(40 * 1024);
+        assert_eq!(&c[..2], &[Cause::ICache, Cause::BranchMispredict], "{c:?}");
+        let c = far(200);
+        assert_eq!(&c[..2], &[Cause::BranchMispredict, Cause::ICache], "{c:?}");
     }
 
     #[test]
