@@ -53,16 +53,18 @@ def build_real(out):
 def callgrind(argv, tmp, tag):
     """Per-address execution counts and per-(source, target) jump counts in the main executable argv[0]."""
     out = os.path.join(tmp, f"cg-{tag}.out")
-    for attempt in range(3):
+    for attempt in range(6):
         r = subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--dump-line=no", "--collect-jumps=yes",
                             f"--callgrind-out-file={out}"] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # valgrind 3.19 sometimes dies of SIGTRAP in _dl_fini after main has
         # returned (the counts are dumped all the same), and now and then
-        # before main returns (seen on the loaded VM): every program here
-        # prints its result last, so no output means a partial count.
-        if os.path.exists(out) and r.stdout.strip():
+        # before main returns (SIGTRAP in malloc, in bursts on the loaded VM):
+        # such a partial count is taken again.
+        died_early = "Process terminating" in r.stderr and "_dl_fini" not in r.stderr
+        if os.path.exists(out) and not died_early:
             break
         print(f"callgrind of {argv} ended early ({r.returncode}); again", file=sys.stderr)
+        time.sleep(5)
     else:
         sys.exit(f"callgrind did not complete {argv}: {r.stderr[-2000:]}")
     counts, jumps = parse_callgrind(out, os.path.realpath(argv[0]))
@@ -248,13 +250,13 @@ def main():
     ap.add_argument("--procs", default=",".join(PROCS), help="calcwork procedures")
     ap.add_argument("--cases", default=",".join(["calcwork"] + list(REAL)), help="calcwork and/or " + ",".join(REAL))
     ap.add_argument("--keep", help="keep recordings and exact counts in this directory")
-    ap.add_argument("--reuse", help="re-run only `loupe calc` over a --keep directory")
+    ap.add_argument("--reuse", help="re-run only `loupe calc` over --keep directories (comma-separated)")
     ap.add_argument("--json")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if a.reuse:
-            cases = [c for c in load(a.reuse) if c["case"] in a.cases.split(",")]
+            cases = [c for d in a.reuse.split(",") for c in load(d) if c["case"] in a.cases.split(",")]
         else:
             keep = a.keep or tmp
             os.makedirs(keep, exist_ok=True)
