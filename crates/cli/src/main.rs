@@ -8,6 +8,7 @@ mod flags;
 mod locks;
 mod machine;
 mod optimize;
+mod optimize_manage;
 mod procedure;
 mod stacks;
 mod symbols;

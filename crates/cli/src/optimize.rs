@@ -44,6 +44,9 @@ standard output as the original under --check, and be faster under --bench in a 
     Status(StatusArgs),
     /// Put the original binary back in place of the installed optimized one.
     Rollback(StatusArgs),
+    /// Watch configured programs and re-optimize them by itself: decide, optimize at low priority within a CPU budget, validate, install, roll back.
+    #[command(after_help = crate::optimize_manage::HELP)]
+    Manage(crate::optimize_manage::ManageArgs),
 }
 
 #[derive(Args, Debug)]
@@ -137,19 +140,20 @@ pub fn run(a: OptimizeArgs) -> Result<u8> {
         OptimizeCommand::Run(r) => optimize(r),
         OptimizeCommand::Status(s) => status(s),
         OptimizeCommand::Rollback(s) => rollback(s),
+        OptimizeCommand::Manage(m) => crate::optimize_manage::run(m),
     }
 }
 
 /// The image's profile: the file's build-id, the combined samples and
 /// per-function block counts.
-struct ImageProfile {
-    image: ImageId,
-    build_id: String,
-    combined: Combined,
-    functions: Vec<FunctionProfile>,
+pub(crate) struct ImageProfile {
+    pub image: ImageId,
+    pub build_id: String,
+    pub combined: Combined,
+    pub functions: Vec<FunctionProfile>,
 }
 
-fn build_id_of(path: &Path) -> Result<String> {
+pub(crate) fn build_id_of(path: &Path) -> Result<String> {
     if !path.is_file() {
         bail!("{} is not a file", path.display());
     }
@@ -159,11 +163,11 @@ fn build_id_of(path: &Path) -> Result<String> {
 /// Sample sets of every epoch for images at `path`, aged by the time since
 /// the epoch ended. Sets of builds other than `file_bid` carry no samples:
 /// they are only counted, to be refused.
-fn sample_sets(
+pub(crate) fn sample_sets(
     db: &Database,
     epochs: &[loupe_store::EpochId],
     path: &str,
-    file_bid: &str,
+    wanted: &dyn Fn(&str) -> bool,
     syms: &mut Symbolizer,
 ) -> Result<Vec<SampleSet>> {
     let all = db.epochs()?;
@@ -179,7 +183,7 @@ fn sample_sets(
         for p in profiles {
             let bid = p.image.build_id.as_ref().map(|b| b.to_hex()).unwrap_or_default();
             let mut samples: HashMap<u64, u64> = HashMap::new();
-            if bid == file_bid {
+            if wanted(&bid) {
                 let code = syms.code(&p.image).map_err(|r| anyhow!("cannot read {}: {r}", p.image.path))?;
                 for (off, n) in p.by_offset(|_| true) {
                     if let Some(va) = code.vaddr(off) {
@@ -206,7 +210,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     let epochs = crate::top::select_epochs(&db, &p.epoch)?;
     let file_bid = build_id_of(&p.image)?;
     let path = p.image.display().to_string();
-    let sets = sample_sets(&db, &epochs, &path, &file_bid, syms)?;
+    let sets = sample_sets(&db, &epochs, &path, &|b| b == file_bid, syms)?;
     if sets.is_empty() {
         bail!("no samples of {} in {} (epochs {})", path, p.db.db.display(), p.epoch);
     }
@@ -219,9 +223,15 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     if combined.refused > 0 {
         eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
     }
-    let image = db_image(&p.image, &file_bid);
-    let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path))?;
-    let policy = ColdPolicy { cold_fraction: p.cold_fraction };
+    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction }, syms)
+}
+
+/// Block profiles of every sampled function of build `bid` of the program
+/// at `path` (its code read from the file, or from the database's image
+/// cache when another build is at the path now).
+pub(crate) fn profile_from(path: &Path, bid: &str, combined: Combined, policy: ColdPolicy, syms: &mut Symbolizer) -> Result<ImageProfile> {
+    let image = db_image(path, bid);
+    let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path.display()))?;
     let mut functions = Vec::new();
     let mut seen = std::collections::HashSet::new();
     // Every sized symbol (an empty name matches all); aliases once.
@@ -237,10 +247,10 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
         functions.push(function_profile(&f.name, f.start, bytes, &combined.samples, &Mem(&code), policy));
     }
     functions.sort_by(|a, b| b.samples.total_cmp(&a.samples));
-    Ok(ImageProfile { image, build_id: file_bid, combined, functions })
+    Ok(ImageProfile { image, build_id: bid.to_string(), combined, functions })
 }
 
-fn db_image(path: &Path, bid: &str) -> ImageId {
+pub(crate) fn db_image(path: &Path, bid: &str) -> ImageId {
     let canon = std::fs::canonicalize(path).unwrap_or(path.to_path_buf());
     ImageId::elf(&canon.display().to_string(), loupe_model::BuildId::from_hex(bid))
 }
@@ -292,7 +302,7 @@ fn export(a: ExportArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn log_decision(db: &Path, d: &Decision) -> Result<()> {
+pub(crate) fn log_decision(db: &Path, d: &Decision) -> Result<()> {
     let dir = db.join("optimize");
     std::fs::create_dir_all(&dir)?;
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("decisions.jsonl"))?;

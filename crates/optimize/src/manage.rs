@@ -55,7 +55,7 @@ pub struct Measurement {
 }
 
 /// User+system CPU seconds of all children waited for so far.
-fn children_cpu() -> f64 {
+pub fn children_cpu() -> f64 {
     // SAFETY: getrusage writes one rusage struct into the zeroed value we pass.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
