@@ -125,6 +125,11 @@ pub struct RunArgs {
     /// Path of llvm-bolt (default /usr/lib/llvm-19/bin/llvm-bolt).
     #[arg(long)]
     pub bolt: Option<PathBuf>,
+    /// Instead of llvm-bolt, rebuild the program with the LLVM sample profile (clang -fprofile-sample-use):
+    /// a shell command where {profile} is the profile Loupe writes and {out} where the new binary must go,
+    /// e.g. 'clang -O2 -g -fprofile-sample-use={profile} -o {out} src/*.c'. Checked, measured and installed as BOLT's output is.
+    #[arg(long, value_name = "CMD")]
+    pub rebuild: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -259,14 +264,20 @@ fn llvm_lines(ip: &ImageProfile, syms: &mut Symbolizer) -> Result<Vec<FunctionLi
     let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {}: {r}", ip.image.path))?;
     let mut out = Vec::new();
     for f in &ip.functions {
-        let first = code.line(f.start).1.unwrap_or(0);
         let bytes = code.bytes(f.start, f.size).unwrap_or(&[]);
         let insns = loupe_calc::decode::decode(f.start, bytes);
+        // Offsets count from the prologue's line (the function's opening
+        // line); lines of other files (an #include inside a body) and
+        // lines before it are left out.
+        let lines: Vec<Option<(String, u32)>> = insns.iter().map(|i| code.outer_line(i.addr)).collect();
+        let Some(Some((file, first))) = lines.first().cloned() else { continue };
+        let same = |l: &Option<(String, u32)>| l.as_ref().filter(|(f, n)| *f == file && *n >= first).map(|(_, n)| *n);
         let mut fl = FunctionLines { name: f.name.clone(), head: count(f.blocks.first().map_or(0.0, |b| b.count)), ..Default::default() };
-        for i in &insns {
+        for (k, i) in insns.iter().enumerate() {
             let off = i.addr - f.start;
             let b = f.blocks.partition_point(|b| b.offset <= off).saturating_sub(1);
-            if let (Some(line), Some(blk)) = (code.line(i.addr).1, f.blocks.get(b)) {
+            // Inlined code counts at its call site: the profile has no inline stacks.
+            if let (Some(line), Some(blk)) = (same(&lines[k]), f.blocks.get(b)) {
                 llvm_sample::add(&mut fl, line.saturating_sub(first), count(blk.count));
             }
         }
@@ -314,13 +325,15 @@ fn optimize(a: RunArgs) -> Result<u8> {
     let p = &a.profile;
     let mut syms = symbolizer(&p.db.db);
     let ip = image_profile(p, &mut syms)?;
-    let out_path = a.output.clone().unwrap_or_else(|| PathBuf::from(format!("{}.loupe-bolt", p.image.display())));
-    let fdata_path = PathBuf::from(format!("{}.fdata", out_path.display()));
-    let text = match a.profile_kind {
-        BoltProfile::Edges => fdata::write_edges(&ip.functions),
-        BoltProfile::Blocks => fdata::write_no_lbr(&ip.functions),
+    let suffix = if a.rebuild.is_some() { "loupe-pgo" } else { "loupe-bolt" };
+    let out_path = a.output.clone().unwrap_or_else(|| PathBuf::from(format!("{}.{suffix}", p.image.display())));
+    let (prof_path, text) = match (&a.rebuild, a.profile_kind) {
+        (Some(_), _) => (format!("{}.prof", out_path.display()), llvm_sample::write_text(&llvm_lines(&ip, &mut syms)?)),
+        (None, BoltProfile::Edges) => (format!("{}.fdata", out_path.display()), fdata::write_edges(&ip.functions)),
+        (None, BoltProfile::Blocks) => (format!("{}.fdata", out_path.display()), fdata::write_no_lbr(&ip.functions)),
     };
-    std::fs::write(&fdata_path, text)?;
+    let prof_path = PathBuf::from(prof_path);
+    std::fs::write(&prof_path, text)?;
     let cold: usize = ip.functions.iter().map(|f| f.blocks.iter().filter(|b| b.cold).count()).sum();
     let blocks: usize = ip.functions.iter().map(|f| f.blocks.len()).sum();
     eprintln!(
@@ -339,7 +352,10 @@ fn optimize(a: RunArgs) -> Result<u8> {
             a.min_samples
         );
     }
-    let bolt = tool::find_bolt(a.bolt.as_deref()).map_err(|e| anyhow!(e))?;
+    let bolt = match &a.rebuild {
+        Some(_) => None,
+        None => Some(tool::find_bolt(a.bolt.as_deref()).map_err(|e| anyhow!(e))?),
+    };
     let mut decision = Decision {
         unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         image: p.image.display().to_string(),
@@ -349,7 +365,7 @@ fn optimize(a: RunArgs) -> Result<u8> {
         reason: String::new(),
         measurement: None,
     };
-    let verdict = evaluate(&a, &bolt, &fdata_path, &out_path, &mut decision);
+    let verdict = evaluate(&a, bolt.as_ref(), &prof_path, &out_path, &mut decision);
     if let Err(e) = &verdict {
         decision.reason = format!("{}{e}", decision.reason);
         let _ = std::fs::remove_file(&out_path);
@@ -359,16 +375,22 @@ fn optimize(a: RunArgs) -> Result<u8> {
     Ok(if verdict.is_ok() { 0 } else { 2 })
 }
 
-/// BOLT, check, measure, and install when asked: the reason for any refusal.
-fn evaluate(a: &RunArgs, bolt: &dyn tool::Tool, fdata_path: &Path, out: &Path, d: &mut Decision) -> Result<(), String> {
+/// BOLT (or the rebuild), check, measure, and install when asked: the reason for any refusal.
+fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, d: &mut Decision) -> Result<(), String> {
     let img = &a.profile.image;
-    let report = tool::run_bolt(bolt, img, fdata_path, out)?;
-    for s in &report.skipped {
-        eprintln!("loupe: skipped {s}");
-        d.reason = format!("skipped {s}; ");
-    }
-    if let Some(f) = &report.profiled_functions {
-        eprintln!("loupe: {f}");
+    match (bolt, &a.rebuild) {
+        (Some(bolt), _) => {
+            let report = tool::run_bolt(bolt, img, prof, out)?;
+            for s in &report.skipped {
+                eprintln!("loupe: skipped {s}");
+                d.reason = format!("skipped {s}; ");
+            }
+            if let Some(f) = &report.profiled_functions {
+                eprintln!("loupe: {f}");
+            }
+        }
+        (None, Some(cmd)) => manage::rebuild(cmd, prof, out)?,
+        (None, None) => return Err("no optimizer".into()),
     }
     d.candidate_build_id = Symbolizer::read_build_id(out).map(|b| b.to_hex());
     manage::check(&a.check, img, out)?;

@@ -43,6 +43,17 @@ fn export_bolt_and_validate() {
     let prof = String::from_utf8(prof.stdout).unwrap();
     let heads: Vec<&str> = prof.lines().filter(|l| !l.starts_with(' ')).map(|l| l.split(':').next().unwrap()).collect();
     assert!(heads.contains(&"run") && heads.iter().all(|f| !f.starts_with("cold_")), "{prof}");
+    // `run` spans lines 47-66 of layout.c: its line offsets (from its opening line) lie in 0..=19, and its
+    // dispatch loop (lines 50-64) is counted.
+    let run_lines: Vec<u32> = prof
+        .lines()
+        .skip_while(|l| !l.starts_with("run:"))
+        .skip(1)
+        .take_while(|l| l.starts_with(' '))
+        .map(|l| l.trim().split(':').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(!run_lines.is_empty() && run_lines.iter().all(|&o| o <= 19), "{run_lines:?}");
+    assert!(run_lines.iter().any(|&o| (3..=17).contains(&o)), "{run_lines:?}");
 
     let out = dir.path().join("layout.bolt");
     let bolt = run_ok(Command::new(BOLT).arg(&bin).arg("-o").arg(&out).arg(format!("-data={}", fdata.display())).args([
