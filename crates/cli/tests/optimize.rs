@@ -166,7 +166,7 @@ fn daemon_optimizes_installs_and_rolls_back_by_itself() {
         "interval": 1, "min_share": 0.002, "min_samples": 2000, "half_life": 0, "nice": 0,
         "programs": [
             {"path": good, "check": "{} 300 3", "bench": "{} 2500 2", "rounds": 6},
-            {"path": slow, "check": "{} 100 3", "bench": "{} 100 2", "rounds": 6,
+            {"path": slow, "check": "{} 100 3", "bench": "{} 100 2", "rounds": 5,
              "bolt_opts": ["-instrument", format!("-instrumentation-file={}/c.fdata", dir.path().display())]},
         ]
     });
