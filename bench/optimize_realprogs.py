@@ -19,7 +19,7 @@ a PIE build):
 Each round runs every binary once on the test input, order rotated per
 round; the figure is the child's user+system CPU time (wait4 rusage).
 
-Usage: bench/optimize_realprogs.py [--rounds N] [PROGRAM...]
+Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [PROGRAM...]
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
@@ -41,7 +41,7 @@ PROGRAMS = {
     "zstd-bench": {"train": [["3", "48", "1"], ["3", "48", "3"], ["1", "48", "5"]], "test": ["3", "32", "2"]},
 }
 # Each training input runs this many times (Morph repeated its training inputs too): runs are combined directly.
-TRAIN_REPEAT = 2
+TRAIN_REPEAT = 2  # --repeat
 LAYOUTS = {"base-default": "", "base-a1": "1", "base-a8": "8", "base-a32": "32", "base-a64": "64"}
 
 
@@ -145,8 +145,11 @@ def report(prog, times, samples, matched):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=TRAIN_REPEAT, help="runs of each training input")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
+    global TRAIN_REPEAT
+    TRAIN_REPEAT = a.repeat
     results = {}
     for prog in a.programs:
         d = tempfile.mkdtemp(prefix=f"loupe-fig3-{prog}-")

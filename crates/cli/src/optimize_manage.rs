@@ -117,9 +117,7 @@ pub fn run(a: ManageArgs) -> Result<u8> {
                 break;
             }
             if let Err(e) = m.pass(&prog) {
-                let msg = format!("{e:#}");
-                eprintln!("loupe: manage {}: {msg}", prog.path);
-                m.log(&prog.path, "", "error", msg, None, None);
+                m.log(&prog.path, "", "error", format!("{e:#}"), None, None);
             }
         }
         std::fs::create_dir_all(state_path.parent().unwrap())?;
