@@ -256,6 +256,9 @@ pub struct DaemonArgs {
     /// Print per-interval statistics (samples, unknown, lost, daemon CPU per sample, RSS) as JSON lines to stderr every SECONDS.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "10")]
     pub stats: Option<f64>,
+    /// Also run the re-optimization manager (`loupe optimize manage --config CONFIG`) beside the daemon, niced, until the daemon stops.
+    #[arg(long, value_name = "CONFIG")]
+    pub optimize: Option<std::path::PathBuf>,
 }
 
 /// `--max-overhead`: a percent of each CPU, or off.
