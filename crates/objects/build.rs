@@ -11,7 +11,15 @@ fn main() {
     let arch_includes = format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH);
     SkeletonBuilder::new()
         .source("src/bpf/allocs.bpf.c")
-        .clang_args([arch_includes, "-D__TARGET_ARCH_x86".into(), "-Wall".into(), "-Werror".into(), "-O2".into(), "-g".into()])
+        .clang_args([
+            arch_includes,
+            "-D__TARGET_ARCH_x86".into(),
+            "-Wall".into(),
+            "-Werror".into(),
+            "-O2".into(),
+            "-g".into(),
+            "-mcpu=v3".into(),
+        ])
         .build_and_generate(out.join("allocs.skel.rs"))
         .expect("building the allocation probes");
     println!("cargo:rerun-if-changed=src/bpf/allocs.bpf.c");

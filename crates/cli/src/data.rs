@@ -55,6 +55,15 @@ and twice. L1 lines: what an LRU model of this machine's L1 data cache holds at 
 lines in time order (a sampled, not a complete, stream)."
     )]
     Workingset(ViewArgs),
+    /// Object access histories from hardware breakpoints: every access to chosen offsets of chosen objects, allocation to free.
+    #[command(after_help = crate::objects::HISTORY_HELP)]
+    History(crate::objects::HistoryArgs),
+    /// Data flow: the common paths objects take from allocation to free, CPU changes marked (text, JSON, DOT, SVG).
+    #[command(after_help = crate::objects::FLOW_HELP)]
+    Flow(crate::objects::FlowArgs),
+    /// Runs a command with its heap allocations tracked (uprobes or LD_PRELOAD) and lists the allocation sites.
+    #[command(after_help = crate::objects::ALLOCS_HELP)]
+    Allocs(crate::objects::AllocsArgs),
 }
 
 /// How `record --data` tracks heap allocations.
@@ -86,13 +95,19 @@ pub struct ViewArgs {
 }
 
 pub fn run(a: DataArgs) -> Result<u8> {
-    let (DataCommand::Profile(v) | DataCommand::Classify(v) | DataCommand::Workingset(v)) = &a.cmd;
+    let v = match a.cmd {
+        DataCommand::History(h) => return crate::objects::history(h),
+        DataCommand::Flow(f) => return crate::objects::flow_view(f),
+        DataCommand::Allocs(x) => return crate::objects::allocs(x),
+        DataCommand::Profile(ref v) | DataCommand::Classify(ref v) | DataCommand::Workingset(ref v) => v,
+    };
     let loaded = load(v)?;
     let mut out = std::io::stdout().lock();
     match a.cmd {
         DataCommand::Profile(v) => print_profile(&mut out, &v, &loaded)?,
         DataCommand::Classify(v) => print_classify(&mut out, &v, &loaded)?,
         DataCommand::Workingset(v) => print_workingset(&mut out, &v, &loaded)?,
+        DataCommand::History(_) | DataCommand::Flow(_) | DataCommand::Allocs(_) => unreachable!("dispatched above"),
     }
     Ok(0)
 }

@@ -8,6 +8,7 @@ mod diff;
 mod flags;
 mod locks;
 mod machine;
+mod objects;
 mod optimize;
 mod procedure;
 mod stacks;

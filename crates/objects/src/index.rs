@@ -179,7 +179,12 @@ impl AllocationIndex {
     /// The image and file offset of an allocation's site, from the maps
     /// snapshot of its process nearest before the allocation (else any).
     pub fn site_location(&self, a: &Allocation) -> Option<SiteLocation> {
-        locate(&self.procs.get(&a.pid)?.maps, a.site, a.alloc_ns)
+        self.locate(a.pid, a.site, a.alloc_ns)
+    }
+
+    /// The image and file offset of any code address of process `pid` at a time.
+    pub fn locate(&self, pid: u32, addr: u64, time_ns: u64) -> Option<SiteLocation> {
+        locate(&self.procs.get(&pid)?.maps, addr, time_ns)
     }
 }
 

@@ -14,6 +14,10 @@
 //! }
 //! ```
 
+pub mod access;
+pub mod bp;
+pub mod flow;
+pub mod history;
 pub mod index;
 pub mod log;
 pub mod preload;

@@ -13,6 +13,7 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/allocs.skel.rs"));
 }
 
+use crate::history::{function_range, HistoryOptions, Watcher};
 use crate::log::{Record, Source, Writer, RECORD_LEN};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, RingBufferBuilder, UprobeOpts};
@@ -39,6 +40,8 @@ fn err(what: &str, e: impl std::fmt::Display) -> Error {
 pub struct TrackerOptions {
     pub libc: Option<PathBuf>,
     pub libstdcxx: Option<PathBuf>,
+    /// Also collect object access histories (hardware breakpoints).
+    pub history: Option<HistoryOptions>,
 }
 
 /// What a finished tracking run saw.
@@ -49,6 +52,12 @@ pub struct TrackSummary {
     /// Events the ring buffer had no room for (the log misses them).
     pub dropped: u64,
     pub processes: usize,
+    /// Objects whose access history was collected.
+    pub histories: u64,
+    /// Calibrated cost of one breakpoint trap, ns (with histories on).
+    pub hit_ns: Option<u64>,
+    /// Breakpoints that could not be set, history lines not written.
+    pub history_errors: Vec<String>,
 }
 
 pub struct AllocTracker {
@@ -118,8 +127,8 @@ impl AllocTracker {
         let writer = Writer::create(db_dir, "uprobes", Source::Uprobes).map_err(|e| err("allocation log", e))?;
         let (ready_tx, ready_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = mpsc::channel();
-        let roots = roots.to_vec();
-        let thread = std::thread::spawn(move || run(libc, cxx, roots, writer, ready_tx, stop_rx));
+        let setup = Setup { libc, cxx, roots: roots.to_vec(), history: opts.history.clone(), db_dir: db_dir.to_path_buf() };
+        let thread = std::thread::spawn(move || run(setup, writer, ready_tx, stop_rx));
         match ready_rx.recv() {
             Ok(Ok(warnings)) => Ok(AllocTracker { stop: stop_tx, thread: Some(thread), warnings }),
             Ok(Err(e)) => {
@@ -154,6 +163,10 @@ struct State {
     /// Last maps text written per process.
     maps: HashMap<u32, String>,
     error: Option<std::io::Error>,
+    /// Armed/unwatched events for the history watcher (never logged).
+    control: Vec<[u8; RECORD_LEN]>,
+    /// Processes whose first maps snapshot was just taken.
+    new_pids: Vec<u32>,
 }
 
 impl State {
@@ -168,7 +181,11 @@ impl State {
         }
         match u16::from_le_bytes(bytes[0..2].try_into().unwrap()) {
             1 => self.summary.allocs += 1,
-            _ => self.summary.frees += 1,
+            2 => self.summary.frees += 1,
+            _ => {
+                self.control.push(bytes[..RECORD_LEN].try_into().unwrap());
+                return;
+            }
         }
         if let Err(e) = self.writer.append_raw(&bytes[..RECORD_LEN]) {
             self.error.get_or_insert(e);
@@ -184,6 +201,9 @@ impl State {
         if self.maps.get(&pid) == Some(&text) {
             return;
         }
+        if !self.maps.contains_key(&pid) {
+            self.new_pids.push(pid);
+        }
         if let Err(e) = self.writer.append(&Record::Maps { pid, time_ns, text: text.clone() }) {
             self.error.get_or_insert(e);
         }
@@ -191,22 +211,40 @@ impl State {
     }
 }
 
-fn run(
+struct Setup {
     libc: PathBuf,
     cxx: Option<PathBuf>,
     roots: Vec<u32>,
-    writer: Writer,
-    ready: Ready,
-    stop: mpsc::Receiver<()>,
-) -> Result<TrackSummary, Error> {
-    let (skel, _links, warnings) = match attach(&libc, cxx.as_deref(), &roots) {
+    history: Option<HistoryOptions>,
+    db_dir: PathBuf,
+}
+
+fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> Result<TrackSummary, Error> {
+    type Started = (AllocsSkel<'static>, Vec<Link>, Vec<String>, Option<Watcher>);
+    let started = (|| -> Result<Started, Error> {
+        let (skel, links, warnings) = attach(&setup.libc, setup.cxx.as_deref(), &setup.roots)?;
+        let watcher = match &setup.history {
+            Some(h) => Some(Watcher::new(&setup.db_dir, h.clone(), monotonic_ns()).map_err(|e| err("object histories", e))?),
+            None => None,
+        };
+        Ok((skel, links, warnings, watcher))
+    })();
+    let (mut skel, _links, warnings, mut watcher) = match started {
         Ok(x) => x,
         Err(e) => {
             let _ = ready.send(Err(Error(e.0.clone())));
             return Err(e);
         }
     };
-    let state = Rc::new(RefCell::new(State { writer, summary: TrackSummary::default(), maps: HashMap::new(), error: None }));
+    let state = Rc::new(RefCell::new(State {
+        writer,
+        summary: TrackSummary::default(),
+        maps: HashMap::new(),
+        error: None,
+        control: Vec::new(),
+        new_pids: Vec::new(),
+    }));
+    let mut arming = Arming::new(watcher.as_ref().map(|w| &w.opts));
     let mut rb = RingBufferBuilder::new();
     let s2 = Rc::clone(&state);
     rb.add(&skel.maps.events, move |b: &[u8]| {
@@ -219,10 +257,23 @@ fn run(
     let mut last_refresh = Instant::now();
     loop {
         let stopping = !matches!(stop.try_recv(), Err(mpsc::TryRecvError::Empty));
-        rb.poll(Duration::from_millis(50)).map_err(|e| err("reading allocation events", e))?;
+        // Events do not wake this thread (only armed objects do): drain on a short period.
+        let timeout = if watcher.as_ref().is_some_and(|w| w.watching().is_some()) { 5 } else { 20 };
+        rb.poll(Duration::from_millis(timeout)).map_err(|e| err("reading allocation events", e))?;
+        // poll only reads rings that signalled; the probes mostly do not.
+        rb.consume().map_err(|e| err("reading allocation events", e))?;
         if last_refresh.elapsed() >= Duration::from_millis(200) || stopping {
             refresh_maps(&state);
             last_refresh = Instant::now();
+        }
+        if let Some(w) = watcher.as_mut() {
+            let (control, new_pids) = {
+                let mut st = state.borrow_mut();
+                (std::mem::take(&mut st.control), std::mem::take(&mut st.new_pids))
+            };
+            let maps: Vec<(u32, String)> = new_pids.iter().filter_map(|p| state.borrow().maps.get(p).map(|m| (*p, m.clone()))).collect();
+            let bss = skel.maps.bss_data.as_deref_mut().expect("the probes have a .bss");
+            arming.step(w, &mut bss.arm, &control, &maps, stopping);
         }
         if stopping {
             break;
@@ -236,7 +287,70 @@ fn run(
     }
     st.summary.processes = st.maps.len();
     st.summary.dropped = skel.maps.bss_data.as_deref().map_or(0, |b| b.dropped);
+    if let Some(w) = watcher {
+        st.summary.histories = w.objects;
+        st.summary.hit_ns = Some(w.hit_ns());
+        st.summary.history_errors = w.errors.clone();
+    }
     Ok(st.summary.clone())
+}
+
+/// Drives the probes' `arm` block for the history watcher.
+struct Arming {
+    /// The selection is in the probes (site resolved, or none needed).
+    configured: bool,
+    site_function: Option<String>,
+    size: u64,
+}
+
+impl Arming {
+    fn new(opts: Option<&HistoryOptions>) -> Arming {
+        let site_function = opts.and_then(|o| o.site_function.clone());
+        Arming { configured: site_function.is_none(), site_function, size: opts.and_then(|o| o.size).unwrap_or(0) }
+    }
+
+    fn step(
+        &mut self,
+        w: &mut Watcher,
+        arm: &mut skel::types::arm_cfg,
+        control: &[[u8; RECORD_LEN]],
+        new_maps: &[(u32, String)],
+        stopping: bool,
+    ) {
+        arm.size = self.size;
+        if !self.configured {
+            let name = self.site_function.as_deref().unwrap_or("");
+            if let Some((pid, (lo, hi))) = new_maps.iter().find_map(|(pid, m)| function_range(m, name).map(|r| (*pid, r))) {
+                (arm.site_lo, arm.site_hi, arm.tgid) = (lo, hi, pid);
+                self.configured = true;
+            }
+        }
+        for ev in control {
+            let u32_at = |o: usize| u32::from_le_bytes(ev[o..o + 4].try_into().unwrap());
+            let u64_at = |o: usize| u64::from_le_bytes(ev[o..o + 8].try_into().unwrap());
+            let (pid, tid, cpu, time, base, size, site) =
+                (u32_at(4), u32_at(8), u32_at(12), u64_at(16), u64_at(24), u64_at(32), u64_at(40));
+            match u16::from_le_bytes([ev[0], ev[1]]) {
+                4 => w.armed(pid, tid, cpu, base, size, site, time, monotonic_ns),
+                5 if w.watching() == Some(base) => w.finish("freed", time, tid, cpu, site),
+                _ => {}
+            }
+        }
+        if w.poll(monotonic_ns()) || stopping {
+            w.finish("stopped", monotonic_ns(), 0, 0, 0);
+            // SAFETY: the .bss is mmap'ed and shared with the probes; a volatile store is what they see.
+            unsafe { std::ptr::write_volatile(&mut arm.base, 0) };
+        }
+        let want = !stopping && self.configured && w.wants_object(monotonic_ns());
+        // SAFETY: as above; the probes clear `want` with a compare-and-swap when they take an object.
+        unsafe {
+            if want && std::ptr::read_volatile(&arm.want) == 0 && std::ptr::read_volatile(&arm.base) == 0 {
+                std::ptr::write_volatile(&mut arm.want, 1);
+            } else if !want {
+                std::ptr::write_volatile(&mut arm.want, 0);
+            }
+        }
+    }
 }
 
 fn refresh_maps(state: &Rc<RefCell<State>>) {

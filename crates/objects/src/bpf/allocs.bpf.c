@@ -83,6 +83,29 @@ struct {
 /* Events the ring buffer had no room for. */
 __u64 dropped = 0;
 
+/*
+ * Object access histories (DProf §4.3): user space sets `want` when it is
+ * ready to watch one more object; the first allocation that matches the
+ * selection takes it (compare-and-swap), reports itself (EV_ARMED) and stops
+ * its process with SIGSTOP before the allocator returns to user code, so
+ * user space can set the hardware breakpoints before the object's first
+ * use; user space sends SIGCONT. Its free reports EV_UNWATCHED. Both carry
+ * the CPU in the payload_len slot (they never reach the log).
+ */
+enum { EV_ARMED = 4, EV_UNWATCHED = 5 };
+#define SIGSTOP 19
+
+struct arm_cfg {
+	__u64 size;    /* 0: any */
+	__u64 site_lo; /* site range [lo, hi); hi 0: any */
+	__u64 site_hi;
+	__u64 base;    /* the object being watched, 0: none */
+	__u64 want;    /* 64-bit: BPF compare-and-swap */
+	__u32 tgid;    /* 0: any traced process */
+	__u32 pad;
+};
+struct arm_cfg arm = {};
+
 static __always_inline int traced(__u64 id)
 {
 	__u32 tgid = id >> 32;
@@ -113,7 +136,36 @@ static __always_inline void emit(__u64 id, __u16 kind, __u16 func, __u64 now, __
 	e->base = base;
 	e->size = size;
 	e->site = site;
-	bpf_ringbuf_submit(e, 0);
+	/* No wakeup per event: user space drains every few ms (a wakeup per allocation costs more than the probe). */
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void emit_cpu(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
+	if (!e) {
+		__sync_fetch_and_add(&dropped, 1);
+		return;
+	}
+	e->kind = kind;
+	e->func = func;
+	e->pid = id >> 32;
+	e->tid = (__u32)id;
+	e->payload_len = bpf_get_smp_processor_id();
+	e->time_ns = now;
+	e->base = base;
+	e->size = size;
+	e->site = site;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
+static __always_inline int matches_arm(__u64 id, __u64 size, __u64 site)
+{
+	if (arm.tgid && arm.tgid != (__u32)(id >> 32))
+		return 0;
+	if (arm.size && arm.size != size)
+		return 0;
+	return arm.site_hi == 0 || (site >= arm.site_lo && site < arm.site_hi);
 }
 
 static __always_inline int enter(struct pt_regs *ctx, __u32 func, __u64 size, __u64 old)
@@ -156,6 +208,11 @@ SEC("uretprobe") int BPF_KRETPROBE(alloc_ret)
 		emit(id, KIND_FREE, F_REALLOC, now, pv.old, 0, pv.site);
 	if (ptr)
 		emit(id, KIND_ALLOC, func, now, ptr, pv.size, pv.site);
+	if (ptr && arm.want && matches_arm(id, pv.size, pv.site) && __sync_val_compare_and_swap(&arm.want, 1, 0) == 1) {
+		arm.base = ptr;
+		emit_cpu(id, EV_ARMED, func, now, ptr, pv.size, pv.site);
+		bpf_send_signal_thread(SIGSTOP);
+	}
 	return 0;
 }
 
@@ -172,7 +229,12 @@ static __always_inline int freed(struct pt_regs *ctx, __u16 func, __u64 ptr)
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!ptr || !traced(id))
 		return 0;
-	emit(id, KIND_FREE, func, bpf_ktime_get_ns(), ptr, 0, caller(ctx));
+	__u64 now = bpf_ktime_get_ns(), site = caller(ctx);
+	emit(id, KIND_FREE, func, now, ptr, 0, site);
+	if (arm.base == ptr && (!arm.tgid || arm.tgid == (__u32)(id >> 32))) {
+		arm.base = 0;
+		emit_cpu(id, EV_UNWATCHED, func, now, ptr, 0, site);
+	}
 	return 0;
 }
 

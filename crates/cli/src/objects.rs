@@ -1,0 +1,437 @@
+//! `loupe data history` and `loupe data flow`: object access histories from
+//! hardware breakpoints (DProf §4.3) and the data flow view built from them
+//! (§3.4). Collection lives in loupe-objects; this file runs a command under
+//! it and formats what the database holds.
+
+use crate::flags::{DbArg, Format};
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use loupe_objects::flow::{self, Flow};
+use loupe_objects::history::{self, History, HistoryOptions, Line};
+use loupe_objects::{AllocTracker, AllocationIndex, SiteNamer, TrackerOptions};
+use loupe_perf::GatedChild;
+use loupe_symbolize::{Symbolizer, SymbolizerOptions};
+use std::io::Write;
+use std::time::Duration;
+
+pub const HISTORY_HELP: &str = "\
+With a command, runs it under allocation tracking (eBPF uprobes on malloc/calloc/realloc/free and \
+operator new/delete) and watches objects it allocates: the first allocation that matches --site and \
+--size stops the process before the allocator returns, breakpoints (the CPU's debug registers, on every \
+CPU) are set on the --offset ranges, and the process continues; every read or write of those bytes is \
+recorded with its instruction, thread, CPU and time until the object is freed. One object at a time; \
+the next only while the cost so far (time stopped + hits x the calibrated cost of a breakpoint trap) \
+stays under --budget of the elapsed time. Breakpoints trap after the access; the instruction shown is \
+the one before the trap IP, found by decoding the function from its start, with R or W. Needs root. Without a command, shows the \
+histories already in --db.
+
+Examples:
+  loupe data history --db d.db --site make_msg --size 64 --offset 0:8 --offset 16:8 -- ./queue
+  loupe data history --db d.db --format json
+  loupe data flow --db d.db --format svg > flow.svg";
+
+pub const FLOW_HELP: &str = "\
+Combines the object access histories in --db into the paths objects take from allocation to free: \
+each step is a function that touched the object on one CPU, '=>' (a red edge in DOT/SVG) marks the \
+object moving to another CPU. Record histories first with `loupe data history ... -- CMD`. SVG needs \
+graphviz's `dot`.
+
+Examples:
+  loupe data flow --db d.db
+  loupe data flow --db d.db --format dot > flow.dot
+  loupe data flow --db d.db --format svg > flow.svg";
+
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Watch objects allocated by calls from this function (a symbol of the program or its libraries).
+    #[arg(long)]
+    pub site: Option<String>,
+    /// Watch objects of exactly this many bytes.
+    #[arg(long)]
+    pub size: Option<u64>,
+    /// OFFSET:LEN byte range to watch (LEN 1, 2, 4 or 8, aligned); up to four (the debug registers).
+    #[arg(long = "offset", value_parser = parse_range, default_values = ["0:8"])]
+    pub offsets: Vec<(u64, u64)>,
+    /// Stop after this many objects.
+    #[arg(long, default_value_t = 100)]
+    pub objects: usize,
+    /// Fraction of the run the histories may cost the program.
+    #[arg(long, default_value_t = 0.05)]
+    pub budget: f64,
+    /// Let an object go after this many seconds without a free.
+    #[arg(long, default_value_t = 2.0)]
+    pub max_watch: f64,
+    /// Show at most this many histories.
+    #[arg(long, default_value_t = 10)]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Command to run (after `--`).
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+pub const ALLOCS_HELP: &str = "\
+Runs a command with its heap allocations tracked into --db (the allocation log that `loupe data` \
+views use to name heap objects by allocation site) and lists the allocation sites: calls, bytes, \
+blocks still live at exit. Tracking is by eBPF uprobes (root; every process the command forks), or \
+with --preload by an LD_PRELOAD shim (no privileges; processes that keep the environment).
+
+Examples:
+  loupe data allocs --db d.db -- ./my-program
+  loupe data allocs --db d.db --preload --format json -- ./my-program";
+
+#[derive(Args, Debug)]
+pub struct AllocsArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Track with the LD_PRELOAD shim instead of uprobes.
+    #[arg(long)]
+    pub preload: bool,
+    /// Show at most this many allocation sites.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Command to run (after `--`).
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+pub fn allocs(a: AllocsArgs) -> Result<u8> {
+    let (cmd, args) = a.command.split_first().expect("clap requires a command");
+    std::fs::create_dir_all(&a.db.db).with_context(|| format!("cannot create {}", a.db.db.display()))?;
+    let status = if a.preload {
+        let env = loupe_objects::preload::install(&a.db.db).context("installing the allocation shim")?;
+        let st = std::process::Command::new(cmd).args(args).envs(env.vars).status().with_context(|| format!("running {cmd}"))?;
+        st.code().unwrap_or(128)
+    } else {
+        let mut child = GatedChild::spawn(cmd, args)?;
+        let tracker = AllocTracker::start(&a.db.db, &[child.pid as u32], &TrackerOptions::default())?;
+        for w in &tracker.warnings {
+            eprintln!("loupe: {w}");
+        }
+        child.release()?;
+        let status = child.wait()?;
+        let s = tracker.stop()?;
+        if s.dropped > 0 {
+            eprintln!("loupe: {} allocation events found the ring buffer full and are missing from the log", s.dropped);
+        }
+        status
+    };
+    let idx = AllocationIndex::load(&a.db.db)?;
+    for b in &idx.stats.bad_files {
+        eprintln!("loupe: skipped {b}");
+    }
+    let rows = site_rows(&idx);
+    let mut out = std::io::stdout().lock();
+    let text = match a.format {
+        Format::Json => {
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "source": idx.stats.sources.iter().map(|s| s.name()).collect::<Vec<_>>(), "rows": rows.iter().take(a.limit).map(|r| serde_json::json!({"site": r.site, "calls": r.calls, "bytes": r.bytes, "live": r.live})).collect::<Vec<_>>() }),
+            )? + "\n"
+        }
+        Format::Text => render_sites(&rows, a.limit),
+    };
+    let _ = out.write_all(text.as_bytes());
+    Ok(status.clamp(0, 255) as u8)
+}
+
+struct SiteRow {
+    site: String,
+    calls: u64,
+    bytes: u64,
+    live: u64,
+}
+
+fn site_rows(idx: &AllocationIndex) -> Vec<SiteRow> {
+    let mut namer = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+    let mut by: std::collections::HashMap<String, SiteRow> = Default::default();
+    let mut labels: std::collections::HashMap<(u32, u64), String> = Default::default();
+    for al in idx.allocations() {
+        let label = labels
+            .entry((al.pid, al.site))
+            .or_insert_with(|| idx.site_location(al).map_or_else(|| format!("{:#x}", al.site), |l| namer.label(&l)))
+            .clone();
+        let r = by.entry(label.clone()).or_insert(SiteRow { site: label, calls: 0, bytes: 0, live: 0 });
+        r.calls += 1;
+        r.bytes += al.size;
+        r.live += al.free_ns.is_none() as u64;
+    }
+    let mut rows: Vec<SiteRow> = by.into_values().collect();
+    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    rows
+}
+
+fn render_sites(rows: &[SiteRow], limit: usize) -> String {
+    let mut s = format!(
+        "# Allocation sites ({} in all), by bytes allocated\n# {:>10}  {:>14}  {:>8}  site\n",
+        rows.len(),
+        "calls",
+        "bytes",
+        "live"
+    );
+    for r in rows.iter().take(limit) {
+        s.push_str(&format!("  {:>10}  {:>14}  {:>8}  {}\n", r.calls, r.bytes, r.live, r.site));
+    }
+    s
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum FlowFormat {
+    Text,
+    Json,
+    Dot,
+    Svg,
+}
+
+#[derive(Args, Debug)]
+pub struct FlowArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Show at most this many paths (text).
+    #[arg(long, default_value_t = 10)]
+    pub limit: usize,
+    #[arg(long, value_enum, default_value_t = FlowFormat::Text)]
+    pub format: FlowFormat,
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (o, l) = s.split_once(':').ok_or_else(|| format!("{s:?}: expected OFFSET:LEN, e.g. 16:8"))?;
+    let num = |x: &str| x.strip_prefix("0x").map_or_else(|| x.parse(), |h| u64::from_str_radix(h, 16)).map_err(|e| format!("{x:?}: {e}"));
+    let (o, l) = (num(o)?, num(l)?);
+    if !matches!(l, 1 | 2 | 4 | 8) || o % l != 0 {
+        return Err(format!("{s:?}: LEN must be 1, 2, 4 or 8 and OFFSET a multiple of it"));
+    }
+    Ok((o, l))
+}
+
+pub fn history(a: HistoryArgs) -> Result<u8> {
+    let mut status = 0;
+    if let Some((cmd, args)) = a.command.split_first() {
+        if a.offsets.len() > 4 {
+            bail!("--offset given {} times; the CPU has four debug registers", a.offsets.len());
+        }
+        std::fs::create_dir_all(&a.db.db).with_context(|| format!("cannot create {}", a.db.db.display()))?;
+        let opts = HistoryOptions {
+            site_function: a.site.clone(),
+            size: a.size,
+            offsets: a.offsets.clone(),
+            max_objects: a.objects,
+            budget: a.budget,
+            max_watch: Duration::from_secs_f64(a.max_watch),
+        };
+        status = collect(&a.db.db, cmd, args, opts)?;
+    }
+    let (histories, hit_ns) = read(&a.db.db)?;
+    let mut code = Code::load(&a.db.db)?;
+    let mut out = std::io::stdout().lock();
+    let text = match a.format {
+        Format::Json => serde_json::to_string_pretty(&history_json(&histories, hit_ns, &mut code))? + "\n",
+        Format::Text => render_histories(&histories, hit_ns, a.limit, &mut code),
+    };
+    let _ = out.write_all(text.as_bytes());
+    Ok(status)
+}
+
+fn collect(db: &std::path::Path, cmd: &str, args: &[String], opts: HistoryOptions) -> Result<u8> {
+    let mut child = GatedChild::spawn(cmd, args)?;
+    let tracker = AllocTracker::start(db, &[child.pid as u32], &TrackerOptions { history: Some(opts), ..Default::default() })?;
+    for w in &tracker.warnings {
+        eprintln!("loupe: {w}");
+    }
+    child.release()?;
+    let status = child.wait()?;
+    let s = tracker.stop()?;
+    for e in &s.history_errors {
+        eprintln!("loupe: {e}");
+    }
+    eprintln!(
+        "loupe: {} allocations, {} frees tracked; {} objects watched; one breakpoint trap costs {} ns here",
+        s.allocs,
+        s.frees,
+        s.histories,
+        s.hit_ns.unwrap_or(0)
+    );
+    if s.dropped > 0 {
+        eprintln!("loupe: {} allocation events found the ring buffer full and are missing from the log", s.dropped);
+    }
+    Ok(status.clamp(0, 255) as u8)
+}
+
+fn read(db: &std::path::Path) -> Result<(Vec<History>, Option<u64>)> {
+    history::read(db).with_context(|| {
+        format!("{}: no object histories (record them with `loupe data history ... -- CMD`)", db.join(history::FILE).display())
+    })
+}
+
+/// Names addresses with the maps the allocation log kept for each process.
+fn namer(db: &std::path::Path) -> Result<impl FnMut(u32, u64) -> String> {
+    let mut code = Code::load(db)?;
+    Ok(move |pid: u32, addr: u64| code.name(pid, addr))
+}
+
+/// Names code addresses and finds the instruction behind a breakpoint hit.
+struct Code {
+    idx: AllocationIndex,
+    sites: SiteNamer,
+    names: std::collections::HashMap<(u32, u64), String>,
+    files: std::collections::HashMap<String, Option<Vec<u8>>>,
+}
+
+impl Code {
+    fn load(db: &std::path::Path) -> Result<Code> {
+        let idx = AllocationIndex::load(db).with_context(|| format!("reading the allocation log of {}", db.display()))?;
+        let sites = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+        Ok(Code { idx, sites, names: Default::default(), files: Default::default() })
+    }
+
+    fn name(&mut self, pid: u32, addr: u64) -> String {
+        if let Some(n) = self.names.get(&(pid, addr)) {
+            return n.clone();
+        }
+        let n = match self.idx.locate(pid, addr, u64::MAX) {
+            Some(loc) => self
+                .sites
+                .name(&loc)
+                .map(|s| s.procedure)
+                .unwrap_or_else(|_| format!("{}+{:#x}", loc.path.rsplit('/').next().unwrap_or(""), loc.offset.0)),
+            None => format!("{addr:#x}"),
+        };
+        self.names.insert((pid, addr), n.clone());
+        n
+    }
+
+    /// The instruction that made a hit reported at `ip` (the next one's address), and its read/write kind.
+    fn accessor(&mut self, pid: u32, ip: u64) -> Option<(u64, Option<loupe_objects::access::Kind>)> {
+        let loc = self.idx.locate(pid, ip, u64::MAX)?;
+        let start = self.sites.name(&loc).ok()?.procedure_start.0;
+        let bytes = self.files.entry(loc.path.clone()).or_insert_with(|| std::fs::read(&loc.path).ok()).as_deref()?;
+        // Function start and IP are both file offsets of one mapping, so their distance is the same at run time.
+        let code = bytes.get(start as usize..loc.offset.0 as usize)?;
+        let runtime_start = ip.checked_sub(loc.offset.0 - start)?;
+        loupe_objects::access::instruction_ending_at(code, runtime_start, ip)
+    }
+}
+
+fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, code: &mut Code) -> String {
+    let mut s = format!(
+        "# {} object access histories (hardware breakpoints); breakpoint trap cost {} ns\n\
+         # function/access: the instruction before the trap IP (breakpoints trap after the access)\n",
+        hs.len(),
+        hit_ns.map_or("?".into(), |n| n.to_string())
+    );
+    for h in hs.iter().take(limit) {
+        let Line::Object { id, pid, tid, cpu, base, size, site, alloc_ns, setup_ns, offsets } = &h.object else { continue };
+        let offs: Vec<String> = offsets.iter().map(|(o, l)| format!("+{o}:{l}")).collect();
+        s.push_str(&format!(
+            "\nobject #{id}: {size} bytes at {base:#x} (pid {pid}), allocated by {} on cpu{cpu} (tid {tid}); watching {}; set-up {:.1} us\n",
+            code.name(*pid, *site),
+            offs.join(" "),
+            *setup_ns as f64 / 1000.0
+        ));
+        s.push_str(&format!(
+            "  {:>12}  {:>4}  {:>8}  {:>6}  {:>6}  function (instruction)\n",
+            "time(us)", "cpu", "tid", "offset", "access"
+        ));
+        for l in &h.hits {
+            if let Line::Hit { offset, ip, tid, cpu, time_ns, .. } = l {
+                let t = time_ns.saturating_sub(*alloc_ns) as f64 / 1000.0;
+                let (at, kind) = match code.accessor(*pid, *ip) {
+                    Some((start, k)) => (format!("{start:#x}"), k.map_or("?", |k| k.label())),
+                    None => (format!("before {ip:#x}"), "?"),
+                };
+                s.push_str(&format!(
+                    "  {t:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  {kind:>6}  {} ({at})\n",
+                    format!("+{offset}"),
+                    code.name(*pid, *ip)
+                ));
+            }
+        }
+        match &h.end {
+            Some(Line::End { why, time_ns, cpu, site, tid, .. }) if why == "freed" => s.push_str(&format!(
+                "  {:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  {:>6}  freed by {}\n",
+                time_ns.saturating_sub(*alloc_ns) as f64 / 1000.0,
+                "",
+                "",
+                code.name(*pid, *site)
+            )),
+            Some(Line::End { why, .. }) => s.push_str(&format!("  (not freed while watched: {why})\n")),
+            _ => s.push_str("  (history cut short)\n"),
+        }
+    }
+    s
+}
+
+fn history_json(hs: &[History], hit_ns: Option<u64>, code: &mut Code) -> serde_json::Value {
+    let mut items = Vec::new();
+    for h in hs {
+        let Line::Object { pid, site, .. } = &h.object else { continue };
+        let Ok(mut o) = serde_json::to_value(&h.object) else { continue };
+        o["site_function"] = code.name(*pid, *site).into();
+        let mut hits = Vec::new();
+        for l in &h.hits {
+            let (Line::Hit { ip, .. }, Ok(mut v)) = (l, serde_json::to_value(l)) else { continue };
+            v["function"] = code.name(*pid, *ip).into();
+            if let Some((start, kind)) = code.accessor(*pid, *ip) {
+                v["access_ip"] = start.into();
+                v["access"] = kind.map_or("?", |k| k.label()).into();
+            }
+            hits.push(v);
+        }
+        o["hits"] = hits.into();
+        o["end"] = serde_json::to_value(&h.end).unwrap_or_default();
+        items.push(o);
+    }
+    serde_json::json!({ "source": "hardware breakpoints (debug registers)", "hit_ns": hit_ns, "histories": items })
+}
+
+pub fn flow_view(a: FlowArgs) -> Result<u8> {
+    let (histories, _) = read(&a.db.db)?;
+    let mut name = namer(&a.db.db)?;
+    let f: Flow = flow::flow(&histories, &mut name);
+    let text = match a.format {
+        FlowFormat::Text => flow::render_text(&f, a.limit),
+        FlowFormat::Json => serde_json::to_string_pretty(&f)? + "\n",
+        FlowFormat::Dot => flow::render_dot(&f),
+        FlowFormat::Svg => svg(&flow::render_dot(&f))?,
+    };
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(0)
+}
+
+fn svg(dot: &str) -> Result<String> {
+    let mut child = match std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("graphviz `dot` not found (install graphviz), or use --format dot"),
+        Err(e) => return Err(e).context("running graphviz `dot`"),
+    };
+    child.stdin.take().expect("piped").write_all(dot.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("graphviz `dot` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_offset_ranges_and_rejects_misaligned_ones() {
+        // Checks OFFSET:LEN parsing: decimal and hex, LEN in {1,2,4,8}, OFFSET aligned to LEN.
+        assert_eq!(parse_range("16:8"), Ok((16, 8)));
+        assert_eq!(parse_range("0x18:4"), Ok((24, 4)));
+        assert!(parse_range("4:8").is_err());
+        assert!(parse_range("0:3").is_err());
+        assert!(parse_range("8").is_err());
+    }
+}
