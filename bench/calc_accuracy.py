@@ -1,24 +1,43 @@
 #!/usr/bin/env python3
 """Accuracy of `loupe calc` execution counts against exact counts (DCPI §6.2,
-Figures 8 and 9).
-
-Runs testdata/workloads/calcwork under `valgrind --tool=callgrind
---dump-instr=yes --collect-jumps=yes` with 1 and 2 repetitions (every
-repetition does identical work, so exact counts for R repetitions are
-c1 + (R-1)(c2-c1)), records R repetitions with `loupe record`, runs
-`loupe calc --format json` on each procedure, and prints:
+Figures 8 and 9), over a suite of programs:
+  * calcwork (testdata/workloads): insertion sort, run-length coding, a
+    bytecode interpreter, a matrix multiply, a hash-table probe, a random
+    branch, a divide chain, a pointer chase; each procedure runs alone
+    (`--only`), exact counts from callgrind runs of 1 and 2 repetitions
+    (every repetition is identical: count(R) = c1 + (R-1)(c2-c1));
+  * real programs built from source by scripts/realprogs.sh: zstd
+    (compression), SQLite (database engine), Lua 5.4 (an interpreter running
+    sort and n-body scripts). Each is recorded over K identical runs of one
+    input; exact counts are K x one callgrind run of that input. The
+    procedures judged are the hottest ones with enough samples.
+For each (program, procedure) it runs `loupe calc --format json` and prints:
   * the error histogram of instruction execution counts weighted by samples
-    (Figure 8), overall and per confidence label;
+    (Figure 8), overall, per confidence label and per procedure;
   * the error histogram of edge execution counts weighted by exact edge
     executions (Figure 9).
 Run as root from the repository root after `cargo build --release`:
-  bench/calc_accuracy.py --seconds 4 --freq 10000 [--procs isort,rle] [--json out.json]
+  bench/calc_accuracy.py --seconds 4 --freq 10000 [--cases calcwork,zstd] [--json out.json]
+  bench/calc_accuracy.py --keep DIR ...   # keep recordings and exact counts in DIR
+  bench/calc_accuracy.py --reuse DIR ...  # re-run only `loupe calc` on them
 """
-import argparse, collections, json, os, subprocess, sys, tempfile, time
+import argparse, collections, json, os, shlex, subprocess, sys, tempfile, time
 
 PROCS = ["isort", "rle", "interp", "matmul", "hashprobe", "branchy", "divchain", "chase"]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOUPE = os.environ.get("LOUPE_BIN") or os.path.join(ROOT, "target/release/loupe")
+REALPROGS = os.environ.get("REALPROGS_SH") or os.path.join(ROOT, "scripts/realprogs.sh")
+# Real programs: case -> (binary, arguments of one run); one run takes about 0.5 s of CPU.
+# Lua's string hash seed is fixed (luai_makeseed) so that every run hashes alike.
+REAL = {
+    "zstd": ("zstd-bench", ["3", "32"]),
+    "sqlite": ("sqlite-bench", ["query", "150"]),
+    "lua-sort": ("lua", ["{lua}/sort.lua", "200000"]),
+    "lua-nbody": ("lua", ["{lua}/nbody.lua", "300000"]),
+}
+REAL_CFLAGS = "-O2 -g -Dluai_makeseed=0u+sizeof"  # expands to 0u+sizeof(L): no shell metacharacters
+# A procedure of a real program is judged when it has at least this share of the program's samples.
+MIN_SHARE = 0.08
 
 
 def build(out):
@@ -26,21 +45,32 @@ def build(out):
     return os.path.join(out, "calcwork")
 
 
-def callgrind(binary, reps, only, tmp):
-    """Per-address execution counts and per-(source, target) jump counts in the main executable."""
-    out = os.path.join(tmp, f"cg-{reps}.out")
-    args = [binary, "--reps", str(reps)] + (["--only", only] if only else [])
-    r = subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--dump-line=no", "--collect-jumps=yes",
-                    f"--callgrind-out-file={out}"] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    # valgrind 3.19 sometimes dies of SIGTRAP in _dl_fini after main has
-    # returned; the counts are dumped all the same.
-    if not os.path.exists(out):
-        sys.exit(f"callgrind wrote no {out}")
-    counts, jumps = parse_callgrind(out, os.path.realpath(binary))
-    if not counts:
-        sys.exit(f"callgrind counted nothing in {binary}: {r.stderr[-2000:]}")
-    return counts, jumps
+def build_real(out):
+    r = subprocess.run([REALPROGS, "--out", out, "--cflags", REAL_CFLAGS], check=True, capture_output=True, text=True)
+    return r.stdout.strip().splitlines()[-1]
 
+
+def callgrind(argv, tmp, tag):
+    """Per-address execution counts and per-(source, target) jump counts in the main executable argv[0]."""
+    out = os.path.join(tmp, f"cg-{tag}.out")
+    for attempt in range(6):
+        r = subprocess.run(["valgrind", "--tool=callgrind", "--dump-instr=yes", "--dump-line=no", "--collect-jumps=yes",
+                            f"--callgrind-out-file={out}"] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # valgrind 3.19 sometimes dies of SIGTRAP in _dl_fini after main has
+        # returned (the counts are dumped all the same), and now and then
+        # before main returns (SIGTRAP in malloc, in bursts on the loaded VM):
+        # such a partial count is taken again.
+        died_early = "Process terminating" in r.stderr and "_dl_fini" not in r.stderr
+        if os.path.exists(out) and not died_early:
+            break
+        print(f"callgrind of {argv} ended early ({r.returncode}); again", file=sys.stderr)
+        time.sleep(5)
+    else:
+        sys.exit(f"callgrind did not complete {argv}: {r.stderr[-2000:]}")
+    counts, jumps = parse_callgrind(out, os.path.realpath(argv[0]))
+    if not counts:
+        sys.exit(f"callgrind counted nothing in {argv[0]}: {r.stderr[-2000:]}")
+    return counts, jumps
 
 def parse_callgrind(path, binary):
     counts, jumps = collections.Counter(), collections.Counter()
@@ -96,18 +126,81 @@ def parse_callgrind(path, binary):
     return counts, jumps
 
 
+def cpu_seconds(argv, env=None):
+    r0 = os.times().children_user + os.times().children_system
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+    return os.times().children_user + os.times().children_system - r0
+
+
 def repetitions(binary, proc, seconds):
     """Repetitions of `proc` that run about `seconds` of CPU time (doubling until a run takes 0.3 s)."""
-    def cpu(n):
-        r0 = os.times().children_user
-        subprocess.run([binary, "--reps", str(n), "--only", proc], check=True, stdout=subprocess.DEVNULL)
-        return os.times().children_user - r0
     n = 20
     while True:
-        t = cpu(n)
+        t = cpu_seconds([binary, "--reps", str(n), "--only", proc])
         if t >= 0.3:
             return max(2, int(seconds * n / t))
         n *= 4
+
+
+def record(db, freq, argv):
+    subprocess.run([LOUPE, "record", "--no-stacks", "--freq", str(freq), "--db", db, "--"] + argv, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def hottest(db, binary, seconds, freq):
+    """Procedures of `binary` with at least MIN_SHARE of its samples."""
+    out = subprocess.run([LOUPE, "top", "--db", db, "--image", os.path.basename(binary), "--format", "json", "--limit", "30"],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [r for r in json.loads(out)["rows"] if os.path.realpath(r["image"]) == os.path.realpath(binary)]
+    total = sum(r["samples"] for r in rows) or 1
+    return [r["procedure"] for r in rows if r["samples"] >= MIN_SHARE * total]
+
+
+def prepare(a, keep):
+    """Records every case and takes its exact counts; returns [(case, binary, db, procs, counts, jumps)] as saved in keep."""
+    cases = []
+    want = a.cases.split(",")
+    if "calcwork" in want:
+        binary = build(os.path.join(keep, "w"))
+        for p in a.procs.split(","):
+            reps = repetitions(binary, p, a.seconds)
+            c1, j1 = callgrind([binary, "--reps", "1", "--only", p], keep, p + "-1")
+            c2, j2 = callgrind([binary, "--reps", "2", "--only", p], keep, p + "-2")
+            db = os.path.join(keep, "db-" + p)
+            record(db, a.freq, [binary, "--reps", str(reps), "--only", p])
+            cases.append({"case": "calcwork", "binary": binary, "db": db, "procs": [p], "runs": reps,
+                          "counts": exact(c1, c2, reps), "jumps": exact(j1, j2, reps)})
+    real = [c for c in want if c in REAL]
+    if real:
+        bindir = build_real(os.path.join(keep, "real"))
+        lua_dir = os.path.join(os.path.dirname(os.path.abspath(REALPROGS)), "../testdata/realprogs/lua")
+        for c in real:
+            prog, args = REAL[c]
+            argv = [os.path.join(bindir, prog)] + [x.format(lua=lua_dir) for x in args]
+            one = cpu_seconds(argv)
+            runs = max(2, round(a.seconds * 3 / max(one, 0.01)))
+            c1, j1 = callgrind(argv, keep, c)
+            db = os.path.join(keep, "db-" + c)
+            loop = f"for i in $(seq {runs}); do {shlex.join(argv)} >/dev/null; done"
+            record(db, a.freq, ["/bin/sh", "-c", loop])
+            procs = hottest(db, argv[0], a.seconds, a.freq)
+            cases.append({"case": c, "binary": argv[0], "db": db, "procs": procs, "runs": runs,
+                          "counts": {k: runs * v for k, v in c1.items()}, "jumps": {k: runs * v for k, v in j1.items()}})
+    return cases
+
+
+def save(cases, keep):
+    def enc(d):
+        return {f"{k[0]:x}>{k[1]:x}" if isinstance(k, tuple) else f"{k:x}": v for k, v in d.items()}
+    json.dump([dict(c, counts=enc(c["counts"]), jumps=enc(c["jumps"])) for c in cases], open(os.path.join(keep, "cases.json"), "w"))
+
+
+def load(keep):
+    def dec(d, pair):
+        if pair:
+            return {tuple(int(x, 16) for x in k.split(">")): v for k, v in d.items()}
+        return {int(k, 16): v for k, v in d.items()}
+    return [dict(c, counts=dec(c["counts"], False), jumps=dec(c["jumps"], True)) for c in json.load(open(os.path.join(keep, "cases.json")))]
 
 
 def exact(c1, c2, reps):
@@ -152,31 +245,46 @@ def within(pairs, pct):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=4.0, help="run time of each procedure under loupe record")
+    ap.add_argument("--seconds", type=float, default=4.0, help="CPU seconds per calcwork procedure (real programs: 3x)")
     ap.add_argument("--freq", type=int, default=10000)
-    ap.add_argument("--procs", default=",".join(PROCS))
+    ap.add_argument("--procs", default=",".join(PROCS), help="calcwork procedures")
+    ap.add_argument("--cases", default=",".join(["calcwork"] + list(REAL)), help="calcwork and/or " + ",".join(REAL))
+    ap.add_argument("--keep", help="keep recordings and exact counts in this directory")
+    ap.add_argument("--reuse", help="re-run only `loupe calc` over --keep directories (comma-separated)")
     ap.add_argument("--json")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
-    procs = a.procs.split(",")
-    insn_pairs, edge_pairs, per_conf, per_proc = [], [], collections.defaultdict(list), {}
     with tempfile.TemporaryDirectory() as tmp:
-        binary = build(os.path.join(tmp, "w"))
-        for p in procs:
-            reps = repetitions(binary, p, a.seconds)
-            c1, j1 = callgrind(binary, 1, p, tmp)
-            c2, j2 = callgrind(binary, 2, p, tmp)
-            counts, jumps = exact(c1, c2, reps), exact(j1, j2, reps)
-            db = os.path.join(tmp, "db-" + p)
-            subprocess.run([LOUPE, "record", "--freq", str(a.freq), "--db", db, "--", binary, "--reps", str(reps), "--only", p],
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            out = subprocess.run([LOUPE, "calc", "--db", db, "--image", binary, "--procedure", p, "--format", "json"],
-                                 check=True, capture_output=True, text=True)
+        if a.reuse:
+            cases = [c for d in a.reuse.split(",") for c in load(d) if c["case"] in a.cases.split(",")]
+        else:
+            keep = a.keep or tmp
+            os.makedirs(keep, exist_ok=True)
+            cases = prepare(a, keep)
+            save(cases, keep)
+        res = evaluate(cases, a.quiet)
+    res.update({"seconds": a.seconds, "freq": a.freq})
+    if a.json:
+        json.dump(res, open(a.json, "w"), indent=1)
+    if not a.quiet:
+        report(res, sys.stderr)
+        print(file=sys.stderr)
+    keys = ["within5", "within10", "within15", "off15_labelled_low", "edges_within10", "procedures"]
+    json.dump({k: res[k] for k in keys}, sys.stdout)
+    print()
+
+
+def evaluate(cases, quiet):
+    insn_pairs, edge_pairs, per_conf, per_proc = [], [], collections.defaultdict(list), {}
+    for c in cases:
+        counts, jumps = c["counts"], c["jumps"]
+        for p in c["procs"]:
+            out = subprocess.run([LOUPE, "calc", "--db", c["db"], "--image", c["binary"], "--procedure", p, "--format", "json"],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                print(f"{c['case']}/{p}: loupe calc failed: {out.stderr.strip()}", file=sys.stderr)
+                continue
             r = json.loads(out.stdout)
-            if not a.quiet:
-                hot = sum(x["samples"] for x in r["instructions"])
-                known = sum(1 for x in r["instructions"] if counts.get(int(x["address"], 16)))
-                print(f"{p}: {hot} samples, {known} of {len(r['instructions'])} instructions with exact counts", file=sys.stderr)
             pp = []
             for x in r["instructions"]:
                 n = counts.get(int(x["address"], 16), 0)
@@ -190,15 +298,17 @@ def main():
                 n = exact_edge(e, counts, jumps)
                 if n > 0 and e["executions"] is not None:
                     edge_pairs.append((100.0 * (e["executions"] / n - 1), n))
-            per_proc[p] = {"reps": reps, "samples": sum(w for _, w in pp), "within5": within(pp, 5), "within10": within(pp, 10),
-                           "within15": within(pp, 15), "period_cycles": r["period_cycles"], "clock": r["clock"]}
-            if not a.quiet:
-                print(f"{p}: {per_proc[p]}", file=sys.stderr)
+            name = p if c["case"] == "calcwork" else f"{c['case']}/{p}"
+            per_proc[name] = {"runs": c["runs"], "samples": sum(w for _, w in pp), "within5": within(pp, 5),
+                              "within10": within(pp, 10), "within15": within(pp, 15), "period_cycles": r["period_cycles"],
+                              "clock": r["clock"]}
+            if not quiet:
+                print(f"{name}: {per_proc[name]}", file=sys.stderr)
     total = sum(w for _, w in insn_pairs) or 1
     off15 = [(e, w) for e, w in insn_pairs if abs(e) > 15]
     off15_low = sum(w for e, w in per_conf["low"] if abs(e) > 15)
-    res = {
-        "seconds": a.seconds, "freq": a.freq, "samples": total,
+    return {
+        "samples": total,
         "within5": within(insn_pairs, 5), "within10": within(insn_pairs, 10), "within15": within(insn_pairs, 15),
         "off15_labelled_low": 100.0 * off15_low / (sum(w for _, w in off15) or 1),
         "confidence": {c: {"share": 100.0 * sum(w for _, w in v) / total, "within5": within(v, 5),
@@ -206,30 +316,21 @@ def main():
         "histogram": histogram(insn_pairs), "edges_within10": within(edge_pairs, 10),
         "edge_histogram": histogram(edge_pairs), "procedures": per_proc,
     }
-    if a.json:
-        json.dump(res, open(a.json, "w"), indent=1)
-    if not a.quiet:
-        report(res, sys.stderr)
-    if not a.quiet:
-        print(file=sys.stderr)
-    keys = ["within5", "within10", "within15", "off15_labelled_low", "edges_within10", "procedures"]
-    json.dump({k: res[k] for k in keys}, sys.stdout)
-    print()
 
 
 def report(r, f):
     def out(*x):
         print(*x, file=f)
 
-    out(f"calcwork, {r['seconds']} s per procedure, {r['freq']} samples/s, {r['samples']} samples in the procedures")
+    out(f"{r['seconds']} s per calcwork procedure, {r['freq']} samples/s, {r['samples']} samples in the procedures")
     out(f"samples within 5%: {r['within5']:.1f}%  10%: {r['within10']:.1f}%  15%: {r['within15']:.1f}%; "
           f"of samples off by >15%, labelled low: {r['off15_labelled_low']:.1f}%")
     out("\n| confidence | share of samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|")
     for c, v in sorted(r["confidence"].items()):
         out(f"| {c} | {v['share']:.1f}% | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
-    out("\n| procedure | repetitions | samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|---|")
+    out("\n| procedure | runs | samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|---|")
     for p, v in r["procedures"].items():
-        out(f"| {p} | {v['reps']} | {v['samples']} | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
+        out(f"| {p} | {v['runs']} | {v['samples']} | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
     out("\n| error bucket | % of samples (instructions) | % of executions (edges) |\n|---|---|---|")
     for k in r["histogram"]:
         out(f"| {k}% | {r['histogram'][k]:.1f} | {r['edge_histogram'][k]:.1f} |")

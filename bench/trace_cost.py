@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Per-event logging cost, side by side in one run: Loupe's generated C,
-Rust, Go and Java stubs and LTTng-UST, all logging the payload of Loupe::App::Progress
+Rust, Go, Java and Python stubs and LTTng-UST, all logging the payload of Loupe::App::Progress
 (u64, f64, a 5-byte string, a 2-element int32 list), each timing itself from
 inside; enabled (Loupe under `loupe trace record`, LTTng in a session with the
 event enabled, consumers draining) and disabled; 1 thread and 2 threads on
-the 2 CPUs; beside the floor, one clock_gettime(CLOCK_MONOTONIC). Rounds
-alternate the variants; prints medians and min-max.
+the 2 CPUs; C and Rust both with the clock_gettime clock and with the TSC
+clock (`--clock tsc`); beside the floors: one clock_gettime(CLOCK_MONOTONIC),
+one RDTSCP, one RDTSC. Rounds alternate the variants; prints medians and min-max.
 Usage (root, from the repository root):
     cargo build --release -p loupe -p loupe-trace --example trace_bench
     bench/trace_cost.py [ROUNDS]
@@ -15,9 +16,12 @@ import os, re, shutil, statistics, subprocess, sys, tempfile
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 N = 2_000_000
 FLOOR = r'''#include <stdio.h>
+#include <string.h>
 #include <time.h>
-int main(void){struct timespec t,a,b;long n=10000000;clock_gettime(CLOCK_MONOTONIC,&a);
-for(long i=0;i<n;i++){clock_gettime(CLOCK_MONOTONIC,&t);__asm__ volatile(""::"r"(&t):"memory");}
+int main(int argc,char**argv){struct timespec t,a,b;long n=10000000;unsigned aux;volatile unsigned long long s=0;
+int k=argc>1?(strcmp(argv[1],"rdtscp")==0?1:2):0;clock_gettime(CLOCK_MONOTONIC,&a);
+for(long i=0;i<n;i++){if(k==1)s+=__builtin_ia32_rdtscp(&aux);else if(k==2)s+=__builtin_ia32_rdtsc();
+else{clock_gettime(CLOCK_MONOTONIC,&t);__asm__ volatile(""::"r"(&t):"memory");}}
 clock_gettime(CLOCK_MONOTONIC,&b);printf("%.2f ns/event\n",((b.tv_sec-a.tv_sec)*1e9+(b.tv_nsec-a.tv_nsec))/n);}'''
 
 
@@ -29,10 +33,10 @@ def run(cmd, env=None):
     return ns(subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout)
 
 
-def loupe(tmp, cmd):
+def loupe(tmp, cmd, clock='monotonic'):
     out = os.path.join(tmp, 'trace')
     shutil.rmtree(out, ignore_errors=True)
-    v = run(['target/release/loupe', 'trace', 'record', '-o', out, '--'] + cmd)
+    v = run(['target/release/loupe', 'trace', 'record', '--clock', clock, '-o', out, '--'] + cmd)
     shutil.rmtree(out)
     return v
 
@@ -70,20 +74,28 @@ def main():
         jdir = os.path.join(tmp, 'java')
         subprocess.check_call(['javac', '-d', jdir, 'sdk/java/LoupeEvents.java', 'sdk/java/TraceDemo.java'])
         java = ['java', '-cp', jdir, 'TraceDemo']
+        py = ['python3', 'sdk/python/tracedemo.py']
         env = {k: v for k, v in os.environ.items() if k != 'LOUPE_TRACE_SHM'}
         variants = [
             ('clock_gettime floor', lambda: run([floor])),
+            ('RDTSCP floor', lambda: run([floor, 'rdtscp'])),
+            ('RDTSC floor', lambda: run([floor, 'rdtsc'])),
             ('Loupe C, disabled', lambda: run([c, 'bench', str(5 * N)], env)),
             ('Loupe Rust, disabled', lambda: run([rs, str(5 * N)], env)),
             ('LTTng-UST, no session', lambda: run([lt, str(5 * N)])),
             ('Loupe Go, disabled', lambda: run([go, 'bench', str(5 * N)], env)),
             ('Loupe Java, disabled', lambda: run([*java, 'bench', str(5 * N)], env)),
+            ('Loupe Python, disabled', lambda: run([*py, 'bench', str(N // 10)], env)),
             ('Loupe C, 1 thread', lambda: loupe(tmp, [c, 'bench', str(N)])),
+            ('Loupe C TSC, 1 thread', lambda: loupe(tmp, [c, 'bench', str(N)], 'tsc')),
             ('Loupe Rust, 1 thread', lambda: loupe(tmp, [rs, str(N)])),
+            ('Loupe Rust TSC, 1 thread', lambda: loupe(tmp, [rs, str(N)], 'tsc')),
             ('LTTng-UST, 1 thread', lambda: lttng(tmp, [lt, str(N)])),
             ('Loupe Go, 1 thread', lambda: loupe(tmp, [go, 'bench', str(N)])),
             ('Loupe Java, 1 thread', lambda: loupe(tmp, [*java, 'bench', str(N)])),
+            ('Loupe Python, 1 thread', lambda: loupe(tmp, [*py, 'bench', str(N // 100)])),
             ('Loupe C, 2 threads', lambda: loupe(tmp, [c, 'bench', str(N), '2'])),
+            ('Loupe C TSC, 2 threads', lambda: loupe(tmp, [c, 'bench', str(N), '2'], 'tsc')),
             ('Loupe Rust, 2 threads', lambda: loupe(tmp, [rs, str(N), '2'])),
             ('LTTng-UST, 2 threads', lambda: lttng(tmp, [lt, str(N), '2'])),
         ]
@@ -91,9 +103,9 @@ def main():
         for _ in range(ROUNDS):
             for name, f in variants:
                 res[name].append(f())
-        print(f'{"variant":24} {"median ns/event":>16}  min - max  ({ROUNDS} rounds)')
+        print(f'{"variant":28} {"median ns/event":>16}  min - max  ({ROUNDS} rounds)')
         for k, v in res.items():
-            print(f'{k:24} {statistics.median(v):16.2f}  {min(v):.2f} - {max(v):.2f}')
+            print(f'{k:28} {statistics.median(v):16.2f}  {min(v):.2f} - {max(v):.2f}')
     finally:
         if sessiond:
             sessiond.terminate()

@@ -117,6 +117,23 @@ static inline void trace_os_block_issue(uint32_t dev, uint64_t sector, uint32_t 
     loupe_trace_write(rec, trace_encode_os_block_issue(rec, 0, dev, sector, bytes, rwbs));
 }
 
+/* OS::Block::Complete: A block I/O request completed */
+#define TRACE_ID_OS_BLOCK_COMPLETE 36
+#define TRACE_MAX_OS_BLOCK_COMPLETE 32
+static inline uint32_t trace_encode_os_block_complete(uint8_t *rec, uint64_t ts, uint32_t dev, uint64_t sector, uint32_t bytes, int32_t error) {
+    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
+    p = loupe_put(p, &dev, 4);
+    p = loupe_put(p, &sector, 8);
+    p = loupe_put(p, &bytes, 4);
+    p = loupe_put(p, &error, 4);
+    return loupe_finish(rec, p, 36);
+}
+static inline void trace_os_block_complete(uint32_t dev, uint64_t sector, uint32_t bytes, int32_t error) {
+    uint8_t rec[TRACE_MAX_OS_BLOCK_COMPLETE];
+    if (!loupe_trace_on()) return;
+    loupe_trace_write(rec, trace_encode_os_block_complete(rec, 0, dev, sector, bytes, error));
+}
+
 /* Loupe::Profile::Sample: A profiling sample taken by Loupe's collector */
 #define TRACE_ID_LOUPE_PROFILE_SAMPLE 48
 #define TRACE_MAX_LOUPE_PROFILE_SAMPLE 32
@@ -161,6 +178,7 @@ static inline const char *trace_event_name(uint16_t id) {
     case 33: return "OS::Sched::Switch";
     case 34: return "OS::Syscall::Enter";
     case 35: return "OS::Block::Issue";
+    case 36: return "OS::Block::Complete";
     case 48: return "Loupe::Profile::Sample";
     case 49: return "Loupe::App::Progress";
     default: return 0;
@@ -220,6 +238,14 @@ static inline uint32_t trace_reencode(const uint8_t *in, uint8_t *out) {
         char rwbs[1025]; uint16_t rwbs_n; memcpy(&rwbs_n, p, 2); memcpy(rwbs, p + 2, rwbs_n); rwbs[rwbs_n] = 0; p += 2 + rwbs_n;
         (void)p;
         return trace_encode_os_block_issue(out, ts, dev, sector, bytes, rwbs);
+    }
+    case 36: {
+        uint32_t dev; memcpy(&dev, p, 4); p += 4;
+        uint64_t sector; memcpy(&sector, p, 8); p += 8;
+        uint32_t bytes; memcpy(&bytes, p, 4); p += 4;
+        int32_t error; memcpy(&error, p, 4); p += 4;
+        (void)p;
+        return trace_encode_os_block_complete(out, ts, dev, sector, bytes, error);
     }
     case 48: {
         uint32_t pid; memcpy(&pid, p, 4); p += 4;

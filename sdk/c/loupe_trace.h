@@ -4,6 +4,11 @@
  * crates/trace/src/buffer.rs (same layout, same protocol): space is reserved
  * with one compare-and-swap on the CPU's head, the CLOCK_MONOTONIC timestamp
  * is read inside every attempt, a full buffer drops the event and counts it.
+ * The timestamp is the TSC converted with the factors the recorder put in
+ * the buffer header (crates/trace/src/tsc.rs: the kernel's perf time_mult/
+ * time_shift, anchored to CLOCK_MONOTONIC), read with RDTSCP so it is taken
+ * after the head load; clock_gettime where the header has none. The CPU is
+ * read from glibc's rseq area (__rseq_offset, glibc 2.35+), else sched_getcpu.
  * The buffer is the file named by $LOUPE_TRACE_SHM (set by `loupe trace
  * record`); without it every event costs one load and a branch.
  * Generated headers (loupe trace gen --lang c) include this file. */
@@ -11,6 +16,7 @@
 #define LOUPE_TRACE_H
 
 #include <fcntl.h>
+#include <stddef.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,7 +42,13 @@ extern int sched_getcpu(void);
 struct loupe_trace_map {
     uint8_t *base;
     uint64_t sub, nsub, ncpu, ctl_stride, data_off;
+    uint64_t sub_shift, nsub_mask; /* sizes are powers of two: shifts and masks, no divisions */
+    uint64_t tsc_mult, tsc_shift, tsc_base, ns_base; /* tsc_mult 0: clock_gettime */
 };
+
+/* glibc 2.35+: this thread's struct rseq is at thread pointer + __rseq_offset (weak: absent on older libcs). */
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
+extern const unsigned int __rseq_size __attribute__((weak));
 
 /* Per translation unit: 0 = not looked yet, 1 = tracing, -1 = off. */
 static int loupe_trace_state;
@@ -72,6 +84,14 @@ static int loupe_trace_attach(void) {
     loupe_trace_m.sub = loupe_rd32(p + 20);
     loupe_trace_m.ctl_stride = loupe_rd32(p + 28);
     loupe_trace_m.data_off = loupe_rd64(p + 40);
+    loupe_trace_m.sub_shift = (uint64_t)__builtin_ctzll(loupe_trace_m.sub);
+    loupe_trace_m.nsub_mask = loupe_trace_m.nsub - 1;
+#if defined(__x86_64__)
+    loupe_trace_m.tsc_mult = loupe_rd32(p + 48);
+    loupe_trace_m.tsc_shift = loupe_rd32(p + 52);
+    loupe_trace_m.tsc_base = loupe_rd64(p + 56);
+    loupe_trace_m.ns_base = loupe_rd64(p + 64);
+#endif
     loupe_trace_state = 1;
     return 1;
 }
@@ -86,23 +106,48 @@ static inline uint64_t *loupe_ctl(uint64_t cpu, uint64_t off) {
     return (uint64_t *)(loupe_trace_m.base + 4096 + cpu * loupe_trace_m.ctl_stride + off);
 }
 
+static inline uint64_t loupe_slot(uint64_t pos) { return (pos >> loupe_trace_m.sub_shift) & loupe_trace_m.nsub_mask; }
+
 static inline uint8_t *loupe_at(uint64_t cpu, uint64_t pos) {
     const struct loupe_trace_map *m = &loupe_trace_m;
-    uint64_t slot = (pos / m->sub) % m->nsub;
-    return m->base + m->data_off + (cpu * m->nsub + slot) * m->sub + pos % m->sub;
+    return m->base + m->data_off + (cpu * m->nsub + loupe_slot(pos)) * m->sub + (pos & (m->sub - 1));
 }
 
 static inline void loupe_commit(uint64_t cpu, uint64_t pos, uint64_t n) {
-    uint64_t slot = (pos / loupe_trace_m.sub) % loupe_trace_m.nsub;
-    __atomic_fetch_add(loupe_ctl(cpu, 192 + 8 * slot), n, __ATOMIC_RELEASE);
+    __atomic_fetch_add(loupe_ctl(cpu, 192 + 8 * loupe_slot(pos)), n, __ATOMIC_RELEASE);
+}
+
+/* The timestamp of a reservation attempt: after the head load (RDTSCP waits for earlier loads). */
+static inline uint64_t loupe_stamp(void) {
+#if defined(__x86_64__)
+    const struct loupe_trace_map *m = &loupe_trace_m;
+    if (__builtin_expect(m->tsc_mult != 0, 1)) {
+        unsigned aux;
+        unsigned __int128 d = (uint64_t)(__builtin_ia32_rdtscp(&aux) - m->tsc_base);
+        return m->ns_base + (uint64_t)((d * m->tsc_mult) >> m->tsc_shift);
+    }
+#endif
+    return loupe_now();
+}
+
+static inline uint64_t loupe_cpu(void) {
+#if defined(__x86_64__)
+    if (&__rseq_size && __rseq_size) {
+        const uint8_t *tp;
+        __asm__("mov %%fs:0, %0" : "=r"(tp));
+        return *(volatile const uint32_t *)(tp + __rseq_offset + 4); /* struct rseq.cpu_id */
+    }
+#endif
+    int c = sched_getcpu();
+    return (uint64_t)(c < 0 ? 0 : c);
 }
 
 /* Logs an encoded record of `len` bytes (a multiple of 8); its first 8
  * bytes get the timestamp of the winning reservation. Returns 0 if dropped. */
 static inline int loupe_trace_write(uint8_t *rec, uint32_t len) {
     const uint64_t s = loupe_trace_m.sub;
-    int c = sched_getcpu();
-    uint64_t cpu = (uint64_t)(c < 0 ? 0 : c) % loupe_trace_m.ncpu;
+    uint64_t cpu = loupe_cpu();
+    if (__builtin_expect(cpu >= loupe_trace_m.ncpu, 0)) cpu %= loupe_trace_m.ncpu;
     uint64_t *head = loupe_ctl(cpu, 0);
     uint64_t h, ts, pos, start, nw, mine = len;
     int fresh;
@@ -112,11 +157,11 @@ static inline int loupe_trace_write(uint8_t *rec, uint32_t len) {
     }
     do {
         h = __atomic_load_n(head, __ATOMIC_ACQUIRE);
-        ts = loupe_now();
-        fresh = (h % s == 0) || (h % s + len > s);
+        ts = loupe_stamp();
+        fresh = (h & (s - 1)) == 0 || (h & (s - 1)) + len > s;
         if (fresh) {
-            start = (h + s - 1) / s * s;
-            if (start / s >= __atomic_load_n(loupe_ctl(cpu, 128), __ATOMIC_ACQUIRE) + loupe_trace_m.nsub) {
+            start = (h + s - 1) & ~(s - 1);
+            if ((start >> loupe_trace_m.sub_shift) >= __atomic_load_n(loupe_ctl(cpu, 128), __ATOMIC_ACQUIRE) + loupe_trace_m.nsub) {
                 __atomic_fetch_add(loupe_ctl(cpu, 64), 1, __ATOMIC_RELAXED);
                 return 0;
             }
@@ -132,7 +177,7 @@ static inline int loupe_trace_write(uint8_t *rec, uint32_t len) {
         /* CTF packet header + context; the consumer completes end, sizes, drops. */
         uint8_t hdr[LOUPE_PACKET_HEADER] = {0};
         uint32_t magic = LOUPE_PACKET_MAGIC, c32 = (uint32_t)cpu;
-        uint64_t seq = start / s, dropped = __atomic_load_n(loupe_ctl(cpu, 64), __ATOMIC_RELAXED);
+        uint64_t seq = start >> loupe_trace_m.sub_shift, dropped = __atomic_load_n(loupe_ctl(cpu, 64), __ATOMIC_RELAXED);
         memcpy(hdr, &magic, 4);
         memcpy(hdr + 8, &c32, 4);
         memcpy(hdr + 12, &c32, 4);
@@ -141,9 +186,9 @@ static inline int loupe_trace_write(uint8_t *rec, uint32_t len) {
         memcpy(hdr + 56, &dropped, 8);
         memcpy(loupe_at(cpu, start), hdr, LOUPE_PACKET_HEADER);
         mine += LOUPE_PACKET_HEADER;
-        if (h % s) { /* close the previous packet: zero its tail and commit it */
-            memset(loupe_at(cpu, h), 0, s - h % s);
-            loupe_commit(cpu, h, s - h % s);
+        if (h & (s - 1)) { /* close the previous packet: zero its tail and commit it */
+            memset(loupe_at(cpu, h), 0, s - (h & (s - 1)));
+            loupe_commit(cpu, h, s - (h & (s - 1)));
         }
     }
     loupe_commit(cpu, pos, mine);

@@ -270,6 +270,23 @@ public final class LoupeEvents {
         if (SHM != null) write(encodeOsBlockIssue(0, dev, sector, bytes, rwbs));
     }
 
+    public static final int ID_OS_BLOCK_COMPLETE = 36;
+
+    /** OS::Block::Complete: A block I/O request completed */
+    public static byte[] encodeOsBlockComplete(long ts, long dev, long sector, long bytes, long error) {
+        W w = start(ts);
+        w.put(dev, 4);
+        w.put(sector, 8);
+        w.put(bytes, 4);
+        w.put(error, 4);
+        return w.finish(36);
+    }
+
+    /** Logs OS::Block::Complete into the trace buffer, if tracing is on. */
+    public static void osBlockComplete(long dev, long sector, long bytes, long error) {
+        if (SHM != null) write(encodeOsBlockComplete(0, dev, sector, bytes, error));
+    }
+
     public static final int ID_LOUPE_PROFILE_SAMPLE = 48;
 
     /** Loupe::Profile::Sample: A profiling sample taken by Loupe's collector */
@@ -316,6 +333,7 @@ public final class LoupeEvents {
             case 33: return "OS::Sched::Switch";
             case 34: return "OS::Syscall::Enter";
             case 35: return "OS::Block::Issue";
+            case 36: return "OS::Block::Complete";
             case 48: return "Loupe::Profile::Sample";
             case 49: return "Loupe::App::Progress";
             default: return null;
@@ -372,6 +390,13 @@ public final class LoupeEvents {
                 long bytes = r.get(4, false);
                 String rwbs = r.str();
                 return encodeOsBlockIssue(ts, dev, sector, bytes, rwbs);
+            }
+            case 36: {
+                long dev = r.get(4, false);
+                long sector = r.get(8, false);
+                long bytes = r.get(4, false);
+                long error = r.get(4, true);
+                return encodeOsBlockComplete(ts, dev, sector, bytes, error);
             }
             case 48: {
                 long pid = r.get(4, false);

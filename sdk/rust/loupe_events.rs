@@ -171,6 +171,31 @@ pub fn os_block_issue(dev: u32, sector: u64, bytes: u32, rwbs: &str) {
     }
 }
 
+pub const ID_OS_BLOCK_COMPLETE: u16 = 36;
+pub const MAX_OS_BLOCK_COMPLETE: usize = 32;
+
+/// Encodes OS::Block::Complete into `out` (at least MAX_OS_BLOCK_COMPLETE bytes); returns the record's size.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_os_block_complete(out: &mut [u8], ts: u64, dev: u32, sector: u64, bytes: u32, error: i32) -> usize {
+    let mut e = Enc::new(out, ts);
+    e.put(dev);
+    e.put(sector);
+    e.put(bytes);
+    e.put(error);
+    e.finish(ID_OS_BLOCK_COMPLETE)
+}
+
+/// OS::Block::Complete: A block I/O request completed
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn os_block_complete(dev: u32, sector: u64, bytes: u32, error: i32) {
+    if let Some(b) = global() {
+        let mut rec = [0u8; MAX_OS_BLOCK_COMPLETE];
+        let n = encode_os_block_complete(&mut rec, 0, dev, sector, bytes, error);
+        write(b, &rec[..n]);
+    }
+}
+
 pub const ID_LOUPE_PROFILE_SAMPLE: u16 = 48;
 pub const MAX_LOUPE_PROFILE_SAMPLE: usize = 32;
 
@@ -231,6 +256,7 @@ pub fn event_name(id: u16) -> Option<&'static str> {
         33 => Some("OS::Sched::Switch"),
         34 => Some("OS::Syscall::Enter"),
         35 => Some("OS::Block::Issue"),
+        36 => Some("OS::Block::Complete"),
         48 => Some("Loupe::Profile::Sample"),
         49 => Some("Loupe::App::Progress"),
         _ => None,
@@ -283,6 +309,13 @@ pub fn reencode(rec: &[u8], out: &mut [u8]) -> Option<usize> {
             let bytes = d.get::<u32>()?;
             let rwbs = d.str()?;
             Some(encode_os_block_issue(out, ts, dev, sector, bytes, &rwbs))
+        }
+        36 => {
+            let dev = d.get::<u32>()?;
+            let sector = d.get::<u64>()?;
+            let bytes = d.get::<u32>()?;
+            let error = d.get::<i32>()?;
+            Some(encode_os_block_complete(out, ts, dev, sector, bytes, error))
         }
         48 => {
             let pid = d.get::<u32>()?;

@@ -1,7 +1,8 @@
 // Ground truth for `loupe calc`: procedures of the kinds DCPI measured
 // (sorting, compression, an interpreter, a hash-table "database" probe,
 // a numeric kernel) and three with a known dominant stall (pointer chase:
-// D-cache; divide chain: divider; random branch: mispredict). Every
+// D-cache; divide chain: divider; random branch: mispredict; 80 KB loop
+// body: I-cache). Every
 // repetition does identical work from a fixed seed, so exact execution
 // counts for R repetitions follow from callgrind runs with 1 and 2:
 // count(R) = count(1) + (R-1) * (count(2) - count(1)).
@@ -129,6 +130,27 @@ NOINLINE long branchy(const uint8_t *bits, int n) {
     return sum;
 }
 
+// Code larger than the I-cache (last, so that it moves no other procedure:
+// the loops' speed on Zen 5 depends on their alignment): a switch of 512 cases of 240 bytes of
+// register-only arithmetic each (120 KB; Zen 5's L1i holds 32 KB), picked
+// at random, so nearly every case starts with an instruction fetch from L2
+// (and a mispredicted indirect jump); no loads or stores in the cases.
+#define ICASE(n) case n: __asm__ volatile(".rept 24\n add $" #n ", %0\n xor %1, %2\n add %3, %1\n .endr" : "+r"(a), "+r"(b), "+r"(c), "+r"(d)); break;
+#define ICASE8(n) ICASE(n##0) ICASE(n##1) ICASE(n##2) ICASE(n##3) ICASE(n##4) ICASE(n##5) ICASE(n##6) ICASE(n##7)
+#define ICASE64(n) ICASE8(n##0) ICASE8(n##1) ICASE8(n##2) ICASE8(n##3) ICASE8(n##4) ICASE8(n##5) ICASE8(n##6) ICASE8(n##7)
+NOINLINE long icache(long n) {
+    long a = 1, b = 2, c = 3, d = 4;
+    uint32_t x = 12345;
+    for (long i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        switch ((x >> 16) % 800) {
+            ICASE64(1) ICASE64(2) ICASE64(3) ICASE64(4) ICASE64(5) ICASE64(6) ICASE64(7)
+            default: a ^= x; break;
+        }
+    }
+    return a + b + c + d;
+}
+
 #define SORT_N 700
 #define RLE_N (128 * 1024)
 #define PROG_N 256
@@ -178,6 +200,7 @@ int main(int argc, char **argv) {
         if (RUN("chase")) check += chase(next, 15000);
         if (RUN("divchain")) check += (long)divchain(0xfedcba9876543210ull, 3 + (r & 1) * 0, 60000);
         if (RUN("branchy")) check += branchy(bits, BITS_N);
+        if (RUN("icache")) check += icache(20000);
     }
     printf("%ld\n", check);
     return 0;

@@ -78,9 +78,10 @@ impl Tree {
     }
 }
 
-/// Perfetto's trace protobuf, the subset a flame chart needs (field
-/// numbers from perfetto's `trace_packet.proto`, `track_descriptor.proto`
-/// and `track_event.proto`).
+/// Perfetto's trace protobuf, the subset Loupe's exports need (field
+/// numbers from perfetto's `trace_packet.proto`, `track_descriptor.proto`,
+/// `track_event.proto`, `counter_descriptor.proto`, `debug_annotation.proto`):
+/// slices (flame charts, trace phases), instants and counters.
 pub mod perfetto_proto {
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Trace {
@@ -106,16 +107,62 @@ pub mod perfetto_proto {
         pub uuid: Option<u64>,
         #[prost(string, optional, tag = "2")]
         pub name: Option<String>,
+        #[prost(message, optional, tag = "3")]
+        pub process: Option<ProcessDescriptor>,
+        #[prost(message, optional, tag = "4")]
+        pub thread: Option<ThreadDescriptor>,
+        #[prost(uint64, optional, tag = "5")]
+        pub parent_uuid: Option<u64>,
+        #[prost(message, optional, tag = "8")]
+        pub counter: Option<CounterDescriptor>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ProcessDescriptor {
+        #[prost(int32, optional, tag = "1")]
+        pub pid: Option<i32>,
+        #[prost(string, optional, tag = "6")]
+        pub process_name: Option<String>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ThreadDescriptor {
+        #[prost(int32, optional, tag = "1")]
+        pub pid: Option<i32>,
+        #[prost(int32, optional, tag = "2")]
+        pub tid: Option<i32>,
+        #[prost(string, optional, tag = "5")]
+        pub thread_name: Option<String>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct CounterDescriptor {
+        #[prost(string, optional, tag = "6")]
+        pub unit_name: Option<String>,
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct TrackEvent {
-        /// 1 = SLICE_BEGIN, 2 = SLICE_END.
+        /// 1 = SLICE_BEGIN, 2 = SLICE_END, 3 = INSTANT, 4 = COUNTER.
         #[prost(int32, optional, tag = "9")]
         pub r#type: Option<i32>,
         #[prost(uint64, optional, tag = "11")]
         pub track_uuid: Option<u64>,
         #[prost(string, optional, tag = "23")]
         pub name: Option<String>,
+        #[prost(message, repeated, tag = "4")]
+        pub debug_annotations: Vec<DebugAnnotation>,
+        #[prost(int64, optional, tag = "30")]
+        pub counter_value: Option<i64>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct DebugAnnotation {
+        #[prost(string, optional, tag = "10")]
+        pub name: Option<String>,
+        #[prost(uint64, optional, tag = "3")]
+        pub uint_value: Option<u64>,
+        #[prost(int64, optional, tag = "4")]
+        pub int_value: Option<i64>,
+        #[prost(double, optional, tag = "5")]
+        pub double_value: Option<f64>,
+        #[prost(string, optional, tag = "6")]
+        pub string_value: Option<String>,
     }
 }
 
@@ -140,7 +187,7 @@ pub fn perfetto(data: &CallData, event: usize) -> Vec<u8> {
         packets.push(TracePacket {
             trusted_packet_sequence_id: Some(seq),
             sequence_flags: (i == 0).then_some(1),
-            track_descriptor: Some(TrackDescriptor { uuid: Some(uuid), name: Some(format!("{comm} ({pid})")) }),
+            track_descriptor: Some(TrackDescriptor { uuid: Some(uuid), name: Some(format!("{comm} ({pid})")), ..Default::default() }),
             ..Default::default()
         });
         emit(tree, 0, ns, uuid, seq, &mut packets);
@@ -155,7 +202,7 @@ fn emit(tree: &Tree, start: u64, ns: u64, uuid: u64, seq: u32, out: &mut Vec<per
         let event = |ty: i32, at: u64, name: Option<String>| TracePacket {
             timestamp: Some(at),
             trusted_packet_sequence_id: Some(seq),
-            track_event: Some(TrackEvent { r#type: Some(ty), track_uuid: Some(uuid), name }),
+            track_event: Some(TrackEvent { r#type: Some(ty), track_uuid: Some(uuid), name, ..Default::default() }),
             ..Default::default()
         };
         out.push(event(1, t, Some(label(f))));

@@ -63,6 +63,8 @@ pub struct Culprit {
 /// cause as well, so such a cause is listed first.
 pub const MISPREDICT_BOUND: f64 = 25.0;
 pub const CACHE_LINE: u64 = 64;
+/// L1 instruction cache size (32 KB on Zen 4, Zen 5 and recent Intel cores).
+pub const ICACHE_BYTES: u64 = 32 * 1024;
 
 /// Possible causes of a dynamic stall of `stall` cycles per execution at
 /// instruction `i`, most likely first; empty when all are ruled out.
@@ -100,7 +102,13 @@ pub fn culprits(g: &Cfg, i: usize, stall: f64) -> Vec<Culprit> {
         out.extend(dcache.into_iter().chain(mispredict));
     }
     if icache_possible(g, i, head, &before) {
-        out.push(Culprit { cause: Cause::ICache, at: None });
+        // A jump from farther away than the L1 I-cache holds lands on a line
+        // the cache is unlikely to keep (a switch over a large code
+        // footprint): the miss leads the list, ahead of the mispredict that
+        // took the same jump.
+        let far = before.iter().any(|&k| g.insns[k].addr.abs_diff(g.insns[i].addr) > ICACHE_BYTES);
+        let at = if far { out.iter().take_while(|c| c.cause == Cause::Divider).count() } else { out.len() };
+        out.insert(at, Culprit { cause: Cause::ICache, at: None });
     }
     if let Some(k) = load {
         out.push(Culprit { cause: Cause::Dtlb, at: Some(g.insns[k].addr) });
@@ -195,6 +203,47 @@ mod tests {
         assert_eq!(c[0], Culprit { cause: Cause::BranchMispredict, at: Some(2) });
         // Both predecessors end in the same 64-byte line: I-cache is ruled out.
         assert!(!c.iter().any(|c| c.cause == Cause::ICache));
+    }
+
+    #[test]
+    fn block_head_with_a_predecessor_in_another_line_keeps_icache() {
+        // Checks DCPI's rule at a block head: the jne at 0x3d ends in line 0 and the head 0x41 sits in
+        // line 1, so I-cache stays a suspect even though the fall-through predecessor (0x40) shares line 1.
+        // 0: nop x 0x3b | 0x3b: test %edi,%edi | 0x3d: jne 0x41 | 0x3f: nop | 0x40: nop | 0x41: add $1,%ecx; ret
+        let mut bytes = vec![0x90; 0x3b];
+        bytes.extend([0x85, 0xff, 0x75, 0x02, 0x90, 0x90, 0x83, 0xc1, 0x01, 0xc3]);
+        let g = build(decode(0, &bytes), &NoMemory);
+        let i = g.insns.iter().position(|x| x.addr == 0x41).unwrap();
+        assert_eq!(g.blocks[g.block_of(i)].first, i, "0x41 heads a block");
+        let c = culprits(&g, i, 40.0);
+        assert!(c.iter().any(|c| c.cause == Cause::ICache), "{c:?}");
+        // Moved so that both predecessors end in line 1 (branch at 0x40, head at 0x44), it is ruled out.
+        let mut bytes = vec![0x90; 0x3e];
+        bytes.extend([0x85, 0xff, 0x75, 0x02, 0x90, 0x90, 0x83, 0xc1, 0x01, 0xc3]);
+        let g = build(decode(0, &bytes), &NoMemory);
+        let i = g.insns.iter().position(|x| x.addr == 0x44).unwrap();
+        assert!(!culprits(&g, i, 40.0).iter().any(|c| c.cause == Cause::ICache));
+    }
+
+    #[test]
+    fn far_jump_target_names_icache_first() {
+        // Checks the ordering rule: a block head reached by a jump from 40 KB away (more than the L1i
+        // holds) lists I-cache before the mispredict; the same head reached from nearby lists it after.
+        // 0: test %edi,%edi | 2: jne rel32 -> T | 8: ret | nops | T: add $1,%ecx; ret
+        let far = |gap: usize| {
+            let mut bytes = vec![0x85, 0xff, 0x0f, 0x85];
+            bytes.extend(((gap + 1) as u32).to_le_bytes());
+            bytes.push(0xc3);
+            bytes.extend(vec![0x90; gap]);
+            bytes.extend([0x83, 0xc1, 0x01, 0xc3]);
+            let g = build(decode(0, &bytes), &NoMemory);
+            let i = g.insns.iter().position(|x| x.addr == 9 + gap as u64).unwrap();
+            culprits(&g, i, 20.0).iter().map(|c| c.cause).collect::<Vec<_>>()
+        };
+        let c = far(40 * 1024);
+        assert_eq!(&c[..2], &[Cause::ICache, Cause::BranchMispredict], "{c:?}");
+        let c = far(200);
+        assert_eq!(&c[..2], &[Cause::BranchMispredict, Cause::ICache], "{c:?}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod culprit;
 pub mod decode;
 pub mod equiv;
 pub mod estimate;
+pub mod loops;
 pub mod mca;
 
 use culprit::{Cause, Culprit};
@@ -138,8 +139,12 @@ pub fn analyze(
         }
     }
     let wanted: Vec<bool> = (0..g.blocks.len()).map(|b| g.blocks[b].reachable && classes.block[b].is_some_and(|c| class_hot[c])).collect();
+    let hot_loops: Vec<loops::Cycle> = loops::simple_cycles(&g, 2)
+        .into_iter()
+        .filter(|c| c.blocks.iter().any(|&b| (g.blocks[b].first..g.blocks[b].end).any(|i| s[i] > 0.0)))
+        .collect();
     let m = min_cycles(&g, &wanted, model)?;
-    let est = estimate::estimate(&g, &classes, &s, &m);
+    let est = estimate::estimate(&g, &classes, &s, &m, &hot_loops);
     let instructions: Vec<InsnReport> = (0..g.insns.len()).map(|i| insn_report(&g, i, &s, &m, &est, period_cycles)).collect();
     let blocks = (0..g.blocks.len())
         .map(|b| {
@@ -172,19 +177,32 @@ pub fn analyze(
 
 /// M_i of every instruction of the `wanted` blocks, scheduled on `model` (0 elsewhere).
 fn min_cycles(g: &cfg::Cfg, wanted: &[bool], model: &mut dyn mca::MachineModel) -> Result<Vec<f64>, String> {
-    let live: Vec<usize> = (0..g.blocks.len()).filter(|&b| wanted[b]).collect();
-    let texts: Vec<Vec<String>> =
-        live.iter().map(|&b| (g.blocks[b].first..g.blocks[b].end).map(|i| g.insns[i].text.clone()).collect()).collect();
+    // Long blocks go to the model in pieces: llvm-mca's timeline of an 80 KB
+    // block run 12 times is gigabytes, and a piece of a few hundred
+    // instructions reaches the same steady state.
+    let mut pieces: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+    for b in (0..g.blocks.len()).filter(|&b| wanted[b]) {
+        let (first, end) = (g.blocks[b].first, g.blocks[b].end);
+        pieces.extend((first..end).step_by(MAX_PIECE).map(|p| (b, p..(p + MAX_PIECE).min(end))));
+    }
+    let texts: Vec<Vec<String>> = pieces.iter().map(|(_, r)| r.clone().map(|i| g.insns[i].text.clone()).collect()).collect();
     let sched = model.schedule(&texts)?;
-    let mut m = vec![0.0; g.insns.len()];
-    for (k, &b) in live.iter().enumerate() {
-        let gaps = skid(sched.get(k).map_or(&[][..], |v| v.as_slice()));
-        for (j, i) in (g.blocks[b].first..g.blocks[b].end).enumerate() {
-            m[i] = gaps.get(j).copied().unwrap_or(0.0);
+    let mut raw = vec![0.0; g.insns.len()];
+    for (k, (_, r)) in pieces.iter().enumerate() {
+        for (j, i) in r.clone().enumerate() {
+            raw[i] = sched.get(k).and_then(|v| v.get(j)).copied().unwrap_or(0.0);
         }
+    }
+    let mut m = vec![0.0; g.insns.len()];
+    for b in (0..g.blocks.len()).filter(|&b| wanted[b]) {
+        let r = g.blocks[b].first..g.blocks[b].end;
+        m[r.clone()].copy_from_slice(&skid(&raw[r]));
     }
     Ok(m)
 }
+
+/// Most instructions scheduled in one piece (see [`min_cycles`]).
+pub const MAX_PIECE: usize = 256;
 
 /// Where the samples of a block's retire gaps land. The timer interrupt
 /// waits for the instruction at the head of the reorder buffer to retire

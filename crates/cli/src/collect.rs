@@ -171,7 +171,12 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
     Database::create(&opts.db).with_context(|| format!("cannot use database {}", opts.db.display()))?;
     let stop = stop_flag()?;
     eprintln!("loupe: daemon {} collecting into {} (flush every {} s)", std::process::id(), opts.db.display(), a.flush_every);
-    let report = daemon::run_daemon(&cfg, &opts, &stop).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let manager = a.optimize.as_deref().map(|c| crate::optimize_manage::spawn(&opts.db, c)).transpose()?;
+    let report = daemon::run_daemon(&cfg, &opts, &stop).map_err(|e| anyhow::anyhow!("{e}"));
+    if let Some(m) = manager {
+        crate::optimize_manage::stop(m);
+    }
+    let report = report?;
     eprintln!("loupe: daemon stopped: {}", serde_json::to_string(&report)?);
     Ok(0)
 }

@@ -256,6 +256,9 @@ pub struct DaemonArgs {
     /// Print per-interval statistics (samples, unknown, lost, daemon CPU per sample, RSS) as JSON lines to stderr every SECONDS.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "10")]
     pub stats: Option<f64>,
+    /// Also run the re-optimization manager (`loupe optimize manage --config CONFIG`) beside the daemon, niced, until the daemon stops.
+    #[arg(long, value_name = "CONFIG")]
+    pub optimize: Option<std::path::PathBuf>,
 }
 
 /// `--max-overhead`: a percent of each CPU, or off.
@@ -496,7 +499,8 @@ loupe trace gen --lang python --vectors -o out/ app.xml      also write shared t
 C includes sdk/c/loupe_trace.h; Rust uses the loupe-trace crate's `stub` module.")]
     Gen(TraceGenArgs),
     /// Run a command with tracing on and write its events to a trace directory.
-    #[command(after_help = "Example:\n  loupe trace record -o run.trace --spec app.xml -- ./my-app\n\n\
+    #[command(after_help = "Examples:\n  loupe trace record -o run.trace --spec app.xml -- ./my-app\n  \
+loupe trace record --kernel sched,syscalls,faults,samples -o run.trace -- ./my-app\n\n\
 The command logs through generated stubs into a per-CPU shared-memory buffer named by $LOUPE_TRACE_SHM; \
 loupe drains it while the command runs. Events the buffer could not hold are dropped and counted in trace.json.")]
     Record(TraceRecordArgs),
@@ -505,13 +509,15 @@ loupe drains it while the command runs. Events the buffer could not hold are dro
     Dump(TraceDirArg),
     /// Frequency strips per interval aligned with phase markers, correlations, periods (PEM Figure 4).
     #[command(
-        after_help = "Examples:\n  loupe trace report run.trace\n  loupe trace report run.trace --interval-ms 2 --svg strips.svg\n  loupe trace report run.trace --format json\n\n\
+        after_help = "Examples:\n  loupe trace report run.trace\n  loupe trace report run.trace --interval-ms 2 --svg strips.svg --png strips.png\n  loupe trace report run.trace --format json\n\n\
 Series: the counters logged per interval (page-faults, context-switches, ...) and the number of each application \
 event per interval. Correlations are Pearson over intervals; 'within phase N' uses only intervals inside its iterations."
     )]
     Report(TraceReportArgs),
-    /// Export a trace to the Chrome JSON trace format (opens in ui.perfetto.dev).
-    #[command(after_help = "Example:\n  loupe trace export run.trace -o run.json")]
+    /// Export a trace to the Chrome JSON or Perfetto protobuf trace format (both open in ui.perfetto.dev).
+    #[command(
+        after_help = "Examples:\n  loupe trace export run.trace -o run.json\n  loupe trace export run.trace --format perfetto -o run.pftrace"
+    )]
     Export(TraceExportArgs),
 }
 
@@ -554,13 +560,26 @@ pub struct TraceRecordArgs {
     /// Counter sampling interval in microseconds (page faults, context switches, ... per interval).
     #[arg(long, default_value_t = 1000)]
     pub interval_us: u64,
-    /// Also print every application event on stdout as it is drained (an online PEM client).
+    /// Also print every application and kernel event on stdout as it is drained (an online PEM client).
     #[arg(long)]
     pub live: bool,
     /// Log every page fault of the command as an OS::Memory::PageFault event with its address
-    /// (perf, one sample per fault, on the same clock); slows fault-heavy code noticeably.
+    /// (perf, one sample per fault, on the same clock); slows fault-heavy code noticeably. Same as --kernel faults.
     #[arg(long)]
     pub page_faults: bool,
+    /// Kernel events on the same clock, as their own CTF streams: faults (page faults), sched (switches away from
+    /// the command's threads), syscalls (system call entries), block (block I/O requests, machine-wide),
+    /// samples (Loupe's cpu-clock profiling samples), or all. Comma-separated.
+    #[arg(long, value_name = "GROUPS")]
+    pub kernel: Vec<String>,
+    /// The writers' clock: auto (the TSC where the kernel publishes its TSC-to-ns factors, else clock_gettime),
+    /// tsc (the TSC, with factors measured against CLOCK_MONOTONIC if the kernel has none; the drift is in
+    /// trace.json), monotonic (clock_gettime).
+    #[arg(long, value_enum, default_value_t = TraceClock::Auto)]
+    pub clock: TraceClock,
+    /// Profiling samples per second of CPU time with --kernel samples.
+    #[arg(long, default_value_t = 1000)]
+    pub sample_hz: u64,
     /// The command to run.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -579,6 +598,22 @@ pub struct TraceExportArgs {
     /// Output file.
     #[arg(short, long)]
     pub out: PathBuf,
+    /// chrome: Chrome trace-event JSON; perfetto: Perfetto protobuf (counter tracks, phase slices, per-thread/CPU tracks).
+    #[arg(long, value_enum, default_value_t = TraceExportFormat::Chrome)]
+    pub format: TraceExportFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceClock {
+    Auto,
+    Tsc,
+    Monotonic,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceExportFormat {
+    Chrome,
+    Perfetto,
 }
 
 #[derive(Args, Debug)]
@@ -591,6 +626,9 @@ pub struct TraceReportArgs {
     /// Also write the strips as an SVG plot.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Also write the strips as a PNG image.
+    #[arg(long)]
+    pub png: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = TraceFormat::Text)]
     pub format: TraceFormat,

@@ -44,6 +44,9 @@ standard output as the original under --check, and be faster under --bench in a 
     Status(StatusArgs),
     /// Put the original binary back in place of the installed optimized one.
     Rollback(StatusArgs),
+    /// Watch configured programs and re-optimize them by itself: decide, optimize at low priority within a CPU budget, validate, install, roll back.
+    #[command(after_help = crate::optimize_manage::HELP)]
+    Manage(crate::optimize_manage::ManageArgs),
 }
 
 #[derive(Args, Debug)]
@@ -122,6 +125,11 @@ pub struct RunArgs {
     /// Path of llvm-bolt (default /usr/lib/llvm-19/bin/llvm-bolt).
     #[arg(long)]
     pub bolt: Option<PathBuf>,
+    /// Instead of llvm-bolt, rebuild the program with the LLVM sample profile (clang -fprofile-sample-use):
+    /// a shell command where {profile} is the profile Loupe writes and {out} where the new binary must go,
+    /// e.g. 'clang -O2 -g -fprofile-sample-use={profile} -o {out} src/*.c'. Checked, measured and installed as BOLT's output is.
+    #[arg(long, value_name = "CMD")]
+    pub rebuild: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -137,19 +145,20 @@ pub fn run(a: OptimizeArgs) -> Result<u8> {
         OptimizeCommand::Run(r) => optimize(r),
         OptimizeCommand::Status(s) => status(s),
         OptimizeCommand::Rollback(s) => rollback(s),
+        OptimizeCommand::Manage(m) => crate::optimize_manage::run(m),
     }
 }
 
 /// The image's profile: the file's build-id, the combined samples and
 /// per-function block counts.
-struct ImageProfile {
-    image: ImageId,
-    build_id: String,
-    combined: Combined,
-    functions: Vec<FunctionProfile>,
+pub(crate) struct ImageProfile {
+    pub image: ImageId,
+    pub build_id: String,
+    pub combined: Combined,
+    pub functions: Vec<FunctionProfile>,
 }
 
-fn build_id_of(path: &Path) -> Result<String> {
+pub(crate) fn build_id_of(path: &Path) -> Result<String> {
     if !path.is_file() {
         bail!("{} is not a file", path.display());
     }
@@ -159,11 +168,11 @@ fn build_id_of(path: &Path) -> Result<String> {
 /// Sample sets of every epoch for images at `path`, aged by the time since
 /// the epoch ended. Sets of builds other than `file_bid` carry no samples:
 /// they are only counted, to be refused.
-fn sample_sets(
+pub(crate) fn sample_sets(
     db: &Database,
     epochs: &[loupe_store::EpochId],
     path: &str,
-    file_bid: &str,
+    wanted: &dyn Fn(&str) -> bool,
     syms: &mut Symbolizer,
 ) -> Result<Vec<SampleSet>> {
     let all = db.epochs()?;
@@ -179,7 +188,7 @@ fn sample_sets(
         for p in profiles {
             let bid = p.image.build_id.as_ref().map(|b| b.to_hex()).unwrap_or_default();
             let mut samples: HashMap<u64, u64> = HashMap::new();
-            if bid == file_bid {
+            if wanted(&bid) {
                 let code = syms.code(&p.image).map_err(|r| anyhow!("cannot read {}: {r}", p.image.path))?;
                 for (off, n) in p.by_offset(|_| true) {
                     if let Some(va) = code.vaddr(off) {
@@ -206,7 +215,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     let epochs = crate::top::select_epochs(&db, &p.epoch)?;
     let file_bid = build_id_of(&p.image)?;
     let path = p.image.display().to_string();
-    let sets = sample_sets(&db, &epochs, &path, &file_bid, syms)?;
+    let sets = sample_sets(&db, &epochs, &path, &|b| b == file_bid, syms)?;
     if sets.is_empty() {
         bail!("no samples of {} in {} (epochs {})", path, p.db.db.display(), p.epoch);
     }
@@ -219,9 +228,15 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     if combined.refused > 0 {
         eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
     }
-    let image = db_image(&p.image, &file_bid);
-    let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path))?;
-    let policy = ColdPolicy { cold_fraction: p.cold_fraction };
+    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction }, syms)
+}
+
+/// Block profiles of every sampled function of build `bid` of the program
+/// at `path` (its code read from the file, or from the database's image
+/// cache when another build is at the path now).
+pub(crate) fn profile_from(path: &Path, bid: &str, combined: Combined, policy: ColdPolicy, syms: &mut Symbolizer) -> Result<ImageProfile> {
+    let image = db_image(path, bid);
+    let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path.display()))?;
     let mut functions = Vec::new();
     let mut seen = std::collections::HashSet::new();
     // Every sized symbol (an empty name matches all); aliases once.
@@ -237,10 +252,10 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
         functions.push(function_profile(&f.name, f.start, bytes, &combined.samples, &Mem(&code), policy));
     }
     functions.sort_by(|a, b| b.samples.total_cmp(&a.samples));
-    Ok(ImageProfile { image, build_id: file_bid, combined, functions })
+    Ok(ImageProfile { image, build_id: bid.to_string(), combined, functions })
 }
 
-fn db_image(path: &Path, bid: &str) -> ImageId {
+pub(crate) fn db_image(path: &Path, bid: &str) -> ImageId {
     let canon = std::fs::canonicalize(path).unwrap_or(path.to_path_buf());
     ImageId::elf(&canon.display().to_string(), loupe_model::BuildId::from_hex(bid))
 }
@@ -249,14 +264,20 @@ fn llvm_lines(ip: &ImageProfile, syms: &mut Symbolizer) -> Result<Vec<FunctionLi
     let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {}: {r}", ip.image.path))?;
     let mut out = Vec::new();
     for f in &ip.functions {
-        let first = code.line(f.start).1.unwrap_or(0);
         let bytes = code.bytes(f.start, f.size).unwrap_or(&[]);
         let insns = loupe_calc::decode::decode(f.start, bytes);
+        // Offsets count from the prologue's line (the function's opening
+        // line); lines of other files (an #include inside a body) and
+        // lines before it are left out.
+        let lines: Vec<Option<(String, u32)>> = insns.iter().map(|i| code.outer_line(i.addr)).collect();
+        let Some(Some((file, first))) = lines.first().cloned() else { continue };
+        let same = |l: &Option<(String, u32)>| l.as_ref().filter(|(f, n)| *f == file && *n >= first).map(|(_, n)| *n);
         let mut fl = FunctionLines { name: f.name.clone(), head: count(f.blocks.first().map_or(0.0, |b| b.count)), ..Default::default() };
-        for i in &insns {
+        for (k, i) in insns.iter().enumerate() {
             let off = i.addr - f.start;
             let b = f.blocks.partition_point(|b| b.offset <= off).saturating_sub(1);
-            if let (Some(line), Some(blk)) = (code.line(i.addr).1, f.blocks.get(b)) {
+            // Inlined code counts at its call site: the profile has no inline stacks.
+            if let (Some(line), Some(blk)) = (same(&lines[k]), f.blocks.get(b)) {
                 llvm_sample::add(&mut fl, line.saturating_sub(first), count(blk.count));
             }
         }
@@ -292,7 +313,7 @@ fn export(a: ExportArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn log_decision(db: &Path, d: &Decision) -> Result<()> {
+pub(crate) fn log_decision(db: &Path, d: &Decision) -> Result<()> {
     let dir = db.join("optimize");
     std::fs::create_dir_all(&dir)?;
     let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("decisions.jsonl"))?;
@@ -304,13 +325,15 @@ fn optimize(a: RunArgs) -> Result<u8> {
     let p = &a.profile;
     let mut syms = symbolizer(&p.db.db);
     let ip = image_profile(p, &mut syms)?;
-    let out_path = a.output.clone().unwrap_or_else(|| PathBuf::from(format!("{}.loupe-bolt", p.image.display())));
-    let fdata_path = PathBuf::from(format!("{}.fdata", out_path.display()));
-    let text = match a.profile_kind {
-        BoltProfile::Edges => fdata::write_edges(&ip.functions),
-        BoltProfile::Blocks => fdata::write_no_lbr(&ip.functions),
+    let suffix = if a.rebuild.is_some() { "loupe-pgo" } else { "loupe-bolt" };
+    let out_path = a.output.clone().unwrap_or_else(|| PathBuf::from(format!("{}.{suffix}", p.image.display())));
+    let (prof_path, text) = match (&a.rebuild, a.profile_kind) {
+        (Some(_), _) => (format!("{}.prof", out_path.display()), llvm_sample::write_text(&llvm_lines(&ip, &mut syms)?)),
+        (None, BoltProfile::Edges) => (format!("{}.fdata", out_path.display()), fdata::write_edges(&ip.functions)),
+        (None, BoltProfile::Blocks) => (format!("{}.fdata", out_path.display()), fdata::write_no_lbr(&ip.functions)),
     };
-    std::fs::write(&fdata_path, text)?;
+    let prof_path = PathBuf::from(prof_path);
+    std::fs::write(&prof_path, text)?;
     let cold: usize = ip.functions.iter().map(|f| f.blocks.iter().filter(|b| b.cold).count()).sum();
     let blocks: usize = ip.functions.iter().map(|f| f.blocks.len()).sum();
     eprintln!(
@@ -329,7 +352,10 @@ fn optimize(a: RunArgs) -> Result<u8> {
             a.min_samples
         );
     }
-    let bolt = tool::find_bolt(a.bolt.as_deref()).map_err(|e| anyhow!(e))?;
+    let bolt = match &a.rebuild {
+        Some(_) => None,
+        None => Some(tool::find_bolt(a.bolt.as_deref()).map_err(|e| anyhow!(e))?),
+    };
     let mut decision = Decision {
         unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         image: p.image.display().to_string(),
@@ -339,7 +365,7 @@ fn optimize(a: RunArgs) -> Result<u8> {
         reason: String::new(),
         measurement: None,
     };
-    let verdict = evaluate(&a, &bolt, &fdata_path, &out_path, &mut decision);
+    let verdict = evaluate(&a, bolt.as_ref(), &prof_path, &out_path, &mut decision);
     if let Err(e) = &verdict {
         decision.reason = format!("{}{e}", decision.reason);
         let _ = std::fs::remove_file(&out_path);
@@ -349,16 +375,22 @@ fn optimize(a: RunArgs) -> Result<u8> {
     Ok(if verdict.is_ok() { 0 } else { 2 })
 }
 
-/// BOLT, check, measure, and install when asked: the reason for any refusal.
-fn evaluate(a: &RunArgs, bolt: &dyn tool::Tool, fdata_path: &Path, out: &Path, d: &mut Decision) -> Result<(), String> {
+/// BOLT (or the rebuild), check, measure, and install when asked: the reason for any refusal.
+fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, d: &mut Decision) -> Result<(), String> {
     let img = &a.profile.image;
-    let report = tool::run_bolt(bolt, img, fdata_path, out)?;
-    for s in &report.skipped {
-        eprintln!("loupe: skipped {s}");
-        d.reason = format!("skipped {s}; ");
-    }
-    if let Some(f) = &report.profiled_functions {
-        eprintln!("loupe: {f}");
+    match (bolt, &a.rebuild) {
+        (Some(bolt), _) => {
+            let report = tool::run_bolt(bolt, img, prof, out)?;
+            for s in &report.skipped {
+                eprintln!("loupe: skipped {s}");
+                d.reason = format!("skipped {s}; ");
+            }
+            if let Some(f) = &report.profiled_functions {
+                eprintln!("loupe: {f}");
+            }
+        }
+        (None, Some(cmd)) => manage::rebuild(cmd, prof, out)?,
+        (None, None) => return Err("no optimizer".into()),
     }
     d.candidate_build_id = Symbolizer::read_build_id(out).map(|b| b.to_hex());
     manage::check(&a.check, img, out)?;

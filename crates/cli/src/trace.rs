@@ -2,7 +2,8 @@
 //! events through the shared-memory buffer, dump and export traces.
 
 use crate::flags::{
-    TraceArgs, TraceCmd, TraceDirArg, TraceExportArgs, TraceFormat, TraceGenArgs, TraceRecordArgs, TraceReportArgs, TraceSpecs,
+    TraceArgs, TraceClock, TraceCmd, TraceDirArg, TraceExportArgs, TraceExportFormat, TraceFormat, TraceGenArgs, TraceRecordArgs,
+    TraceReportArgs, TraceSpecs,
 };
 use anyhow::{bail, Context, Result};
 use loupe_trace::buffer::{Buffer, Geometry, ENV};
@@ -13,6 +14,9 @@ use loupe_trace::spec::Spec;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// How often `--live` closes the open packets so that clients see events within that delay.
+const LIVE_FLUSH: Duration = Duration::from_millis(50);
 
 /// Loupe's own spec, compiled in so that every trace carries it.
 const LOUPE_SPEC: &str = include_str!("../../trace/spec/loupe.xml");
@@ -57,6 +61,7 @@ fn gen(g: TraceGenArgs) -> Result<u8> {
 }
 
 fn record(r: TraceRecordArgs) -> Result<u8> {
+    loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz).map_err(anyhow::Error::msg)?;
     std::fs::create_dir(&r.out).with_context(|| format!("creating trace directory {}", r.out.display()))?;
     let spec_dir = r.out.join("spec");
     std::fs::create_dir(&spec_dir)?;
@@ -74,7 +79,14 @@ fn record(r: TraceRecordArgs) -> Result<u8> {
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let geo = Geometry { ncpu, nsub: r.subbufs, sub_size: r.subbuf_kib.saturating_mul(1024) };
     let shm = PathBuf::from(format!("/dev/shm/loupe-trace.{}", std::process::id()));
-    let buf = Buffer::create(&shm, geo).with_context(|| format!("creating buffer {}", shm.display()))?;
+    let clock = match r.clock {
+        TraceClock::Auto => loupe_trace::tsc::TscClock::calibrate(),
+        TraceClock::Tsc => {
+            loupe_trace::tsc::TscClock::calibrate().or_else(|| loupe_trace::tsc::TscClock::measure(Duration::from_millis(50)))
+        }
+        TraceClock::Monotonic => None,
+    };
+    let buf = Buffer::create_with_clock(&shm, geo, clock).with_context(|| format!("creating buffer {}", shm.display()))?;
     let status = drain_while(&buf, &r, &spec)?;
     buf.unlink().ok();
     Ok(status)
@@ -94,20 +106,15 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     if !skipped.is_empty() {
         eprintln!("loupe trace: counters not available on this machine: {}", skipped.join("; "));
     }
-    let fault_ev = spec.by_name("OS::Memory::PageFault").context("spec lacks OS::Memory::PageFault")?;
-    let mut faults = match loupe_trace::kernel::PageFaults::open(child.pid, fault_ev, &r.out.join("ctf"), geo.sub_size as usize) {
-        _ if !r.page_faults => None,
-        Ok(f) => Some(f),
-        Err(e) => {
-            eprintln!("loupe trace: no page-fault events (perf_event_open: {e})");
-            None
-        }
-    };
+    let mut kernel = open_kernel(r, child.pid, spec, geo.sub_size as usize)?;
     child.release()?;
     let interval_ev = spec.by_name("HW::Counters::Interval").context("spec lacks HW::Counters::Interval")?.clone();
     let interval = Duration::from_micros(r.interval_us.max(100));
     let mut writer = StreamFiles(files);
     let mut live = Live { spec: spec.clone(), out: std::io::stdout() };
+    // The kernel's events go to their own streams; `--live` prints them too.
+    let mut klive = Live { spec: spec.clone(), out: std::io::stdout() };
+    let mut kclients: Vec<&mut dyn Client> = if r.live { vec![&mut klive] } else { vec![] };
     let mut scratch = Vec::new();
     let mut packets = 0u64;
     let mut drain = |writer: &mut StreamFiles, flush: bool| -> Result<()> {
@@ -120,16 +127,22 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     };
     let mut last = loupe_trace::buffer::now();
     let mut tick = 0u64;
+    let mut last_flush = std::time::Instant::now();
     let status = loop {
         std::thread::sleep(interval);
         let exited = child.try_wait()?;
         log_counters(buf, &interval_ev, &mut counters, &mut last);
         tick += 1;
+        if let Some(k) = &mut kernel {
+            k.drain(false, &mut kclients)?;
+        }
         if tick.is_multiple_of(4) || exited.is_some() {
-            drain(&mut writer, false)?;
-            if let Some(f) = &mut faults {
-                f.drain(false)?;
+            // Online clients get partial packets too, closed every LIVE_FLUSH (which costs packet space).
+            let flush = r.live && last_flush.elapsed() >= LIVE_FLUSH;
+            if flush {
+                last_flush = std::time::Instant::now();
             }
+            drain(&mut writer, flush)?;
         }
         if let Some(st) = exited {
             break st;
@@ -139,18 +152,43 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     for f in &mut writer.0 {
         f.flush()?;
     }
-    if let Some(f) = &mut faults {
-        f.drain(true)?;
+    if let Some(k) = &mut kernel {
+        k.drain(true, &mut kclients)?;
     }
-    let (kernel_events, kernel_lost) = faults.as_ref().map_or((0, 0), |f| (f.events, f.lost()));
+    let kernel_events = kernel.as_ref().map(|k| serde_json::json!(k.counts)).unwrap_or_else(|| serde_json::json!({}));
+    let kernel_lost = kernel.as_ref().map_or(0, |k| k.lost());
     let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
-    let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size,
+    let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size, "pid": child.pid,
         "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
-        "counters": counters.names(), "interval_us": r.interval_us,
-        "page_fault_events": kernel_events, "page_fault_events_lost": kernel_lost});
+        "counters": counters.names(), "counters_missing": skipped, "interval_us": r.interval_us,
+        "kernel_events": kernel_events, "kernel_events_lost": kernel_lost,
+        "writer_clock": if buf.clock().is_some() { "tsc" } else { "clock_gettime" },
+        "writer_clock_drift_ns": buf.clock().map(|c| c.drift())});
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
     eprintln!("loupe trace: {} packets, {} events dropped, in {}", packets, dropped.iter().sum::<u64>(), r.out.display());
     Ok(status as u8)
+}
+
+/// The kernel layer asked for by --kernel/--page-faults, or None; what
+/// cannot be opened is said on stderr and left out.
+fn open_kernel(r: &TraceRecordArgs, pid: i32, spec: &Spec, sub_size: usize) -> Result<Option<loupe_trace::kernel::Kernel>> {
+    let mut sel = loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz).map_err(anyhow::Error::msg)?;
+    sel.faults |= r.page_faults;
+    if !sel.any() {
+        return Ok(None);
+    }
+    match loupe_trace::kernel::Kernel::open(pid, sel, spec, &r.out.join("ctf"), sub_size) {
+        Ok(k) => {
+            if !k.skipped.is_empty() {
+                eprintln!("loupe trace: kernel events left out: {}", k.skipped.join("; "));
+            }
+            Ok(Some(k))
+        }
+        Err(e) => {
+            eprintln!("loupe trace: no kernel events (perf_event_open: {e})");
+            Ok(None)
+        }
+    }
 }
 
 /// The trace writer: packets go to the CPU's CTF stream file as they are.
@@ -219,8 +257,15 @@ fn dump(d: TraceDirArg) -> Result<u8> {
 
 fn export(e: TraceExportArgs) -> Result<u8> {
     let t = read(&e.dir)?;
-    let json = loupe_trace::export::chrome(&t);
-    std::fs::write(&e.out, serde_json::to_string(&json)?).with_context(|| format!("writing {}", e.out.display()))?;
+    let bytes = match e.format {
+        TraceExportFormat::Chrome => serde_json::to_vec(&loupe_trace::export::chrome(&t))?,
+        TraceExportFormat::Perfetto => {
+            let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(e.dir.join("trace.json"))?).unwrap_or_default();
+            let command = meta["command"][0].as_str().map_or("traced command", |c| c.rsplit('/').next().unwrap_or(c));
+            loupe_trace::perfetto::perfetto(&t, command, meta["pid"].as_i64().unwrap_or(0) as i32)
+        }
+    };
+    std::fs::write(&e.out, bytes).with_context(|| format!("writing {}", e.out.display()))?;
     eprintln!("loupe trace: {} events written to {}", t.entries.len(), e.out.display());
     Ok(0)
 }
@@ -230,6 +275,9 @@ fn report(a: TraceReportArgs) -> Result<u8> {
     let r = loupe_trace::report::report(&t, &t.counters, (a.interval_ms * 1e6).max(1000.0) as u64);
     if let Some(svg) = &a.svg {
         std::fs::write(svg, loupe_trace::render::svg(&r)).with_context(|| format!("writing {}", svg.display()))?;
+    }
+    if let Some(png) = &a.png {
+        std::fs::write(png, loupe_trace::raster::png(&r)).with_context(|| format!("writing {}", png.display()))?;
     }
     let mut out = std::io::stdout().lock();
     match a.format {

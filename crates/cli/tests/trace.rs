@@ -12,33 +12,72 @@ fn root() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
-// See the file comment.
-#[test]
-fn record_phases_workload() {
-    let dir = tempfile::tempdir().unwrap();
-    let prog = dir.path().join("trace_phases");
+/// Compiles a C workload of testdata/workloads against the generated stub.
+fn build_c(dir: &Path, name: &str) -> std::path::PathBuf {
+    let prog = dir.join(name);
     let st = Command::new("gcc")
         .args(["-O2", "-Wall", "-Werror", "-I"])
         .arg(root().join("sdk/c"))
         .arg("-o")
         .arg(&prog)
-        .arg(root().join("testdata/workloads/trace_phases.c"))
+        .arg(root().join(format!("testdata/workloads/{name}.c")))
         .status()
         .unwrap();
     assert!(st.success());
-    let out = dir.path().join("run.trace");
-    let st = Command::new(env!("CARGO_BIN_EXE_loupe"))
-        .args(["trace", "record", "--page-faults", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&prog)
-        .arg("5")
-        .arg("1")
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let t = loupe_trace::tracefile::read(&out).unwrap();
+    prog
+}
+
+/// `loupe trace record [flags] -o out -- cmd`, which must succeed; the trace read back without errors.
+fn record(flags: &[&str], out: &Path, cmd: &[&std::ffi::OsStr]) -> loupe_trace::tracefile::Trace {
+    let st =
+        Command::new(env!("CARGO_BIN_EXE_loupe")).args(["trace", "record"]).args(flags).arg("-o").arg(out).arg("--").args(cmd).status();
+    assert!(st.unwrap().success());
+    let t = loupe_trace::tracefile::read(out).unwrap();
     assert!(t.errors.is_empty(), "{:?}", t.errors);
+    t
+}
+
+/// babeltrace2 (the CTF reference reader) decodes the trace: one line per event.
+fn babeltrace(out: &Path, t: &loupe_trace::tracefile::Trace) -> String {
+    let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().expect("babeltrace2 (scripts/setup.sh installs it)");
+    assert!(bt.status.success(), "{}", String::from_utf8_lossy(&bt.stderr));
+    let text = String::from_utf8(bt.stdout).unwrap();
+    assert_eq!(text.lines().count(), t.entries.len());
+    text
+}
+
+/// An event id and its iteration or units.
+type IdValue = (u16, u64);
+
+/// The demo programs' application events (id, iteration or progress units), and what they must be:
+/// 3 iterations of a phase begin, 100 progress events, a phase end.
+fn demo_events(t: &loupe_trace::tracefile::Trace) -> (Vec<IdValue>, Vec<IdValue>) {
+    use loupe_trace::record::Value;
+    let got = t
+        .entries
+        .iter()
+        .filter(|e| e.rec.id != 16)
+        .map(|e| match (e.rec.id, &e.rec.fields[..]) {
+            (49, [Value::U(k), ..]) | (_, [_, Value::U(k)]) => (e.rec.id, *k),
+            _ => (e.rec.id, u64::MAX),
+        })
+        .collect();
+    let mut want = Vec::new();
+    for it in 0..3 {
+        want.push((1, it));
+        want.extend((0..100).map(|k| (49, k)));
+        want.push((2, it));
+    }
+    (got, want)
+}
+
+// See the file comment.
+#[test]
+fn record_phases_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_c(dir.path(), "trace_phases");
+    let out = dir.path().join("run.trace");
+    let t = record(&["--page-faults"], &out, &[prog.as_os_str(), "5".as_ref(), "1".as_ref()]);
     assert_eq!(t.dropped, 0);
     // Kernel layer: every page fault, 4096 per iteration's 16 MiB plus the program's start-up, on the same clock.
     let faults: Vec<&loupe_trace::tracefile::Entry> = t.entries.iter().filter(|e| e.rec.id == 32).collect();
@@ -67,12 +106,24 @@ fn record_phases_workload() {
     let j = loupe_trace::export::chrome(&t);
     let b = j["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "B").count();
     assert_eq!(b, 5);
+    // The Perfetto export, decoded: a slice per iteration, an instant per other event (page faults on the
+    // program's thread track), a counter value per counter per interval.
+    let pf = dir.path().join("run.pftrace");
+    let st = Command::new(env!("CARGO_BIN_EXE_loupe")).args(["trace", "export", "--format", "perfetto", "-o"]).arg(&pf).arg(&out).status();
+    assert!(st.unwrap().success());
+    let p = loupe_trace::perfetto::decode(&std::fs::read(&pf).unwrap()).unwrap();
+    let of_type = |ty: i32| p.packet.iter().filter_map(|p| p.track_event.as_ref()).filter(|e| e.r#type == Some(ty)).count();
+    let intervals = t.entries.iter().filter(|e| e.rec.id == 16).count();
+    assert_eq!((of_type(1), of_type(2)), (5, 5));
+    assert_eq!(of_type(3), t.entries.len() - 10 - intervals);
+    assert_eq!(of_type(4), intervals * t.counters.len());
+    // The program's thread track belongs to the recorded command's process.
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
+    let threads: Vec<_> = p.packet.iter().filter_map(|p| p.track_descriptor.as_ref()?.thread.as_ref()).collect();
+    assert!(!threads.is_empty() && threads.iter().all(|t| t.pid.map(i64::from) == meta["pid"].as_i64()));
     // babeltrace2 (the CTF reference reader) decodes every event with its fields.
-    let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().expect("babeltrace2 (scripts/setup.sh installs it)");
-    assert!(bt.status.success(), "{}", String::from_utf8_lossy(&bt.stderr));
-    let text = String::from_utf8(bt.stdout).unwrap();
+    let text = babeltrace(&out, &t);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), t.entries.len());
     assert_eq!(lines.iter().filter(|l| l.contains("Loupe::Phase::Begin: { cpu_id = ")).count(), 5);
     let first = lines.iter().find(|l| l.contains("Loupe::App::Progress")).unwrap();
     assert!(
@@ -88,20 +139,10 @@ fn record_phases_workload() {
 #[test]
 fn pem_page_faults_against_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = dir.path().join("trace_phases");
-    let st = Command::new("gcc")
-        .args(["-O2", "-I"])
-        .arg(root().join("sdk/c"))
-        .arg("-o")
-        .arg(&prog)
-        .arg(root().join("testdata/workloads/trace_phases.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let prog = build_c(dir.path(), "trace_phases");
     let out = dir.path().join("pem.trace");
     let loupe = env!("CARGO_BIN_EXE_loupe");
-    let st = Command::new(loupe).args(["trace", "record", "-o"]).arg(&out).arg("--").arg(&prog).arg("12").status().unwrap();
-    assert!(st.success());
+    let t = record(&[], &out, &[prog.as_os_str(), "12".as_ref()]);
     let rep = Command::new(loupe).args(["trace", "report", "--interval-ms", "2", "--format", "json"]).arg(&out).output().unwrap();
     assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
     let r: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
@@ -120,15 +161,20 @@ fn pem_page_faults_against_progress() {
     let period = r["period_ns"][pf].as_f64().expect("a page-fault period");
     let iteration = r["median_iteration_ns"].as_f64().unwrap();
     assert!((0.7..1.3).contains(&(period / iteration)), "page-fault period {period} ns vs median iteration {iteration} ns");
-    let t = loupe_trace::tracefile::read(&out).unwrap();
-    let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().unwrap();
-    assert!(bt.status.success());
-    assert_eq!(String::from_utf8(bt.stdout).unwrap().lines().count(), t.entries.len());
-    // The text report and the SVG render.
-    let svg = dir.path().join("s.svg");
-    let txt = Command::new(loupe).args(["trace", "report"]).arg(&out).arg("--svg").arg(&svg).output().unwrap();
+    babeltrace(&out, &t);
+    // Within phase 6 alone (the intervals inside its iterations) the correlation is negative too.
+    let phase6 = r["per_phase"].as_array().unwrap().iter().find(|p| p["phase"] == 6).expect("phase 6 correlations");
+    let within = phase6["correlation"][pf][pr].as_f64().unwrap();
+    assert!(within < -0.3, "within phase 6: page faults vs progress correlation {within}");
+    // The text report and the SVG and PNG renders: a curve per series, a line per iteration start.
+    let (svg, png) = (dir.path().join("s.svg"), dir.path().join("s.png"));
+    let txt = Command::new(loupe).args(["trace", "report"]).arg(&out).arg("--svg").arg(&svg).arg("--png").arg(&png).output().unwrap();
     assert!(String::from_utf8(txt.stdout).unwrap().contains("iteration starts"));
-    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg"));
+    assert_eq!(svg.matches("<polyline").count(), names.len());
+    assert_eq!(svg.matches("stroke='red'").count(), 12);
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"));
 }
 
 // The generated Go stub logs into the same buffer: sdk/go/cmd/tracedemo's 3 iterations of 100 progress
@@ -140,32 +186,10 @@ fn go_stub_logs_into_buffer() {
     let st = Command::new("go").args(["build", "-o"]).arg(&prog).arg("./cmd/tracedemo").current_dir(root().join("sdk/go")).status();
     assert!(st.expect("go (scripts/setup.sh installs golang-go)").success());
     let out = dir.path().join("go.trace");
-    let st = Command::new(env!("CARGO_BIN_EXE_loupe")).args(["trace", "record", "-o"]).arg(&out).arg("--").arg(&prog).status().unwrap();
-    assert!(st.success());
-    let t = loupe_trace::tracefile::read(&out).unwrap();
+    let t = record(&[], &out, &[prog.as_os_str()]);
     assert_eq!(t.dropped, 0);
-    use loupe_trace::record::Value;
-    let app: Vec<(u16, u64)> = t
-        .entries
-        .iter()
-        .filter(|e| e.rec.id != 16)
-        .map(|e| {
-            (
-                e.rec.id,
-                match (e.rec.id, &e.rec.fields[..]) {
-                    (49, [Value::U(k), ..]) | (_, [_, Value::U(k)]) => *k,
-                    _ => u64::MAX,
-                },
-            )
-        })
-        .collect();
-    let mut want = Vec::new();
-    for it in 0..3 {
-        want.push((1, it));
-        want.extend((0..100).map(|k| (49, k)));
-        want.push((2, it));
-    }
-    assert_eq!(app, want);
+    let (got, want) = demo_events(&t);
+    assert_eq!(got, want);
     // In buffer order (read() sorts by time, so decode the stream files directly).
     for cpu in 0..2 {
         let bytes = std::fs::read(out.join(format!("ctf/cpu{cpu}"))).unwrap_or_default();
@@ -181,8 +205,7 @@ fn go_stub_logs_into_buffer() {
         assert!(raw.errors.is_empty());
         assert!(raw.entries.windows(2).all(|w| w[0].rec.ts <= w[1].rec.ts), "cpu {cpu}");
     }
-    let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().unwrap();
-    assert!(bt.status.success());
+    babeltrace(&out, &t);
 }
 
 // The generated Java class logs into the same buffer: sdk/java/TraceDemo's events arrive complete and in order.
@@ -193,38 +216,116 @@ fn java_stub_logs_into_buffer() {
     let st = Command::new("javac").arg("-d").arg(dir.path()).arg(java.join("LoupeEvents.java")).arg(java.join("TraceDemo.java")).status();
     assert!(st.expect("javac (scripts/setup.sh installs default-jdk-headless)").success());
     let out = dir.path().join("java.trace");
-    let st = Command::new(env!("CARGO_BIN_EXE_loupe"))
-        .args(["trace", "record", "-o"])
-        .arg(&out)
-        .args(["--", "java", "-cp"])
-        .arg(dir.path())
-        .arg("TraceDemo")
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let t = loupe_trace::tracefile::read(&out).unwrap();
+    let t = record(&[], &out, &["java".as_ref(), "-cp".as_ref(), dir.path().as_os_str(), "TraceDemo".as_ref()]);
     assert_eq!(t.dropped, 0);
+    let (got, want) = demo_events(&t);
+    assert_eq!(got, want);
     use loupe_trace::record::Value;
-    let app: Vec<(u16, u64)> = t
-        .entries
-        .iter()
-        .filter(|e| e.rec.id != 16)
-        .map(|e| {
-            (
-                e.rec.id,
-                match (e.rec.id, &e.rec.fields[..]) {
-                    (49, [Value::U(k), ..]) | (_, [_, Value::U(k)]) => *k,
-                    _ => u64::MAX,
-                },
-            )
-        })
-        .collect();
-    let mut want = Vec::new();
-    for it in 0..3 {
-        want.push((1, it));
-        want.extend((0..100).map(|k| (49, k)));
-        want.push((2, it));
-    }
-    assert_eq!(app, want);
     assert!(t.entries.iter().any(|e| e.rec.fields.get(2) == Some(&Value::Str("java".into()))));
+}
+
+// The generated Python module logs into the same buffer through sdk/python/loupe_trace.py: tracedemo.py's events
+// arrive complete and in order.
+#[test]
+fn python_stub_logs_into_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("py.trace");
+    let demo = root().join("sdk/python/tracedemo.py");
+    let t = record(&[], &out, &["python3".as_ref(), demo.as_os_str()]);
+    assert_eq!(t.dropped, 0);
+    let (got, want) = demo_events(&t);
+    assert_eq!(got, want);
+    use loupe_trace::record::Value;
+    assert!(t.entries.iter().any(|e| e.rec.fields.get(2) == Some(&Value::Str("python".into()))));
+    babeltrace(&out, &t);
+}
+
+// The online client sees events while the program still logs: testdata/workloads/trace_live.c logs a phase
+// begin and then polls (access(2), once a millisecond) for a file that this test creates only once `--live`
+// has printed that begin event and one of those system calls from the kernel layer; the program exits 1 if
+// the file never comes.
+#[test]
+fn live_client_sees_events_while_logging() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_c(dir.path(), "trace_live");
+    let flag = dir.path().join("seen");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loupe"))
+        .args(["trace", "record", "--live", "--kernel", "syscalls", "-o"])
+        .arg(dir.path().join("live.trace"))
+        .arg("--")
+        .arg(&prog)
+        .arg(&flag)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines().map(|l| l.unwrap());
+    let nr = format!(" nr={}", libc::SYS_access);
+    assert!(lines.by_ref().any(|l| l.contains("Loupe::Phase::Begin phase=9 iteration=0")));
+    assert!(lines.by_ref().any(|l| l.contains("OS::Syscall::Enter tid=") && l.ends_with(&nr)));
+    std::fs::write(&flag, "").unwrap();
+    let rest: Vec<String> = lines.collect();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(rest.iter().filter(|l| l.contains("Loupe::Phase::End phase=9 iteration=0")).count(), 1);
+}
+
+// The kernel layer on the application's clock, against testdata/workloads/trace_kernel.c whose phases cause
+// known kernel events: 20 sleeps -> >= 20 switches away from its thread inside phase 1; 512 fresh pages -> exactly
+// 512 faults in the range, all inside phase 2; 1000 getppid -> exactly 1000 sys_enter(getppid) inside phase 3;
+// 4 MiB of O_DIRECT writes -> >= 4 MiB of block writes issued and completed inside phase 4; 200 ms of CPU at
+// 1000 Hz -> about 200 profiling samples of its thread inside phase 5. babeltrace2 decodes every event. The
+// program stamps its events with the TSC clock, the kernel with CLOCK_MONOTONIC: the windows check they agree.
+#[test]
+fn kernel_events_known_by_construction() {
+    use loupe_trace::record::Value;
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_c(dir.path(), "trace_kernel");
+    let out = dir.path().join("k.trace");
+    // O_DIRECT needs a disk file system; the repository's target/ is on one, tmpfs is not.
+    let data = root().join(format!("target/trace_kernel.{}.dat", std::process::id()));
+    let t = record(&["--kernel", "all", "--sample-hz", "1000", "--clock", "tsc"], &out, &[prog.as_os_str(), data.as_os_str()]);
+    let window = |phase: u64| {
+        let at = |id| t.entries.iter().find(|e| e.rec.id == id && e.rec.fields[0] == Value::U(phase)).unwrap().rec.ts;
+        at(1)..=at(2)
+    };
+    let named = |name: &str| {
+        let id = t.spec.by_name(name).unwrap().id;
+        t.entries.iter().filter(move |e| e.rec.id == id).map(|e| (e.rec.ts, &e.rec.fields[..]))
+    };
+    let u = |v: &Value| match v {
+        Value::U(x) => *x,
+        Value::I(x) => *x as u64,
+        _ => panic!("{v:?}"),
+    };
+    // Phase 3 first: its getppid calls name the program's thread.
+    let getppid: Vec<_> = named("OS::Syscall::Enter").filter(|(_, f)| f[1] == Value::I(libc::SYS_getppid)).collect();
+    assert_eq!(getppid.len(), 1000);
+    assert!(getppid.iter().all(|(ts, _)| window(3).contains(ts)));
+    let tid = u(&getppid[0].1[0]);
+    let away = named("OS::Sched::Switch").filter(|(ts, f)| u(&f[0]) == tid && window(1).contains(ts)).count();
+    assert!(away >= 20, "{away} switches away during 20 sleeps");
+    let base =
+        t.entries.iter().find(|e| e.rec.id == 49 && e.rec.fields[2] == Value::Str("base".into())).map(|e| u(&e.rec.fields[0])).unwrap();
+    let faults: Vec<_> = named("OS::Memory::PageFault").filter(|(_, f)| (base..base + 512 * 4096).contains(&u(&f[1]))).collect();
+    assert_eq!(faults.len(), 512);
+    assert!(faults.iter().all(|(ts, _)| window(2).contains(ts)));
+    let written = |name| -> u64 {
+        named(name)
+            .filter(|(ts, f)| {
+                window(4).contains(ts) && (name == "OS::Block::Complete" || matches!(&f[3], Value::Str(s) if s.contains('W')))
+            })
+            .map(|(_, f)| u(&f[2]))
+            .sum()
+    };
+    assert!(written("OS::Block::Issue") >= 4 << 20, "{} bytes issued", written("OS::Block::Issue"));
+    assert!(written("OS::Block::Complete") >= 4 << 20, "{} bytes completed", written("OS::Block::Complete"));
+    let samples = named("Loupe::Profile::Sample").filter(|(ts, f)| u(&f[1]) == tid && window(5).contains(ts)).count();
+    assert!((150..=250).contains(&samples), "{samples} samples in 200 ms of CPU at 1000 Hz");
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
+    assert_eq!(meta["kernel_events_lost"], 0);
+    // The application's TSC clock stayed within 20 us of the kernel's CLOCK_MONOTONIC.
+    assert_eq!(meta["writer_clock"], "tsc");
+    assert!(meta["writer_clock_drift_ns"].as_i64().unwrap().abs() < 20_000, "{}", meta["writer_clock_drift_ns"]);
+    let text = babeltrace(&out, &t);
+    assert!(text.contains("OS::Sched::Switch: { cpu_id = ") && text.contains("OS::Block::Complete: {"));
 }

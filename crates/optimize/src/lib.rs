@@ -11,8 +11,10 @@
 
 pub mod blocks;
 pub mod combine;
+pub mod config;
 pub mod fdata;
 pub mod llvm_sample;
 pub mod manage;
+pub mod policy;
 pub mod stats;
 pub mod tool;

@@ -24,6 +24,28 @@ fn sh(cmd: &str) -> Result<std::process::Output, String> {
     Command::new("sh").arg("-c").arg(cmd).output().map_err(|e| format!("cannot run sh -c {cmd:?}: {e}"))
 }
 
+/// The rebuild command with `{profile}` and `{out}` replaced by the
+/// quoted paths.
+pub fn rebuild_command(template: &str, profile: &Path, out: &Path) -> String {
+    let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    template.replace("{profile}", &q(profile)).replace("{out}", &q(out))
+}
+
+/// Runs the rebuild (sampled-profile PGO); it must succeed and write `out`.
+pub fn rebuild(template: &str, profile: &Path, out: &Path) -> Result<(), String> {
+    if !template.contains("{profile}") || !template.contains("{out}") {
+        return Err("--rebuild needs {profile} and {out} in its command".into());
+    }
+    let _ = std::fs::remove_file(out);
+    let o = sh(&rebuild_command(template, profile, out))?;
+    if !o.status.success() || !out.is_file() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+        return Err(format!("rebuild failed ({}): {last}", o.status));
+    }
+    Ok(())
+}
+
 /// The check: same exit status and same standard output for both binaries.
 pub fn check(template: &str, original: &Path, candidate: &Path) -> Result<(), String> {
     let a = sh(&command_for(template, original))?;
@@ -55,7 +77,7 @@ pub struct Measurement {
 }
 
 /// User+system CPU seconds of all children waited for so far.
-fn children_cpu() -> f64 {
+pub fn children_cpu() -> f64 {
     // SAFETY: getrusage writes one rusage struct into the zeroed value we pass.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
@@ -171,6 +193,21 @@ pub struct Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The rebuild's placeholders become quoted paths; a command without them is refused.
+    #[test]
+    fn rebuild_commands() {
+        assert_eq!(
+            rebuild_command("cc -fprofile-sample-use={profile} -o {out} x.c", Path::new("/p f"), Path::new("/o")),
+            "cc -fprofile-sample-use='/p f' -o '/o' x.c"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("new");
+        assert!(rebuild("cc x.c", Path::new("/p"), &out).unwrap_err().contains("{profile}"));
+        rebuild("cat {profile} > {out}", Path::new("/etc/hostname"), &out).unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), std::fs::read("/etc/hostname").unwrap());
+        assert!(rebuild("false {profile} {out}", Path::new("/p"), &out).unwrap_err().contains("rebuild failed"));
+    }
 
     // `{}` becomes the quoted binary; without it the binary comes first.
     #[test]

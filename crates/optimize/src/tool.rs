@@ -56,11 +56,20 @@ pub fn find_bolt(explicit: Option<&Path>) -> Result<Program, String> {
 /// reordering (procedure layout); plus BOLT's address translation table so
 /// samples of the optimized binary can be mapped back.
 pub fn bolt_args(input: &Path, fdata: &Path, output: &Path) -> Vec<String> {
+    bolt_args_with(input, fdata, output, &default_opts())
+}
+
+/// BOLT's command line with the optimization options `opts` instead of
+/// the default ones.
+pub fn bolt_args_with(input: &Path, fdata: &Path, output: &Path, opts: &[String]) -> Vec<String> {
+    let mut v = vec![input.display().to_string(), "-o".into(), output.display().to_string(), format!("-data={}", fdata.display())];
+    v.extend(opts.iter().cloned());
+    v
+}
+
+/// The default optimization options (see `bolt_args`).
+pub fn default_opts() -> Vec<String> {
     vec![
-        input.display().to_string(),
-        "-o".into(),
-        output.display().to_string(),
-        format!("-data={}", fdata.display()),
         "-reorder-blocks=ext-tsp".into(),
         "-split-functions".into(),
         "-split-all-cold".into(),
@@ -106,7 +115,12 @@ const NEEDS_RELOCS: &str = "function reordering only works when relocations are 
 /// without relocations gets what BOLT can do without them (block
 /// reordering and splitting inside functions), and the report says so.
 pub fn run_bolt(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path) -> Result<BoltReport, String> {
-    let mut args = bolt_args(input, fdata, output);
+    run_bolt_with(tool, input, fdata, output, &default_opts())
+}
+
+/// `run_bolt` with optimization options `opts` in place of the defaults.
+pub fn run_bolt_with(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path, opts: &[String]) -> Result<BoltReport, String> {
+    let mut args = bolt_args_with(input, fdata, output, opts);
     let mut out = tool.run(&args)?;
     if !out.success && format!("{}{}", out.stdout, out.stderr).contains(NEEDS_RELOCS) {
         args.retain(|a| !a.starts_with("-reorder-functions"));

@@ -75,4 +75,10 @@ impl Code<'_> {
     pub fn line(&self, vaddr: u64) -> (Option<String>, Option<u32>) {
         self.image.location(vaddr)
     }
+
+    /// The source line at `vaddr` in the function the symbol table names
+    /// (for inlined code, the line of the outermost call site).
+    pub fn outer_line(&self, vaddr: u64) -> Option<(String, u32)> {
+        self.image.outer_line(vaddr)
+    }
 }

@@ -115,6 +115,18 @@ impl Image {
         names
     }
 
+    /// The line of the outermost frame at `addr`: inside inlined code, the
+    /// line of the call site in the function the symbol table names.
+    pub(crate) fn outer_line(&self, addr: u64) -> Option<(String, u32)> {
+        let ctx = self.dwarf.as_ref()?;
+        let mut frames = ctx.find_frames(addr).skip_all_loads().ok()?;
+        let mut at = None;
+        while let Ok(Some(f)) = frames.next() {
+            at = f.location.and_then(|l| Some((l.file?.to_string(), l.line?)));
+        }
+        at
+    }
+
     pub(crate) fn location(&self, addr: u64) -> (Option<String>, Option<u32>) {
         let Some(ctx) = &self.dwarf else { return (None, None) };
         match ctx.find_location(addr) {

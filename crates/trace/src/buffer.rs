@@ -16,6 +16,8 @@
 //! file:     [global header, 4096 B][ctl cpu0][ctl cpu1]..[pad to 4096][data cpu0: nsub*S]..
 //! global:   0 u64 magic "LOUPETRC"  8 u32 version  12 u32 ncpu  16 u32 nsub  20 u32 S
 //!           24 u32 clockid  28 u32 ctl_stride  32 u64 ctl_offset  40 u64 data_offset
+//!           48 u32 tsc_mult  52 u32 tsc_shift  56 u64 tsc_base  64 u64 ns_base
+//!           (the TSC clock of [`crate::tsc`]; tsc_mult 0 = writers use clock_gettime)
 //! ctl:      0 u64 head   64 u64 dropped   128 u64 consumed   192 u64 commit[nsub]
 //! packet:   0 u32 magic 0xC1FC1FC1  4 u32 stream id (0)  8 u32 stream instance (cpu)
 //!           12 u32 cpu  16 u64 ts_begin  24 u64 ts_end  32 u64 content size (bits)
@@ -28,6 +30,7 @@
 //! sizes and the drop count at the time the packet is taken, so packets go
 //! to disk as they are and babeltrace2 reads them.
 
+use crate::tsc::TscClock;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
@@ -78,6 +81,10 @@ pub struct Buffer {
     len: usize,
     geo: Geometry,
     path: Option<PathBuf>,
+    clock: Option<TscClock>,
+    /// log2 of the sub-buffer size and nsub - 1: positions split with shifts and masks, not divisions.
+    sub_shift: u32,
+    nsub_mask: u64,
 }
 
 // SAFETY: all shared state is accessed through atomics or through byte
@@ -97,9 +104,29 @@ pub fn now() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+#[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+extern "C" {
+    /// glibc (2.35+): where this thread's `struct rseq` is, from the thread pointer, and its size (0: not registered).
+    static __rseq_offset: isize;
+    static __rseq_size: u32;
+}
+
+/// The CPU this thread runs on: `cpu_id` of its rseq area, which the kernel
+/// keeps current (one load); sched_getcpu where rseq is not registered.
 #[inline]
 fn current_cpu() -> usize {
-    // SAFETY: sched_getcpu has no arguments; glibc reads it from rseq.
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+    // SAFETY: glibc's exported rseq symbols are plain data; when __rseq_size is nonzero the area at
+    // thread pointer + __rseq_offset is this thread's registered struct rseq, cpu_id (u32) at offset 4.
+    unsafe {
+        if __rseq_size != 0 {
+            let tp: *const u8;
+            std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags));
+            let cpu = (tp.offset(__rseq_offset).add(4) as *const u32).read_volatile();
+            return cpu as usize;
+        }
+    }
+    // SAFETY: sched_getcpu has no arguments.
     let c = unsafe { libc::sched_getcpu() };
     c.max(0) as usize
 }
@@ -108,6 +135,11 @@ impl Buffer {
     /// Creates a new buffer file (the consumer's side) at `path`, sized for
     /// `geo`; writers attach with [`Buffer::open`].
     pub fn create(path: &Path, geo: Geometry) -> io::Result<Buffer> {
+        Buffer::create_with_clock(path, geo, TscClock::calibrate())
+    }
+
+    /// [`Buffer::create`] with the writers' clock given: a TSC clock, or None for clock_gettime.
+    pub fn create_with_clock(path: &Path, geo: Geometry, clock: Option<TscClock>) -> io::Result<Buffer> {
         geo.check()?;
         let f = OpenOptions::new().read(true).write(true).create_new(true).mode(0o666).open(path)?;
         f.set_len(geo.len() as u64)?;
@@ -120,8 +152,16 @@ impl Buffer {
         b.put_u32(28, geo.ctl_stride() as u32);
         b.put_u64(32, GLOBAL as u64);
         b.put_u64(40, geo.data_offset() as u64);
+        if let Some(c) = clock {
+            b.put_u32(48, c.mult);
+            b.put_u32(52, c.shift);
+            b.put_u64(56, c.tsc_base);
+            b.put_u64(64, c.ns_base);
+        }
         // The magic last: a writer that sees it sees a complete header.
         b.atomic(0).store(MAGIC, Ordering::Release);
+        let mut b = b;
+        b.clock = b.read_clock();
         Ok(b)
     }
 
@@ -139,7 +179,29 @@ impl Buffer {
         if geo.len() != len {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "trace buffer size does not match its header"));
         }
-        Buffer::map(&f, len, geo, None)
+        let mut b = Buffer::map(&f, len, geo, None)?;
+        b.clock = b.read_clock();
+        Ok(b)
+    }
+
+    /// The TSC clock the header publishes, if any.
+    fn read_clock(&self) -> Option<TscClock> {
+        let u64_at = |o: usize| self.get_u32(o) as u64 | (self.get_u32(o + 4) as u64) << 32;
+        let c = TscClock { mult: self.get_u32(48), shift: self.get_u32(52), tsc_base: u64_at(56), ns_base: u64_at(64) };
+        (c.mult != 0 && cfg!(target_arch = "x86_64")).then_some(c)
+    }
+
+    /// The writers' clock: the header's TSC clock, or CLOCK_MONOTONIC.
+    pub fn clock(&self) -> Option<TscClock> {
+        self.clock
+    }
+
+    #[inline]
+    fn stamp(&self) -> u64 {
+        match &self.clock {
+            Some(c) => c.now(),
+            None => now(),
+        }
     }
 
     /// The buffer named by `$LOUPE_TRACE_SHM`, if any.
@@ -154,7 +216,8 @@ impl Buffer {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        Ok(Buffer { base: p as *mut u8, len, geo, path })
+        let (sub_shift, nsub_mask) = (geo.sub_size.max(1).trailing_zeros(), geo.nsub.max(1) as u64 - 1);
+        Ok(Buffer { base: p as *mut u8, len, geo, path, clock: None, sub_shift, nsub_mask })
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -185,10 +248,16 @@ impl Buffer {
         self.atomic(GLOBAL + cpu * self.geo.ctl_stride() + off)
     }
 
+    #[inline]
+    fn slot_of(&self, pos: u64) -> u64 {
+        (pos >> self.sub_shift) & self.nsub_mask
+    }
+
+    #[inline]
     fn slot_ptr(&self, cpu: usize, pos: u64) -> *mut u8 {
         let s = self.geo.sub_size as u64;
-        let slot = (pos / s) % self.geo.nsub as u64;
-        let off = self.geo.data_offset() + (cpu * self.geo.nsub as usize + slot as usize) * s as usize + (pos % s) as usize;
+        let slot = self.slot_of(pos);
+        let off = self.geo.data_offset() + (cpu * self.geo.nsub as usize + slot as usize) * s as usize + (pos & (s - 1)) as usize;
         // SAFETY: slot < nsub and pos % s < s, so the offset is inside the data area.
         unsafe { self.base.add(off) }
     }
@@ -203,6 +272,7 @@ impl Buffer {
     }
 
     /// [`Buffer::log`] on a given CPU's buffer (tests use it to force contention).
+    #[inline]
     pub fn log_on(&self, cpu: usize, len: usize, fill: impl FnOnce(&mut [u8], u64)) -> bool {
         let s = self.geo.sub_size as u64;
         // A record that cannot fit a packet is dropped and counted, never written across packets.
@@ -213,12 +283,12 @@ impl Buffer {
         let head = self.ctl(cpu, OFF_HEAD);
         let (h, ts, pos, start) = loop {
             let h = head.load(Ordering::Acquire);
-            let ts = now();
-            let off = h % s;
+            let ts = self.stamp();
+            let off = h & (s - 1);
             let (new, pos, start) = if off == 0 || off + len as u64 > s {
                 let start = h.next_multiple_of(s);
                 let consumed = self.ctl(cpu, OFF_CONSUMED).load(Ordering::Acquire);
-                if start / s >= consumed + self.geo.nsub as u64 {
+                if start >> self.sub_shift >= consumed + self.geo.nsub as u64 {
                     self.ctl(cpu, OFF_DROPPED).fetch_add(1, Ordering::Relaxed);
                     return false;
                 }
@@ -268,8 +338,7 @@ impl Buffer {
     }
 
     fn commit(&self, cpu: usize, pos: u64, n: u64) {
-        let slot = (pos / self.geo.sub_size as u64) % self.geo.nsub as u64;
-        self.ctl(cpu, OFF_COMMIT + 8 * slot as usize).fetch_add(n, Ordering::Release);
+        self.ctl(cpu, OFF_COMMIT + 8 * self.slot_of(pos) as usize).fetch_add(n, Ordering::Release);
     }
 
     /// Events dropped so far on `cpu` because the consumer was behind.

@@ -10,7 +10,11 @@ use loupe_perf::sys::{self, PerfEventAttr};
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Counters tried, in trace order; those the machine lacks are left out.
-pub const WANTED: &[&str] = &["page-faults", "context-switches", "cpu-migrations", "task-clock", "instructions", "cycles", "cache-misses"];
+pub const WANTED: &[&str] =
+    &["page-faults", "context-switches", "cpu-migrations", "task-clock", "instructions", "cycles", "cache-misses", "dTLB-load-misses"];
+
+/// PERF_TYPE_HW_CACHE, data TLB, read, miss (perf's dTLB-load-misses).
+const DTLB_LOAD_MISSES: (u32, u64) = (3, 3 | (1 << 16));
 
 /// Open counters on one process and its future children.
 pub struct Counters {
@@ -25,11 +29,14 @@ impl Counters {
         let mut fds = Vec::new();
         let mut skipped = Vec::new();
         for name in WANTED {
-            let e = loupe_perf::parse_event(name).expect("known event");
+            let (type_, config) = match *name {
+                "dTLB-load-misses" => DTLB_LOAD_MISSES,
+                _ => loupe_perf::parse_event(name).map(|e| (e.type_, e.config)).expect("known event"),
+            };
             let attr = PerfEventAttr {
-                type_: e.type_,
+                type_,
                 size: sys::ATTR_SIZE,
-                config: e.config,
+                config,
                 flags: sys::flag::DISABLED | sys::flag::INHERIT | sys::flag::ENABLE_ON_EXEC,
                 ..Default::default()
             };

@@ -3,6 +3,8 @@
 //! its payload matching its (thread, sequence) stamp; timestamps never
 //! decrease along a CPU's packets; packet sequence numbers are contiguous;
 //! and records written + events counted as dropped = events logged, exactly.
+//! Writers stamp with the TSC clock (the kernel's factors, else measured):
+//! the cheap clock must keep the per-buffer order that clock_gettime keeps.
 
 use loupe_trace::buffer::{packet_header, Buffer, Geometry, PACKET_HEADER};
 use loupe_trace::record::{decode_at, Value};
@@ -78,7 +80,9 @@ fn four_threads_ten_million_each() {
     let dir = tempfile::tempdir().unwrap();
     let ncpu = std::thread::available_parallelism().unwrap().get() as u32;
     let geo = Geometry { ncpu, nsub: 8, sub_size: 1 << 16 };
-    let buf = Arc::new(Buffer::create(&dir.path().join("shm"), geo).unwrap());
+    let tsc = loupe_trace::tsc::TscClock::calibrate().or_else(|| loupe_trace::tsc::TscClock::measure(std::time::Duration::from_millis(50)));
+    assert!(tsc.is_some() || !cfg!(target_arch = "x86_64"));
+    let buf = Arc::new(Buffer::create_with_clock(&dir.path().join("shm"), geo, tsc).unwrap());
     let done = Arc::new(AtomicBool::new(false));
     let consumer = {
         let (buf, done, spec) = (buf.clone(), done.clone(), spec.clone());

@@ -351,6 +351,27 @@ func OsBlockIssue(dev uint32, sector uint64, bytes uint32, rwbs string) {
 	}
 }
 
+// IdOsBlockComplete is the event id of OS::Block::Complete.
+const IdOsBlockComplete = 36
+
+// EncodeOsBlockComplete encodes OS::Block::Complete: A block I/O request completed
+func EncodeOsBlockComplete(ts uint64, dev uint32, sector uint64, bytes uint32, error int32) []byte {
+	b := put(make([]byte, 0, 64), ts, 8)
+	b = append(b, 0, 0, 0, 0)
+	b = put(b, uint64(dev), 4)
+	b = put(b, uint64(sector), 8)
+	b = put(b, uint64(bytes), 4)
+	b = put(b, uint64(error), 4)
+	return finish(b, 36)
+}
+
+// OsBlockComplete logs OS::Block::Complete into the trace buffer, if tracing is on.
+func OsBlockComplete(dev uint32, sector uint64, bytes uint32, error int32) {
+	if s := attach(); s != nil {
+		s.write(EncodeOsBlockComplete(0, dev, sector, bytes, error))
+	}
+}
+
 // IdLoupeProfileSample is the event id of Loupe::Profile::Sample.
 const IdLoupeProfileSample = 48
 
@@ -416,6 +437,8 @@ func EventName(id uint16) string {
 		return "OS::Syscall::Enter"
 	case 35:
 		return "OS::Block::Issue"
+	case 36:
+		return "OS::Block::Complete"
 	case 48:
 		return "Loupe::Profile::Sample"
 	case 49:
@@ -483,6 +506,13 @@ func Decode(rec []byte) (id uint16, ts uint64, fields []any, reencode func() []b
 		rwbs := r.str()
 		fields = []any{dev, sector, bytes, rwbs}
 		enc = func() []byte { return EncodeOsBlockIssue(ts, dev, sector, bytes, rwbs) }
+	case 36:
+		dev := uint32(r.get(4))
+		sector := uint64(r.get(8))
+		bytes := uint32(r.get(4))
+		error := int32(int64(r.get(4)))
+		fields = []any{dev, sector, bytes, error}
+		enc = func() []byte { return EncodeOsBlockComplete(ts, dev, sector, bytes, error) }
 	case 48:
 		pid := uint32(r.get(4))
 		tid := uint32(r.get(4))

@@ -21,8 +21,15 @@ fn fmt(s: Scalar) -> &'static str {
 pub fn gen(spec: &Spec) -> String {
     let mut out = header(spec, "#");
     out.push_str(
-        "\"\"\"Encoders and a decoder for the events of this spec (the bytes of loupe-trace's record format).\"\"\"
+        "\"\"\"Encoders, loggers and a decoder for the events of this spec (the bytes of loupe-trace's record format).
+trace_<event>(...) logs into the buffer of `loupe trace record` through the runtime loupe_trace.py (sdk/python),
+which must sit beside this module; without it, or outside a recording, they do nothing.\"\"\"
 import struct
+
+try:
+    import loupe_trace as _rt
+except ImportError:
+    _rt = None
 
 MAX_STRING = 1024
 MAX_LIST = 128
@@ -98,6 +105,12 @@ class _Reader:
         }
         let _ = writeln!(out, "    return _finish(ts, {}, parts)\n", ev.id);
         let _ = writeln!(out, "\ndef _decode_{sn}(r):\n    return [{}]\n", readers.join(", "));
+        let _ = writeln!(
+            out,
+            "\ndef trace_{sn}({}):\n    \"\"\"Logs {} (see encode_{sn}).\"\"\"\n    if _rt is not None and _rt.enabled():\n        _rt.write(encode_{sn}(0{params}))\n",
+            params.trim_start_matches(", "),
+            ev.full_name()
+        );
         let _ = writeln!(table, "    {}: ('{}', _decode_{sn}, encode_{sn}),", ev.id, ev.full_name());
     }
     let _ = write!(

@@ -1,0 +1,472 @@
+//! `loupe optimize manage` (and `loupe daemon --optimize`): Morph's Manager
+//! as a loop. Each pass, for every configured program: flush the daemon,
+//! read the program's samples from the database, let the policy decide
+//! (share of machine time, profile maturity, an installed version not yet
+//! measured, drift), and act: optimize + check + measure + install, guard
+//! (measure the installed version, roll it back when it is not faster), or
+//! re-profile. It runs niced, within a CPU budget, and logs every decision
+//! to DB/optimize/decisions.jsonl.
+//!
+//! How later runs pick the new version up: it is renamed over the path the
+//! user runs (`manage::install`), so every exec after the rename opens the
+//! optimized file; running processes keep the old inode. The original stays
+//! beside it as PATH.loupe-orig, and both builds are linked into the
+//! database's image cache so samples of either can still be symbolized.
+
+use crate::flags::DbArg;
+use crate::optimize::{build_id_of, db_image, log_decision, profile_from, sample_sets};
+use crate::procedure::symbolizer;
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use loupe_optimize::blocks::ColdPolicy;
+use loupe_optimize::combine::{age_weight, combine, SampleSet};
+use loupe_optimize::config::{reason_kind, Config, InstalledState, Program, ProgramState, State};
+use loupe_optimize::manage::{self, children_cpu, Decision};
+use loupe_optimize::policy::{self, Action, CpuBudget, Observation};
+use loupe_optimize::{fdata, tool};
+use loupe_store::{Database, EpochId};
+use loupe_symbolize::{Code, Symbolizer};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct ManageArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// The programs to manage and the policy's thresholds (JSON; see --help).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// One pass over the programs, then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Average share of one CPU the manager's work (BOLT, checks, benchmarks) may use.
+    #[arg(long, default_value_t = 0.25)]
+    pub cpu_budget: f64,
+    /// CPU seconds that may be spent at once before the budget applies.
+    #[arg(long, default_value_t = 300.0)]
+    pub cpu_burst: f64,
+    /// Niceness of the manager and of everything it runs (default: the configuration's `nice`, 19).
+    #[arg(long)]
+    pub nice: Option<i32>,
+    /// Path of llvm-bolt (default /usr/lib/llvm-19/bin/llvm-bolt).
+    #[arg(long)]
+    pub bolt: Option<PathBuf>,
+}
+
+pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/optimize.json\n  \
+loupe daemon --optimize /etc/loupe/optimize.json\n\n\
+Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
+{\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 5000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
+\"retry_factor\": 2, \"half_life\": 604800, \"cold_fraction\": 0.01, \"nice\": 19,\n   \
+\"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
+\"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\
+A program is optimized once it has min_share of the sampled time and min_samples (aged) samples; the candidate \
+must pass `check` and be faster under `bench`; it is then renamed over `path` (original kept as PATH.loupe-orig), \
+so later runs use it. An installed version the manager has not measured (or not for recheck_secs) is measured \
+against the original and rolled back unless faster. When usage drifts (max_drift of the time moved between \
+functions since the profile behind the installed version), the original is put back and a fresh profile collected.";
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+struct Manager {
+    db: PathBuf,
+    cfg: Config,
+    bolt: Option<PathBuf>,
+    budget: CpuBudget,
+    started: Instant,
+    state: State,
+}
+
+pub fn run(a: ManageArgs) -> Result<u8> {
+    let text = std::fs::read_to_string(&a.config).with_context(|| format!("cannot read {}", a.config.display()))?;
+    let cfg = Config::parse(&text).map_err(|e| anyhow!("{}: {e}", a.config.display()))?;
+    let nice = a.nice.unwrap_or(cfg.nice);
+    // SAFETY: setpriority on our own process; children inherit the niceness.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
+        eprintln!("loupe: cannot set niceness {nice}: {}", std::io::Error::last_os_error());
+    }
+    Database::create(&a.db.db).with_context(|| format!("cannot use database {}", a.db.db.display()))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    let state_path = a.db.db.join("optimize/state.json");
+    let state = std::fs::read(&state_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let started = Instant::now();
+    let mut m =
+        Manager { db: a.db.db.clone(), bolt: a.bolt.clone(), budget: CpuBudget::new(a.cpu_budget, a.cpu_burst, 0.0), started, state, cfg };
+    eprintln!(
+        "loupe: optimize manager {} watching {} program(s), pass every {} s",
+        std::process::id(),
+        m.cfg.programs.len(),
+        m.cfg.interval
+    );
+    loop {
+        // Merge what the daemon holds in memory, so the pass sees recent runs.
+        let _ = loupe_collector::daemon::send_command(&m.db, "flush");
+        for prog in m.cfg.programs.clone() {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Err(e) = m.pass(&prog) {
+                m.log(&prog.path, "", "error", format!("{e:#}"), None, None);
+            }
+        }
+        std::fs::create_dir_all(state_path.parent().unwrap())?;
+        loupe_store::write_atomic(&state_path, &serde_json::to_vec_pretty(&m.state)?)?;
+        let end = a.duration.is_some_and(|d| started.elapsed().as_secs_f64() >= d);
+        if a.once || end || stop.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let until = Instant::now() + Duration::from_secs_f64(m.cfg.interval);
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+    }
+}
+
+/// Function names the same in the original and BOLT's output: a split-off
+/// part (`f.cold.0`, gcc's `f.cold`) counts for its function, and BOLT's
+/// `/N` suffix of local symbols is dropped.
+fn base_name(n: &str) -> String {
+    let n = n.split(".cold").next().unwrap_or(n);
+    n.split('/').next().unwrap_or(n).to_string()
+}
+
+/// Sample weight per function.
+fn function_shares(code: &Code, samples: &BTreeMap<u64, f64>) -> BTreeMap<String, f64> {
+    let mut funcs: Vec<(u64, u64, String)> = code.find("").into_iter().map(|f| (f.start, f.start + f.size, base_name(&f.name))).collect();
+    funcs.sort();
+    let mut out = BTreeMap::new();
+    for (&va, &w) in samples {
+        let i = funcs.partition_point(|f| f.0 <= va);
+        if let Some(f) = i.checked_sub(1).map(|i| &funcs[i]).filter(|f| va < f.1) {
+            *out.entry(f.2.clone()).or_insert(0.0) += w;
+        }
+    }
+    out
+}
+
+/// Links (or copies) `file` into the database's image cache under its build-id.
+fn cache_image(db: &Path, file: &Path, bid: &str) {
+    if bid.is_empty() {
+        return;
+    }
+    let dir = db.join("images");
+    let dst = dir.join(bid);
+    if dst.exists() {
+        return;
+    }
+    let _ = std::fs::create_dir_all(&dir);
+    if std::fs::hard_link(file, &dst).is_err() {
+        let _ = std::fs::copy(file, &dst);
+    }
+}
+
+impl Manager {
+    fn log(&self, image: &str, bid: &str, action: &str, reason: String, cand: Option<String>, m: Option<manage::Measurement>) {
+        eprintln!("loupe: manage {image}: {action}: {reason}");
+        let d = Decision {
+            unix_time: now_unix(),
+            image: image.to_string(),
+            build_id: bid.to_string(),
+            candidate_build_id: cand,
+            action: action.into(),
+            reason,
+            measurement: m,
+        };
+        if let Err(e) = log_decision(&self.db, &d) {
+            eprintln!("loupe: cannot log a decision: {e:#}");
+        }
+    }
+
+    fn wall(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// A new epoch (through the daemon when one runs, so its in-memory
+    /// profiles go to the old one).
+    fn new_epoch(&self) -> Result<u32> {
+        if let Ok(answer) = loupe_collector::daemon::send_command(&self.db, "epoch") {
+            if let Some(n) = answer.strip_prefix("ok epoch ").and_then(|n| n.trim().parse().ok()) {
+                return Ok(n);
+            }
+        }
+        Ok(Database::open(&self.db)?.new_epoch()?.0)
+    }
+
+    fn pass(&mut self, prog: &Program) -> Result<()> {
+        let image = PathBuf::from(&prog.path);
+        let cur = build_id_of(&image)?;
+        let saved = manage::saved_original(&image);
+        let (orig, installed) = if saved.exists() { (build_id_of(&saved)?, Some(cur.clone())) } else { (cur.clone(), None) };
+        let mut st = self.state.get(&prog.path).cloned().unwrap_or_default();
+        if st.original_build != orig {
+            if !st.original_build.is_empty() {
+                self.log(
+                    &prog.path,
+                    &orig,
+                    "new-build",
+                    format!("build {} replaced {}: its profile starts afresh", orig, st.original_build),
+                    None,
+                    None,
+                );
+            }
+            st = ProgramState { original_build: orig.clone(), ..Default::default() };
+        }
+        match &installed {
+            None => st.installed = None,
+            Some(b) if st.installed.as_ref().is_none_or(|i| &i.build != b) => {
+                // Installed by someone else (or by an earlier manager whose state was lost): not measured yet.
+                st.installed = Some(InstalledState {
+                    build: b.clone(),
+                    verified_unix: None,
+                    fingerprint: BTreeMap::new(),
+                    since_epoch: st.from_epoch,
+                });
+            }
+            Some(_) => {}
+        }
+        cache_image(&self.db, if installed.is_some() { &saved } else { &image }, &orig);
+        let r = self.decide_and_act(prog, &image, &mut st);
+        self.state.insert(prog.path.clone(), st);
+        r
+    }
+
+    fn decide_and_act(&mut self, prog: &Program, image: &Path, st: &mut ProgramState) -> Result<()> {
+        let db = Database::open(&self.db)?;
+        let epochs: Vec<EpochId> = db.epochs()?.into_iter().map(|e| e.id).filter(|e| e.0 >= st.from_epoch).collect();
+        let mut syms = symbolizer(&self.db);
+        let path = image.display().to_string();
+        let inst_bid = st.installed.as_ref().map(|i| i.build.clone());
+        let orig = st.original_build.clone();
+        let sets = sample_sets(&db, &epochs, &path, &|b| b == orig || Some(b) == inst_bid.as_deref(), &mut syms)?;
+        let combined = combine(&orig, &sets, self.cfg.half_life);
+        let mut obs = Observation {
+            now_unix: now_unix(),
+            share: self.share(&db, &epochs, image)?,
+            profile_samples: combined.total(),
+            last_discard_samples: st.last_discard_samples,
+            ..Default::default()
+        };
+        if let Some(inst) = &st.installed {
+            let since: Vec<SampleSet> = sample_sets(
+                &db,
+                &epochs.iter().copied().filter(|e| e.0 >= inst.since_epoch).collect::<Vec<_>>(),
+                &path,
+                &|b| b == inst.build,
+                &mut syms,
+            )?;
+            let recent = combine(&inst.build, &since, self.cfg.half_life);
+            if recent.total() > 0.0 {
+                let code = syms.code(&db_image(image, &inst.build)).map_err(|r| anyhow!("cannot read {path}: {r}"))?;
+                obs.recent = function_shares(&code, &recent.samples);
+            }
+            obs.installed = Some(policy::Installed { verified_unix: inst.verified_unix, fingerprint: inst.fingerprint.clone() });
+        }
+        let v = policy::next(&self.cfg.policy(), &obs);
+        if v.action == Action::Wait {
+            let kind = reason_kind(&v.reason);
+            if kind != st.last_wait {
+                self.log(&path, &orig, "wait", v.reason, None, None);
+                st.last_wait = kind;
+            }
+            return Ok(());
+        }
+        st.last_wait.clear();
+        if let Err(secs) = self.budget.allows(self.wall()) {
+            self.log(&path, &orig, "wait", format!("{} deferred: over the CPU budget for {secs:.0} s more", v.reason), None, None);
+            return Ok(());
+        }
+        let cpu0 = children_cpu();
+        let r = match v.action {
+            Action::Optimize => self.optimize(prog, image, st, combined, &v.reason, &mut syms),
+            Action::Guard => self.guard(prog, image, st, &v.reason),
+            Action::Reprofile => self.reprofile(image, st, &v.reason),
+            Action::Wait => Ok(()),
+        };
+        self.budget.charge(self.wall(), children_cpu() - cpu0);
+        r
+    }
+
+    /// Share of all samples (aged per epoch) that the program's path took.
+    fn share(&self, db: &Database, epochs: &[EpochId], image: &Path) -> Result<f64> {
+        let all = db.epochs()?;
+        let now = now_unix();
+        let want = std::fs::canonicalize(image).map_or(image.display().to_string(), |p| p.display().to_string());
+        let (mut mine, mut total) = (0.0, 0.0);
+        for &e in epochs {
+            let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
+            let w = age_weight(now.saturating_sub(end) as f64, self.cfg.half_life);
+            let (idx, _) = db.index(e)?;
+            for x in &idx.entries {
+                total += w * x.total_samples as f64;
+                if x.image.path == want {
+                    mine += w * x.total_samples as f64;
+                }
+            }
+        }
+        Ok(if total > 0.0 { mine / total } else { 0.0 })
+    }
+
+    fn optimize(
+        &mut self,
+        prog: &Program,
+        image: &Path,
+        st: &mut ProgramState,
+        combined: loupe_optimize::combine::Combined,
+        why: &str,
+        syms: &mut Symbolizer,
+    ) -> Result<()> {
+        let path = image.display().to_string();
+        let samples = combined.total();
+        let ip = profile_from(image, &st.original_build, combined, ColdPolicy { cold_fraction: self.cfg.cold_fraction }, syms)?;
+        let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {path}: {r}"))?;
+        let fingerprint = function_shares(&code, &ip.combined.samples);
+        let work = self.db.join("optimize/work");
+        std::fs::create_dir_all(&work)?;
+        let fdata_path = work.join(format!("{}.fdata", &st.original_build));
+        std::fs::write(&fdata_path, fdata::write_edges(&ip.functions))?;
+        let cand = PathBuf::from(format!("{path}.loupe-bolt"));
+        self.log(&path, &st.original_build, "optimize", why.to_string(), None, None);
+        let bolt = tool::find_bolt(self.bolt.as_deref()).map_err(|e| anyhow!(e))?;
+        let opts = prog.bolt_opts.clone().unwrap_or_else(tool::default_opts);
+        let mut cand_bid = None;
+        let verdict = (|| -> Result<manage::Measurement, (String, Option<manage::Measurement>)> {
+            let report = tool::run_bolt_with(&bolt, image, &fdata_path, &cand, &opts).map_err(|e| (e, None))?;
+            cand_bid = Symbolizer::read_build_id(&cand).map(|b| b.to_hex());
+            for s in &report.skipped {
+                eprintln!("loupe: manage {path}: skipped {s}");
+            }
+            manage::check(&prog.check, image, &cand).map_err(|e| (e, None))?;
+            let m = manage::measure(&prog.bench, image, &cand, prog.rounds).map_err(|e| (e, None))?;
+            manage::decide(&m, prog.min_gain, 0.05).map_err(|e| (e, Some(m.clone())))?;
+            Ok(m)
+        })();
+        match verdict {
+            Ok(m) => {
+                let bid = cand_bid.clone().unwrap_or_default();
+                cache_image(&self.db, image, &st.original_build);
+                cache_image(&self.db, &cand, &bid);
+                manage::install(image, &cand).map_err(|e| anyhow!(e))?;
+                let _ = std::fs::remove_file(&cand);
+                let since = self.new_epoch()?;
+                let reason = format!(
+                    "{:.1}% faster (median of {} alternating rounds, {} faster, p = {:.4}); renamed over {path}, original at {}",
+                    (1.0 - m.ratio_median) * 100.0,
+                    m.rounds,
+                    m.wins,
+                    m.p_value,
+                    manage::saved_original(image).display()
+                );
+                self.log(&path, &st.original_build, "installed", reason, cand_bid, Some(m));
+                st.installed = Some(InstalledState { build: bid, verified_unix: Some(now_unix()), fingerprint, since_epoch: since });
+                st.last_discard_samples = None;
+            }
+            Err((why, m)) => {
+                let _ = std::fs::remove_file(&cand);
+                st.last_discard_samples = Some(samples);
+                self.log(&path, &st.original_build, "discarded", why, cand_bid, m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Measures the installed version against the saved original; rolls it
+    /// back unless it passes the same check and is faster.
+    fn guard(&mut self, prog: &Program, image: &Path, st: &mut ProgramState, why: &str) -> Result<()> {
+        let path = image.display().to_string();
+        let saved = manage::saved_original(image);
+        let inst = st.installed.clone().unwrap_or_default();
+        let verdict = manage::check(&prog.check, &saved, image).map_err(|e| (e, None)).and_then(|_| {
+            let m = manage::measure(&prog.bench, &saved, image, prog.rounds).map_err(|e| (e, None))?;
+            manage::decide(&m, 0.0, 0.05).map(|_| m.clone()).map_err(|e| (e, Some(m)))
+        });
+        match verdict {
+            Ok(m) => {
+                let reason = format!(
+                    "{why}: still {:.1}% faster than the original ({} of {} rounds)",
+                    (1.0 - m.ratio_median) * 100.0,
+                    m.wins,
+                    m.rounds
+                );
+                self.log(&path, &st.original_build, "verified", reason, Some(inst.build.clone()), Some(m));
+                if let Some(i) = st.installed.as_mut() {
+                    i.verified_unix = Some(now_unix());
+                }
+            }
+            Err((e, m)) => {
+                manage::rollback(image).map_err(|e| anyhow!(e))?;
+                self.log(&path, &st.original_build, "rolled-back", format!("{why}: {e}; original restored"), Some(inst.build), m);
+                st.installed = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Usage drifted: the original goes back and a fresh profile starts with a new epoch.
+    fn reprofile(&mut self, image: &Path, st: &mut ProgramState, why: &str) -> Result<()> {
+        let path = image.display().to_string();
+        manage::rollback(image).map_err(|e| anyhow!(e))?;
+        st.from_epoch = self.new_epoch()?;
+        let old = st.installed.take().map(|i| i.build);
+        st.last_discard_samples = None;
+        self.log(
+            &path,
+            &st.original_build,
+            "reprofile",
+            format!("{why}; original restored, profiling afresh from epoch {}", st.from_epoch),
+            old,
+            None,
+        );
+        Ok(())
+    }
+}
+
+/// Starts the manager as a child process of the daemon (`loupe daemon
+/// --optimize`): its own process, so its CPU (and that of BOLT and the
+/// benchmarks it runs) never counts against the daemon's sampling budget.
+pub fn spawn(db: &Path, config: &Path) -> Result<std::process::Child> {
+    let exe = std::env::current_exe().context("cannot find the loupe executable")?;
+    let child = std::process::Command::new(exe)
+        .args(["optimize", "manage", "--db"])
+        .arg(db)
+        .arg("--config")
+        .arg(config)
+        .spawn()
+        .context("cannot start the optimize manager")?;
+    eprintln!("loupe: optimize manager started (pid {}) with {}", child.id(), config.display());
+    Ok(child)
+}
+
+/// Asks the manager to stop (SIGTERM) and waits for it.
+pub fn stop(mut child: std::process::Child) {
+    // SAFETY: kill on the pid of our own child, which we have not waited for yet.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // BOLT's and gcc's fragment names count for their function.
+    #[test]
+    fn base_names() {
+        assert_eq!(base_name("run.cold.0"), "run");
+        assert_eq!(base_name("cold_report.cold"), "cold_report");
+        assert_eq!(base_name("helper/1"), "helper");
+        assert_eq!(base_name("main"), "main");
+    }
+}

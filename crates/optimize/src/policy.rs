@@ -1,0 +1,257 @@
+//! When a program deserves re-optimization (the decisions Morph's Manager
+//! left to "trivial heuristics", §5): enough of the machine's time, a
+//! mature profile, an installed version that still earns its place, and
+//! usage that has not drifted away from the profile it was built from.
+//! Pure: the manager gathers an `Observation`, this says what to do.
+
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Smallest share of all sampled time (0.05 = 5%) worth optimizing for.
+    pub min_share: f64,
+    /// Aged samples the profile needs before it is used.
+    pub min_samples: f64,
+    /// Largest drift (total variation distance between function shares,
+    /// 0..1) tolerated before the installed version is re-profiled.
+    pub max_drift: f64,
+    /// Seconds after which an installed version is measured again.
+    pub recheck_secs: f64,
+    /// After a discarded candidate, wait for this many times its samples.
+    pub retry_factor: f64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy { min_share: 0.05, min_samples: 5000.0, max_drift: 0.25, recheck_secs: 86400.0, retry_factor: 2.0 }
+    }
+}
+
+/// What the manager knows of an optimized version at the program's path.
+#[derive(Clone, Debug, Default)]
+pub struct Installed {
+    /// When this manager last measured it faster than the original (never
+    /// when it was installed by someone else).
+    pub verified_unix: Option<u64>,
+    /// Function shares of the profile it was built from.
+    pub fingerprint: BTreeMap<String, f64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Observation {
+    pub now_unix: u64,
+    /// The program's share of all samples in the window.
+    pub share: f64,
+    /// Aged samples of the original build: the profile's maturity.
+    pub profile_samples: f64,
+    /// Samples of the build now at the path, by function (for drift).
+    pub recent: BTreeMap<String, f64>,
+    pub installed: Option<Installed>,
+    /// Profile samples behind the last candidate that was discarded.
+    pub last_discard_samples: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Wait,
+    /// Build, check, measure and maybe install a candidate.
+    Optimize,
+    /// Measure the installed version against the original; roll back if it is not faster.
+    Guard,
+    /// Put the original back and collect a fresh profile.
+    Reprofile,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    pub action: Action,
+    pub reason: String,
+}
+
+fn verdict(action: Action, reason: String) -> Verdict {
+    Verdict { action, reason }
+}
+
+/// Shares summing to 1 (empty when there is nothing).
+pub fn normalize(m: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    let t: f64 = m.values().sum();
+    if t <= 0.0 {
+        return BTreeMap::new();
+    }
+    m.iter().map(|(k, v)| (k.clone(), v / t)).collect()
+}
+
+/// Total variation distance between two distributions over function
+/// names: the share of time that moved from one set of functions to
+/// another (0 same usage, 1 disjoint).
+pub fn drift(a: &BTreeMap<String, f64>, b: &BTreeMap<String, f64>) -> f64 {
+    let (a, b) = (normalize(a), normalize(b));
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter().map(|k| (a.get(k).unwrap_or(&0.0) - b.get(k).unwrap_or(&0.0)).abs()).sum::<f64>() / 2.0
+}
+
+/// The next step for one program.
+pub fn next(p: &Policy, o: &Observation) -> Verdict {
+    let recent: f64 = o.recent.values().sum();
+    if let Some(inst) = &o.installed {
+        let due = match inst.verified_unix {
+            None => Some("installed version not yet measured by the manager".to_string()),
+            Some(t) if o.now_unix.saturating_sub(t) as f64 >= p.recheck_secs => {
+                Some(format!("re-check due ({} s since the last)", o.now_unix - t))
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = due {
+            if recent > 0.0 {
+                return verdict(Action::Guard, why);
+            }
+            return verdict(Action::Wait, format!("{why}, but it has not run yet"));
+        }
+        let d = drift(&inst.fingerprint, &o.recent);
+        if recent >= p.min_samples && d > p.max_drift {
+            return verdict(
+                Action::Reprofile,
+                format!("usage drifted: {:.0}% of the time moved between functions since the profile behind the installed version (limit {:.0}%)", d * 100.0, p.max_drift * 100.0),
+            );
+        }
+        return verdict(Action::Wait, format!("installed version current (drift {:.0}% over {recent:.0} samples)", d * 100.0));
+    }
+    if o.share < p.min_share {
+        return verdict(
+            Action::Wait,
+            format!("{:.1}% of sampled time, below the {:.1}% worth optimizing", o.share * 100.0, p.min_share * 100.0),
+        );
+    }
+    if o.profile_samples < p.min_samples {
+        return verdict(Action::Wait, format!("profile not mature: {:.0} of {:.0} samples", o.profile_samples, p.min_samples));
+    }
+    if let Some(n) = o.last_discard_samples {
+        let want = n * p.retry_factor;
+        if o.profile_samples < want {
+            return verdict(Action::Wait, format!("last candidate (from {n:.0} samples) was discarded; waiting for {want:.0} samples"));
+        }
+    }
+    verdict(Action::Optimize, format!("{:.1}% of sampled time, profile of {:.0} samples", o.share * 100.0, o.profile_samples))
+}
+
+/// The manager's CPU budget as a token bucket: `fraction` of one CPU
+/// accrues per wall second, up to `burst` CPU seconds; work is started
+/// only while the balance is positive, and its CPU is charged after.
+#[derive(Clone, Debug)]
+pub struct CpuBudget {
+    pub fraction: f64,
+    pub burst: f64,
+    balance: f64,
+    last_wall: f64,
+}
+
+impl CpuBudget {
+    /// A full bucket at wall time `now`.
+    pub fn new(fraction: f64, burst: f64, now: f64) -> CpuBudget {
+        CpuBudget { fraction, burst, balance: burst, last_wall: now }
+    }
+
+    fn refill(&mut self, now: f64) {
+        self.balance = (self.balance + (now - self.last_wall).max(0.0) * self.fraction).min(self.burst);
+        self.last_wall = now;
+    }
+
+    /// May work start now? Otherwise how many wall seconds until it may.
+    pub fn allows(&mut self, now: f64) -> Result<(), f64> {
+        self.refill(now);
+        if self.balance > 0.0 {
+            Ok(())
+        } else {
+            Err(-self.balance / self.fraction.max(1e-9))
+        }
+    }
+
+    pub fn charge(&mut self, now: f64, cpu_secs: f64) {
+        self.refill(now);
+        self.balance -= cpu_secs;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shares(v: &[(&str, f64)]) -> BTreeMap<String, f64> {
+        v.iter().map(|(k, x)| (k.to_string(), *x)).collect()
+    }
+
+    fn policy() -> Policy {
+        Policy { min_share: 0.05, min_samples: 1000.0, max_drift: 0.25, recheck_secs: 100.0, retry_factor: 2.0 }
+    }
+
+    // Drift: identical usage 0, disjoint 1, half the time moved 0.5; scale does not matter.
+    #[test]
+    fn drift_is_total_variation() {
+        assert_eq!(drift(&shares(&[("a", 3.0)]), &shares(&[("a", 30.0)])), 0.0);
+        assert_eq!(drift(&shares(&[("a", 1.0)]), &shares(&[("b", 1.0)])), 1.0);
+        assert_eq!(drift(&shares(&[("a", 1.0)]), &shares(&[("a", 1.0), ("b", 1.0)])), 0.5);
+    }
+
+    // Not installed: too small a share waits, an immature profile waits, a mature one optimizes.
+    #[test]
+    fn optimize_when_worth_it_and_mature() {
+        let p = policy();
+        let mut o = Observation { share: 0.01, profile_samples: 5000.0, ..Default::default() };
+        assert!(next(&p, &o).reason.contains("below the 5.0%"));
+        o.share = 0.3;
+        o.profile_samples = 999.0;
+        assert!(next(&p, &o).reason.contains("not mature"));
+        o.profile_samples = 1000.0;
+        assert_eq!(next(&p, &o).action, Action::Optimize);
+        // After a discarded candidate from 1000 samples: wait for 2000.
+        o.last_discard_samples = Some(1000.0);
+        assert_eq!(next(&p, &o).action, Action::Wait);
+        o.profile_samples = 2000.0;
+        assert_eq!(next(&p, &o).action, Action::Optimize);
+    }
+
+    // Installed: unverified and used -> guard; verified and fresh -> wait;
+    // stale -> guard; drifted over enough samples -> reprofile.
+    #[test]
+    fn installed_versions() {
+        let p = policy();
+        let fp = shares(&[("run", 0.8), ("step", 0.2)]);
+        let mut o = Observation {
+            now_unix: 1000,
+            share: 0.3,
+            recent: shares(&[("run", 800.0), ("step", 200.0)]),
+            installed: Some(Installed { verified_unix: None, fingerprint: fp.clone() }),
+            ..Default::default()
+        };
+        assert_eq!(next(&p, &o).action, Action::Guard);
+        o.installed = Some(Installed { verified_unix: Some(950), fingerprint: fp.clone() });
+        assert_eq!(next(&p, &o).action, Action::Wait);
+        o.installed = Some(Installed { verified_unix: Some(900), fingerprint: fp.clone() });
+        assert_eq!(next(&p, &o).action, Action::Guard);
+        o.installed = Some(Installed { verified_unix: Some(950), fingerprint: fp });
+        o.recent = shares(&[("run", 300.0), ("other", 700.0)]);
+        let v = next(&p, &o);
+        assert_eq!(v.action, Action::Reprofile, "{v:?}");
+        // (0.8-0.3 + 0.2 + 0.7) / 2 of the time moved.
+        assert!(v.reason.contains("70%"), "{v:?}");
+        // The same drift over too few samples is not evidence yet.
+        o.recent = shares(&[("run", 30.0), ("other", 70.0)]);
+        assert_eq!(next(&p, &o).action, Action::Wait);
+    }
+
+    // Budget: a quarter CPU accrues 2.5 s per 10 s; work that spent 10 s of
+    // CPU from a 5 s bucket must wait (10 - 5) / 0.25 = 20 s.
+    #[test]
+    fn cpu_budget() {
+        let mut b = CpuBudget::new(0.25, 5.0, 0.0);
+        assert!(b.allows(0.0).is_ok());
+        b.charge(0.0, 10.0);
+        assert_eq!(b.allows(0.0), Err(20.0));
+        assert_eq!(b.allows(10.0), Err(10.0));
+        assert!(b.allows(20.5).is_ok());
+        // Never more than the burst accrues.
+        let mut idle = CpuBudget::new(0.25, 5.0, 0.0);
+        idle.charge(1e6, 6.0);
+        assert!(idle.allows(1e6).is_err());
+    }
+}

@@ -1,0 +1,233 @@
+//! The OS layer and Loupe's own samples as individual events, on the same
+//! clock as the application's (`use_clockid` = CLOCK_MONOTONIC): page faults
+//! (software event, period 1, with the faulting address), context switches
+//! away from the traced threads (`sched:sched_switch`), system calls
+//! (`raw_syscalls:sys_enter`), block I/O of the whole machine
+//! (`block:block_rq_issue`/`block_rq_complete`, which complete in interrupt
+//! context and so cannot be tied to a process) and Loupe's profiling samples
+//! (cpu-clock). All events of one CPU share one perf ring (the others are
+//! redirected into the first with `PERF_EVENT_IOC_SET_OUTPUT`), so each CPU's
+//! ring is time-ordered and becomes one CTF stream `ctf/kcpu<N>` of packets
+//! laid out like the shared buffer's; records perf lost are counted in the
+//! packets' events_discarded.
+
+pub mod sample;
+pub mod tracefs;
+
+use crate::buffer::{PACKET_HEADER, PACKET_MAGIC};
+use crate::client::Client;
+use crate::record::{encode, Record};
+use crate::spec::{Event, Spec};
+use loupe_perf::ring::Ring;
+use loupe_perf::sys::{self, PerfEventAttr};
+use sample::{Parsed, Source};
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+const USE_CLOCKID: u64 = 1 << 25;
+/// Stream instance ids of kernel streams start here (CPU buffers use the CPU number).
+pub const KERNEL_STREAM_BASE: u32 = 1000;
+const RING_PAGES: usize = 512;
+
+/// Which kernel events to record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Select {
+    pub faults: bool,
+    pub sched: bool,
+    pub syscalls: bool,
+    pub block: bool,
+    /// Profiling samples per second of CPU time (0: none).
+    pub sample_hz: u64,
+}
+
+impl Select {
+    /// Parses `faults,sched,syscalls,block,samples` (or `all`); `samples` takes `sample_hz`.
+    pub fn parse(list: &[String], sample_hz: u64) -> Result<Select, String> {
+        let mut s = Select::default();
+        for item in list.iter().flat_map(|l| l.split(',')).map(str::trim).filter(|i| !i.is_empty()) {
+            match item {
+                "faults" => s.faults = true,
+                "sched" => s.sched = true,
+                "syscalls" => s.syscalls = true,
+                "block" => s.block = true,
+                "samples" if sample_hz == 0 => return Err("kernel event group 'samples' needs a sample rate above 0".into()),
+                "samples" => s.sample_hz = sample_hz,
+                "all" => s = Select { faults: true, sched: true, syscalls: true, block: true, sample_hz },
+                other => return Err(format!("unknown kernel event group '{other}' (faults, sched, syscalls, block, samples, all)")),
+            }
+        }
+        Ok(s)
+    }
+
+    pub fn any(&self) -> bool {
+        self.faults || self.sched || self.syscalls || self.block || self.sample_hz > 0
+    }
+}
+
+struct CpuStream {
+    cpu: u32,
+    _fds: Vec<OwnedFd>,
+    ring: Ring,
+    packet: Vec<u8>,
+    seq: u64,
+    lost: u64,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+/// The kernel events of one process tree, one perf ring per CPU.
+pub struct Kernel {
+    streams: Vec<CpuStream>,
+    sources: HashMap<u64, Source>,
+    spec: Spec,
+    sub_size: usize,
+    /// Events written, per spec event name.
+    pub counts: HashMap<String, u64>,
+    /// What was asked for but could not be opened, and why.
+    pub skipped: Vec<String>,
+}
+
+/// How to open one source: its perf attr and whether it follows the process (else the whole CPU).
+fn attr_of(src: &Source, sample_hz: u64) -> (PerfEventAttr, bool) {
+    let per_task = !matches!(src, Source::BlockIssue(_) | Source::BlockComplete(_));
+    let (type_, config, period) = match src {
+        Source::Fault => (sys::PERF_TYPE_SOFTWARE, 2, 1), // PERF_COUNT_SW_PAGE_FAULTS
+        Source::Sample => (sys::PERF_TYPE_SOFTWARE, 0, 1_000_000_000 / sample_hz.max(1)), // cpu-clock, period in ns
+        Source::Switch(tp) | Source::Syscall(tp) | Source::BlockIssue(tp) | Source::BlockComplete(tp) => (PERF_TYPE_TRACEPOINT, tp.id, 1),
+    };
+    let flags = if per_task { sys::flag::DISABLED | sys::flag::INHERIT | sys::flag::ENABLE_ON_EXEC } else { 0 } | USE_CLOCKID;
+    let attr = PerfEventAttr {
+        type_,
+        size: sys::ATTR_SIZE,
+        config,
+        sample_period_or_freq: period,
+        sample_type: sample::SAMPLE_TYPE,
+        flags,
+        clockid: libc::CLOCK_MONOTONIC,
+        ..Default::default()
+    };
+    (attr, per_task)
+}
+
+const PERF_TYPE_TRACEPOINT: u32 = 2;
+
+impl Kernel {
+    /// Opens the selected events on `pid` (enabled when it execs; block
+    /// events at once, machine-wide) and creates `dir/kcpu<N>` per online CPU.
+    /// A source that cannot be opened is left out and named in `skipped`.
+    pub fn open(pid: i32, sel: Select, spec: &Spec, dir: &std::path::Path, sub_size: usize) -> std::io::Result<Kernel> {
+        let (wanted, mut skipped) = sample::sources(sel);
+        let mut streams = Vec::new();
+        let mut sources = HashMap::new();
+        let mut dead: Vec<String> = Vec::new();
+        for cpu in loupe_perf::online_cpus() {
+            let mut fds: Vec<OwnedFd> = Vec::new();
+            for src in &wanted {
+                if dead.contains(&src.name().to_string()) {
+                    continue;
+                }
+                let (attr, per_task) = attr_of(src, sel.sample_hz);
+                let fd = match sys::perf_event_open(&attr, if per_task { pid } else { -1 }, cpu as i32, -1) {
+                    Ok(fd) => fd,
+                    Err(e) => {
+                        skipped.push(format!("{}: {e}", src.name()));
+                        dead.push(src.name().to_string());
+                        continue;
+                    }
+                };
+                sources.insert(sys::event_id(fd.as_raw_fd())?, src.clone());
+                fds.push(fd);
+            }
+            let Some(leader) = fds.first() else { continue };
+            // The leader's ring must exist before others can be redirected into it.
+            let ring = Ring::map(leader.as_raw_fd(), RING_PAGES)?;
+            for fd in &fds[1..] {
+                sys::ioctl(fd.as_raw_fd(), sys::IOC_SET_OUTPUT, leader.as_raw_fd() as libc::c_ulong)?;
+            }
+            let out = std::io::BufWriter::new(std::fs::File::create(dir.join(format!("kcpu{cpu}")))?);
+            streams.push(CpuStream { cpu, _fds: fds, ring, packet: Vec::new(), seq: 0, lost: 0, out });
+        }
+        Ok(Kernel { streams, sources, spec: spec.clone(), sub_size, counts: HashMap::new(), skipped })
+    }
+
+    /// Moves what the rings hold into packets, handing each event to the
+    /// online `clients` that want records; `last` also writes the open packets.
+    pub fn drain(&mut self, last: bool, clients: &mut [&mut dyn Client]) -> std::io::Result<()> {
+        let online = clients.iter().any(|c| c.wants_records());
+        let events: HashMap<String, &Event> = self.spec.events.iter().map(|e| (e.full_name(), e)).collect();
+        for s in &mut self.streams {
+            let mut recs = Vec::new();
+            let mut lost = 0;
+            s.ring.read(|r| match sample::parse(r, &self.sources) {
+                Some(Parsed::Event { time, name, values }) => recs.push((time, name, values)),
+                Some(Parsed::Lost(n)) => lost += n,
+                None => {}
+            });
+            s.lost += lost;
+            for (time, name, values) in recs {
+                let Some(ev) = events.get(name) else { continue };
+                let rec = encode(ev, time, &values);
+                if online {
+                    let r = Record { ts: time, id: ev.id, fields: values };
+                    clients.iter_mut().filter(|c| c.wants_records()).for_each(|c| c.record(s.cpu as usize, &r));
+                }
+                if s.packet.len().max(PACKET_HEADER) + rec.len() > self.sub_size {
+                    finish(s, &self.spec, self.sub_size)?;
+                }
+                if s.packet.is_empty() {
+                    s.packet.resize(PACKET_HEADER, 0);
+                    s.packet[16..24].copy_from_slice(&time.to_le_bytes());
+                }
+                s.packet.extend_from_slice(&rec);
+                *self.counts.entry(name.to_string()).or_default() += 1;
+            }
+            if last {
+                finish(s, &self.spec, self.sub_size)?;
+                s.out.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records perf lost (ring full), over all CPUs.
+    pub fn lost(&self) -> u64 {
+        self.streams.iter().map(|s| s.lost).sum()
+    }
+}
+
+/// Completes the open packet's CTF header and context, pads it and writes it.
+fn finish(s: &mut CpuStream, spec: &Spec, sub_size: usize) -> std::io::Result<()> {
+    if s.packet.is_empty() {
+        return Ok(());
+    }
+    let p = &mut s.packet;
+    p[0..4].copy_from_slice(&PACKET_MAGIC.to_le_bytes());
+    p[8..12].copy_from_slice(&(KERNEL_STREAM_BASE + s.cpu).to_le_bytes());
+    p[12..16].copy_from_slice(&s.cpu.to_le_bytes());
+    p[48..56].copy_from_slice(&s.seq.to_le_bytes());
+    p.resize(sub_size, 0);
+    // End time, sizes and drops as the consumer of the shared buffer completes its packets;
+    // CTF readers need the content to end where the last record's fields do.
+    crate::buffer::seal(p, s.lost);
+    crate::ctf::trim_content(spec, p);
+    s.out.write_all(p)?;
+    s.seq += 1;
+    p.clear();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Group names select sources; `all` selects everything; unknown names are refused by name.
+    #[test]
+    fn select_parse() {
+        let s = Select::parse(&["faults,sched".into(), "samples".into()], 500).unwrap();
+        assert_eq!(s, Select { faults: true, sched: true, syscalls: false, block: false, sample_hz: 500 });
+        assert!(Select::parse(&["all".into()], 0).unwrap().block);
+        assert!(!Select::parse(&[], 100).unwrap().any());
+        assert!(Select::parse(&["faults,disk".into()], 1).unwrap_err().contains("'disk'"));
+        assert!(Select::parse(&["samples".into()], 0).is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! The perf records of the kernel layer and the spec events they become.
+//! Every source samples with the same `sample_type` so that one parser reads
+//! a CPU's whole ring; the IDENTIFIER says which source a record is from.
+
+use super::tracefs::{self, Tracepoint};
+use super::Select;
+use crate::record::Value;
+use loupe_perf::sys;
+use std::collections::HashMap;
+
+const SAMPLE_ADDR: u64 = 1 << 3;
+const SAMPLE_RAW: u64 = 1 << 10;
+/// IDENTIFIER, IP, TID, TIME, ADDR, RAW: in the record, in the ABI's order
+/// id, ip, pid+tid, time, addr, raw size + raw bytes.
+pub const SAMPLE_TYPE: u64 = sys::SAMPLE_IDENTIFIER | sys::SAMPLE_IP | sys::SAMPLE_TID | sys::SAMPLE_TIME | SAMPLE_ADDR | SAMPLE_RAW;
+
+/// A kernel event source; tracepoints carry their raw-field layout.
+#[derive(Clone, Debug)]
+pub enum Source {
+    Fault,
+    Switch(Tracepoint),
+    Syscall(Tracepoint),
+    BlockIssue(Tracepoint),
+    BlockComplete(Tracepoint),
+    Sample,
+}
+
+impl Source {
+    /// The spec event this source's records become.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Source::Fault => "OS::Memory::PageFault",
+            Source::Switch(_) => "OS::Sched::Switch",
+            Source::Syscall(_) => "OS::Syscall::Enter",
+            Source::BlockIssue(_) => "OS::Block::Issue",
+            Source::BlockComplete(_) => "OS::Block::Complete",
+            Source::Sample => "Loupe::Profile::Sample",
+        }
+    }
+
+    /// The event's field values from one sample (None if the raw data is short).
+    fn values(&self, s: &Sample) -> Option<Vec<Value>> {
+        let f = |tp: &Tracepoint, i: usize| tp.fields[i].uint(s.raw);
+        Some(match self {
+            Source::Fault => vec![Value::U(s.tid as u64), Value::U(s.addr), Value::U(s.ip)],
+            Source::Sample => vec![Value::U(s.pid as u64), Value::U(s.tid as u64), Value::U(s.ip), Value::U(0)],
+            Source::Switch(tp) => {
+                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::I(f(tp, 2)? as i64), Value::Str(tp.fields[3].text(s.raw)?)]
+            }
+            Source::Syscall(tp) => vec![Value::U(s.tid as u64), Value::I(f(tp, 0)? as i64)],
+            Source::BlockIssue(tp) => {
+                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::U(f(tp, 2)?), Value::Str(tp.fields[3].text(s.raw)?)]
+            }
+            Source::BlockComplete(tp) => {
+                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::U(f(tp, 2)? * 512), Value::I(f(tp, 3)? as i32 as i64)]
+            }
+        })
+    }
+}
+
+/// Whether wanted, tracefs system and name, raw fields in the event's order, and the source it makes.
+type TracepointWanted = (bool, &'static str, &'static str, &'static [&'static str], fn(Tracepoint) -> Source);
+
+/// The sources `sel` asks for, and for each tracepoint group that cannot be
+/// found (no tracefs, unknown tracepoint) why it is left out.
+pub fn sources(sel: Select) -> (Vec<Source>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    if sel.faults {
+        out.push(Source::Fault);
+    }
+    let tps: Vec<TracepointWanted> = vec![
+        (sel.sched, "sched", "sched_switch", &["prev_pid", "next_pid", "prev_state", "next_comm"], Source::Switch),
+        (sel.syscalls, "raw_syscalls", "sys_enter", &["id"], Source::Syscall),
+        (sel.block, "block", "block_rq_issue", &["dev", "sector", "bytes", "rwbs"], Source::BlockIssue),
+        (sel.block, "block", "block_rq_complete", &["dev", "sector", "nr_sector", "error"], Source::BlockComplete),
+    ];
+    if tps.iter().any(|t| t.0) {
+        match tracefs::root() {
+            Ok(root) => {
+                for (_, sys, name, fields, make) in tps.into_iter().filter(|t| t.0) {
+                    match tracefs::lookup(&root, sys, name, fields) {
+                        Ok(tp) => out.push(make(tp)),
+                        Err(e) => skipped.push(format!("{sys}:{name}: {e}")),
+                    }
+                }
+            }
+            Err(e) => skipped.push(format!("tracepoints: {e}")),
+        }
+    }
+    if sel.sample_hz > 0 {
+        out.push(Source::Sample);
+    }
+    (out, skipped)
+}
+
+/// The fixed part of a sample record.
+pub struct Sample<'a> {
+    pub id: u64,
+    pub ip: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub time: u64,
+    pub addr: u64,
+    pub raw: &'a [u8],
+}
+
+/// What one ring record is.
+pub enum Parsed {
+    Event { time: u64, name: &'static str, values: Vec<Value> },
+    Lost(u64),
+}
+
+/// Reads a PERF_RECORD_SAMPLE laid out as [`SAMPLE_TYPE`] asks.
+pub fn sample_of(r: &[u8]) -> Option<Sample<'_>> {
+    let u64_at = |o: usize| r.get(o..o + 8).map(|b| u64::from_ne_bytes(b.try_into().unwrap()));
+    let u32_at = |o: usize| r.get(o..o + 4).map(|b| u32::from_ne_bytes(b.try_into().unwrap()));
+    let raw_len = u32_at(48)? as usize;
+    Some(Sample {
+        id: u64_at(8)?,
+        ip: u64_at(16)?,
+        pid: u32_at(24)?,
+        tid: u32_at(28)?,
+        time: u64_at(32)?,
+        addr: u64_at(40)?,
+        raw: r.get(52..52 + raw_len)?,
+    })
+}
+
+/// A ring record as a spec event of its source, a count of lost records, or
+/// None for other records and samples of unknown ids.
+pub fn parse(r: &[u8], sources: &HashMap<u64, Source>) -> Option<Parsed> {
+    let kind = u32::from_ne_bytes(r.get(0..4)?.try_into().ok()?);
+    match kind {
+        sys::RECORD_SAMPLE => {
+            let s = sample_of(r)?;
+            let src = sources.get(&s.id)?;
+            Some(Parsed::Event { time: s.time, name: src.name(), values: src.values(&s)? })
+        }
+        sys::RECORD_LOST => Some(Parsed::Lost(u64::from_ne_bytes(r.get(16..24)?.try_into().ok()?))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::tracefs::Field;
+
+    /// A sample record as the kernel lays it out for [`SAMPLE_TYPE`].
+    fn record(id: u64, ip: u64, tid: u32, time: u64, addr: u64, raw: &[u8]) -> Vec<u8> {
+        let mut r = vec![0u8; 8];
+        r[0..4].copy_from_slice(&sys::RECORD_SAMPLE.to_ne_bytes());
+        for v in [id, ip] {
+            r.extend_from_slice(&v.to_ne_bytes());
+        }
+        r.extend_from_slice(&(tid + 100).to_ne_bytes());
+        r.extend_from_slice(&tid.to_ne_bytes());
+        for v in [time, addr] {
+            r.extend_from_slice(&v.to_ne_bytes());
+        }
+        r.extend_from_slice(&(raw.len() as u32).to_ne_bytes());
+        r.extend_from_slice(raw);
+        r
+    }
+
+    // A page-fault sample gives tid, address and ip; a sched_switch's raw fields are read at their format offsets.
+    #[test]
+    fn samples_become_events() {
+        let switch = Tracepoint {
+            id: 372,
+            fields: vec![
+                Field { offset: 24, size: 4 },
+                Field { offset: 56, size: 4 },
+                Field { offset: 32, size: 8 },
+                Field { offset: 40, size: 16 },
+            ],
+        };
+        let sources = HashMap::from([(7, Source::Fault), (9, Source::Switch(switch))]);
+        let Some(Parsed::Event { time, name, values }) = parse(&record(7, 0x401000, 8, 123, 0x7f00_0000_1000, &[0; 4]), &sources) else {
+            panic!()
+        };
+        assert_eq!((time, name), (123, "OS::Memory::PageFault"));
+        assert_eq!(values, vec![Value::U(8), Value::U(0x7f00_0000_1000), Value::U(0x401000)]);
+        let mut raw = vec![0u8; 64];
+        raw[24..28].copy_from_slice(&8u32.to_le_bytes());
+        raw[32..40].copy_from_slice(&1u64.to_le_bytes());
+        raw[40..47].copy_from_slice(b"swapper");
+        raw[56..60].copy_from_slice(&0u32.to_le_bytes());
+        let Some(Parsed::Event { name, values, .. }) = parse(&record(9, 0, 8, 5, 0, &raw), &sources) else { panic!() };
+        assert_eq!(name, "OS::Sched::Switch");
+        assert_eq!(values, vec![Value::U(8), Value::U(0), Value::I(1), Value::Str("swapper".into())]);
+        // Unknown ids and short raw data are skipped.
+        assert!(parse(&record(3, 0, 8, 5, 0, &raw), &sources).is_none());
+        assert!(parse(&record(9, 0, 8, 5, 0, &raw[..30]), &sources).is_none());
+    }
+}
