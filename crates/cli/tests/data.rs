@@ -123,7 +123,8 @@ fn slots_four_kib_apart_are_conflict_in_their_set() {
     let want = (base / l1["line"].as_u64().unwrap()) % l1["sets"].as_u64().unwrap();
     assert_eq!(v["rows"][0]["sets"], serde_json::json!([want]), "{v}");
     assert_eq!(v["crowded_sets"][0]["set"], want, "{v}");
-    assert_eq!(v["crowded_sets"][0]["lines"], 24, "{v}");
+    // The 24 slots, and possibly a stack or library line that happens to share the set.
+    assert!(v["crowded_sets"][0]["lines"].as_u64().unwrap() >= 24, "{v}");
 }
 
 #[test]

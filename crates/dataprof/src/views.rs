@@ -129,13 +129,15 @@ pub fn chao1(counts: impl IntoIterator<Item = usize>) -> f64 {
 }
 
 /// Bytes of one object its samples say are in use: Chao1 over its sampled
-/// lines, at most its size; when at least 32 samples never hit a line twice
-/// the samples cannot bound the use below the whole object, so it is all of it.
+/// lines, at most its size; when at least 32 samples (almost) never hit a
+/// line twice — at most 1% repeats — the few collisions cannot bound the
+/// use below the whole object, so it is all of it (Chao1 from one or two
+/// collisions is a lower bound off by orders of magnitude either way).
 fn object_bytes(size: Option<u64>, counts: &HashMap<u64, usize>, line_size: u64) -> f64 {
     let est = chao1(counts.values().copied()) * line_size as f64;
     let n: usize = counts.values().sum();
     match size {
-        Some(size) if n >= 32 && counts.values().all(|&c| c == 1) => size as f64,
+        Some(size) if n >= 32 && counts.len() * 100 >= n * 99 => size as f64,
         Some(size) => est.min(size.max(1) as f64),
         None => est,
     }
@@ -144,17 +146,18 @@ fn object_bytes(size: Option<u64>, counts: &HashMap<u64, usize>, line_size: u64)
 type Lines = HashMap<u64, usize>;
 
 /// One type's sampled lines: all of them, per known object (with its size), and those of no known object.
-type TypeLines = (HashSet<u64>, HashMap<u64, (u64, Lines)>, Lines);
+type TypeLines = (Lines, HashMap<u64, (u64, Lines)>, Lines);
 
 /// Per type: (distinct sampled lines, estimated working set in bytes, distinct objects).
 /// Samples with a known object are estimated object by object (see
-/// [`object_bytes`]); the rest by Chao1 over the type's lines.
+/// [`object_bytes`]), the rest by Chao1; the type as a whole is at least
+/// the Chao1 estimate over all its lines.
 pub fn working_sets(samples: &[Sample], line_size: u64) -> HashMap<String, (usize, f64, usize)> {
     let mut per_type: HashMap<&str, TypeLines> = HashMap::new();
     for s in samples {
         let l = line(s.rec.addr, line_size);
         let e = per_type.entry(&s.res.type_name).or_default();
-        e.0.insert(l);
+        *e.0.entry(l).or_default() += 1;
         match s.res.object {
             Some((base, size)) => *e.1.entry(base).or_insert((size, Lines::new())).1.entry(l).or_default() += 1,
             None => *e.2.entry(l).or_default() += 1,
@@ -162,12 +165,14 @@ pub fn working_sets(samples: &[Sample], line_size: u64) -> HashMap<String, (usiz
     }
     per_type
         .into_iter()
-        .map(|(t, (lines, objects, loose))| {
+        .map(|(t, (all, objects, loose))| {
             let mut est: f64 = objects.values().map(|(size, c)| object_bytes(Some(*size), c, line_size)).sum();
             if !loose.is_empty() {
                 est += object_bytes(None, &loose, line_size);
             }
-            (t.to_string(), (lines.len(), est, objects.len()))
+            // Many small objects each sampled once (a random walk over nodes): the type's lines as a whole say more.
+            est = est.max(chao1(all.values().copied()) * line_size as f64);
+            (t.to_string(), (all.len(), est, objects.len()))
         })
         .collect()
 }
@@ -455,12 +460,25 @@ mod tests {
 
     #[test]
     fn spread_samples_stand_for_their_whole_object() {
-        // Checks 40 samples on 40 different lines of a 1 MiB block count the whole block; 40 samples on 2 lines count Chao1 (2 lines).
+        // Checks 40 samples on 40 different lines of a 1 MiB block count the whole block, as do 201 samples with one repeat; 40 samples on 2 lines count Chao1 (2 lines).
         let spread: HashMap<u64, usize> = (0..40).map(|l| (l * 100, 1)).collect();
         assert_eq!(object_bytes(Some(1 << 20), &spread, 64), (1u64 << 20) as f64);
+        let mut nearly: HashMap<u64, usize> = (0..199).map(|l| (l * 100, 1)).collect();
+        nearly.insert(7, 2);
+        assert_eq!(object_bytes(Some(1 << 20), &nearly, 64), (1u64 << 20) as f64);
         let hot: HashMap<u64, usize> = [(0, 20), (1, 20)].into_iter().collect();
         assert_eq!(object_bytes(Some(1 << 20), &hot, 64), 128.0);
         assert_eq!(object_bytes(Some(16), &hot, 64), 16.0);
+    }
+
+    #[test]
+    fn many_small_objects_sampled_once_add_up_by_chao1() {
+        // Checks 100 samples on 100 distinct 64-byte objects (one line each) estimate 100 + 100*99/2 = 5050 lines, not 100.
+        let recs: Vec<AccessRecord> = (0..100).map(|i| rec(i, 0, 0x100_0000 + i * 6400, Kind::Read)).collect();
+        let res: Vec<Resolved> = recs.iter().map(|r| Resolved { object: Some((r.addr, 64)), ..typed("struct node", "key") }).collect();
+        let s: Vec<Sample> = recs.iter().zip(&res).map(|(rec, res)| Sample { rec, res }).collect();
+        let ws = working_sets(&s, 64);
+        assert_eq!(ws["struct node"], (100, 5050.0 * 64.0, 100));
     }
 
     #[test]
