@@ -161,6 +161,9 @@ struct Current {
     start_ns: u64,
     setup_ns: u64,
     hits: u64,
+    /// Hits read from the rings but stamped after the last ring-buffer read
+    /// of the probes' events: a free that precedes them may still be unread.
+    held: Vec<Line>,
 }
 
 /// Watches one object at a time inside the allocation tracker's thread.
@@ -234,13 +237,15 @@ impl Watcher {
         self.cost_ns += setup_ns;
         let offsets = self.opts.offsets.clone();
         self.write(&Line::Object { id, pid, tid, cpu, base, size, site, alloc_ns, setup_ns, offsets });
-        self.current = Some(Current { id, pid, base, start_ns: alloc_ns, setup_ns, hits: 0 });
+        self.current = Some(Current { id, pid, base, start_ns: alloc_ns, setup_ns, hits: 0, held: Vec::new() });
     }
 
     /// Records the hits queued so far; lets an object go after `max_watch`.
     /// Returns true when it let one go (the probes must forget it too).
-    pub fn poll(&mut self, now_ns: u64) -> bool {
-        self.drain(u64::MAX);
+    /// `safe_ns`: when the probes' events were last read; every free before
+    /// it has been seen, so hits before it belong to the object.
+    pub fn poll(&mut self, now_ns: u64, safe_ns: u64) -> bool {
+        self.drain(safe_ns);
         let timed_out = self.current.as_ref().is_some_and(|c| now_ns.saturating_sub(c.start_ns) > self.opts.max_watch.as_nanos() as u64);
         if timed_out {
             self.finish("timeout", now_ns, 0, 0, 0);
@@ -248,16 +253,19 @@ impl Watcher {
         timed_out
     }
 
+    /// Writes the hits stamped before `until_ns`, holds later ones back.
     fn drain(&mut self, until_ns: u64) {
         let Some(mut c) = self.current.take() else { return };
-        let mut lines = Vec::new();
         for (off, w) in &mut self.slots {
             let mut hits: Vec<Hit> = Vec::new();
             w.drain(&mut hits);
-            for h in hits.into_iter().filter(|h| h.pid == c.pid && h.time_ns >= c.start_ns && h.time_ns < until_ns) {
-                lines.push(Line::Hit { id: c.id, offset: *off, ip: h.ip, tid: h.tid, cpu: h.cpu, time_ns: h.time_ns });
+            for h in hits.into_iter().filter(|h| h.pid == c.pid && h.time_ns >= c.start_ns) {
+                c.held.push(Line::Hit { id: c.id, offset: *off, ip: h.ip, tid: h.tid, cpu: h.cpu, time_ns: h.time_ns });
             }
         }
+        let stamp = |l: &Line| if let Line::Hit { time_ns, .. } = l { *time_ns } else { 0 };
+        let (lines, held): (Vec<Line>, Vec<Line>) = c.held.drain(..).partition(|l| stamp(l) < until_ns);
+        c.held = held;
         c.hits += lines.len() as u64;
         for l in &lines {
             self.write(l);

@@ -260,6 +260,8 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
         // Events do not wake this thread (only armed objects do): drain on a short period.
         let timeout = if watcher.as_ref().is_some_and(|w| w.watching().is_some()) { 5 } else { 20 };
         rb.poll(Duration::from_millis(timeout)).map_err(|e| err("reading allocation events", e))?;
+        // Every event submitted before this instant is read by the consume below.
+        let read_at = monotonic_ns();
         // poll only reads rings that signalled; the probes mostly do not.
         rb.consume().map_err(|e| err("reading allocation events", e))?;
         if last_refresh.elapsed() >= Duration::from_millis(200) || stopping {
@@ -273,7 +275,7 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
             };
             let maps: Vec<(u32, String)> = new_pids.iter().filter_map(|p| state.borrow().maps.get(p).map(|m| (*p, m.clone()))).collect();
             let bss = skel.maps.bss_data.as_deref_mut().expect("the probes have a .bss");
-            arming.step(w, &mut bss.arm, &control, &maps, stopping);
+            arming.step(w, &mut bss.arm, &control, &maps, stopping, read_at);
         }
         if stopping {
             break;
@@ -316,6 +318,7 @@ impl Arming {
         control: &[[u8; RECORD_LEN]],
         new_maps: &[(u32, String)],
         stopping: bool,
+        read_at: u64,
     ) {
         arm.size = self.size;
         if !self.configured {
@@ -336,7 +339,7 @@ impl Arming {
                 _ => {}
             }
         }
-        if w.poll(monotonic_ns()) || stopping {
+        if w.poll(monotonic_ns(), read_at) || stopping {
             w.finish("stopped", monotonic_ns(), 0, 0, 0);
             // SAFETY: the .bss is mmap'ed and shared with the probes; a volatile store is what they see.
             unsafe { std::ptr::write_volatile(&mut arm.base, 0) };
