@@ -3,7 +3,7 @@
  * weights and measures its own CPU time per procedure with
  * CLOCK_THREAD_CPUTIME_ID, and its user/system split with getrusage.
  *
- *   selftime [--seconds S] [--threads N] [--out FILE]
+ *   selftime [--seconds S] [--threads N] [--out FILE]   (S: CPU seconds per thread)
  *
  * Writes JSON: {"seconds", "total_cpu", "utime", "stime",
  *               "procedures": {name: cpu seconds}, "pid"}.
@@ -106,8 +106,10 @@ static void *work(void *arg) {
     for (int p = 0; p < NPROC; p++)
         chunk[p] = calibrate(p);
     memset(w->cpu, 0, sizeof w->cpu);
-    double end = wall() + w->seconds;
-    while (wall() < end) {
+    /* Stop after `seconds` of this thread's CPU, so a loaded machine stretches the run instead of
+     * shrinking the sample count (capped at 10x in wall time so that it cannot hang). */
+    double cpu_end = thread_cpu() + w->seconds, wall_end = wall() + 10 * w->seconds;
+    while (thread_cpu() < cpu_end && wall() < wall_end) {
         for (int p = 0; p < NPROC; p++) {
             /* Run each procedure in proportion to its weight. */
             for (int k = 0; k < weight[p]; k += 5) {
