@@ -19,10 +19,10 @@ a PIE build):
 Each round runs every binary once on the test input, order rotated per
 round; the figure is the child's user+system CPU time (wait4 rusage).
 
-Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [PROGRAM...]
+Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--workdir DIR] [PROGRAM...]
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
@@ -37,7 +37,7 @@ PROGRAMS = {
         "train": [[f"{LUA}/fib.lua", "35"], [f"{LUA}/sort.lua", "300000"], [f"{LUA}/strings.lua", "300000"]],
         "test": [f"{LUA}/nbody.lua", "300000"],
     },
-    "sqlite-bench": {"train": [["insert", "100"], ["mixed", "60"]], "test": ["query", "40"]},
+    "sqlite-bench": {"train": [["insert", "800"], ["mixed", "600"], ["query", "60"]], "test": ["query", "150"]},
     "zstd-bench": {"train": [["3", "48", "1"], ["3", "48", "3"], ["1", "48", "5"]], "test": ["3", "32", "2"]},
 }
 # Each training input runs this many times (Morph repeated its training inputs too): runs are combined directly.
@@ -145,14 +145,20 @@ def report(prog, times, samples, matched):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--repeat", type=int, default=TRAIN_REPEAT, help="runs of each training input")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each training input")
+    ap.add_argument("--workdir", help="reuse this directory (its builds are kept when their flags match)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
     global TRAIN_REPEAT
     TRAIN_REPEAT = a.repeat
     results = {}
     for prog in a.programs:
-        d = tempfile.mkdtemp(prefix=f"loupe-fig3-{prog}-")
+        if a.workdir:
+            d = a.workdir
+            for sub in ["db", "instr"]:
+                shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
+        else:
+            d = tempfile.mkdtemp(prefix=f"loupe-fig3-{prog}-")
         bins, samples, matched = prepare(prog, d)
         times = measure(prog, bins, a.rounds)
         results[prog] = dict(report(prog, times, samples, matched), times=times)

@@ -74,6 +74,8 @@ fn refuses_profile_of_another_build() {
     if !require_root() {
         return;
     }
+    // One at a time: the manager test below needs the CPU to finish in time.
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let (db, bin) = (dir.path().join("db"), dir.path().join("prog"));
     std::fs::copy(workloads().join("layout"), &bin).unwrap();
@@ -91,6 +93,8 @@ fn run_checks_and_measures_then_records_the_decision() {
     if !require_root() {
         return;
     }
+    // One at a time: the manager test below needs the CPU to finish in time.
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let (db, bin) = (dir.path().join("db"), dir.path().join("layout"));
     std::fs::copy(workloads().join("layout"), &bin).unwrap();
