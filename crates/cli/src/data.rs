@@ -431,3 +431,25 @@ fn report(s: &Summary) {
         s.self_cpu_ns as f64 / 1e6
     );
 }
+
+/// The access samples of `db` that fell in heap blocks of its allocation
+/// log, as `history --hottest` chooses from them.
+pub(crate) fn heap_accesses(db: &crate::flags::DbArg) -> Result<Vec<loupe_dataprof::hottest::HeapAccess>> {
+    let v = ViewArgs { db: db.clone(), limit: 0, format: Format::Text, window_ms: 0.0, pid: Vec::new() };
+    let l = load(&v)?;
+    Ok(l.samples()
+        .iter()
+        .filter_map(|s| {
+            // A site means the sample hit a block of the allocation log, and `object` is that block.
+            let (site, (base, size)) = (s.res.site.clone()?, s.res.object?);
+            Some(loupe_dataprof::hottest::HeapAccess {
+                type_name: s.res.type_name.clone(),
+                field: s.res.field.clone(),
+                site,
+                size,
+                offset: s.rec.addr.checked_sub(base)?,
+                width: s.rec.size as u64,
+            })
+        })
+        .collect())
+}

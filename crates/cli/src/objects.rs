@@ -23,10 +23,15 @@ recorded with its instruction, thread, CPU and time until the object is freed. O
 the next only while the cost so far (time stopped + hits x the calibrated cost of a breakpoint trap) \
 stays under --budget of the elapsed time. Breakpoints trap after the access; the instruction shown is \
 the one before the trap IP, found by decoding the function from its start, with R or W. Needs root. Without a command, shows the \
-histories already in --db.
+histories already in --db. With --hottest (or --type TYPE), --site, --size and --offset are chosen from the \
+access samples a `loupe record --data` left in --db: the hottest heap type (or TYPE), its commonest allocation \
+site and size, and its four hottest fields, each as the aligned 1/2/4/8-byte range covering its sampled \
+accesses; the choice and its sample counts are printed (and under \"chosen\" in JSON).
 
 Examples:
   loupe data history --db d.db --site make_msg --size 64 --offset 0:8 --offset 16:8 -- ./queue
+  loupe record --data --db d.db -- ./queue && loupe data history --hottest --db d.db -- ./queue
+  loupe data history --type \"struct msg\" --db d.db -- ./queue
   loupe data history --db d.db --format json
   loupe data flow --db d.db --format svg > flow.svg";
 
@@ -54,6 +59,13 @@ pub struct HistoryArgs {
     /// OFFSET:LEN byte range to watch (LEN 1, 2, 4 or 8, aligned); up to four (the debug registers).
     #[arg(long = "offset", value_parser = parse_range, default_values = ["0:8"])]
     pub offsets: Vec<(u64, u64)>,
+    /// Choose --site, --size and --offset from the access samples already in --db (`loupe record --data`):
+    /// the hottest heap type, its commonest allocation site and size, its four hottest fields.
+    #[arg(long, conflicts_with_all = ["site", "size"])]
+    pub hottest: bool,
+    /// Like --hottest, for this type (as `loupe data profile` names it, e.g. "struct msg").
+    #[arg(long = "type", value_name = "TYPE", conflicts_with_all = ["site", "size"])]
+    pub type_name: Option<String>,
     /// Stop after this many objects.
     #[arg(long, default_value_t = 100)]
     pub objects: usize,
@@ -208,7 +220,8 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
     Ok((o, l))
 }
 
-pub fn history(a: HistoryArgs) -> Result<u8> {
+pub fn history(mut a: HistoryArgs) -> Result<u8> {
+    let chosen = if a.hottest || a.type_name.is_some() { Some(choose_hottest(&mut a)?) } else { None };
     let mut status = 0;
     if let Some((cmd, args)) = a.command.split_first() {
         if a.offsets.len() > 4 {
@@ -229,11 +242,51 @@ pub fn history(a: HistoryArgs) -> Result<u8> {
     let mut code = Code::load(&a.db.db)?;
     let mut out = std::io::stdout().lock();
     let text = match a.format {
-        Format::Json => serde_json::to_string_pretty(&history_json(&histories, hit_ns, &mut code))? + "\n",
+        Format::Json => {
+            let mut j = history_json(&histories, hit_ns, &mut code);
+            if let Some(c) = chosen {
+                j["chosen"] = serde_json::to_value(c)?;
+            }
+            serde_json::to_string_pretty(&j)? + "\n"
+        }
         Format::Text => render_histories(&histories, hit_ns, a.limit, &mut code),
     };
     let _ = out.write_all(text.as_bytes());
     Ok(status)
+}
+
+/// Fills --site, --size and --offset from the access samples in --db, saying what it chose and why.
+fn choose_hottest(a: &mut HistoryArgs) -> Result<loupe_dataprof::hottest::Choice> {
+    use loupe_dataprof::hottest;
+    let rows = crate::data::heap_accesses(&a.db)?;
+    let Some(c) = hottest::choose(&rows, a.type_name.as_deref()) else {
+        match &a.type_name {
+            Some(t) => bail!("{}: no access samples in heap objects of type {t:?} (see `loupe data profile`)", a.db.db.display()),
+            None => {
+                bail!("{}: no access samples in heap objects (record with `loupe record --data`, allocations tracked)", a.db.db.display())
+            }
+        }
+    };
+    let Some(function) = hottest::site_function(&c.site) else {
+        bail!("{}: the hottest objects' allocation site {} has no symbol to watch it by", a.db.db.display(), c.site)
+    };
+    eprintln!(
+        "loupe: {} {} ({} of {} heap samples); watching objects of {} bytes from {} ({} samples)",
+        if a.type_name.is_some() { "heap type" } else { "hottest heap type" },
+        c.type_name,
+        c.type_samples,
+        rows.len(),
+        c.size,
+        c.site,
+        c.samples
+    );
+    for f in &c.fields {
+        let name = if f.field.is_empty() { "?" } else { &f.field };
+        eprintln!("loupe:   --offset {}:{}  {name} ({} samples)", f.offset, f.len, f.samples);
+    }
+    (a.site, a.size) = (Some(function.to_string()), Some(c.size));
+    a.offsets = c.fields.iter().map(|f| (f.offset, f.len)).collect();
+    Ok(c)
 }
 
 fn collect(db: &std::path::Path, cmd: &str, args: &[String], opts: HistoryOptions) -> Result<u8> {

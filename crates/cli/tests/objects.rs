@@ -98,3 +98,59 @@ fn flow_on_a_database_without_histories_says_how_to_record_them() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("loupe data history"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn history_hottest_watches_the_queue_message_fields_the_samples_found_hottest() {
+    // Checks --hottest end to end: after `record --data` of queue.c the choice is struct msg from make_msg, 64 bytes,
+    // enq_stamp (16:8) hottest (dequeue's read of it is each message's first touch on the consumer's CPU, so it takes
+    // the line's transfer), every range one of the four 8-byte fields; then histories of those ranges are collected.
+    if !require_root() {
+        return;
+    }
+    let _s = serial();
+    let db = tempfile::tempdir().unwrap();
+    let queue = workloads().join("queue");
+    run_ok(loupe().args(["record", "--data", "--freq", "4000", "--db"]).arg(db.path()).arg("--").arg(&queue).arg("1000000"));
+    let out = run_ok(
+        loupe()
+            .args(["data", "history", "--hottest", "--db"])
+            .arg(db.path())
+            .args(["--objects", "4", "--budget", "0.5", "--format", "json", "--"])
+            .arg(&queue)
+            .arg("30000"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let h: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+    let c = &h["chosen"];
+    assert_eq!((c["type_name"].as_str(), c["size"].as_u64()), (Some("struct msg"), Some(64)), "{c}");
+    assert!(c["site"].as_str().unwrap().starts_with("make_msg "), "{c}");
+    let fields = [(0, "seq"), (8, "payload"), (16, "enq_stamp"), (24, "deq_stamp")];
+    let chosen: Vec<(u64, u64, String)> = c["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["offset"].as_u64().unwrap(), f["len"].as_u64().unwrap(), f["field"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(chosen[0], (16, 8, "enq_stamp".to_string()), "{c}");
+    for (o, l, name) in &chosen {
+        assert!(*l == 8 && fields.contains(&(*o, name.as_str())), "{c}");
+    }
+    let hs = h["histories"].as_array().unwrap();
+    assert!(!hs.is_empty(), "no histories collected");
+    for x in hs {
+        assert_eq!(x["site_function"], "make_msg");
+        let watched: Vec<u64> = x["offsets"].as_array().unwrap().iter().map(|r| r[0].as_u64().unwrap()).collect();
+        assert_eq!(watched, chosen.iter().map(|c| c.0).collect::<Vec<_>>());
+    }
+    let hits: Vec<u64> = hs.iter().flat_map(|x| x["hits"].as_array().unwrap()).map(|x| x["offset"].as_u64().unwrap()).collect();
+    assert!(hits.contains(&16) && hits.iter().all(|o| chosen.iter().any(|c| c.0 == *o)), "{hits:?}");
+}
+
+#[test]
+fn history_hottest_without_access_samples_says_how_to_record_them() {
+    // Checks the error path: no access log in --db gives a one-line message naming `loupe record --data` and a failing exit.
+    let db = tempfile::tempdir().unwrap();
+    let out = loupe().args(["data", "history", "--hottest", "--db"]).arg(db.path()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("loupe record --data"), "{}", String::from_utf8_lossy(&out.stderr));
+}
