@@ -1,6 +1,6 @@
 """What the benchmark scripts share: paths, the workloads, /proc readings,
 and starting and stopping a `loupe daemon`."""
-import json, os, signal, subprocess, time
+import json, os, signal, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
@@ -48,3 +48,21 @@ def stop_daemon(p, timeout=120):
         if line.startswith("loupe: daemon stopped: "):
             return json.loads(line.split(": ", 2)[2]), err
     return None, err
+
+
+def cpu_time(args):
+    """Child's user+sys seconds and its stdout."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(w, 1)
+        os.execv(args[0], args)
+    os.close(w)
+    out = b""
+    while chunk := os.read(r, 65536):
+        out += chunk
+    os.close(r)
+    _, status, ru = os.wait4(pid, 0)
+    if status != 0:
+        sys.exit(f"{args} failed: {status}")
+    return ru.ru_utime + ru.ru_stime, out.decode()

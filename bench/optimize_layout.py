@@ -24,6 +24,7 @@ Usage: bench/optimize_layout.py [--rounds N] [--train ITERS] [--test ITERS]
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile, time
+from common import cpu_time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
@@ -39,24 +40,6 @@ def sh(args, **kw):
 def build(out, align):
     sh(["gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-fno-inline-functions", "-fno-pie", "-no-pie", "-Wl,--emit-relocs",
         f"-falign-functions={align}", f"-falign-loops={align}", "-o", out, SRC])
-
-
-def cpu_time(args):
-    """Child's user+sys seconds and its stdout."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(w, 1)
-        os.execv(args[0], args)
-    os.close(w)
-    out = b""
-    while chunk := os.read(r, 65536):
-        out += chunk
-    os.close(r)
-    _, status, ru = os.wait4(pid, 0)
-    if status != 0:
-        sys.exit(f"{args} failed: {status}")
-    return ru.ru_utime + ru.ru_stime, out.decode()
 
 
 def main():

@@ -23,6 +23,7 @@ Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--workdir DIR] [PR
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+from common import cpu_time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
@@ -53,24 +54,6 @@ def build(prog, out, align):
     cflags = "-O2 -g -fno-pie" + (f" -falign-functions={align} -falign-loops={align}" if align else "")
     sh([os.path.join(ROOT, "scripts/realprogs.sh"), "--out", out, "--cflags", cflags, "--ldflags", "-no-pie -Wl,--emit-relocs", prog])
     return os.path.join(out, prog)
-
-
-def cpu_time(args):
-    """Child's user+sys seconds and its stdout."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.dup2(w, 1)
-        os.execv(args[0], args)
-    os.close(w)
-    out = b""
-    while chunk := os.read(r, 65536):
-        out += chunk
-    os.close(r)
-    _, status, ru = os.wait4(pid, 0)
-    if status != 0:
-        sys.exit(f"{args} failed: {status}")
-    return ru.ru_utime + ru.ru_stime, out.decode()
 
 
 def bolt(base, fdata, out):
