@@ -10,6 +10,9 @@ one RDTSCP, one RDTSC. Rounds alternate the variants; prints medians and min-max
 Usage (root, from the repository root):
     cargo build --release -p loupe -p loupe-trace --example trace_bench
     bench/trace_cost.py [ROUNDS]
+With TRACE_COST_OLD_C=DIR (a directory holding an older loupe_trace.h and
+loupe_events.h, e.g. from `git show REV:sdk/c/...`) the C variants also run
+built against those headers, in the same rounds: before/after in one run.
 Needs gcc, go, javac, liblttng-ust-dev and lttng-tools (scripts/setup.sh installs them)."""
 import os, re, shutil, statistics, subprocess, sys, tempfile
 
@@ -63,6 +66,10 @@ def main():
     try:
         c = os.path.join(tmp, 'tp')
         subprocess.check_call(['gcc', '-O2', '-pthread', '-Isdk/c', '-o', c, 'testdata/workloads/trace_phases.c'])
+        old_dir = os.environ.get('TRACE_COST_OLD_C')
+        old = os.path.join(tmp, 'tp_old')
+        if old_dir:
+            subprocess.check_call(['gcc', '-O2', '-pthread', '-I' + old_dir, '-o', old, 'testdata/workloads/trace_phases.c'])
         lt = os.path.join(tmp, 'lt')
         subprocess.check_call(['gcc', '-O2', '-pthread', '-Ibench/lttng', '-o', lt, 'bench/lttng/bench_lttng.c', '-llttng-ust', '-ldl'])
         floor = os.path.join(tmp, 'floor')
@@ -99,6 +106,13 @@ def main():
             ('Loupe Rust, 2 threads', lambda: loupe(tmp, [rs, str(N), '2'])),
             ('LTTng-UST, 2 threads', lambda: lttng(tmp, [lt, str(N), '2'])),
         ]
+        if old_dir:
+            variants += [
+                ('Loupe C old, 1 thread', lambda: loupe(tmp, [old, 'bench', str(N)])),
+                ('Loupe C old TSC, 1 thread', lambda: loupe(tmp, [old, 'bench', str(N)], 'tsc')),
+                ('Loupe C old, 2 threads', lambda: loupe(tmp, [old, 'bench', str(N), '2'])),
+                ('Loupe C old TSC, 2 threads', lambda: loupe(tmp, [old, 'bench', str(N), '2'], 'tsc')),
+            ]
         res = {name: [] for name, _ in variants}
         for _ in range(ROUNDS):
             for name, f in variants:

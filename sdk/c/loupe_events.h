@@ -9,163 +9,260 @@ extern "C" {
 /* Loupe::Phase::Begin: Start of an application phase (PEM phase marker) */
 #define TRACE_ID_LOUPE_PHASE_BEGIN 1
 #define TRACE_MAX_LOUPE_PHASE_BEGIN 24
+static inline void trace_fill_loupe_phase_begin(uint8_t *p_, uint32_t size_, uint32_t phase, uint64_t iteration) {
+    loupe_tag(p_, size_, 1);
+    memcpy(p_ + 12, &phase, 4);
+    memcpy(p_ + 16, &iteration, 8);
+}
 static inline uint32_t trace_encode_loupe_phase_begin(uint8_t *rec, uint64_t ts, uint32_t phase, uint64_t iteration) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &phase, 4);
-    p = loupe_put(p, &iteration, 8);
-    return loupe_finish(rec, p, 1);
+    const uint32_t size_ = 24;
+    memcpy(rec, &ts, 8);
+    trace_fill_loupe_phase_begin(rec, size_, phase, iteration);
+    return size_;
 }
 static inline void trace_loupe_phase_begin(uint32_t phase, uint64_t iteration) {
-    uint8_t rec[TRACE_MAX_LOUPE_PHASE_BEGIN];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_loupe_phase_begin(rec, 0, phase, iteration));
+    const uint32_t size_ = 24;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_loupe_phase_begin(r_.p, size_, phase, iteration);
+    loupe_publish(r_, size_);
 }
 
 /* Loupe::Phase::End: End of an application phase (PEM phase marker) */
 #define TRACE_ID_LOUPE_PHASE_END 2
 #define TRACE_MAX_LOUPE_PHASE_END 24
+static inline void trace_fill_loupe_phase_end(uint8_t *p_, uint32_t size_, uint32_t phase, uint64_t iteration) {
+    loupe_tag(p_, size_, 2);
+    memcpy(p_ + 12, &phase, 4);
+    memcpy(p_ + 16, &iteration, 8);
+}
 static inline uint32_t trace_encode_loupe_phase_end(uint8_t *rec, uint64_t ts, uint32_t phase, uint64_t iteration) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &phase, 4);
-    p = loupe_put(p, &iteration, 8);
-    return loupe_finish(rec, p, 2);
+    const uint32_t size_ = 24;
+    memcpy(rec, &ts, 8);
+    trace_fill_loupe_phase_end(rec, size_, phase, iteration);
+    return size_;
 }
 static inline void trace_loupe_phase_end(uint32_t phase, uint64_t iteration) {
-    uint8_t rec[TRACE_MAX_LOUPE_PHASE_END];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_loupe_phase_end(rec, 0, phase, iteration));
+    const uint32_t size_ = 24;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_loupe_phase_end(r_.p, size_, phase, iteration);
+    loupe_publish(r_, size_);
 }
 
 /* HW::Counters::Interval: Counter deltas over one sampling interval on one CPU */
 #define TRACE_ID_HW_COUNTERS_INTERVAL 16
 #define TRACE_MAX_HW_COUNTERS_INTERVAL 1056
+static inline void trace_fill_hw_counters_interval(uint8_t *p_, uint32_t size_, uint32_t cpu, uint64_t duration_ns, const uint64_t *counter_values, uint16_t counter_values_n) {
+    loupe_pad(p_, size_);
+    loupe_tag(p_, size_, 16);
+    memcpy(p_ + 12, &cpu, 4);
+    memcpy(p_ + 16, &duration_ns, 8);
+    memcpy(p_ + 24, &counter_values_n, 2); memcpy(p_ + 26, counter_values, counter_values_n * 8u);
+}
 static inline uint32_t trace_encode_hw_counters_interval(uint8_t *rec, uint64_t ts, uint32_t cpu, uint64_t duration_ns, const uint64_t *counter_values, size_t counter_values_len) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &cpu, 4);
-    p = loupe_put(p, &duration_ns, 8);
-    p = loupe_put_list(p, counter_values, counter_values_len, 8);
-    return loupe_finish(rec, p, 16);
+    const uint16_t counter_values_n = loupe_listn(counter_values_len);
+    const uint32_t size_ = (26u + counter_values_n * 8u + 7u) & ~7u;
+    memcpy(rec, &ts, 8);
+    trace_fill_hw_counters_interval(rec, size_, cpu, duration_ns, counter_values, counter_values_n);
+    return size_;
 }
 static inline void trace_hw_counters_interval(uint32_t cpu, uint64_t duration_ns, const uint64_t *counter_values, size_t counter_values_len) {
-    uint8_t rec[TRACE_MAX_HW_COUNTERS_INTERVAL];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_hw_counters_interval(rec, 0, cpu, duration_ns, counter_values, counter_values_len));
+    const uint16_t counter_values_n = loupe_listn(counter_values_len);
+    const uint32_t size_ = (26u + counter_values_n * 8u + 7u) & ~7u;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_hw_counters_interval(r_.p, size_, cpu, duration_ns, counter_values, counter_values_n);
+    loupe_publish(r_, size_);
 }
 
 /* OS::Memory::PageFault: A page fault taken by a thread */
 #define TRACE_ID_OS_MEMORY_PAGE_FAULT 32
 #define TRACE_MAX_OS_MEMORY_PAGE_FAULT 32
+static inline void trace_fill_os_memory_page_fault(uint8_t *p_, uint32_t size_, uint32_t tid, uint64_t address, uint64_t ip) {
+    loupe_tag(p_, size_, 32);
+    memcpy(p_ + 12, &tid, 4);
+    memcpy(p_ + 16, &address, 8);
+    memcpy(p_ + 24, &ip, 8);
+}
 static inline uint32_t trace_encode_os_memory_page_fault(uint8_t *rec, uint64_t ts, uint32_t tid, uint64_t address, uint64_t ip) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &tid, 4);
-    p = loupe_put(p, &address, 8);
-    p = loupe_put(p, &ip, 8);
-    return loupe_finish(rec, p, 32);
+    const uint32_t size_ = 32;
+    memcpy(rec, &ts, 8);
+    trace_fill_os_memory_page_fault(rec, size_, tid, address, ip);
+    return size_;
 }
 static inline void trace_os_memory_page_fault(uint32_t tid, uint64_t address, uint64_t ip) {
-    uint8_t rec[TRACE_MAX_OS_MEMORY_PAGE_FAULT];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_os_memory_page_fault(rec, 0, tid, address, ip));
+    const uint32_t size_ = 32;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_os_memory_page_fault(r_.p, size_, tid, address, ip);
+    loupe_publish(r_, size_);
 }
 
 /* OS::Sched::Switch: The scheduler switched threads on a CPU */
 #define TRACE_ID_OS_SCHED_SWITCH 33
 #define TRACE_MAX_OS_SCHED_SWITCH 1056
+static inline void trace_fill_os_sched_switch(uint8_t *p_, uint32_t size_, uint32_t prev_tid, uint32_t next_tid, int64_t prev_state, const char *next_comm, uint16_t next_comm_n) {
+    loupe_pad(p_, size_);
+    loupe_tag(p_, size_, 33);
+    memcpy(p_ + 12, &prev_tid, 4);
+    memcpy(p_ + 16, &next_tid, 4);
+    memcpy(p_ + 20, &prev_state, 8);
+    memcpy(p_ + 28, &next_comm_n, 2); memcpy(p_ + 30, next_comm, next_comm_n);
+}
 static inline uint32_t trace_encode_os_sched_switch(uint8_t *rec, uint64_t ts, uint32_t prev_tid, uint32_t next_tid, int64_t prev_state, const char *next_comm) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &prev_tid, 4);
-    p = loupe_put(p, &next_tid, 4);
-    p = loupe_put(p, &prev_state, 8);
-    p = loupe_put_str(p, next_comm);
-    return loupe_finish(rec, p, 33);
+    const uint16_t next_comm_n = loupe_strn(next_comm);
+    const uint32_t size_ = (30u + next_comm_n + 7u) & ~7u;
+    memcpy(rec, &ts, 8);
+    trace_fill_os_sched_switch(rec, size_, prev_tid, next_tid, prev_state, next_comm, next_comm_n);
+    return size_;
 }
 static inline void trace_os_sched_switch(uint32_t prev_tid, uint32_t next_tid, int64_t prev_state, const char *next_comm) {
-    uint8_t rec[TRACE_MAX_OS_SCHED_SWITCH];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_os_sched_switch(rec, 0, prev_tid, next_tid, prev_state, next_comm));
+    const uint16_t next_comm_n = loupe_strn(next_comm);
+    const uint32_t size_ = (30u + next_comm_n + 7u) & ~7u;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_os_sched_switch(r_.p, size_, prev_tid, next_tid, prev_state, next_comm, next_comm_n);
+    loupe_publish(r_, size_);
 }
 
 /* OS::Syscall::Enter: A thread entered a system call */
 #define TRACE_ID_OS_SYSCALL_ENTER 34
 #define TRACE_MAX_OS_SYSCALL_ENTER 24
+static inline void trace_fill_os_syscall_enter(uint8_t *p_, uint32_t size_, uint32_t tid, int32_t nr) {
+    loupe_pad(p_, size_);
+    loupe_tag(p_, size_, 34);
+    memcpy(p_ + 12, &tid, 4);
+    memcpy(p_ + 16, &nr, 4);
+}
 static inline uint32_t trace_encode_os_syscall_enter(uint8_t *rec, uint64_t ts, uint32_t tid, int32_t nr) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &tid, 4);
-    p = loupe_put(p, &nr, 4);
-    return loupe_finish(rec, p, 34);
+    const uint32_t size_ = 24;
+    memcpy(rec, &ts, 8);
+    trace_fill_os_syscall_enter(rec, size_, tid, nr);
+    return size_;
 }
 static inline void trace_os_syscall_enter(uint32_t tid, int32_t nr) {
-    uint8_t rec[TRACE_MAX_OS_SYSCALL_ENTER];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_os_syscall_enter(rec, 0, tid, nr));
+    const uint32_t size_ = 24;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_os_syscall_enter(r_.p, size_, tid, nr);
+    loupe_publish(r_, size_);
 }
 
 /* OS::Block::Issue: A block I/O request was issued to a device */
 #define TRACE_ID_OS_BLOCK_ISSUE 35
 #define TRACE_MAX_OS_BLOCK_ISSUE 1056
+static inline void trace_fill_os_block_issue(uint8_t *p_, uint32_t size_, uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs, uint16_t rwbs_n) {
+    loupe_pad(p_, size_);
+    loupe_tag(p_, size_, 35);
+    memcpy(p_ + 12, &dev, 4);
+    memcpy(p_ + 16, &sector, 8);
+    memcpy(p_ + 24, &bytes, 4);
+    memcpy(p_ + 28, &rwbs_n, 2); memcpy(p_ + 30, rwbs, rwbs_n);
+}
 static inline uint32_t trace_encode_os_block_issue(uint8_t *rec, uint64_t ts, uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &dev, 4);
-    p = loupe_put(p, &sector, 8);
-    p = loupe_put(p, &bytes, 4);
-    p = loupe_put_str(p, rwbs);
-    return loupe_finish(rec, p, 35);
+    const uint16_t rwbs_n = loupe_strn(rwbs);
+    const uint32_t size_ = (30u + rwbs_n + 7u) & ~7u;
+    memcpy(rec, &ts, 8);
+    trace_fill_os_block_issue(rec, size_, dev, sector, bytes, rwbs, rwbs_n);
+    return size_;
 }
 static inline void trace_os_block_issue(uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs) {
-    uint8_t rec[TRACE_MAX_OS_BLOCK_ISSUE];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_os_block_issue(rec, 0, dev, sector, bytes, rwbs));
+    const uint16_t rwbs_n = loupe_strn(rwbs);
+    const uint32_t size_ = (30u + rwbs_n + 7u) & ~7u;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_os_block_issue(r_.p, size_, dev, sector, bytes, rwbs, rwbs_n);
+    loupe_publish(r_, size_);
 }
 
 /* OS::Block::Complete: A block I/O request completed */
 #define TRACE_ID_OS_BLOCK_COMPLETE 36
 #define TRACE_MAX_OS_BLOCK_COMPLETE 32
+static inline void trace_fill_os_block_complete(uint8_t *p_, uint32_t size_, uint32_t dev, uint64_t sector, uint32_t bytes, int32_t error) {
+    loupe_tag(p_, size_, 36);
+    memcpy(p_ + 12, &dev, 4);
+    memcpy(p_ + 16, &sector, 8);
+    memcpy(p_ + 24, &bytes, 4);
+    memcpy(p_ + 28, &error, 4);
+}
 static inline uint32_t trace_encode_os_block_complete(uint8_t *rec, uint64_t ts, uint32_t dev, uint64_t sector, uint32_t bytes, int32_t error) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &dev, 4);
-    p = loupe_put(p, &sector, 8);
-    p = loupe_put(p, &bytes, 4);
-    p = loupe_put(p, &error, 4);
-    return loupe_finish(rec, p, 36);
+    const uint32_t size_ = 32;
+    memcpy(rec, &ts, 8);
+    trace_fill_os_block_complete(rec, size_, dev, sector, bytes, error);
+    return size_;
 }
 static inline void trace_os_block_complete(uint32_t dev, uint64_t sector, uint32_t bytes, int32_t error) {
-    uint8_t rec[TRACE_MAX_OS_BLOCK_COMPLETE];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_os_block_complete(rec, 0, dev, sector, bytes, error));
+    const uint32_t size_ = 32;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_os_block_complete(r_.p, size_, dev, sector, bytes, error);
+    loupe_publish(r_, size_);
 }
 
 /* Loupe::Profile::Sample: A profiling sample taken by Loupe's collector */
 #define TRACE_ID_LOUPE_PROFILE_SAMPLE 48
 #define TRACE_MAX_LOUPE_PROFILE_SAMPLE 32
+static inline void trace_fill_loupe_profile_sample(uint8_t *p_, uint32_t size_, uint32_t pid, uint32_t tid, uint64_t ip, uint16_t event) {
+    loupe_pad(p_, size_);
+    loupe_tag(p_, size_, 48);
+    memcpy(p_ + 12, &pid, 4);
+    memcpy(p_ + 16, &tid, 4);
+    memcpy(p_ + 20, &ip, 8);
+    memcpy(p_ + 28, &event, 2);
+}
 static inline uint32_t trace_encode_loupe_profile_sample(uint8_t *rec, uint64_t ts, uint32_t pid, uint32_t tid, uint64_t ip, uint16_t event) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &pid, 4);
-    p = loupe_put(p, &tid, 4);
-    p = loupe_put(p, &ip, 8);
-    p = loupe_put(p, &event, 2);
-    return loupe_finish(rec, p, 48);
+    const uint32_t size_ = 32;
+    memcpy(rec, &ts, 8);
+    trace_fill_loupe_profile_sample(rec, size_, pid, tid, ip, event);
+    return size_;
 }
 static inline void trace_loupe_profile_sample(uint32_t pid, uint32_t tid, uint64_t ip, uint16_t event) {
-    uint8_t rec[TRACE_MAX_LOUPE_PROFILE_SAMPLE];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_loupe_profile_sample(rec, 0, pid, tid, ip, event));
+    const uint32_t size_ = 32;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_loupe_profile_sample(r_.p, size_, pid, tid, ip, event);
+    loupe_publish(r_, size_);
 }
 
 /* Loupe::App::Progress: Application-defined progress: units of work done, and a rate */
 #define TRACE_ID_LOUPE_APP_PROGRESS 49
 #define TRACE_MAX_LOUPE_APP_PROGRESS 1568
+static inline void trace_fill_loupe_app_progress(uint8_t *p_, uint32_t size_, uint64_t units, double rate, const char *label, uint16_t label_n, const int32_t *deltas, uint16_t deltas_n) {
+    loupe_pad(p_, size_);
+    loupe_tag(p_, size_, 49);
+    memcpy(p_ + 12, &units, 8);
+    memcpy(p_ + 20, &rate, 8);
+    memcpy(p_ + 28, &label_n, 2); memcpy(p_ + 30, label, label_n);
+    uint8_t *q_ = p_ + 30 + label_n;
+    memcpy(q_, &deltas_n, 2); memcpy(q_ + 2, deltas, deltas_n * 4u);
+}
 static inline uint32_t trace_encode_loupe_app_progress(uint8_t *rec, uint64_t ts, uint64_t units, double rate, const char *label, const int32_t *deltas, size_t deltas_len) {
-    uint8_t *p = loupe_put(rec, &ts, 8) + 4;
-    p = loupe_put(p, &units, 8);
-    p = loupe_put(p, &rate, 8);
-    p = loupe_put_str(p, label);
-    p = loupe_put_list(p, deltas, deltas_len, 4);
-    return loupe_finish(rec, p, 49);
+    const uint16_t label_n = loupe_strn(label);
+    const uint16_t deltas_n = loupe_listn(deltas_len);
+    const uint32_t size_ = (32u + label_n + deltas_n * 4u + 7u) & ~7u;
+    memcpy(rec, &ts, 8);
+    trace_fill_loupe_app_progress(rec, size_, units, rate, label, label_n, deltas, deltas_n);
+    return size_;
 }
 static inline void trace_loupe_app_progress(uint64_t units, double rate, const char *label, const int32_t *deltas, size_t deltas_len) {
-    uint8_t rec[TRACE_MAX_LOUPE_APP_PROGRESS];
     if (!loupe_trace_on()) return;
-    loupe_trace_write(rec, trace_encode_loupe_app_progress(rec, 0, units, rate, label, deltas, deltas_len));
+    const uint16_t label_n = loupe_strn(label);
+    const uint16_t deltas_n = loupe_listn(deltas_len);
+    const uint32_t size_ = (32u + label_n + deltas_n * 4u + 7u) & ~7u;
+    struct loupe_resv r_ = loupe_reserve(size_);
+    if (__builtin_expect(r_.p == 0, 0)) return;
+    trace_fill_loupe_app_progress(r_.p, size_, units, rate, label, label_n, deltas, deltas_n);
+    loupe_publish(r_, size_);
 }
 
 /* Event name of an id, or NULL. */
