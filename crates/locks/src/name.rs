@@ -6,14 +6,7 @@
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 
-/// One line of `/proc/PID/maps` that matters here.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    pub pgoff: u64,
-    pub path: String,
-}
+pub use loupe_model::maps::{parse_maps, Mapping};
 
 /// The image (path) and ELF virtual address of a runtime address, given the
 /// ELF bytes of a mapped path (`elf` returns `None` for paths it cannot
@@ -40,20 +33,6 @@ pub fn data_symbol(elf: &[u8], vaddr: u64) -> Option<String> {
     let name = sym.name().ok()?.split('@').next()?.to_string();
     let off = vaddr - sym.address();
     Some(if off == 0 { name } else { format!("{name}+0x{off:x}") })
-}
-
-/// Parses the maps lines that name a file or region (anonymous lines too).
-pub fn parse_maps(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let (start, end) = it.next()?.split_once('-')?;
-            let _perms = it.next()?;
-            let pgoff = u64::from_str_radix(it.next()?, 16).ok()?;
-            let path = it.nth(2).unwrap_or("").to_string();
-            Some(Mapping { start: u64::from_str_radix(start, 16).ok()?, end: u64::from_str_radix(end, 16).ok()?, pgoff, path })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! record database. Pure over the decoded records (loading is the only IO).
 
 use crate::log::{self, AllocFn, Record, Source};
+use loupe_model::maps::{parse_maps, Mapping};
 use loupe_model::ImageOffset;
 use std::collections::HashMap;
 use std::path::Path;
@@ -38,14 +39,6 @@ pub struct SiteLocation {
     pub offset: ImageOffset,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct MapLine {
-    start: u64,
-    end: u64,
-    pgoff: u64,
-    path: String,
-}
-
 /// One process's blocks sorted by base, with the running maximum of their
 /// ends so a lookup can stop scanning backwards early.
 #[derive(Default)]
@@ -53,7 +46,7 @@ struct ProcessBlocks {
     blocks: Vec<Allocation>,
     max_end: Vec<u64>,
     /// (time, mappings) snapshots, oldest first.
-    maps: Vec<(u64, Vec<MapLine>)>,
+    maps: Vec<(u64, Vec<Mapping>)>,
 }
 
 /// What loading found besides the allocations, for the caller to report.
@@ -188,26 +181,13 @@ impl AllocationIndex {
     }
 }
 
-fn locate(snapshots: &[(u64, Vec<MapLine>)], addr: u64, time_ns: u64) -> Option<SiteLocation> {
+fn locate(snapshots: &[(u64, Vec<Mapping>)], addr: u64, time_ns: u64) -> Option<SiteLocation> {
     let before = snapshots.iter().rev().filter(|(t, _)| *t <= time_ns);
     let after = snapshots.iter().filter(|(t, _)| *t > time_ns);
     before.chain(after).find_map(|(_, maps)| {
         let m = maps.iter().find(|m| addr >= m.start && addr < m.end && m.path.starts_with('/'))?;
         Some(SiteLocation { path: m.path.clone(), offset: ImageOffset(addr - m.start + m.pgoff) })
     })
-}
-
-fn parse_maps(text: &str) -> Vec<MapLine> {
-    text.lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let (start, end) = it.next()?.split_once('-')?;
-            let _perms = it.next()?;
-            let pgoff = u64::from_str_radix(it.next()?, 16).ok()?;
-            let path = it.nth(2).unwrap_or("").to_string();
-            Some(MapLine { start: u64::from_str_radix(start, 16).ok()?, end: u64::from_str_radix(end, 16).ok()?, pgoff, path })
-        })
-        .collect()
 }
 
 #[cfg(test)]
