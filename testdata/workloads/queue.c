@@ -9,7 +9,10 @@
 //   offset 16 (enq_stamp): enqueue W (CPU 0),  dequeue R (CPU 1)
 //   offset 24 (deq_stamp): dequeue W (CPU 1)
 // The queue is a single-producer single-consumer ring of pointers, so the
-// queue itself never touches a message.
+// queue itself never touches a message. A thread waiting on the ring yields
+// its CPU after a short spin: on a loaded machine the other thread may be
+// off its CPU for a whole time slice, and spinning through it would leave
+// the messages' accesses a sliver of the samples.
 // Usage: queue [messages]   (default 200000); prints its own tally.
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -50,14 +53,16 @@ __attribute__((noinline)) void fill_msg(volatile struct msg *m, long i) {
 
 __attribute__((noinline)) void enqueue(volatile struct msg *m, long i) {
     m->enq_stamp = i;
-    while (atomic_load_explicit(&ring[i % SLOTS], memory_order_acquire)) {
+    for (int spins = 0; atomic_load_explicit(&ring[i % SLOTS], memory_order_acquire); spins++) {
+        if (spins > 256) sched_yield();
     }
     atomic_store_explicit(&ring[i % SLOTS], (struct msg *)m, memory_order_release);
 }
 
 __attribute__((noinline)) struct msg *dequeue(long i) {
     struct msg *m;
-    while (!(m = atomic_load_explicit(&ring[i % SLOTS], memory_order_acquire))) {
+    for (int spins = 0; !(m = atomic_load_explicit(&ring[i % SLOTS], memory_order_acquire)); spins++) {
+        if (spins > 256) sched_yield();
     }
     atomic_store_explicit(&ring[i % SLOTS], NULL, memory_order_release);
     volatile struct msg *v = m;

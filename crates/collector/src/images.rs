@@ -213,7 +213,7 @@ pub fn own_vdso() -> (ImageId, Option<Vec<u8>>) {
 
 fn read_own_vdso() -> Option<Vec<u8>> {
     let maps = fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().filter_map(crate::procmaps::parse_line).find(|l| l.path == VDSO_IMAGE)?;
+    let line = maps.lines().filter_map(loupe_model::maps::parse_line).find(|l| l.path == VDSO_IMAGE)?;
     let len = (line.end - line.start) as usize;
     let mut buf = vec![0u8; len];
     // SAFETY: the range is this process's own [vdso] mapping as listed in

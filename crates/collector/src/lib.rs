@@ -14,7 +14,6 @@ pub mod daemon;
 pub mod images;
 pub mod kernel;
 pub mod process;
-pub mod procmaps;
 pub mod stacks;
 pub mod unwind;
 
@@ -161,7 +160,7 @@ impl Collector {
         let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let comm = self.agg.intern_comm(comm.trim_end());
         let mut maps = Vec::new();
-        for l in procmaps::parse_exec_mappings(&text) {
+        for l in loupe_model::maps::parse_exec_mappings(&text) {
             let probe_path = images::map_files_path(pid, l.start, l.end);
             let (image, new) = self.images.resolve(self.probe.as_mut(), &l.path, None, &probe_path, l.inode, &self.vdso);
             self.watch(image, new, pid, l.start, l.end, &probe_path);

@@ -2,39 +2,11 @@
 //! address falls in it: an image's code or data, the heap, a stack, an
 //! anonymous mapping.
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    pub start: u64,
-    pub end: u64,
-    pub perms: String,
-    pub offset: u64,
-    /// File path, `[heap]`, `[stack]`, ... or empty for anonymous memory.
-    pub path: String,
-}
+pub use loupe_model::maps::Mapping;
 
-impl Mapping {
-    pub fn is_file(&self) -> bool {
-        self.path.starts_with('/')
-    }
-}
-
+/// Every mapping of a maps file.
 pub fn parse(text: &str) -> Vec<Mapping> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
-            let (_dev, _inode) = (f.next()?, f.next()?);
-            let path = f.collect::<Vec<_>>().join(" ");
-            let (s, e) = range.split_once('-')?;
-            Some(Mapping {
-                start: u64::from_str_radix(s, 16).ok()?,
-                end: u64::from_str_radix(e, 16).ok()?,
-                perms: perms.to_string(),
-                offset: u64::from_str_radix(offset, 16).ok()?,
-                path,
-            })
-        })
-        .collect()
+    loupe_model::maps::parse_maps(text)
 }
 
 /// Where an address lies.
@@ -66,7 +38,7 @@ pub fn find(maps: &[Mapping], addr: u64) -> Option<(usize, &Mapping)> {
 pub fn region(maps: &[Mapping], addr: u64) -> Region<'_> {
     let Some((i, m)) = find(maps, addr) else { return Region::Unmapped };
     if m.is_file() {
-        return Region::Image { path: &m.path, file_offset: addr - m.start + m.offset };
+        return Region::Image { path: &m.path, file_offset: addr - m.start + m.pgoff };
     }
     match m.path.as_str() {
         "[heap]" => return Region::Heap,

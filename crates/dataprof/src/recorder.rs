@@ -381,7 +381,7 @@ fn from_file(db: &Path, pid: u32, ip: u64) -> Option<(Vec<u8>, Vec<u8>)> {
     let (_, m) = crate::maps::find(&maps, ip)?;
     let f = File::open(&m.path).ok()?;
     // Not before the mapping's start: the bytes there belong to another section.
-    let off = ip - m.start + m.offset;
+    let off = ip - m.start + m.pgoff;
     let (mut before, at) = read_around(&f, off)?;
     let room = (ip - m.start) as usize;
     if room < before.len() {

@@ -149,7 +149,7 @@ impl<H: Heap> Resolver<H> {
             }
             Region::Bss { path, last, .. } => {
                 let t = self.image(path)?;
-                (path.to_string(), t.vaddr_of(last.offset)? + (addr - last.start))
+                (path.to_string(), t.vaddr_of(last.pgoff)? + (addr - last.start))
             }
             _ => return None,
         };
