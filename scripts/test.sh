@@ -8,9 +8,14 @@ source scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -q -- -D warnings
 log=$(mktemp); trap 'rm -f "$log"' EXIT
-cargo test --workspace --release 2>&1 | tee "$log"
-sdk/test.sh  # generated trace stubs: shared byte vectors in C, C++, Python, Go, Java
-# One closing line over everything that ran: cargo's per-binary counts plus
-# the five SDK suites (sdk/test.sh stops at the first failing one).
-read -r passed failed < <(awk '/^test result:/ { p += $4; f += $6 } END { print p + 5, f }' "$log")
+# --no-fail-fast: one failing test binary must not hide the others' results.
+status=0
+cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=1
+# Generated trace stubs: shared byte vectors in C, C++, Python, Go, Java (five
+# suites; sdk/test.sh stops at the first failing one).
+sdk_passed=5 sdk_failed=0
+sdk/test.sh || { sdk_passed=0 sdk_failed=1 status=1; }
+# One closing line over everything that ran: cargo's per-binary counts plus the SDK suites.
+read -r passed failed < <(awk -v sp="$sdk_passed" -v sf="$sdk_failed" '/^test result:/ { p += $4; f += $6 } END { print p + sp, f + sf }' "$log")
 echo "loupe: $passed passed, $failed failed"
+exit "$status"
