@@ -452,10 +452,18 @@ mod tests {
         assert_eq!(parse_cpu_list("0"), vec![0]);
     }
 
+    /// Spins until this thread has had `ms` of CPU time (not wall time: on a loaded machine a wall-clock burn gets
+    /// a fraction of it, and fewer samples), capped at 20x in wall time.
     fn burn(ms: u64) -> u32 {
-        let t = std::time::Instant::now();
+        let cpu = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: ts is a valid out-pointer.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+        };
+        let (t, c0) = (std::time::Instant::now(), cpu());
         let mut x = 0u64;
-        while t.elapsed() < Duration::from_millis(ms) {
+        while cpu() - c0 < Duration::from_millis(ms) && t.elapsed() < Duration::from_millis(20 * ms) {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
             std::hint::black_box(x);
         }
@@ -475,7 +483,8 @@ mod tests {
         s.drain(&mut recs);
         s.rerandomize();
         let busy = recs.iter().filter(|r| matches!(r, Record::Sample(x) if x.tid == tid)).count();
-        assert!(busy > 200, "only {busy} samples of the busy thread");
+        // 500 ms of the thread's CPU time at 1000 samples/s: about 500 samples.
+        assert!(busy > 350, "only {busy} samples of the busy thread");
         assert!(recs.iter().any(|r| matches!(r, Record::Mmap(m) if m.filename == f)), "no MMAP2 for {f}");
         assert!(s.mean_period(0) >= 900_000 && s.mean_period(0) <= 1_100_000);
     }
