@@ -70,7 +70,7 @@ Execution counts are estimated from the samples alone: the procedure's control-f
 equivalence, and each instruction's minimum cycles from llvm-mca's model of this CPU (Debian package llvm-19). \
 Bubbles above an instruction name the possible causes of its dynamic stall and the instruction to blame: \
 d D-cache miss, D DTLB miss, f divider busy, p branch mispredict, i I-cache miss, w store buffer full. \
-The clock event's period (ns) becomes cycles with the core clock measured at start (or --cpu-ghz).")]
+The clock event's period (ns) becomes cycles with the core clock recorded with the profile (measured here for older databases, or --cpu-ghz).")]
     Calc(CalcArgs),
     /// Write an interactive flame graph (SVG or HTML) of the recorded call stacks.
     #[command(after_help = "Examples:\n  loupe flame -o cpu.svg\n  loupe flame --comm postgres --epoch all -o pg.html\n\n\
@@ -476,7 +476,7 @@ pub struct CalcArgs {
     /// Path of llvm-mca (default: llvm-mca-19, then llvm-mca).
     #[arg(long, value_name = "PATH")]
     pub llvm_mca: Option<String>,
-    /// Core clock of the profiled machine in GHz (default: measured here).
+    /// Core clock of the profiled machine in GHz (default: the one recorded with the profile).
     #[arg(long, value_name = "GHZ")]
     pub cpu_ghz: Option<f64>,
 }
