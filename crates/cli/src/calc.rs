@@ -6,8 +6,9 @@ use crate::machine::{measure_ghz, LlvmMca};
 use crate::procedure::{find_procedure, load, symbolizer, Filter, Selected};
 use anyhow::{anyhow, bail, Result};
 use loupe_calc::culprit::Cause;
+use loupe_calc::estimate::Combine;
 use loupe_calc::mca::MachineModel;
-use loupe_calc::{analyze, Calc};
+use loupe_calc::{analyze_with, Calc};
 use loupe_collector::clock;
 use loupe_model::EventName;
 use loupe_store::Database;
@@ -56,7 +57,8 @@ pub fn run(a: CalcArgs) -> Result<u8> {
     let proc_ = find_procedure(&code, &p.procedure, &sel.image.path)?;
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
     let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
-    let calc = analyze(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code)).map_err(|e| anyhow!("{e}"))?;
+    let combine = if a.solver == "global" { Combine::Global } else { Combine::Local };
+    let calc = analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), combine).map_err(|e| anyhow!("{e}"))?;
     let hw: Vec<&str> =
         sel.samples.keys().map(|e| e.as_str()).filter(|e| !matches!(*e, "cpu-clock" | "task-clock" | "page-faults")).collect();
     let head = Header {

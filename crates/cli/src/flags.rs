@@ -479,6 +479,10 @@ pub struct CalcArgs {
     /// Core clock of the profiled machine in GHz (default: the one recorded with the profile).
     #[arg(long, value_name = "GHZ")]
     pub cpu_ghz: Option<f64>,
+    /// How class estimates are combined over the flow constraints: `local` propagation (DCPI §6.1.4) or
+    /// `global`, a non-negative weighted least-squares fit of all classes.
+    #[arg(long, value_name = "HOW", default_value = "local", value_parser = ["local", "global"])]
+    pub solver: String,
 }
 
 /// `loupe trace`: vertical event tracing (PEM).
