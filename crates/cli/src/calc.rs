@@ -64,7 +64,7 @@ pub fn run(a: CalcArgs) -> Result<u8> {
     let head = Header {
         procedure: &proc_.name,
         image: &sel.image.path,
-        epochs: sel.epochs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(","),
+        epochs: epoch_ranges(&sel.epochs),
         event: &a.event,
         model: model.describe(),
         clock: clock_note,
@@ -116,6 +116,22 @@ fn recorded_ghz(db: &Path, sel: &Selected, ev: &EventName) -> Result<Option<(f64
         }
     }
     Ok((with > 0).then(|| (sum / weight, with, of)))
+}
+
+/// Epochs as runs: 1-168 for a week of hourly epochs, not 168 numbers.
+fn epoch_ranges(epochs: &[loupe_store::EpochId]) -> String {
+    let mut ids: Vec<u32> = epochs.iter().map(|e| e.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for id in ids {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == id => *hi = id,
+            _ => runs.push((id, id)),
+        }
+    }
+    let text: Vec<String> = runs.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+    text.join(",")
 }
 
 fn hex(a: u64) -> String {
@@ -265,4 +281,17 @@ fn summary(out: &mut dyn Write, c: &Calc) -> Result<()> {
         writeln!(out, "*** {} samples in blocks without an estimate", s.samples - s.samples_with_estimates)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use loupe_store::EpochId;
+
+    #[test]
+    fn epochs_print_as_runs() {
+        // Checks consecutive epochs collapse to a-b runs and single ones stay alone.
+        let e = |v: &[u32]| super::epoch_ranges(&v.iter().map(|&x| EpochId(x)).collect::<Vec<_>>());
+        assert_eq!(e(&[1, 2, 3, 5, 7, 8]), "1-3,5,7-8");
+        assert_eq!(e(&[4]), "4");
+    }
 }
