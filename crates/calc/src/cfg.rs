@@ -225,7 +225,16 @@ fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) 
     // Relative table: the last RIP-relative lea before the jump names it.
     let movslq = window.iter().rev().find(|x| x.mnemonic == Mnemonic::Movsxd && x.mem.is_some_and(|m| m.scale == 4))?;
     let base_reg = movslq.mem?.base;
-    let (table, _) = window.iter().rev().filter_map(|x| x.lea_target).find(|(_, r)| *r == base_reg)?;
+    // The lea may sit further back (SQLite's VDBE sets the base 20
+    // instructions before, ahead of a loop): up to 48 back, when nothing
+    // in between writes the register.
+    let bit = crate::decode::reg_bit(base_reg);
+    let wide = &insns[at.saturating_sub(48)..at];
+    let k = wide.iter().rposition(|x| x.lea_target.is_some_and(|(_, r)| r == base_reg))?;
+    let (table, _) = wide[k].lea_target?;
+    if bit == 0 || wide[k + 1..].iter().any(|x| x.writes & bit != 0) {
+        return None;
+    }
     read_entries(mem, table, 4, bound, inside, |raw, t| t.wrapping_add(raw as u32 as i32 as i64 as u64))
 }
 
@@ -315,6 +324,29 @@ mod tests {
         let jb = g.block_of(g.insns.iter().position(|x| x.addr == 0x13).unwrap());
         let targets: Vec<u64> = g.blocks[jb].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
         assert_eq!(targets, vec![0x17, 0x18, 0x1b]);
+    }
+
+    #[test]
+    fn relative_table_base_set_far_back_is_read_unless_overwritten() {
+        // Checks a PIC table whose lea is 21 instructions before the jump (SQLite's VDBE): read when nothing in
+        // between writes the base register, missing edges when something does.
+        // 0: lea 0xf9(%rip),%rdx (=0x100) | 7: 20 bytes of filler | 0x1b: cmp $2,%edi; ja 0x2b;
+        // 0x20: movslq (%rdx,%rdi,4),%rax; add %rdx,%rax; jmp *%rax | 0x29: ret; 0x2a: ret; 0x2b: ret
+        let graph = |filler: &[u8]| {
+            let mut bytes = vec![0x48, 0x8d, 0x15, 0xf9, 0, 0, 0];
+            bytes.extend(filler);
+            bytes.extend([0x83, 0xff, 0x02, 0x77, 0x0b, 0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0, 0xc3, 0xc3, 0xc3]);
+            let entries: Vec<u8> = [0x29i32, 0x2a].iter().flat_map(|t| (t - 0x100).to_le_bytes()).collect();
+            build(decode(0, &bytes), &Bytes(0x100, entries))
+        };
+        let g = graph(&[0x90; 20]);
+        assert!(!g.missing_edges);
+        let jb = g.block_of(g.insns.iter().position(|x| x.addr == 0x27).unwrap());
+        let targets: Vec<u64> = g.blocks[jb].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
+        assert_eq!(targets, vec![0x29, 0x2a]);
+        let mut filler = vec![0x90; 15];
+        filler.extend([0xba, 0, 0, 0, 0]); // mov $0,%edx
+        assert!(graph(&filler).missing_edges);
     }
 
     #[test]
