@@ -133,7 +133,7 @@ pub struct Engine {
     pub bpf_entries_drained: u64,
     /// Which backend runs, and why, for the user.
     pub backend_note: String,
-    /// CPU time the cost calibration spent spinning.
+    /// CPU time the cost calibration and the clock measurements spent spinning.
     pub calibration_cpu_seconds: f64,
     /// CPU time spent before sampling began.
     pub startup_cpu_seconds: f64,
@@ -183,6 +183,8 @@ impl Engine {
             last_clock: Instant::now(),
         };
         engine.record_clock()?;
+        // The first measurement is start-up, which callers count from process start.
+        engine.calibration_cpu_seconds = 0.0;
         Ok(engine)
     }
 
@@ -190,7 +192,11 @@ impl Engine {
     /// (all readings of the epoch and their median, [`clock::META_GHZ`]),
     /// for `loupe calc` to turn periods in ns into cycles.
     pub fn record_clock(&mut self) -> Result<()> {
+        let cpu_before = own_cpu_seconds();
         let ghz = clock::measure_ghz();
+        // Like the cost calibration, a one-off measurement (0.1 s at start,
+        // exit and each epoch), not the running cost per sample.
+        self.calibration_cpu_seconds += own_cpu_seconds() - cpu_before;
         let epoch = self.db.current_epoch()?;
         let info = self.db.epochs()?.into_iter().find(|e| e.id == epoch);
         let mut readings = info.and_then(|e| e.meta.get(clock::META_READINGS).map(|r| clock::parse_readings(r))).unwrap_or_default();
