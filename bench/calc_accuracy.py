@@ -20,6 +20,7 @@ Run as root from the repository root after `cargo build --release`:
   bench/calc_accuracy.py --seconds 4 --freq 10000 [--cases calcwork,zstd] [--json out.json]
   bench/calc_accuracy.py --keep DIR ...   # keep recordings and exact counts in DIR
   bench/calc_accuracy.py --reuse DIR ...  # re-run only `loupe calc` on them
+  bench/calc_accuracy.py --reuse DIR --calc-args '--solver global'  # with other calc options
 """
 import argparse, collections, json, os, shlex, subprocess, sys, tempfile, time
 
@@ -251,6 +252,7 @@ def main():
     ap.add_argument("--cases", default=",".join(["calcwork"] + list(REAL)), help="calcwork and/or " + ",".join(REAL))
     ap.add_argument("--keep", help="keep recordings and exact counts in this directory")
     ap.add_argument("--reuse", help="re-run only `loupe calc` over --keep directories (comma-separated)")
+    ap.add_argument("--calc-args", default="", help="extra `loupe calc` arguments, e.g. '--solver global'")
     ap.add_argument("--json")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
@@ -262,7 +264,7 @@ def main():
             os.makedirs(keep, exist_ok=True)
             cases = prepare(a, keep)
             save(cases, keep)
-        res = evaluate(cases, a.quiet)
+        res = evaluate(cases, a.quiet, shlex.split(a.calc_args))
     res.update({"seconds": a.seconds, "freq": a.freq})
     if a.json:
         json.dump(res, open(a.json, "w"), indent=1)
@@ -274,12 +276,12 @@ def main():
     print()
 
 
-def evaluate(cases, quiet):
+def evaluate(cases, quiet, calc_args=()):
     insn_pairs, edge_pairs, per_conf, per_proc = [], [], collections.defaultdict(list), {}
     for c in cases:
         counts, jumps = c["counts"], c["jumps"]
         for p in c["procs"]:
-            out = subprocess.run([LOUPE, "calc", "--db", c["db"], "--image", c["binary"], "--procedure", p, "--format", "json"],
+            out = subprocess.run([LOUPE, "calc", "--db", c["db"], "--image", c["binary"], "--procedure", p, "--format", "json", *calc_args],
                                  capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"{c['case']}/{p}: loupe calc failed: {out.stderr.strip()}", file=sys.stderr)

@@ -210,14 +210,44 @@ fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) 
     let window = &insns[at.saturating_sub(16)..at];
     let bound = table_bound(window);
     let jmp = &insns[at];
-    if let Some(m) = jmp.mem.filter(|m| m.index != Register::None && m.scale == 8 && m.base == Register::None) {
-        return read_entries(mem, m.disp, 8, bound, inside, |raw, _| raw);
+    // `jmp *T(,%r,8)`, or `mov T(...,8),%x; jmp *%x` (the table loaded into the jump's register first).
+    let loaded = || {
+        let x = window.last().filter(|x| x.mnemonic == Mnemonic::Mov && x.loads && x.writes & jmp.reads != 0)?;
+        x.mem
+    };
+    if let Some(m) = jmp.mem.or_else(loaded).filter(|m| m.index != Register::None && m.scale == 8) {
+        let table = match m.base {
+            Register::None => m.disp,
+            b => register_table(insns, at, b)?.wrapping_add(m.disp),
+        };
+        return read_entries(mem, table, 8, bound, inside, |raw, _| raw);
     }
     // Relative table: the last RIP-relative lea before the jump names it.
     let movslq = window.iter().rev().find(|x| x.mnemonic == Mnemonic::Movsxd && x.mem.is_some_and(|m| m.scale == 4))?;
     let base_reg = movslq.mem?.base;
-    let (table, _) = window.iter().rev().filter_map(|x| x.lea_target).find(|(_, r)| *r == base_reg)?;
+    // The lea may sit further back (SQLite's VDBE sets the base 20
+    // instructions before, ahead of a loop): up to 48 back, when nothing
+    // in between writes the register.
+    let bit = crate::decode::reg_bit(base_reg);
+    let wide = &insns[at.saturating_sub(48)..at];
+    let k = wide.iter().rposition(|x| x.lea_target.is_some_and(|(_, r)| r == base_reg))?;
+    let (table, _) = wide[k].lea_target?;
+    if bit == 0 || wide[k + 1..].iter().any(|x| x.writes & bit != 0) {
+        return None;
+    }
     read_entries(mem, table, 4, bound, inside, |raw, t| t.wrapping_add(raw as u32 as i32 as i64 as u64))
+}
+
+/// The table a threaded interpreter keeps in a register for the whole
+/// procedure (Lua's `jmp *(%r13,%rax,8)` over `disptab`, loaded by one
+/// `lea disptab(%rip),%r13` at entry): the address, when an earlier
+/// RIP-relative lea sets `base` and every other instruction that writes it
+/// is a `pop` (the epilogue restoring the caller's value).
+fn register_table(insns: &[Insn], at: usize, base: Register) -> Option<u64> {
+    let bit = crate::decode::reg_bit(base);
+    let (table, _) = insns[..at].iter().rev().filter_map(|x| x.lea_target).find(|(_, r)| *r == base)?;
+    let others = insns.iter().filter(|x| x.writes & bit != 0).all(|x| x.mnemonic == Mnemonic::Pop || x.lea_target == Some((table, base)));
+    (bit != 0 && others).then_some(table)
 }
 
 fn table_bound(window: &[Insn]) -> Option<u64> {
@@ -294,6 +324,66 @@ mod tests {
         let jb = g.block_of(g.insns.iter().position(|x| x.addr == 0x13).unwrap());
         let targets: Vec<u64> = g.blocks[jb].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
         assert_eq!(targets, vec![0x17, 0x18, 0x1b]);
+    }
+
+    #[test]
+    fn relative_table_base_set_far_back_is_read_unless_overwritten() {
+        // Checks a PIC table whose lea is 21 instructions before the jump (SQLite's VDBE): read when nothing in
+        // between writes the base register, missing edges when something does.
+        // 0: lea 0xf9(%rip),%rdx (=0x100) | 7: 20 bytes of filler | 0x1b: cmp $2,%edi; ja 0x2b;
+        // 0x20: movslq (%rdx,%rdi,4),%rax; add %rdx,%rax; jmp *%rax | 0x29: ret; 0x2a: ret; 0x2b: ret
+        let graph = |filler: &[u8]| {
+            let mut bytes = vec![0x48, 0x8d, 0x15, 0xf9, 0, 0, 0];
+            bytes.extend(filler);
+            bytes.extend([0x83, 0xff, 0x02, 0x77, 0x0b, 0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0, 0xc3, 0xc3, 0xc3]);
+            let entries: Vec<u8> = [0x29i32, 0x2a].iter().flat_map(|t| (t - 0x100).to_le_bytes()).collect();
+            build(decode(0, &bytes), &Bytes(0x100, entries))
+        };
+        let g = graph(&[0x90; 20]);
+        assert!(!g.missing_edges);
+        let jb = g.block_of(g.insns.iter().position(|x| x.addr == 0x27).unwrap());
+        let targets: Vec<u64> = g.blocks[jb].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
+        assert_eq!(targets, vec![0x29, 0x2a]);
+        let mut filler = vec![0x90; 15];
+        filler.extend([0xba, 0, 0, 0, 0]); // mov $0,%edx
+        assert!(graph(&filler).missing_edges);
+    }
+
+    #[test]
+    fn interpreter_table_in_a_register_is_read() {
+        // Checks Lua's threaded dispatch: `lea T(%rip),%r13` at entry, later `jmp *(%r13,%rax,8)` over absolute
+        // entries -> edges to the two handlers the table lists; likewise `mov (%r13,%rax,8),%rax; jmp *%rax`.
+        // 0: lea 0x100(%rip),%r13 | 7: mov %edi,%eax | 9: jmp *0(%r13,%rax,8) | 0xe: xor %eax,%eax; ret | 0x11: mov $1,%eax; ret
+        let code = decode(
+            0,
+            &[
+                0x4c, 0x8d, 0x2d, 0xf9, 0x00, 0x00, 0x00, 0x89, 0xf8, 0x41, 0xff, 0x64, 0xc5, 0x00, 0x31, 0xc0, 0xc3, 0xb8, 0x01, 0, 0, 0,
+                0xc3,
+            ],
+        );
+        assert_eq!(code[0].lea_target.map(|t| t.0), Some(0x100));
+        let entries: Vec<u8> = [0xe_u64, 0x11].iter().flat_map(|t| t.to_le_bytes()).collect();
+        let g = build(code, &Bytes(0x100, entries));
+        assert!(!g.missing_edges);
+        let jmp = g.block_of(2);
+        let mut to: Vec<u64> = g.blocks[jmp].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
+        to.sort();
+        assert_eq!(to, vec![0xe, 0x11]);
+        // 9: mov 0(%r13,%rax,8),%rax; 0xe: jmp *%rax | 0x10: xor %eax,%eax; ret | 0x13: mov $1,%eax; ret
+        let code = decode(
+            0,
+            &[
+                0x4c, 0x8d, 0x2d, 0xf9, 0x00, 0x00, 0x00, 0x89, 0xf8, 0x49, 0x8b, 0x44, 0xc5, 0x00, 0xff, 0xe0, 0x31, 0xc0, 0xc3, 0xb8,
+                0x01, 0, 0, 0, 0xc3,
+            ],
+        );
+        let entries: Vec<u8> = [0x10_u64, 0x13].iter().flat_map(|t| t.to_le_bytes()).collect();
+        let g = build(code, &Bytes(0x100, entries));
+        assert!(!g.missing_edges);
+        let jmp = g.block_of(3);
+        let mut to: Vec<u64> = g.blocks[jmp].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
+        to.sort();
+        assert_eq!(to, vec![0x10, 0x13]);
     }
 
     #[test]

@@ -101,12 +101,16 @@ pub fn culprits(g: &Cfg, i: usize, stall: f64) -> Vec<Culprit> {
     } else {
         out.extend(dcache.into_iter().chain(mispredict));
     }
-    if icache_possible(g, i, head, &before) {
-        // A jump from farther away than the L1 I-cache holds lands on a line
-        // the cache is unlikely to keep (a switch over a large code
-        // footprint): the miss leads the list, ahead of the mispredict that
-        // took the same jump.
-        let far = before.iter().any(|&k| g.insns[k].addr.abs_diff(g.insns[i].addr) > ICACHE_BYTES);
+    // With skid, the refetched head's miss shows on the instruction after it too.
+    let first = g.blocks[b].first;
+    let (ic, ic_before) = if !head && first + 1 == i { (first, retired_before(g, first)) } else { (i, before.clone()) };
+    if icache_possible(g, i, head, &before) || (ic != i && icache_possible(g, ic, true, &ic_before)) {
+        // A jump from farther away than the L1 I-cache holds, or an indirect
+        // jump whose targets spread over more code than it holds (a switch
+        // over a large code footprint), lands on a line the cache is
+        // unlikely to keep: the miss leads the list, ahead of the mispredict
+        // that took the same jump.
+        let far = ic_before.iter().any(|&k| g.insns[k].addr.abs_diff(g.insns[ic].addr) > ICACHE_BYTES || target_span(g, k) > ICACHE_BYTES);
         let at = if far { out.iter().take_while(|c| c.cause == Cause::Divider).count() } else { out.len() };
         out.insert(at, Culprit { cause: Cause::ICache, at: None });
     }
@@ -140,6 +144,16 @@ fn retired_before(g: &Cfg, i: usize) -> Vec<usize> {
         return vec![i - 1];
     }
     g.blocks[b].preds.iter().map(|&e| g.edges[e].from).filter(|&p| g.blocks[p].reachable).map(|p| g.blocks[p].end - 1).collect()
+}
+
+/// Bytes between the lowest and highest target of the indirect jump `k`
+/// (0 for other instructions).
+fn target_span(g: &Cfg, k: usize) -> u64 {
+    if g.insns[k].flow != Flow::IndirectJump {
+        return 0;
+    }
+    let starts = || g.blocks[g.block_of(k)].succs.iter().map(|&e| g.start(g.edges[e].to));
+    starts().max().unwrap_or(0) - starts().min().unwrap_or(0)
 }
 
 /// The conditional or indirect branch ending a predecessor of block `b`.

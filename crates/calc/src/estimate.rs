@@ -80,8 +80,23 @@ fn issue_ratio(g: &Cfg, s: &[f64], m: &[f64], i: usize) -> (f64, f64) {
     (ws, wm)
 }
 
+/// How the classes' estimates are combined over the flow constraints.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Combine {
+    /// DCPI's local propagation (§6.1.4).
+    #[default]
+    Local,
+    /// Local propagation, then the global weighted least-squares fit of [`crate::solve`].
+    Global,
+}
+
 /// Estimates every block and edge frequency of `g`.
 pub fn estimate(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]) -> Estimate {
+    estimate_with(g, c, s, m, loops, Combine::Local)
+}
+
+/// [`estimate`], combining the estimates as `how` says.
+pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle], how: Combine) -> Estimate {
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); c.count];
     for (b, cl) in c.block.iter().enumerate() {
         if let Some(cl) = cl {
@@ -102,6 +117,11 @@ pub fn estimate(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]) -> 
         }
     }
     propagate(g, c, &mut class_f);
+    if how == Combine::Global {
+        let samples: Vec<f64> =
+            members.iter().map(|bs| bs.iter().flat_map(|&b| g.blocks[b].first..g.blocks[b].end).map(|i| s[i]).sum()).collect();
+        class_f = crate::solve::solve(&direct, &samples, &flow_equations(g, c), &class_f);
+    }
     Estimate {
         block: c.block.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
         edge: c.edge.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
@@ -250,6 +270,20 @@ fn direct_confidence(points: usize, of: usize, spread: f64, samples: f64) -> Con
 /// class at once; no value is negative. With missing edges only the
 /// outgoing sums of blocks with known successors hold.
 fn propagate(g: &Cfg, c: &Classes, class_f: &mut [Option<Freq>]) {
+    let eqs = flow_equations(g, c);
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (lhs, rhs) in &eqs {
+            changed |= apply(*lhs, rhs, class_f);
+        }
+    }
+}
+
+/// The flow constraints over classes: a block's class equals the sum of
+/// its incoming edges' classes and of its outgoing ones. With missing
+/// edges only the outgoing sums of blocks with known successors hold.
+pub fn flow_equations(g: &Cfg, c: &Classes) -> Vec<crate::solve::Equation> {
     let mut eqs: Vec<(usize, Vec<usize>)> = Vec::new(); // (block class, edge classes)
     let mut ins_of: Vec<Vec<usize>> = vec![Vec::new(); g.blocks.len()];
     let mut outs_of: Vec<Vec<usize>> = vec![Vec::new(); g.blocks.len()];
@@ -272,13 +306,7 @@ fn propagate(g: &Cfg, c: &Classes, class_f: &mut [Option<Freq>]) {
             eqs.push((bc, outs));
         }
     }
-    let mut changed = true;
-    while changed {
-        changed = false;
-        for (lhs, rhs) in &eqs {
-            changed |= apply(*lhs, rhs, class_f);
-        }
-    }
+    eqs
 }
 
 /// One flow equation `lhs = Σ rhs` (over classes; a class may appear in

@@ -30,6 +30,7 @@ pub mod equiv;
 pub mod estimate;
 pub mod loops;
 pub mod mca;
+pub mod solve;
 
 use culprit::{Cause, Culprit};
 use estimate::{Confidence, Freq};
@@ -127,6 +128,19 @@ pub fn analyze(
     model: &mut dyn mca::MachineModel,
     mem: &dyn cfg::Memory,
 ) -> Result<Calc, String> {
+    analyze_with(start, bytes, samples, period_cycles, model, mem, estimate::Combine::default())
+}
+
+/// [`analyze`], combining the classes' estimates as `combine` says.
+pub fn analyze_with(
+    start: u64,
+    bytes: &[u8],
+    samples: &HashMap<u64, u64>,
+    period_cycles: f64,
+    model: &mut dyn mca::MachineModel,
+    mem: &dyn cfg::Memory,
+    combine: estimate::Combine,
+) -> Result<Calc, String> {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let classes = equiv::classes(&g);
     let s: Vec<f64> = g.insns.iter().map(|x| samples.get(&x.addr).copied().unwrap_or(0) as f64).collect();
@@ -144,7 +158,7 @@ pub fn analyze(
         .filter(|c| c.blocks.iter().any(|&b| (g.blocks[b].first..g.blocks[b].end).any(|i| s[i] > 0.0)))
         .collect();
     let m = min_cycles(&g, &wanted, model)?;
-    let est = estimate::estimate(&g, &classes, &s, &m, &hot_loops);
+    let est = estimate::estimate_with(&g, &classes, &s, &m, &hot_loops, combine);
     let instructions: Vec<InsnReport> = (0..g.insns.len()).map(|i| insn_report(&g, i, &s, &m, &est, period_cycles)).collect();
     let blocks = (0..g.blocks.len())
         .map(|b| {

@@ -20,6 +20,23 @@ pub trait MachineModel {
 
 /// Iterations llvm-mca simulates per block; the first half warm up.
 pub const ITERATIONS: usize = 12;
+/// Blocks of at least this many instructions are simulated for
+/// [`LONG_ITERATIONS`] only: two iterations of warm-up already fill the
+/// reorder buffer, and the timeline's text grows with the square of the
+/// iterations (rows x cycle columns). A procedure of 32k instructions in
+/// 72-instruction blocks made 180 MB of timeline at 12 iterations and 8 s
+/// of llvm-mca; at 4, a quarter of the CPU time.
+pub const LONG_BLOCK: usize = 32;
+pub const LONG_ITERATIONS: usize = 4;
+
+/// Iterations to simulate a block of `len` instructions for.
+pub fn iterations(len: usize) -> usize {
+    if len >= LONG_BLOCK {
+        LONG_ITERATIONS
+    } else {
+        ITERATIONS
+    }
+}
 
 /// llvm-mca's input: one code region per block. Calls become `nop` (the
 /// callee's time is sampled in the callee; llvm-mca would charge 100
@@ -44,9 +61,9 @@ pub fn input(blocks: &[Vec<String>]) -> (String, Vec<Option<(usize, usize)>>) {
 }
 
 /// M_i per block from llvm-mca's `-timeline` output of [`input`] with
-/// [`ITERATIONS`] iterations: the mean retire-to-retire gap over the
-/// second half of the iterations.
-pub fn parse_timeline(out: &str, sizes: &[usize]) -> Result<Vec<Vec<f64>>, String> {
+/// `iters` iterations: the mean retire-to-retire gap over the second half
+/// of the iterations.
+pub fn parse_timeline(out: &str, sizes: &[usize], iters: usize) -> Result<Vec<Vec<f64>>, String> {
     let mut result: Vec<Vec<f64>> = Vec::new();
     let mut region: Option<Vec<Vec<Option<usize>>>> = None;
     let mut col = 0usize;
@@ -54,7 +71,7 @@ pub fn parse_timeline(out: &str, sizes: &[usize]) -> Result<Vec<Vec<f64>>, Strin
         if let Some(r) = region.take() {
             let b = result.len();
             let n = *sizes.get(b).ok_or("llvm-mca printed more regions than blocks")?;
-            result.push(gaps(&r, n).ok_or_else(|| format!("llvm-mca timeline of block {b} is incomplete"))?);
+            result.push(gaps(&r, n, iters).ok_or_else(|| format!("llvm-mca timeline of block {b} is incomplete"))?);
         }
         Ok(())
     };
@@ -62,7 +79,7 @@ pub fn parse_timeline(out: &str, sizes: &[usize]) -> Result<Vec<Vec<f64>>, Strin
         if line.contains("Code Region - ") {
             flush(&mut region, &mut result)?;
         } else if line.starts_with("Timeline view:") {
-            region = Some(vec![vec![None; 0]; ITERATIONS]);
+            region = Some(vec![vec![None; 0]; iters]);
         } else if let (Some(_), Some(rest)) = (region.as_ref(), line.strip_prefix("Index")) {
             col = 5 + rest.len() - rest.trim_start().len();
         } else if let (Some(r), true) = (region.as_mut(), line.starts_with('[')) {
@@ -91,10 +108,10 @@ fn timeline_row(line: &str, col: usize) -> Option<(usize, usize, Option<usize>)>
     Some((it.trim().parse().ok()?, idx.trim().parse().ok()?, r))
 }
 
-fn gaps(rows: &[Vec<Option<usize>>], n: usize) -> Option<Vec<f64>> {
+fn gaps(rows: &[Vec<Option<usize>>], n: usize, iters: usize) -> Option<Vec<f64>> {
     let mut sum = vec![0.0; n];
-    let from = ITERATIONS / 2;
-    for it in from..ITERATIONS {
+    let from = (iters / 2).max(1);
+    for it in from..iters {
         let row = rows.get(it)?;
         let prev_row = rows.get(it - 1)?;
         for (i, total) in sum.iter_mut().enumerate() {
@@ -103,7 +120,7 @@ fn gaps(rows: &[Vec<Option<usize>>], n: usize) -> Option<Vec<f64>> {
             *total += r - before;
         }
     }
-    Some(sum.into_iter().map(|s| s / (ITERATIONS - from) as f64).collect())
+    Some(sum.into_iter().map(|s| s / (iters - from) as f64).collect())
 }
 
 #[cfg(test)]
@@ -124,7 +141,7 @@ mod tests {
         // Checks M_i from a recorded llvm-mca 19 znver5 timeline: an imul chain retires every 3 cycles,
         // the imul carries the gap, the others retire with it or one cycle later.
         let out = include_str!("../testdata/mca-imul-chain.txt");
-        let m = parse_timeline(out, &[3]).unwrap();
+        let m = parse_timeline(out, &[3], ITERATIONS).unwrap();
         let total: f64 = m[0].iter().sum();
         assert!((total - 3.0).abs() < 1e-9, "{m:?}");
         assert!(m[0][0] >= 2.0, "{m:?}");

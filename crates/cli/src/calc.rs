@@ -3,14 +3,18 @@
 
 use crate::flags::{CalcArgs, Format};
 use crate::machine::{measure_ghz, LlvmMca};
-use crate::procedure::{find_procedure, load, symbolizer, Filter};
+use crate::procedure::{find_procedure, load, symbolizer, Filter, Selected};
 use anyhow::{anyhow, bail, Result};
 use loupe_calc::culprit::Cause;
+use loupe_calc::estimate::Combine;
 use loupe_calc::mca::MachineModel;
-use loupe_calc::{analyze, Calc};
+use loupe_calc::{analyze_with, Calc};
+use loupe_collector::clock;
 use loupe_model::EventName;
+use loupe_store::Database;
 use loupe_symbolize::Code;
 use std::io::Write;
+use std::path::Path;
 
 struct Mem<'a>(&'a Code<'a>);
 
@@ -31,13 +35,21 @@ pub fn run(a: CalcArgs) -> Result<u8> {
         bail!("no samples of event {} in {} (events present: {})", a.event, sel.image.path, have.join(", "));
     };
     let (n, period_sum) = sel.totals[&ev];
-    let (ghz, clock_note) = match (a.event.as_str(), a.cpu_ghz) {
-        ("cycles", _) => (1.0, "period counted in cycles".to_string()),
-        ("cpu-clock" | "task-clock", Some(g)) => (g, format!("clock {g:.2} GHz (--cpu-ghz)")),
-        ("cpu-clock" | "task-clock", None) => {
-            let g = measure_ghz();
-            (g, format!("clock {g:.2} GHz (measured here)"))
-        }
+    let (ghz, clock_note, clock_source) = match (a.event.as_str(), a.cpu_ghz) {
+        ("cycles", _) => (1.0, "period counted in cycles".to_string(), "cycles"),
+        ("cpu-clock" | "task-clock", Some(g)) => (g, format!("clock {g:.2} GHz (--cpu-ghz)"), "flag"),
+        ("cpu-clock" | "task-clock", None) => match recorded_ghz(&p.db.db, &sel, &ev)? {
+            Some((g, with, of)) if with == of => (g, format!("clock {g:.2} GHz (recorded with the profile)"), "recorded"),
+            Some((g, with, of)) => {
+                eprintln!("loupe: warning: {} of {of} epochs have no recorded clock; using the others' {g:.2} GHz", of - with);
+                (g, format!("clock {g:.2} GHz (recorded with {with} of {of} epochs)"), "recorded")
+            }
+            None => {
+                let g = measure_ghz();
+                eprintln!("loupe: warning: the profile has no recorded clock (older loupe); measured this machine's: {g:.2} GHz");
+                (g, format!("clock {g:.2} GHz (measured here)"), "measured")
+            }
+        },
         (e, _) => bail!("calc needs a time event (cpu-clock, task-clock or cycles), not {e}"),
     };
     let period_cycles = period_sum as f64 / n.max(1) as f64 * ghz;
@@ -45,16 +57,19 @@ pub fn run(a: CalcArgs) -> Result<u8> {
     let proc_ = find_procedure(&code, &p.procedure, &sel.image.path)?;
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
     let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
-    let calc = analyze(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code)).map_err(|e| anyhow!("{e}"))?;
+    let combine = if a.solver == "global" { Combine::Global } else { Combine::Local };
+    let calc = analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), combine).map_err(|e| anyhow!("{e}"))?;
     let hw: Vec<&str> =
         sel.samples.keys().map(|e| e.as_str()).filter(|e| !matches!(*e, "cpu-clock" | "task-clock" | "page-faults")).collect();
     let head = Header {
         procedure: &proc_.name,
         image: &sel.image.path,
-        epochs: sel.epochs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(","),
+        epochs: epoch_ranges(&sel.epochs),
         event: &a.event,
         model: model.describe(),
         clock: clock_note,
+        clock_source,
+        ghz,
         hw_events: hw.join(", "),
     };
     let mut out = std::io::stdout().lock();
@@ -72,7 +87,51 @@ struct Header<'a> {
     event: &'a str,
     model: String,
     clock: String,
+    /// Where the clock came from: "recorded", "measured", "flag" or "cycles".
+    clock_source: &'static str,
+    ghz: f64,
     hw_events: String,
+}
+
+/// The core clock stored with the selected epochs (`loupe record` and the
+/// daemon measure it while recording), averaged with the weight of each
+/// epoch's period sum of `ev` in the image: (GHz, epochs with a clock,
+/// epochs with samples); None when no epoch with samples has one.
+fn recorded_ghz(db: &Path, sel: &Selected, ev: &EventName) -> Result<Option<(f64, usize, usize)>> {
+    let db = Database::open(db)?;
+    let infos = db.epochs()?;
+    let (mut sum, mut weight, mut with, mut of) = (0.0, 0.0, 0, 0);
+    for &e in &sel.epochs {
+        let (index, _) = db.index(e)?;
+        let w: u64 = index.entries.iter().filter(|x| x.image == sel.image && &x.event == ev).map(|x| x.period_sum).sum();
+        if w == 0 {
+            continue;
+        }
+        of += 1;
+        let ghz = infos.iter().find(|i| i.id == e).and_then(|i| i.meta.get(clock::META_GHZ)?.parse::<f64>().ok());
+        if let Some(g) = ghz.filter(|g| *g > 0.0) {
+            with += 1;
+            sum += g * w as f64;
+            weight += w as f64;
+        }
+    }
+    Ok((with > 0).then(|| (sum / weight, with, of)))
+}
+
+/// Epochs as runs: 1-168 for a week of hourly epochs, not 168 numbers.
+fn epoch_ranges(epochs: &[loupe_store::EpochId]) -> String {
+    let mut ids: Vec<u32> = epochs.iter().map(|e| e.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for id in ids {
+        match runs.last_mut() {
+            Some((_, hi)) if *hi + 1 == id => *hi = id,
+            _ => runs.push((id, id)),
+        }
+    }
+    let text: Vec<String> = runs.iter().map(|&(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect();
+    text.join(",")
 }
 
 fn hex(a: u64) -> String {
@@ -108,7 +167,7 @@ fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
         .collect();
     let doc = serde_json::json!({
         "procedure": h.procedure, "image": h.image, "epochs": h.epochs, "event": h.event,
-        "model": h.model, "clock": h.clock, "period_cycles": c.period_cycles,
+        "model": h.model, "clock": h.clock, "clock_source": h.clock_source, "cpu_ghz": h.ghz, "period_cycles": c.period_cycles,
         "hardware_events": if h.hw_events.is_empty() { serde_json::Value::Null } else { h.hw_events.clone().into() },
         "missing_edges": c.missing_edges, "classes": c.classes,
         "instructions": insns, "blocks": blocks, "edges": edges, "summary": c.summary,
@@ -222,4 +281,17 @@ fn summary(out: &mut dyn Write, c: &Calc) -> Result<()> {
         writeln!(out, "*** {} samples in blocks without an estimate", s.samples - s.samples_with_estimates)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use loupe_store::EpochId;
+
+    #[test]
+    fn epochs_print_as_runs() {
+        // Checks consecutive epochs collapse to a-b runs and single ones stay alone.
+        let e = |v: &[u32]| super::epoch_ranges(&v.iter().map(|&x| EpochId(x)).collect::<Vec<_>>());
+        assert_eq!(e(&[1, 2, 3, 5, 7, 8]), "1-3,5,7-8");
+        assert_eq!(e(&[4]), "4");
+    }
 }

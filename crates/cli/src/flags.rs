@@ -70,7 +70,7 @@ Execution counts are estimated from the samples alone: the procedure's control-f
 equivalence, and each instruction's minimum cycles from llvm-mca's model of this CPU (Debian package llvm-19). \
 Bubbles above an instruction name the possible causes of its dynamic stall and the instruction to blame: \
 d D-cache miss, D DTLB miss, f divider busy, p branch mispredict, i I-cache miss, w store buffer full. \
-The clock event's period (ns) becomes cycles with the core clock measured at start (or --cpu-ghz).")]
+The clock event's period (ns) becomes cycles with the core clock recorded with the profile (measured here for older databases, or --cpu-ghz).")]
     Calc(CalcArgs),
     /// Write an interactive flame graph (SVG or HTML) of the recorded call stacks.
     #[command(after_help = "Examples:\n  loupe flame -o cpu.svg\n  loupe flame --comm postgres --epoch all -o pg.html\n\n\
@@ -476,9 +476,13 @@ pub struct CalcArgs {
     /// Path of llvm-mca (default: llvm-mca-19, then llvm-mca).
     #[arg(long, value_name = "PATH")]
     pub llvm_mca: Option<String>,
-    /// Core clock of the profiled machine in GHz (default: measured here).
+    /// Core clock of the profiled machine in GHz (default: the one recorded with the profile).
     #[arg(long, value_name = "GHZ")]
     pub cpu_ghz: Option<f64>,
+    /// How class estimates are combined over the flow constraints: `local` propagation (DCPI §6.1.4) or
+    /// `global`, a non-negative weighted least-squares fit of all classes.
+    #[arg(long, value_name = "HOW", default_value = "local", value_parser = ["local", "global"])]
+    pub solver: String,
 }
 
 /// `loupe trace`: vertical event tracing (PEM).

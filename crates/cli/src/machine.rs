@@ -35,10 +35,10 @@ impl LlvmMca {
         bail!("llvm-mca not found (install Debian's llvm-19, or pass --llvm-mca PATH)")
     }
 
-    fn run(&self, input: &str) -> Result<(bool, String, String)> {
+    fn run(&self, input: &str, iters: usize) -> Result<(bool, String, String)> {
         let mut child = Command::new(&self.program)
-            .args([format!("-mcpu={}", self.mcpu), format!("-iterations={}", mca::ITERATIONS)])
-            .args([format!("-timeline-max-iterations={}", mca::ITERATIONS), "-timeline-max-cycles=0".into()])
+            .args([format!("-mcpu={}", self.mcpu), format!("-iterations={iters}")])
+            .args([format!("-timeline-max-iterations={iters}"), "-timeline-max-cycles=0".into()])
             .args(["-all-views=false", "-timeline", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -54,17 +54,18 @@ impl LlvmMca {
     }
 }
 
-impl MachineModel for LlvmMca {
+impl LlvmMca {
+    /// One llvm-mca run over `blocks` simulated for `iters` iterations.
     /// Lines llvm-mca cannot assemble (rare AT&T spellings) are scheduled
     /// as `nop` and the run repeated.
-    fn schedule(&mut self, blocks: &[Vec<String>]) -> Result<Vec<Vec<f64>>, String> {
+    fn schedule_runs(&self, blocks: &[Vec<String>], iters: usize) -> Result<Vec<Vec<f64>>, String> {
         let (text, _) = mca::input(blocks);
         let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
         let sizes: Vec<usize> = blocks.iter().map(Vec::len).collect();
         for _ in 0..64 {
-            let (ok, out, err) = self.run(&(lines.join("\n") + "\n")).map_err(|e| format!("{e:#}"))?;
+            let (ok, out, err) = self.run(&(lines.join("\n") + "\n"), iters).map_err(|e| format!("{e:#}"))?;
             if ok {
-                return mca::parse_timeline(&out, &sizes);
+                return mca::parse_timeline(&out, &sizes, iters);
             }
             let bad: Vec<usize> = err
                 .lines()
@@ -82,62 +83,55 @@ impl MachineModel for LlvmMca {
         }
         Err(format!("{} kept rejecting the input", self.program))
     }
+}
+
+impl MachineModel for LlvmMca {
+    /// Blocks are grouped by [`mca::iterations`] (one llvm-mca run per
+    /// count), and the groups split into one run per CPU, run at once.
+    fn schedule(&mut self, blocks: &[Vec<String>]) -> Result<Vec<Vec<f64>>, String> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut jobs: Vec<(usize, Vec<usize>)> = Vec::new();
+        for iters in [mca::ITERATIONS, mca::LONG_ITERATIONS] {
+            let group: Vec<usize> = (0..blocks.len()).filter(|&b| mca::iterations(blocks[b].len()) == iters).collect();
+            let total: usize = group.iter().map(|&b| blocks[b].len()).sum();
+            let share = total.div_ceil(cpus).max(1);
+            let mut job = Vec::new();
+            let mut size = 0;
+            for b in group {
+                job.push(b);
+                size += blocks[b].len();
+                if size >= share {
+                    jobs.push((iters, std::mem::take(&mut job)));
+                    size = 0;
+                }
+            }
+            if !job.is_empty() {
+                jobs.push((iters, job));
+            }
+        }
+        let this = &*self;
+        let results: Vec<Result<Vec<Vec<f64>>, String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = jobs
+                .iter()
+                .map(|(iters, job)| {
+                    let part: Vec<Vec<String>> = job.iter().map(|&b| blocks[b].clone()).collect();
+                    s.spawn(move || this.schedule_runs(&part, *iters))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("llvm-mca thread panicked".into()))).collect()
+        });
+        let mut out = vec![Vec::new(); blocks.len()];
+        for ((_, job), r) in jobs.iter().zip(results) {
+            for (&b, m) in job.iter().zip(r?) {
+                out[b] = m;
+            }
+        }
+        Ok(out)
+    }
 
     fn describe(&self) -> String {
         format!("{} ({}), -mcpu={}", self.program, self.version, self.mcpu)
     }
 }
 
-/// Core clock in GHz, measured: a chain of dependent one-cycle adds runs
-/// at one add per cycle on every x86-64 core. Timed in this thread's CPU
-/// time, the clock `cpu-clock` samples count, so other busy processes do
-/// not slow it; best of twenty ~5 ms runs. (The median of 41 runs was
-/// tried: on the shared, loaded VM single runs read up to 4.4 GHz against a
-/// median of 3.6, but on the quiet machine the median, 3.55, made the divide
-/// chain's counts 10-20% low: the workload ran at the best run's clock.)
-pub fn measure_ghz() -> f64 {
-    let mut best = 0.0f64;
-    for _ in 0..20 {
-        let iters: u64 = 200_000;
-        let t = thread_cpu_ns();
-        add_chain(iters);
-        let ns = (thread_cpu_ns() - t) as f64;
-        if ns > 0.0 {
-            best = best.max(iters as f64 * 100.0 / ns);
-        }
-    }
-    best
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-#[cfg(target_arch = "x86_64")]
-fn add_chain(iters: u64) {
-    let mut x = 0u64;
-    let mut n = iters;
-    // SAFETY: register-only arithmetic and a local loop; no memory, no stack.
-    unsafe {
-        std::arch::asm!(
-            "2:",
-            ".rept 100",
-            "add {x}, 1",
-            ".endr",
-            "dec {n}",
-            "jnz 2b",
-            x = inout(reg) x,
-            n = inout(reg) n,
-            options(nomem, nostack),
-        );
-    }
-    std::hint::black_box((x, n));
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn add_chain(_: u64) {
-    unimplemented!("loupe calc models x86-64 only")
-}
+pub use loupe_collector::clock::measure_ghz;

@@ -77,6 +77,8 @@ fn calc_names_the_known_dominant_stall_first() {
     for (proc_, reps, cause, is_culprit) in cases {
         let db = record(dir.path(), proc_, reps);
         let c = calc_json(&db, proc_);
+        // The clock comes from the recording, not from the machine at analysis time.
+        assert_eq!(c["clock_source"], "recorded", "{proc_}: {}", c["clock"]);
         let h = hottest(&c);
         let first = &h["culprits"][0];
         assert_eq!(first["cause"], cause, "{proc_}: hottest instruction {h}");

@@ -7,6 +7,7 @@
 //! sample reaches the disk within one `flush_every`.
 
 use crate::budget::{self, RateSwitch, SampleCost};
+use crate::clock;
 use crate::{Collector, KernelInfo, Stats};
 use loupe_bpf::{AggEntry, BpfAggregator};
 use loupe_model::EventName;
@@ -123,6 +124,8 @@ pub struct Engine {
     pub flush_bytes: u64,
     pub problems: Vec<String>,
     pub started: Instant,
+    /// When the core clock was last measured ([`Engine::record_clock`]).
+    last_clock: Instant,
     bpf: Option<BpfAggregator>,
     entries: Vec<AggEntry>,
     last_drain: Instant,
@@ -130,7 +133,7 @@ pub struct Engine {
     pub bpf_entries_drained: u64,
     /// Which backend runs, and why, for the user.
     pub backend_note: String,
-    /// CPU time the cost calibration spent spinning.
+    /// CPU time the cost calibration and the clock measurements spent spinning.
     pub calibration_cpu_seconds: f64,
     /// CPU time spent before sampling began.
     pub startup_cpu_seconds: f64,
@@ -159,7 +162,7 @@ impl Engine {
         db.set_epoch_meta(epoch, "kernel", release.trim())?;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         db.set_epoch_meta(epoch, "host", host.trim())?;
-        Ok(Engine {
+        let mut engine = Engine {
             sampler,
             collector,
             db,
@@ -177,7 +180,37 @@ impl Engine {
             backend_note,
             calibration_cpu_seconds: 0.0,
             startup_cpu_seconds: 0.0,
-        })
+            last_clock: Instant::now(),
+        };
+        engine.record_clock()?;
+        // The first measurement is start-up, which callers count from process start.
+        engine.calibration_cpu_seconds = 0.0;
+        Ok(engine)
+    }
+
+    /// Measures the core clock now and stores it with the current epoch
+    /// (all readings of the epoch and their median, [`clock::META_GHZ`]),
+    /// for `loupe calc` to turn periods in ns into cycles.
+    pub fn record_clock(&mut self) -> Result<()> {
+        let cpu_before = own_cpu_seconds();
+        let ghz = clock::measure_ghz();
+        // Like the cost calibration, a one-off measurement (0.1 s at start,
+        // exit and each epoch), not the running cost per sample.
+        self.calibration_cpu_seconds += own_cpu_seconds() - cpu_before;
+        let epoch = self.db.current_epoch()?;
+        let info = self.db.epochs()?.into_iter().find(|e| e.id == epoch);
+        let mut readings = info.and_then(|e| e.meta.get(clock::META_READINGS).map(|r| clock::parse_readings(r))).unwrap_or_default();
+        readings.push(ghz);
+        let text: Vec<String> = readings.iter().map(|g| format!("{g:.4}")).collect();
+        self.db.set_epoch_meta(epoch, clock::META_READINGS, &text.join(" "))?;
+        if let Some(m) = clock::median(&readings) {
+            self.db.set_epoch_meta(epoch, clock::META_GHZ, &format!("{m:.4}"))?;
+        }
+        if let Some(t) = clock::tsc_mhz() {
+            self.db.set_epoch_meta(epoch, clock::META_TSC, &format!("{t:.3}"))?;
+        }
+        self.last_clock = Instant::now();
+        Ok(())
     }
 
     pub fn bpf(&self) -> Option<&BpfAggregator> {
@@ -279,6 +312,9 @@ impl Engine {
         let profiles = self.collector.take_profiles(|i| i as u64 % FLUSH_SLICES == k);
         if k == 0 {
             self.store_stacks()?;
+            if self.last_clock.elapsed() >= CLOCK_EVERY {
+                self.record_clock()?;
+            }
         }
         self.store(profiles)
     }
@@ -292,7 +328,8 @@ impl Engine {
         }
         let profiles = self.collector.take_profiles(|_| true);
         self.store_stacks()?;
-        self.store(profiles)
+        self.store(profiles)?;
+        self.record_clock()
     }
 
     fn store_stacks(&mut self) -> Result<()> {
@@ -320,10 +357,15 @@ impl Engine {
     /// Flushes into the current epoch, then starts a new one.
     pub fn new_epoch(&mut self) -> Result<EpochId> {
         self.flush_all()?;
-        Ok(self.db.new_epoch()?)
+        let epoch = self.db.new_epoch()?;
+        self.record_clock()?;
+        Ok(epoch)
     }
 }
 
+/// How often a long-running daemon measures the core clock again (0.1 s
+/// of CPU each time: 0.02% of one CPU).
+const CLOCK_EVERY: Duration = Duration::from_secs(600);
 const CALIBRATION_HIGH_HZ: u64 = 5000;
 const CALIBRATION_LOW_HZ: u64 = 10;
 const CALIBRATION_WINDOW: Duration = Duration::from_millis(120);

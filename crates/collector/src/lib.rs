@@ -10,6 +10,7 @@
 
 pub mod aggregate;
 pub mod budget;
+pub mod clock;
 pub mod daemon;
 pub mod images;
 pub mod kernel;
