@@ -132,7 +132,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         std::thread::sleep(interval);
         let exited = child.try_wait()?;
         log_counters(buf, &interval_ev, &mut counters, &mut last);
-        tick += 1;
+        tick += 1; // one HW::Counters::Interval logged per tick
         if let Some(k) = &mut kernel {
             k.drain(false, &mut kclients)?;
         }
@@ -163,7 +163,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
         "counters": counters.names(), "counters_missing": skipped, "interval_us": r.interval_us,
         "kernel_events": kernel_events, "kernel_events_lost": kernel_lost,
-        "kernel_events_unreadable": kernel_unreadable,
+        "kernel_events_unreadable": kernel_unreadable, "intervals_logged": tick,
         "writer_clock": if buf.clock().is_some() { "tsc" } else { "clock_gettime" },
         "writer_clock_drift_ns": buf.clock().map(|c| c.drift())});
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;

@@ -146,6 +146,32 @@ fn record_phases_workload() {
     );
 }
 
+// Drops are counted, never hidden: with two 32 KiB packets per CPU and the consumer draining once a second,
+// most of a 400,000-event burst is dropped; events written + events counted as dropped = events logged (the
+// program's and the recorder's counter intervals), exactly; each CPU stream's last packet carries its CPU's
+// count (CTF events_discarded), and babeltrace2 says events were discarded.
+#[test]
+fn drops_counted_in_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build_c(dir.path(), "trace_phases");
+    let out = dir.path().join("d.trace");
+    let flags = ["--subbufs", "2", "--subbuf-kib", "32", "--interval-us", "1000000"];
+    let t = record(&flags, &out, &[prog.as_os_str(), "bench".as_ref(), "400000".as_ref()]);
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
+    let logged = 400_000 + meta["intervals_logged"].as_u64().unwrap();
+    assert!(t.dropped > 300_000, "{} dropped", t.dropped);
+    assert_eq!(t.entries.len() as u64 + t.dropped, logged);
+    for (cpu, dropped) in meta["dropped"].as_array().unwrap().iter().enumerate() {
+        let bytes = std::fs::read(out.join(format!("ctf/cpu{cpu}"))).unwrap();
+        let last = bytes.chunks(32 << 10).filter_map(loupe_trace::buffer::packet_header).last();
+        assert_eq!(last.map_or(0, |h| h.dropped), dropped.as_u64().unwrap(), "cpu {cpu}");
+    }
+    let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().unwrap();
+    assert!(bt.status.success());
+    assert!(String::from_utf8_lossy(&bt.stderr).contains("discarded"));
+    assert_eq!(String::from_utf8(bt.stdout).unwrap().lines().count(), t.entries.len());
+}
+
 // PEM's demonstration (§4.1): 12 iterations that each fault in 16 MiB of fresh memory and then compute over it.
 // The report must show the page-fault peak early in each iteration and progress late, a clearly negative
 // correlation between page faults and progress, a page-fault period (found without the markers, on the
