@@ -163,7 +163,7 @@ fn drops_counted_in_the_trace() {
     assert_eq!(t.entries.len() as u64 + t.dropped, logged);
     for (cpu, dropped) in meta["dropped"].as_array().unwrap().iter().enumerate() {
         let bytes = std::fs::read(out.join(format!("ctf/cpu{cpu}"))).unwrap();
-        let last = bytes.chunks(32 << 10).filter_map(loupe_trace::buffer::packet_header).last();
+        let last = bytes.chunks(32 << 10).filter_map(loupe_trace::buffer::packet_header).next_back();
         assert_eq!(last.map_or(0, |h| h.dropped), dropped.as_u64().unwrap(), "cpu {cpu}");
     }
     let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().unwrap();
