@@ -13,6 +13,8 @@ Usage (root, from the repository root):
 With TRACE_COST_OLD_C=DIR (a directory holding an older loupe_trace.h and
 loupe_events.h, e.g. from `git show REV:sdk/c/...`) the C variants also run
 built against those headers, in the same rounds: before/after in one run.
+With TRACE_COST_OLD_RUST=BINARY (a trace_bench example built from an older
+revision) the Rust variants also run with it, in the same rounds.
 Needs gcc, go, javac, liblttng-ust-dev and lttng-tools (scripts/setup.sh installs them)."""
 import os, re, shutil, statistics, subprocess, sys, tempfile
 
@@ -112,6 +114,13 @@ def main():
                 ('Loupe C old TSC, 1 thread', lambda: loupe(tmp, [old, 'bench', str(N)], 'tsc')),
                 ('Loupe C old, 2 threads', lambda: loupe(tmp, [old, 'bench', str(N), '2'])),
                 ('Loupe C old TSC, 2 threads', lambda: loupe(tmp, [old, 'bench', str(N), '2'], 'tsc')),
+            ]
+        old_rs = os.environ.get('TRACE_COST_OLD_RUST')
+        if old_rs:
+            variants += [
+                ('Loupe Rust old, 1 thread', lambda: loupe(tmp, [old_rs, str(N)])),
+                ('Loupe Rust old TSC, 1 thread', lambda: loupe(tmp, [old_rs, str(N)], 'tsc')),
+                ('Loupe Rust old, 2 threads', lambda: loupe(tmp, [old_rs, str(N), '2'])),
             ]
         res = {name: [] for name, _ in variants}
         for _ in range(ROUNDS):

@@ -2,15 +2,22 @@
 //! Log with the event functions; tracing is on when $LOUPE_TRACE_SHM names a buffer.
 
 #![allow(dead_code, clippy::all)]
-use loupe_trace::stub::{global, write, Dec, Enc};
+use loupe_trace::stub::{global, list_size, record_size, str_size, write, Dec, Enc};
 
 pub const ID_LOUPE_PHASE_BEGIN: u16 = 1;
 pub const MAX_LOUPE_PHASE_BEGIN: usize = 24;
 
-/// Encodes Loupe::Phase::Begin into `out` (at least MAX_LOUPE_PHASE_BEGIN bytes); returns the record's size.
+/// The size of a Loupe::Phase::Begin record (fixed).
+#[inline]
+pub const fn size_loupe_phase_begin() -> usize {
+    record_size(12)
+}
+
+/// Encodes Loupe::Phase::Begin into `out` (at least its size_loupe_phase_begin bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_loupe_phase_begin(out: &mut [u8], ts: u64, phase: u32, iteration: u64) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_loupe_phase_begin()], ts);
     e.put(phase);
     e.put(iteration);
     e.finish(ID_LOUPE_PHASE_BEGIN)
@@ -21,19 +28,26 @@ pub fn encode_loupe_phase_begin(out: &mut [u8], ts: u64, phase: u32, iteration: 
 #[inline]
 pub fn loupe_phase_begin(phase: u32, iteration: u64) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_LOUPE_PHASE_BEGIN];
-        let n = encode_loupe_phase_begin(&mut rec, 0, phase, iteration);
-        write(b, &rec[..n]);
+        write(b, size_loupe_phase_begin(), |slot_, stamp_| {
+            encode_loupe_phase_begin(slot_, stamp_, phase, iteration);
+        });
     }
 }
 
 pub const ID_LOUPE_PHASE_END: u16 = 2;
 pub const MAX_LOUPE_PHASE_END: usize = 24;
 
-/// Encodes Loupe::Phase::End into `out` (at least MAX_LOUPE_PHASE_END bytes); returns the record's size.
+/// The size of a Loupe::Phase::End record (fixed).
+#[inline]
+pub const fn size_loupe_phase_end() -> usize {
+    record_size(12)
+}
+
+/// Encodes Loupe::Phase::End into `out` (at least its size_loupe_phase_end bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_loupe_phase_end(out: &mut [u8], ts: u64, phase: u32, iteration: u64) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_loupe_phase_end()], ts);
     e.put(phase);
     e.put(iteration);
     e.finish(ID_LOUPE_PHASE_END)
@@ -44,19 +58,26 @@ pub fn encode_loupe_phase_end(out: &mut [u8], ts: u64, phase: u32, iteration: u6
 #[inline]
 pub fn loupe_phase_end(phase: u32, iteration: u64) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_LOUPE_PHASE_END];
-        let n = encode_loupe_phase_end(&mut rec, 0, phase, iteration);
-        write(b, &rec[..n]);
+        write(b, size_loupe_phase_end(), |slot_, stamp_| {
+            encode_loupe_phase_end(slot_, stamp_, phase, iteration);
+        });
     }
 }
 
 pub const ID_HW_COUNTERS_INTERVAL: u16 = 16;
 pub const MAX_HW_COUNTERS_INTERVAL: usize = 1056;
 
-/// Encodes HW::Counters::Interval into `out` (at least MAX_HW_COUNTERS_INTERVAL bytes); returns the record's size.
+/// The size of a HW::Counters::Interval record with these strings and lists.
+#[inline]
+pub const fn size_hw_counters_interval(counter_values: &[u64]) -> usize {
+    record_size(12 + list_size(counter_values))
+}
+
+/// Encodes HW::Counters::Interval into `out` (at least its size_hw_counters_interval bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_hw_counters_interval(out: &mut [u8], ts: u64, cpu: u32, duration_ns: u64, counter_values: &[u64]) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_hw_counters_interval(counter_values)], ts);
     e.put(cpu);
     e.put(duration_ns);
     e.list(counter_values);
@@ -68,19 +89,26 @@ pub fn encode_hw_counters_interval(out: &mut [u8], ts: u64, cpu: u32, duration_n
 #[inline]
 pub fn hw_counters_interval(cpu: u32, duration_ns: u64, counter_values: &[u64]) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_HW_COUNTERS_INTERVAL];
-        let n = encode_hw_counters_interval(&mut rec, 0, cpu, duration_ns, counter_values);
-        write(b, &rec[..n]);
+        write(b, size_hw_counters_interval(counter_values), |slot_, stamp_| {
+            encode_hw_counters_interval(slot_, stamp_, cpu, duration_ns, counter_values);
+        });
     }
 }
 
 pub const ID_OS_MEMORY_PAGE_FAULT: u16 = 32;
 pub const MAX_OS_MEMORY_PAGE_FAULT: usize = 32;
 
-/// Encodes OS::Memory::PageFault into `out` (at least MAX_OS_MEMORY_PAGE_FAULT bytes); returns the record's size.
+/// The size of a OS::Memory::PageFault record (fixed).
+#[inline]
+pub const fn size_os_memory_page_fault() -> usize {
+    record_size(20)
+}
+
+/// Encodes OS::Memory::PageFault into `out` (at least its size_os_memory_page_fault bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_os_memory_page_fault(out: &mut [u8], ts: u64, tid: u32, address: u64, ip: u64) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_os_memory_page_fault()], ts);
     e.put(tid);
     e.put(address);
     e.put(ip);
@@ -92,19 +120,26 @@ pub fn encode_os_memory_page_fault(out: &mut [u8], ts: u64, tid: u32, address: u
 #[inline]
 pub fn os_memory_page_fault(tid: u32, address: u64, ip: u64) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_OS_MEMORY_PAGE_FAULT];
-        let n = encode_os_memory_page_fault(&mut rec, 0, tid, address, ip);
-        write(b, &rec[..n]);
+        write(b, size_os_memory_page_fault(), |slot_, stamp_| {
+            encode_os_memory_page_fault(slot_, stamp_, tid, address, ip);
+        });
     }
 }
 
 pub const ID_OS_SCHED_SWITCH: u16 = 33;
 pub const MAX_OS_SCHED_SWITCH: usize = 1056;
 
-/// Encodes OS::Sched::Switch into `out` (at least MAX_OS_SCHED_SWITCH bytes); returns the record's size.
+/// The size of a OS::Sched::Switch record with these strings and lists.
+#[inline]
+pub const fn size_os_sched_switch(next_comm: &str) -> usize {
+    record_size(16 + str_size(next_comm))
+}
+
+/// Encodes OS::Sched::Switch into `out` (at least its size_os_sched_switch bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_os_sched_switch(out: &mut [u8], ts: u64, prev_tid: u32, next_tid: u32, prev_state: i64, next_comm: &str) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_os_sched_switch(next_comm)], ts);
     e.put(prev_tid);
     e.put(next_tid);
     e.put(prev_state);
@@ -117,19 +152,26 @@ pub fn encode_os_sched_switch(out: &mut [u8], ts: u64, prev_tid: u32, next_tid: 
 #[inline]
 pub fn os_sched_switch(prev_tid: u32, next_tid: u32, prev_state: i64, next_comm: &str) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_OS_SCHED_SWITCH];
-        let n = encode_os_sched_switch(&mut rec, 0, prev_tid, next_tid, prev_state, next_comm);
-        write(b, &rec[..n]);
+        write(b, size_os_sched_switch(next_comm), |slot_, stamp_| {
+            encode_os_sched_switch(slot_, stamp_, prev_tid, next_tid, prev_state, next_comm);
+        });
     }
 }
 
 pub const ID_OS_SYSCALL_ENTER: u16 = 34;
 pub const MAX_OS_SYSCALL_ENTER: usize = 24;
 
-/// Encodes OS::Syscall::Enter into `out` (at least MAX_OS_SYSCALL_ENTER bytes); returns the record's size.
+/// The size of a OS::Syscall::Enter record (fixed).
+#[inline]
+pub const fn size_os_syscall_enter() -> usize {
+    record_size(8)
+}
+
+/// Encodes OS::Syscall::Enter into `out` (at least its size_os_syscall_enter bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_os_syscall_enter(out: &mut [u8], ts: u64, tid: u32, nr: i32) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_os_syscall_enter()], ts);
     e.put(tid);
     e.put(nr);
     e.finish(ID_OS_SYSCALL_ENTER)
@@ -140,19 +182,26 @@ pub fn encode_os_syscall_enter(out: &mut [u8], ts: u64, tid: u32, nr: i32) -> us
 #[inline]
 pub fn os_syscall_enter(tid: u32, nr: i32) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_OS_SYSCALL_ENTER];
-        let n = encode_os_syscall_enter(&mut rec, 0, tid, nr);
-        write(b, &rec[..n]);
+        write(b, size_os_syscall_enter(), |slot_, stamp_| {
+            encode_os_syscall_enter(slot_, stamp_, tid, nr);
+        });
     }
 }
 
 pub const ID_OS_BLOCK_ISSUE: u16 = 35;
 pub const MAX_OS_BLOCK_ISSUE: usize = 1056;
 
-/// Encodes OS::Block::Issue into `out` (at least MAX_OS_BLOCK_ISSUE bytes); returns the record's size.
+/// The size of a OS::Block::Issue record with these strings and lists.
+#[inline]
+pub const fn size_os_block_issue(rwbs: &str) -> usize {
+    record_size(16 + str_size(rwbs))
+}
+
+/// Encodes OS::Block::Issue into `out` (at least its size_os_block_issue bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_os_block_issue(out: &mut [u8], ts: u64, dev: u32, sector: u64, bytes: u32, rwbs: &str) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_os_block_issue(rwbs)], ts);
     e.put(dev);
     e.put(sector);
     e.put(bytes);
@@ -165,19 +214,26 @@ pub fn encode_os_block_issue(out: &mut [u8], ts: u64, dev: u32, sector: u64, byt
 #[inline]
 pub fn os_block_issue(dev: u32, sector: u64, bytes: u32, rwbs: &str) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_OS_BLOCK_ISSUE];
-        let n = encode_os_block_issue(&mut rec, 0, dev, sector, bytes, rwbs);
-        write(b, &rec[..n]);
+        write(b, size_os_block_issue(rwbs), |slot_, stamp_| {
+            encode_os_block_issue(slot_, stamp_, dev, sector, bytes, rwbs);
+        });
     }
 }
 
 pub const ID_OS_BLOCK_COMPLETE: u16 = 36;
 pub const MAX_OS_BLOCK_COMPLETE: usize = 32;
 
-/// Encodes OS::Block::Complete into `out` (at least MAX_OS_BLOCK_COMPLETE bytes); returns the record's size.
+/// The size of a OS::Block::Complete record (fixed).
+#[inline]
+pub const fn size_os_block_complete() -> usize {
+    record_size(20)
+}
+
+/// Encodes OS::Block::Complete into `out` (at least its size_os_block_complete bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_os_block_complete(out: &mut [u8], ts: u64, dev: u32, sector: u64, bytes: u32, error: i32) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_os_block_complete()], ts);
     e.put(dev);
     e.put(sector);
     e.put(bytes);
@@ -190,19 +246,26 @@ pub fn encode_os_block_complete(out: &mut [u8], ts: u64, dev: u32, sector: u64, 
 #[inline]
 pub fn os_block_complete(dev: u32, sector: u64, bytes: u32, error: i32) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_OS_BLOCK_COMPLETE];
-        let n = encode_os_block_complete(&mut rec, 0, dev, sector, bytes, error);
-        write(b, &rec[..n]);
+        write(b, size_os_block_complete(), |slot_, stamp_| {
+            encode_os_block_complete(slot_, stamp_, dev, sector, bytes, error);
+        });
     }
 }
 
 pub const ID_LOUPE_PROFILE_SAMPLE: u16 = 48;
 pub const MAX_LOUPE_PROFILE_SAMPLE: usize = 32;
 
-/// Encodes Loupe::Profile::Sample into `out` (at least MAX_LOUPE_PROFILE_SAMPLE bytes); returns the record's size.
+/// The size of a Loupe::Profile::Sample record (fixed).
+#[inline]
+pub const fn size_loupe_profile_sample() -> usize {
+    record_size(18)
+}
+
+/// Encodes Loupe::Profile::Sample into `out` (at least its size_loupe_profile_sample bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_loupe_profile_sample(out: &mut [u8], ts: u64, pid: u32, tid: u32, ip: u64, event: u16) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_loupe_profile_sample()], ts);
     e.put(pid);
     e.put(tid);
     e.put(ip);
@@ -215,19 +278,26 @@ pub fn encode_loupe_profile_sample(out: &mut [u8], ts: u64, pid: u32, tid: u32, 
 #[inline]
 pub fn loupe_profile_sample(pid: u32, tid: u32, ip: u64, event: u16) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_LOUPE_PROFILE_SAMPLE];
-        let n = encode_loupe_profile_sample(&mut rec, 0, pid, tid, ip, event);
-        write(b, &rec[..n]);
+        write(b, size_loupe_profile_sample(), |slot_, stamp_| {
+            encode_loupe_profile_sample(slot_, stamp_, pid, tid, ip, event);
+        });
     }
 }
 
 pub const ID_LOUPE_APP_PROGRESS: u16 = 49;
 pub const MAX_LOUPE_APP_PROGRESS: usize = 1568;
 
-/// Encodes Loupe::App::Progress into `out` (at least MAX_LOUPE_APP_PROGRESS bytes); returns the record's size.
+/// The size of a Loupe::App::Progress record with these strings and lists.
+#[inline]
+pub const fn size_loupe_app_progress(label: &str, deltas: &[i32]) -> usize {
+    record_size(16 + str_size(label) + list_size(deltas))
+}
+
+/// Encodes Loupe::App::Progress into `out` (at least its size_loupe_app_progress bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub fn encode_loupe_app_progress(out: &mut [u8], ts: u64, units: u64, rate: f64, label: &str, deltas: &[i32]) -> usize {
-    let mut e = Enc::new(out, ts);
+    let mut e = Enc::new(&mut out[..size_loupe_app_progress(label, deltas)], ts);
     e.put(units);
     e.put(rate);
     e.str(label);
@@ -240,9 +310,9 @@ pub fn encode_loupe_app_progress(out: &mut [u8], ts: u64, units: u64, rate: f64,
 #[inline]
 pub fn loupe_app_progress(units: u64, rate: f64, label: &str, deltas: &[i32]) {
     if let Some(b) = global() {
-        let mut rec = [0u8; MAX_LOUPE_APP_PROGRESS];
-        let n = encode_loupe_app_progress(&mut rec, 0, units, rate, label, deltas);
-        write(b, &rec[..n]);
+        write(b, size_loupe_app_progress(label, deltas), |slot_, stamp_| {
+            encode_loupe_app_progress(slot_, stamp_, units, rate, label, deltas);
+        });
     }
 }
 

@@ -4,11 +4,18 @@
  *   phase 2: touches PAGES fresh 4 KiB pages (THP off) -> exactly PAGES page faults in the
  *            range, whose base is logged as a Loupe::App::Progress with label "base"
  *   phase 3: CALLS getppid system calls -> exactly CALLS sys_enter with nr = SYS_getppid
- *   phase 4: writes 4 x 1 MiB with O_DIRECT to FILE and fsyncs -> block requests of >= 4 MiB written
+ *   phase 4: writes 4 x 1 MiB with O_DIRECT to FILE and fsyncs -> block write requests covering the
+ *            file's blocks, each issued and completed inside the phase (write(2) with O_DIRECT returns
+ *            only once its requests completed); where those blocks are on the file system's device
+ *            (FIEMAP, after the fsync) is logged as Loupe::App::Progress events with label "extent",
+ *            units = physical byte offset, rate = length in bytes
  *   phase 5: spins for 200 ms of its own CPU time -> ~200 cpu-clock samples at 1000 Hz
  * Usage: trace_kernel FILE [SLEEPS PAGES CALLS] */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -20,6 +27,21 @@ static double cpu_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Logs where the file's data lives on its device; 0 if FIEMAP answered. */
+static int log_extents(int fd) {
+    enum { MAX = 64 };
+    struct fiemap *fm = calloc(1, sizeof *fm + MAX * sizeof(struct fiemap_extent));
+    if (!fm) return 1;
+    fm->fm_length = FIEMAP_MAX_OFFSET;
+    fm->fm_flags = FIEMAP_FLAG_SYNC;
+    fm->fm_extent_count = MAX;
+    int bad = ioctl(fd, FS_IOC_FIEMAP, fm) != 0 || fm->fm_mapped_extents == 0 || fm->fm_mapped_extents == MAX;
+    for (unsigned i = 0; !bad && i < fm->fm_mapped_extents; i++)
+        trace_loupe_app_progress(fm->fm_extents[i].fe_physical, (double)fm->fm_extents[i].fe_length, "extent", 0, 0);
+    free(fm);
+    return bad;
 }
 
 int main(int argc, char **argv) {
@@ -53,6 +75,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4; i++)
         if (write(fd, buf, 1 << 20) != 1 << 20) return 1;
     fsync(fd);
+    if (log_extents(fd)) return 1;
     close(fd);
     trace_loupe_phase_end(4, 0);
     unlink(argv[1]);

@@ -132,7 +132,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         std::thread::sleep(interval);
         let exited = child.try_wait()?;
         log_counters(buf, &interval_ev, &mut counters, &mut last);
-        tick += 1;
+        tick += 1; // one HW::Counters::Interval logged per tick
         if let Some(k) = &mut kernel {
             k.drain(false, &mut kclients)?;
         }
@@ -157,11 +157,13 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     }
     let kernel_events = kernel.as_ref().map(|k| serde_json::json!(k.counts)).unwrap_or_else(|| serde_json::json!({}));
     let kernel_lost = kernel.as_ref().map_or(0, |k| k.lost());
+    let kernel_unreadable = kernel.as_ref().map_or(0, |k| k.unreadable());
     let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
     let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size, "pid": child.pid,
         "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
         "counters": counters.names(), "counters_missing": skipped, "interval_us": r.interval_us,
         "kernel_events": kernel_events, "kernel_events_lost": kernel_lost,
+        "kernel_events_unreadable": kernel_unreadable, "intervals_logged": tick,
         "writer_clock": if buf.clock().is_some() { "tsc" } else { "clock_gettime" },
         "writer_clock_drift_ns": buf.clock().map(|c| c.drift())});
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;

@@ -85,6 +85,9 @@ pub struct Buffer {
     /// log2 of the sub-buffer size and nsub - 1: positions split with shifts and masks, not divisions.
     sub_shift: u32,
     nsub_mask: u64,
+    /// The geometry's control-block stride and data offset, computed once (the logging path uses both).
+    stride: usize,
+    data_off: usize,
 }
 
 // SAFETY: all shared state is accessed through atomics or through byte
@@ -217,13 +220,15 @@ impl Buffer {
             return Err(io::Error::last_os_error());
         }
         let (sub_shift, nsub_mask) = (geo.sub_size.max(1).trailing_zeros(), geo.nsub.max(1) as u64 - 1);
-        Ok(Buffer { base: p as *mut u8, len, geo, path, clock: None, sub_shift, nsub_mask })
+        let (stride, data_off) = (geo.ctl_stride(), geo.data_offset());
+        Ok(Buffer { base: p as *mut u8, len, geo, path, clock: None, sub_shift, nsub_mask, stride, data_off })
     }
 
     pub fn geometry(&self) -> Geometry {
         self.geo
     }
 
+    #[inline]
     fn atomic(&self, off: usize) -> &AtomicU64 {
         assert!(off + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: in bounds and 8-aligned (mmap is page-aligned); the mapping lives as long as self.
@@ -244,8 +249,15 @@ impl Buffer {
         unsafe { (self.base.add(off) as *mut u64).write_unaligned(v) }
     }
 
+    /// The control word at `off` (one of the OFF_ constants, or a commit counter) of `cpu`'s block.
+    #[inline]
     fn ctl(&self, cpu: usize, off: usize) -> &AtomicU64 {
-        self.atomic(GLOBAL + cpu * self.geo.ctl_stride() + off)
+        assert!(cpu < self.geo.ncpu as usize);
+        debug_assert!(off + 8 <= self.stride && off.is_multiple_of(8));
+        // SAFETY: cpu < ncpu and off + 8 <= stride (the offsets are constants and commit counters of slots
+        // below nsub, which the stride was sized for), so the word lies before the data area, inside the
+        // mapping; GLOBAL, the stride (a multiple of 64) and off are multiples of 8, the mapping page-aligned.
+        unsafe { &*(self.base.add(GLOBAL + cpu * self.stride + off) as *const AtomicU64) }
     }
 
     #[inline]
@@ -257,7 +269,7 @@ impl Buffer {
     fn slot_ptr(&self, cpu: usize, pos: u64) -> *mut u8 {
         let s = self.geo.sub_size as u64;
         let slot = self.slot_of(pos);
-        let off = self.geo.data_offset() + (cpu * self.geo.nsub as usize + slot as usize) * s as usize + (pos & (s - 1)) as usize;
+        let off = self.data_off + (cpu * self.geo.nsub as usize + slot as usize) * s as usize + (pos & (s - 1)) as usize;
         // SAFETY: slot < nsub and pos % s < s, so the offset is inside the data area.
         unsafe { self.base.add(off) }
     }
@@ -267,8 +279,9 @@ impl Buffer {
     /// winning reservation attempt. Returns false if the event was dropped.
     #[inline]
     pub fn log(&self, len: usize, fill: impl FnOnce(&mut [u8], u64)) -> bool {
-        let cpu = current_cpu() % self.geo.ncpu as usize;
-        self.log_on(cpu, len, fill)
+        // A CPU number beyond the buffer's (CPUs brought online later) shares a buffer; no division otherwise.
+        let (cpu, n) = (current_cpu(), self.geo.ncpu as usize);
+        self.log_on(if cpu < n { cpu } else { cpu % n }, len, fill)
     }
 
     /// [`Buffer::log`] on a given CPU's buffer (tests use it to force contention).
@@ -281,8 +294,9 @@ impl Buffer {
             return false;
         }
         let head = self.ctl(cpu, OFF_HEAD);
+        // One load of the head; a failed CAS hands back the head it found, so each retry costs a timestamp and a CAS.
+        let mut h = head.load(Ordering::Acquire);
         let (h, ts, pos, start) = loop {
-            let h = head.load(Ordering::Acquire);
             let ts = self.stamp();
             let off = h & (s - 1);
             let (new, pos, start) = if off == 0 || off + len as u64 > s {
@@ -296,8 +310,9 @@ impl Buffer {
             } else {
                 (h + len as u64, h, None)
             };
-            if head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                break (h, ts, pos, start);
+            match head.compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break (h, ts, pos, start),
+                Err(now) => h = now,
             }
         };
         // SAFETY: [pos, pos+len) was reserved by the CAS above and lies in one packet.
@@ -337,6 +352,7 @@ impl Buffer {
         self.commit(cpu, h, s - off);
     }
 
+    #[inline]
     fn commit(&self, cpu: usize, pos: u64, n: u64) {
         self.ctl(cpu, OFF_COMMIT + 8 * self.slot_of(pos) as usize).fetch_add(n, Ordering::Release);
     }

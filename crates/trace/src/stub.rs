@@ -14,13 +14,29 @@ pub fn global() -> Option<&'static Buffer> {
     GLOBAL.get_or_init(Buffer::from_env).as_ref()
 }
 
-/// Logs an encoded record; the timestamp is filled in by the reservation.
+/// Logs a record of `size` bytes encoded in place: `fill` writes it straight
+/// into the reserved bytes (no staging copy), given the reservation's timestamp.
 #[inline]
-pub fn write(buf: &Buffer, rec: &[u8]) -> bool {
-    buf.log(rec.len(), |b, ts| {
-        b.copy_from_slice(rec);
-        b[0..8].copy_from_slice(&ts.to_le_bytes());
-    })
+pub fn write(buf: &Buffer, size: usize, fill: impl FnOnce(&mut [u8], u64)) -> bool {
+    buf.log(size, fill)
+}
+
+/// The size of a record whose fields take `payload` bytes: header, fields, zero padding to 8.
+#[inline]
+pub const fn record_size(payload: usize) -> usize {
+    (HEADER + payload).next_multiple_of(8)
+}
+
+/// Wire bytes of a string field: length prefix and the string cut to [`MAX_STRING`].
+#[inline]
+pub const fn str_size(s: &str) -> usize {
+    2 + if s.len() < MAX_STRING { s.len() } else { MAX_STRING }
+}
+
+/// Wire bytes of a list field: count prefix and the elements, cut to [`MAX_LIST`].
+#[inline]
+pub const fn list_size<T: Le>(l: &[T]) -> usize {
+    2 + if l.len() < MAX_LIST { l.len() } else { MAX_LIST } * T::SIZE
 }
 
 /// A scalar that goes on the wire as its little-endian bytes.
@@ -43,15 +59,20 @@ macro_rules! le {
 }
 le!(u8, u16, u32, u64, i8, i16, i32, i64, f64);
 
-/// Writes one record into a caller's array.
+/// Writes one record into exactly its bytes (a reserved slot or a caller's
+/// array cut to the record's size, see [`record_size`]).
 pub struct Enc<'a> {
     b: &'a mut [u8],
     n: usize,
 }
 
 impl<'a> Enc<'a> {
+    /// Starts the record: the timestamp, and the last 8 bytes zeroed in one
+    /// store (the padding; fields written later overwrite what they cover).
     #[inline]
     pub fn new(b: &'a mut [u8], ts: u64) -> Self {
+        let end = b.len();
+        b[end - 8..].copy_from_slice(&0u64.to_le_bytes());
         b[0..8].copy_from_slice(&ts.to_le_bytes());
         Enc { b, n: HEADER }
     }
@@ -73,13 +94,12 @@ impl<'a> Enc<'a> {
         self.put(l.len() as u16);
         l.iter().for_each(|v| self.put(*v));
     }
-    /// Pads to 8 bytes, writes size and id; returns the size.
+    /// Writes size and id (one 32-bit store); returns the size.
     #[inline]
     pub fn finish(self, id: u16) -> usize {
-        let size = self.n.next_multiple_of(8);
-        self.b[self.n..size].fill(0);
-        self.b[8..10].copy_from_slice(&(size as u16).to_le_bytes());
-        self.b[10..12].copy_from_slice(&id.to_le_bytes());
+        let size = self.b.len();
+        debug_assert_eq!(size, self.n.next_multiple_of(8), "record sized for other values");
+        self.b[8..12].copy_from_slice(&(size as u32 | (id as u32) << 16).to_le_bytes());
         size
     }
 }

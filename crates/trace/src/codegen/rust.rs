@@ -34,13 +34,42 @@ fn names(ev: &Event) -> String {
     args(ev).iter().map(|(n, _)| format!(", {n}")).collect()
 }
 
+/// The payload size of `ev`'s fields: constant bytes of the scalars plus the strings' and lists' sizes.
+fn size_expr(ev: &Event) -> String {
+    let fixed: usize = ev.fields.iter().filter_map(|f| if let FieldType::Scalar(s) = f.ty { Some(s.size()) } else { None }).sum();
+    let mut e = fixed.to_string();
+    for (n, f) in args(ev) {
+        match f.ty {
+            FieldType::String => e += &format!(" + str_size({n})"),
+            FieldType::List(_) => e += &format!(" + list_size({n})"),
+            FieldType::Scalar(_) => {}
+        }
+    }
+    e
+}
+
+/// The arguments of `ev` that its size depends on (strings and lists).
+fn sized_params(ev: &Event) -> String {
+    let a: Vec<String> = params(ev).split(", ").filter(|p| p.contains('&')).map(String::from).collect();
+    a.join(", ")
+}
+
 fn event(out: &mut String, ev: &Event) {
     let sn = ev.snake_name();
     let up = sn.to_uppercase();
     let _ = writeln!(out, "pub const ID_{up}: u16 = {};\npub const MAX_{up}: usize = {};\n", ev.id, max_size(ev));
-    let _ = writeln!(out, "/// Encodes {} into `out` (at least MAX_{up} bytes); returns the record's size.", ev.full_name());
-    let _ = writeln!(out, "#[allow(clippy::too_many_arguments)]\npub fn encode_{sn}(out: &mut [u8], ts: u64{}) -> usize {{", params(ev));
-    out.push_str("    let mut e = Enc::new(out, ts);\n");
+    let sized: String =
+        args(ev).iter().filter(|(_, f)| !matches!(f.ty, FieldType::Scalar(_))).map(|(n, _)| n.to_string()).collect::<Vec<_>>().join(", ");
+    let which = if sized.is_empty() { "(fixed)" } else { "with these strings and lists" };
+    let _ = writeln!(out, "/// The size of a {} record {which}.", ev.full_name());
+    let _ = writeln!(out, "#[inline]\npub const fn size_{sn}({}) -> usize {{\n    record_size({})\n}}\n", sized_params(ev), size_expr(ev));
+    let _ = writeln!(out, "/// Encodes {} into `out` (at least its size_{sn} bytes); returns the record's size.", ev.full_name());
+    let _ = writeln!(
+        out,
+        "#[allow(clippy::too_many_arguments)]\n#[inline]\npub fn encode_{sn}(out: &mut [u8], ts: u64{}) -> usize {{",
+        params(ev)
+    );
+    let _ = writeln!(out, "    let mut e = Enc::new(&mut out[..size_{sn}({sized})], ts);");
     for (n, f) in args(ev) {
         let call = match f.ty {
             FieldType::Scalar(_) => "put",
@@ -53,8 +82,8 @@ fn event(out: &mut String, ev: &Event) {
     let desc = ev.description.split_whitespace().collect::<Vec<_>>().join(" ");
     let _ = writeln!(out, "/// {}: {desc}", ev.full_name());
     let _ = writeln!(out, "#[allow(clippy::too_many_arguments)]\n#[inline]\npub fn {sn}({}) {{", params(ev).trim_start_matches(", "));
-    let _ = writeln!(out, "    if let Some(b) = global() {{\n        let mut rec = [0u8; MAX_{up}];");
-    let _ = writeln!(out, "        let n = encode_{sn}(&mut rec, 0{});\n        write(b, &rec[..n]);\n    }}\n}}\n", names(ev));
+    let _ = writeln!(out, "    if let Some(b) = global() {{\n        write(b, size_{sn}({sized}), |slot_, stamp_| {{");
+    let _ = writeln!(out, "            encode_{sn}(slot_, stamp_{});\n        }});\n    }}\n}}\n", names(ev));
 }
 
 fn decode_arm(out: &mut String, ev: &Event) {
@@ -80,7 +109,9 @@ fn decode_arm(out: &mut String, ev: &Event) {
 pub fn gen(spec: &Spec) -> String {
     let mut out = header(spec, "//!");
     out.push_str("//! Log with the event functions; tracing is on when $LOUPE_TRACE_SHM names a buffer.\n\n");
-    out.push_str("#![allow(dead_code, clippy::all)]\nuse loupe_trace::stub::{global, write, Dec, Enc};\n\n");
+    out.push_str(
+        "#![allow(dead_code, clippy::all)]\nuse loupe_trace::stub::{global, list_size, record_size, str_size, write, Dec, Enc};\n\n",
+    );
     spec.events.iter().for_each(|ev| event(&mut out, ev));
     out.push_str("/// The event name of an id.\npub fn event_name(id: u16) -> Option<&'static str> {\n    match id {\n");
     for ev in &spec.events {

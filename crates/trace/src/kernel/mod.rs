@@ -72,6 +72,8 @@ struct CpuStream {
     packet: Vec<u8>,
     seq: u64,
     lost: u64,
+    /// Samples that could not become events (see [`Parsed::Unreadable`]).
+    unreadable: u64,
     out: std::io::BufWriter<std::fs::File>,
 }
 
@@ -145,7 +147,7 @@ impl Kernel {
                 sys::ioctl(fd.as_raw_fd(), sys::IOC_SET_OUTPUT, leader.as_raw_fd() as libc::c_ulong)?;
             }
             let out = std::io::BufWriter::new(std::fs::File::create(dir.join(format!("kcpu{cpu}")))?);
-            streams.push(CpuStream { cpu, _fds: fds, ring, packet: Vec::new(), seq: 0, lost: 0, out });
+            streams.push(CpuStream { cpu, _fds: fds, ring, packet: Vec::new(), seq: 0, lost: 0, unreadable: 0, out });
         }
         Ok(Kernel { streams, sources, spec: spec.clone(), sub_size, counts: HashMap::new(), skipped })
     }
@@ -157,15 +159,19 @@ impl Kernel {
         let events: HashMap<String, &Event> = self.spec.events.iter().map(|e| (e.full_name(), e)).collect();
         for s in &mut self.streams {
             let mut recs = Vec::new();
-            let mut lost = 0;
+            let (mut lost, mut unreadable) = (0, 0);
             s.ring.read(|r| match sample::parse(r, &self.sources) {
                 Some(Parsed::Event { time, name, values }) => recs.push((time, name, values)),
                 Some(Parsed::Lost(n)) => lost += n,
+                Some(Parsed::Unreadable) => unreadable += 1,
                 None => {}
             });
             s.lost += lost;
             for (time, name, values) in recs {
-                let Some(ev) = events.get(name) else { continue };
+                let Some(ev) = events.get(name) else {
+                    unreadable += 1;
+                    continue;
+                };
                 let rec = encode(ev, time, &values);
                 if online {
                     let r = Record { ts: time, id: ev.id, fields: values };
@@ -181,6 +187,7 @@ impl Kernel {
                 s.packet.extend_from_slice(&rec);
                 *self.counts.entry(name.to_string()).or_default() += 1;
             }
+            s.unreadable += unreadable;
             if last {
                 finish(s, &self.spec, self.sub_size)?;
                 s.out.flush()?;
@@ -192,6 +199,11 @@ impl Kernel {
     /// Records perf lost (ring full), over all CPUs.
     pub fn lost(&self) -> u64 {
         self.streams.iter().map(|s| s.lost).sum()
+    }
+
+    /// Samples read but not written as events (unknown source, short data, event not in the spec), over all CPUs.
+    pub fn unreadable(&self) -> u64 {
+        self.streams.iter().map(|s| s.unreadable).sum()
     }
 }
 
@@ -208,7 +220,7 @@ fn finish(s: &mut CpuStream, spec: &Spec, sub_size: usize) -> std::io::Result<()
     p.resize(sub_size, 0);
     // End time, sizes and drops as the consumer of the shared buffer completes its packets;
     // CTF readers need the content to end where the last record's fields do.
-    crate::buffer::seal(p, s.lost);
+    crate::buffer::seal(p, s.lost + s.unreadable);
     crate::ctf::trim_content(spec, p);
     s.out.write_all(p)?;
     s.seq += 1;

@@ -107,8 +107,15 @@ pub struct Sample<'a> {
 
 /// What one ring record is.
 pub enum Parsed {
-    Event { time: u64, name: &'static str, values: Vec<Value> },
+    Event {
+        time: u64,
+        name: &'static str,
+        values: Vec<Value>,
+    },
     Lost(u64),
+    /// A sample that cannot become an event (unknown id, short or truncated data):
+    /// counted, so that no event vanishes silently.
+    Unreadable,
 }
 
 /// Reads a PERF_RECORD_SAMPLE laid out as [`SAMPLE_TYPE`] asks.
@@ -127,15 +134,17 @@ pub fn sample_of(r: &[u8]) -> Option<Sample<'_>> {
     })
 }
 
-/// A ring record as a spec event of its source, a count of lost records, or
-/// None for other records and samples of unknown ids.
+/// A ring record as a spec event of its source, a count of lost records, an
+/// unreadable sample, or None for other records.
 pub fn parse(r: &[u8], sources: &HashMap<u64, Source>) -> Option<Parsed> {
     let kind = u32::from_ne_bytes(r.get(0..4)?.try_into().ok()?);
     match kind {
         sys::RECORD_SAMPLE => {
-            let s = sample_of(r)?;
-            let src = sources.get(&s.id)?;
-            Some(Parsed::Event { time: s.time, name: src.name(), values: src.values(&s)? })
+            let event = |s: Sample| {
+                let src = sources.get(&s.id)?;
+                Some(Parsed::Event { time: s.time, name: src.name(), values: src.values(&s)? })
+            };
+            Some(sample_of(r).and_then(event).unwrap_or(Parsed::Unreadable))
         }
         sys::RECORD_LOST => Some(Parsed::Lost(u64::from_ne_bytes(r.get(16..24)?.try_into().ok()?))),
         _ => None,
@@ -190,8 +199,11 @@ mod tests {
         let Some(Parsed::Event { name, values, .. }) = parse(&record(9, 0, 8, 5, 0, &raw), &sources) else { panic!() };
         assert_eq!(name, "OS::Sched::Switch");
         assert_eq!(values, vec![Value::U(8), Value::U(0), Value::I(1), Value::Str("swapper".into())]);
-        // Unknown ids and short raw data are skipped.
-        assert!(parse(&record(3, 0, 8, 5, 0, &raw), &sources).is_none());
-        assert!(parse(&record(9, 0, 8, 5, 0, &raw[..30]), &sources).is_none());
+        // Unknown ids and short raw data are unreadable samples, counted by the caller; other records are none.
+        assert!(matches!(parse(&record(3, 0, 8, 5, 0, &raw), &sources), Some(Parsed::Unreadable)));
+        assert!(matches!(parse(&record(9, 0, 8, 5, 0, &raw[..30]), &sources), Some(Parsed::Unreadable)));
+        let mut comm = record(9, 0, 8, 5, 0, &raw);
+        comm[0..4].copy_from_slice(&3u32.to_ne_bytes()); // PERF_RECORD_COMM
+        assert!(parse(&comm, &sources).is_none());
     }
 }
