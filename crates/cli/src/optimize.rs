@@ -251,6 +251,17 @@ pub(crate) fn profile_from(path: &Path, bid: &str, combined: Combined, policy: C
         let Some(bytes) = code.bytes(f.start, f.size) else { continue };
         functions.push(function_profile(&f.name, f.start, bytes, &combined.samples, &Mem(&code), policy));
     }
+    // BOLT's names (NAME/N for static functions) from the file's symbol
+    // table, when the file at the path is still this build.
+    let same_build = build_id_of(path).is_ok_and(|b| b.eq_ignore_ascii_case(bid));
+    if let Some(Ok(elf)) = same_build.then(|| loupe_optimize::bolt_names::read_symbols(path)) {
+        let names = loupe_optimize::bolt_names::bolt_names(&elf);
+        for f in &mut functions {
+            if let Some(n) = names.get(&f.start) {
+                f.bolt_name = n.clone();
+            }
+        }
+    }
     functions.sort_by(|a, b| b.samples.total_cmp(&a.samples));
     Ok(ImageProfile { image, build_id: bid.to_string(), combined, functions })
 }

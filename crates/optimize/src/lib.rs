@@ -10,6 +10,7 @@
 //! values; `tool` and `manage` do the process and file work.
 
 pub mod blocks;
+pub mod bolt_names;
 pub mod combine;
 pub mod config;
 pub mod fdata;
