@@ -14,6 +14,7 @@ pub mod bolt_names;
 pub mod combine;
 pub mod config;
 pub mod fdata;
+pub mod identity;
 pub mod llvm_sample;
 pub mod manage;
 pub mod policy;
