@@ -228,7 +228,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     if combined.refused > 0 {
         eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
     }
-    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction }, syms)
+    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction, ..ColdPolicy::default() }, syms)
 }
 
 /// Block profiles of every sampled function of build `bid` of the program

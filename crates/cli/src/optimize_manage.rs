@@ -331,7 +331,13 @@ impl Manager {
     ) -> Result<()> {
         let path = image.display().to_string();
         let samples = combined.total();
-        let ip = profile_from(image, &st.original_build, combined, ColdPolicy { cold_fraction: self.cfg.cold_fraction }, syms)?;
+        let ip = profile_from(
+            image,
+            &st.original_build,
+            combined,
+            ColdPolicy { cold_fraction: self.cfg.cold_fraction, ..ColdPolicy::default() },
+            syms,
+        )?;
         let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {path}: {r}"))?;
         let fingerprint = function_shares(&code, &ip.combined.samples);
         let work = self.db.join("optimize/work");
