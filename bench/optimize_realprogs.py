@@ -15,6 +15,7 @@ a PIE build):
                       rate) of training passes into one database (runs combined directly),
                       taken when the profile first holds N thousand samples (--densities):
                       passes over the training inputs repeat until the largest density
+  loupe-Nk-noskid     the largest density's profile without the skid correction (--no-skid)
   instr               base-default + llvm-bolt, profile = `llvm-bolt -instrument`
                       runs of the same training inputs, merged with merge-fdata
 
@@ -118,6 +119,13 @@ def train_loupe(spec, d, base):
         bins[name] = os.path.join(d, f"{name}-bolt")
         matched[name] = bolt(base, fdata, bins[name])
         info[name] = {"samples": samples, "passes": passes, "functions": len(prof["functions"]), "fdata": fdata}
+    # The densest profile once more without the skid correction (`--no-skid`), to measure that choice.
+    name = density_name(DENSITIES[-1]) + "-noskid"
+    fdata = os.path.join(d, f"{name}.fdata")
+    sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--no-skid", "--db", db, base, "-o", fdata])
+    bins[name] = os.path.join(d, f"{name}-bolt")
+    matched[name] = bolt(base, fdata, bins[name])
+    info[name] = dict(info[density_name(DENSITIES[-1])], fdata=fdata)
     # Coverage plateau: the first pass after which the next added fewer than 5% more sampled functions.
     plateau = next((a[0] for a, b in zip(curve, curve[1:]) if b[1] < 1.05 * a[1]), None)
     print(f"#   coverage per training pass (samples, sampled functions): {curve}; plateau from {plateau} samples")

@@ -64,6 +64,10 @@ pub struct ProfileArgs {
     /// A never-sampled block is cold when the 95% upper bound of its count is below this fraction of its function's hottest block.
     #[arg(long, default_value_t = 0.01)]
     pub cold_fraction: f64,
+    /// Count each block from all its samples: no correction for the timer's skid (which moves a
+    /// predecessor's samples onto a block's first instruction).
+    #[arg(long)]
+    pub no_skid: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,7 +232,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     if combined.refused > 0 {
         eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
     }
-    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction, ..ColdPolicy::default() }, syms)
+    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction, skid: !p.no_skid }, syms)
 }
 
 /// Block profiles of every sampled function of build `bid` of the program
