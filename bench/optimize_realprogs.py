@@ -182,9 +182,9 @@ def report(prog, times, info, matched):
             i = info[k]
             extra = f" [{i['samples']} samples, {i['passes']} training passes, branch agreement {i['branch_agreement_pct']:.1f}%]"
         print(f"#   {k}{extra}: {v}")
-    print(f"{'binary':<14} {'median':>8} {'min':>8} {'max':>8} {'vs baseline median':>19}")
+    print(f"{'binary':<17} {'median':>8} {'min':>8} {'max':>8} {'vs baseline median':>19}")
     for n, v in times.items():
-        print(f"{n:<14} {med[n]:8.3f} {min(v):8.3f} {max(v):8.3f} {100 * (med[n] / bm - 1):+18.1f}%")
+        print(f"{n:<17} {med[n]:8.3f} {min(v):8.3f} {max(v):8.3f} {100 * (med[n] / bm - 1):+18.1f}%")
     print(f"baseline layouts: median of medians {bm:.3f} s, spread {min(base_meds):.3f}-{max(base_meds):.3f} s ({spread:.1f}%)")
     opt = list(info) + ["instr"]
     gain = {n: 100 * (1 - med[n] / bm) for n in opt}
