@@ -26,6 +26,8 @@ the complete profile (see `agreement`). `--rounds 0` builds the profiles
 and reports only that (no timing: usable on a loaded machine).
 
 Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--densities 2000,10000,30000] [--workdir DIR] [PROGRAM...]
+       bench/optimize_realprogs.py --prepare-only --workdir DIR PROGRAM   (then, on a quiet machine:)
+       bench/optimize_realprogs.py --measure-only --rounds 30 --workdir DIR PROGRAM
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
@@ -208,19 +210,30 @@ def main():
     ap.add_argument("--repeat", type=int, default=2, help="runs of each training input for the instrumented profile")
     ap.add_argument("--densities", default=",".join(map(str, DENSITIES)), help="Loupe profile sample counts to build at")
     ap.add_argument("--workdir", help="reuse this directory (its builds are kept when their flags match)")
+    ap.add_argument("--prepare-only", action="store_true", help="build, train and BOLT, save the list in WORKDIR/prepared.json, do not time")
+    ap.add_argument("--measure-only", action="store_true", help="time the binaries listed in WORKDIR/prepared.json (from --prepare-only)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
     TRAIN_REPEAT = a.repeat
     DENSITIES = sorted(int(x) for x in a.densities.split(","))
     results = {}
+    if (a.prepare_only or a.measure_only) and not a.workdir:
+        sys.exit("--prepare-only and --measure-only need --workdir")
     for prog in a.programs:
-        if a.workdir:
-            d = a.workdir
+        d = a.workdir or tempfile.mkdtemp(prefix=f"loupe-fig3-{prog}-")
+        saved = os.path.join(d, "prepared.json")
+        if a.measure_only:
+            with open(saved) as f:
+                bins, info, matched = json.load(f)
+        else:
             for sub in ["db", "instr"]:
                 shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
-        else:
-            d = tempfile.mkdtemp(prefix=f"loupe-fig3-{prog}-")
-        bins, info, matched = prepare(prog, d)
+            bins, info, matched = prepare(prog, d)
+            with open(saved, "w") as f:
+                json.dump([bins, info, matched], f)
+        if a.prepare_only:
+            print(f"## {prog}: prepared in {d}: " + json.dumps(info))
+            continue
         if a.rounds == 0:
             print(f"## {prog}: " + json.dumps({"profiles": info, "bolt": matched}))
             results[prog] = {"loupe": info, "bolt": matched}
@@ -228,6 +241,8 @@ def main():
         times = measure(prog, bins, a.rounds)
         results[prog] = dict(report(prog, times, info, matched), times=times)
         sys.stdout.flush()
+    if a.prepare_only:
+        return
     os.makedirs(os.path.join(ROOT, "bench/results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench/results", time.strftime("optimize-realprogs-%Y%m%d-%H%M%S.json")), "w") as f:
         json.dump({"rounds": a.rounds, "results": results}, f)
