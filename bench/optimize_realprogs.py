@@ -10,16 +10,24 @@ needs relocations to move functions, and cannot rewrite switch dispatch in
 a PIE build):
   base-default        gcc's default alignment: the binary that is optimized
   base-a1 .. base-a64 -falign-functions=N -falign-loops=N, N = 1, 8, 32, 64
-  loupe               base-default + llvm-bolt, profile = `loupe optimize export
-                      --format bolt-edges` after `loupe record` of every training run
-                      (one database: runs combined directly)
+  loupe-Nk            base-default + llvm-bolt, profile = `loupe optimize export
+                      --format bolt-edges` after `loupe record` (cpu-clock, 1000 Hz, Morph's
+                      rate) of training passes into one database (runs combined directly),
+                      taken when the profile first holds N thousand samples (--densities):
+                      passes over the training inputs repeat until the largest density
+  loupe-Nk-noskid     the largest density's profile without the skid correction (--no-skid)
   instr               base-default + llvm-bolt, profile = `llvm-bolt -instrument`
                       runs of the same training inputs, merged with merge-fdata
 
 Each round runs every binary once on the test input, order rotated per
 round; the figure is the child's user+system CPU time (wait4 rusage).
+Also reported per Loupe profile, deterministic: its branch agreement with
+the complete profile (see `agreement`). `--rounds 0` builds the profiles
+and reports only that (no timing: usable on a loaded machine).
 
-Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--workdir DIR] [PROGRAM...]
+Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--densities 2000,10000,30000] [--workdir DIR] [PROGRAM...]
+       bench/optimize_realprogs.py --prepare-only --workdir DIR PROGRAM   (then, on a quiet machine:)
+       bench/optimize_realprogs.py --measure-only --rounds 30 --workdir DIR PROGRAM
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
@@ -41,8 +49,10 @@ PROGRAMS = {
     "sqlite-bench": {"train": [["insert", "800"], ["mixed", "600"], ["query", "60"]], "test": ["query", "150"]},
     "zstd-bench": {"train": [["3", "48", "1"], ["3", "48", "3"], ["1", "48", "5"]], "test": ["3", "32", "2"]},
 }
-# Each training input runs this many times (Morph repeated its training inputs too): runs are combined directly.
+# Each training input runs this many times for the instrumented profile (Morph repeated its training inputs too).
 TRAIN_REPEAT = 2  # --repeat
+# Sample counts at which Loupe's profile is taken: the density curve (Morph's and AutoFDO's argument).
+DENSITIES = [2000, 10000, 30000]  # --densities
 LAYOUTS = {"base-default": "", "base-a1": "1", "base-a8": "8", "base-a32": "32", "base-a64": "64"}
 
 
@@ -58,22 +68,78 @@ def build(prog, out, align):
 
 def bolt(base, fdata, out):
     log = sh([BOLT, base, "-o", out, f"-data={fdata}"] + BOLT_OPTS)
-    return next((l.strip() for l in (log.stdout + log.stderr).splitlines() if "have non-empty execution profile" in l), "")
+    keep = ("have non-empty execution profile", "objects was ignored", "splitting separates")
+    return "; ".join(l.strip().replace("BOLT-INFO: ", "") for l in (log.stdout + log.stderr).splitlines() if any(k in l for k in keep))
+
+
+def branches(fdata):
+    """Intra-function branch records of an fdata file: (function, branch offset) -> {target offset: count}."""
+    d = {}
+    for line in open(fdata):
+        f = line.split()
+        if len(f) == 8 and f[1] == f[4]:
+            t = d.setdefault((f[1], int(f[2], 16)), {})
+            t[int(f[5], 16)] = t.get(int(f[5], 16), 0) + int(f[7])
+    return d
+
+
+def agreement(ref_fdata, fdata):
+    """Share of the complete profile's branch executions (branches with two or more targets) whose most
+    frequent target the sampled profile also ranks first: a deterministic measure of the profile's accuracy."""
+    ref, ours = branches(ref_fdata), branches(fdata)
+    total = agree = 0
+    for k, t in ref.items():
+        if len(t) < 2:
+            continue
+        total += sum(t.values())
+        o = ours.get(k)
+        if o and max(o, key=o.get) == max(t, key=t.get):
+            agree += sum(t.values())
+    return 100 * agree / total if total else 0.0
+
+
+def density_name(n):
+    return f"loupe-{n // 1000}k" if n % 1000 == 0 else f"loupe-{n}"
+
+
+def train_loupe(spec, d, base):
+    """Training passes under `loupe record` until each density is reached; a BOLT build per density."""
+    db = os.path.join(d, "db")
+    bins, matched, info = {}, {}, {}
+    samples, passes, curve = 0, 0, []
+    for target in DENSITIES:
+        while samples < target:
+            for args in spec["train"]:
+                sh([LOUPE, "record", "--db", db, "--freq", "1000", "--", base] + args)
+            passes += 1
+            prof = json.loads(sh([LOUPE, "optimize", "export", "--format", "json", "--db", db, base]).stdout)
+            samples = prof["raw_samples"]
+            curve.append((samples, len(prof["functions"])))
+        name = density_name(target)
+        fdata = os.path.join(d, f"{name}.fdata")
+        sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", db, base, "-o", fdata])
+        bins[name] = os.path.join(d, f"{name}-bolt")
+        matched[name] = bolt(base, fdata, bins[name])
+        info[name] = {"samples": samples, "passes": passes, "functions": len(prof["functions"]), "fdata": fdata}
+    # The densest profile once more without the skid correction (`--no-skid`), to measure that choice.
+    name = density_name(DENSITIES[-1]) + "-noskid"
+    fdata = os.path.join(d, f"{name}.fdata")
+    sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--no-skid", "--db", db, base, "-o", fdata])
+    bins[name] = os.path.join(d, f"{name}-bolt")
+    matched[name] = bolt(base, fdata, bins[name])
+    info[name] = dict(info[density_name(DENSITIES[-1])], fdata=fdata)
+    # Coverage plateau: the first pass after which the next added fewer than 5% more sampled functions.
+    plateau = next((a[0] for a, b in zip(curve, curve[1:]) if b[1] < 1.05 * a[1]), None)
+    print(f"#   coverage per training pass (samples, sampled functions): {curve}; plateau from {plateau} samples")
+    return bins, matched, info
 
 
 def prepare(prog, d):
     spec = PROGRAMS[prog]
     bins = {name: build(prog, os.path.join(d, "builds", name), al) for name, al in LAYOUTS.items()}
     base = bins["base-default"]
-    db = os.path.join(d, "db")
-    for _ in range(TRAIN_REPEAT):
-        for args in spec["train"]:
-            sh([LOUPE, "record", "--db", db, "--", base] + args)
-    fdata = os.path.join(d, "loupe.fdata")
-    sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", db, base, "-o", fdata])
-    prof = json.loads(sh([LOUPE, "optimize", "export", "--format", "json", "--db", db, base]).stdout)
-    bins["loupe"] = os.path.join(d, "loupe-bolt")
-    matched = {"loupe": bolt(base, fdata, bins["loupe"])}
+    lbins, matched, info = train_loupe(spec, d, base)
+    bins.update(lbins)
     inst, idir = os.path.join(d, "instr-run"), os.path.join(d, "instr")
     os.makedirs(idir, exist_ok=True)
     sh([BOLT, base, "-instrument", f"-instrumentation-file={idir}/prof", "-instrumentation-file-append-pid", "-o", inst])
@@ -86,7 +152,9 @@ def prepare(prog, d):
         subprocess.run([MERGE] + parts, check=True, stdout=f, stderr=subprocess.DEVNULL)
     bins["instr"] = os.path.join(d, "instr-bolt")
     matched["instr"] = bolt(base, ifd, bins["instr"])
-    return bins, prof["raw_samples"], matched
+    for v in info.values():
+        v["branch_agreement_pct"] = agreement(ifd, v.pop("fdata"))
+    return bins, info, matched
 
 
 def measure(prog, bins, rounds):
@@ -94,6 +162,9 @@ def measure(prog, bins, rounds):
     names = list(bins)
     times = {n: [] for n in names}
     outputs = {}
+    # One untimed run of each binary first: the first run after a build or BOLT pays for page-cache misses.
+    for n in names:
+        cpu_time([bins[n]] + test)
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
             t, out = cpu_time([bins[n]] + test)
@@ -104,48 +175,74 @@ def measure(prog, bins, rounds):
     return times
 
 
-def report(prog, times, samples, matched):
+def report(prog, times, info, matched):
     med = {n: statistics.median(v) for n, v in times.items()}
     base_meds = [med[n] for n in LAYOUTS]
     bm = statistics.median(base_meds)
     spread = 100 * (max(base_meds) / min(base_meds) - 1)
-    print(f"## {prog}: test {' '.join(os.path.basename(a) for a in PROGRAMS[prog]['test'])}; Loupe profile {samples} samples")
+    print(f"## {prog}: test {' '.join(os.path.basename(a) for a in PROGRAMS[prog]['test'])}")
     for k, v in matched.items():
-        print(f"#   {k}: {v}")
-    print(f"{'binary':<14} {'median':>8} {'min':>8} {'max':>8} {'vs baseline median':>19}")
+        extra = ""
+        if k in info:
+            i = info[k]
+            extra = f" [{i['samples']} samples, {i['passes']} training passes, branch agreement {i['branch_agreement_pct']:.1f}%]"
+        print(f"#   {k}{extra}: {v}")
+    print(f"{'binary':<17} {'median':>8} {'min':>8} {'max':>8} {'vs baseline median':>19}")
     for n, v in times.items():
-        print(f"{n:<14} {med[n]:8.3f} {min(v):8.3f} {max(v):8.3f} {100 * (med[n] / bm - 1):+18.1f}%")
+        print(f"{n:<17} {med[n]:8.3f} {min(v):8.3f} {max(v):8.3f} {100 * (med[n] / bm - 1):+18.1f}%")
     print(f"baseline layouts: median of medians {bm:.3f} s, spread {min(base_meds):.3f}-{max(base_meds):.3f} s ({spread:.1f}%)")
-    gain = {n: 100 * (1 - med[n] / bm) for n in ["loupe", "instr"]}
-    for n in ["loupe", "instr"]:
+    opt = list(info) + ["instr"]
+    gain = {n: 100 * (1 - med[n] / bm) for n in opt}
+    vs_default = {n: 100 * (1 - med[n] / med["base-default"]) for n in opt}
+    for n in opt:
         below = sum(1 for b in base_meds if med[n] < b)
-        print(f"{n}: {gain[n]:+.1f}% vs baseline median; faster than {below} of {len(base_meds)} layouts")
+        print(f"{n}: {gain[n]:+.1f}% vs baseline median, {vs_default[n]:+.1f}% vs base-default; faster than {below} of {len(base_meds)} layouts")
     if gain["instr"] > 0:
-        print(f"{prog}: Loupe's sampled profile reaches {100 * gain['loupe'] / gain['instr']:.0f}% of the instrumented profile's gain")
-    return {"median": med, "baseline_median": bm, "spread_pct": spread, "gain_pct": gain, "samples": samples}
+        for n in info:
+            print(f"{prog}: {n} reaches {100 * gain[n] / gain['instr']:.0f}% of the instrumented profile's gain")
+    return {"median": med, "baseline_median": bm, "spread_pct": spread, "gain_pct": gain, "gain_vs_default_pct": vs_default, "loupe": info}
 
 
 def main():
+    global TRAIN_REPEAT, DENSITIES
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--repeat", type=int, default=2, help="runs of each training input")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each training input for the instrumented profile")
+    ap.add_argument("--densities", default=",".join(map(str, DENSITIES)), help="Loupe profile sample counts to build at")
     ap.add_argument("--workdir", help="reuse this directory (its builds are kept when their flags match)")
+    ap.add_argument("--prepare-only", action="store_true", help="build, train and BOLT, save the list in WORKDIR/prepared.json, do not time")
+    ap.add_argument("--measure-only", action="store_true", help="time the binaries listed in WORKDIR/prepared.json (from --prepare-only)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
-    global TRAIN_REPEAT
     TRAIN_REPEAT = a.repeat
+    DENSITIES = sorted(int(x) for x in a.densities.split(","))
     results = {}
+    if (a.prepare_only or a.measure_only) and not a.workdir:
+        sys.exit("--prepare-only and --measure-only need --workdir")
     for prog in a.programs:
-        if a.workdir:
-            d = a.workdir
+        d = a.workdir or tempfile.mkdtemp(prefix=f"loupe-fig3-{prog}-")
+        saved = os.path.join(d, "prepared.json")
+        if a.measure_only:
+            with open(saved) as f:
+                bins, info, matched = json.load(f)
+        else:
             for sub in ["db", "instr"]:
                 shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
-        else:
-            d = tempfile.mkdtemp(prefix=f"loupe-fig3-{prog}-")
-        bins, samples, matched = prepare(prog, d)
+            bins, info, matched = prepare(prog, d)
+            with open(saved, "w") as f:
+                json.dump([bins, info, matched], f)
+        if a.prepare_only:
+            print(f"## {prog}: prepared in {d}: " + json.dumps(info))
+            continue
+        if a.rounds == 0:
+            print(f"## {prog}: " + json.dumps({"profiles": info, "bolt": matched}))
+            results[prog] = {"loupe": info, "bolt": matched}
+            continue
         times = measure(prog, bins, a.rounds)
-        results[prog] = dict(report(prog, times, samples, matched), times=times)
+        results[prog] = dict(report(prog, times, info, matched), times=times)
         sys.stdout.flush()
+    if a.prepare_only:
+        return
     os.makedirs(os.path.join(ROOT, "bench/results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench/results", time.strftime("optimize-realprogs-%Y%m%d-%H%M%S.json")), "w") as f:
         json.dump({"rounds": a.rounds, "results": results}, f)

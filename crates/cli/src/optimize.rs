@@ -64,6 +64,10 @@ pub struct ProfileArgs {
     /// A never-sampled block is cold when the 95% upper bound of its count is below this fraction of its function's hottest block.
     #[arg(long, default_value_t = 0.01)]
     pub cold_fraction: f64,
+    /// Count each block from all its samples: no correction for the timer's skid (which moves a
+    /// predecessor's samples onto a block's first instruction).
+    #[arg(long)]
+    pub no_skid: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,9 +107,9 @@ pub struct RunArgs {
     /// Shell command timed on original and candidate in alternation ({} = binary).
     #[arg(long)]
     pub bench: String,
-    /// Do not optimize from fewer samples of the image (after aging): a sparse profile calls too much code cold;
-    /// keep collecting instead.
-    #[arg(long, default_value_t = 1000.0)]
+    /// Do not optimize from fewer samples of the image (after aging): a sparse profile lays out whatever a few
+    /// samples hit; keep collecting instead (the default is where sampled profiles stopped improving, BENCHMARKS.md).
+    #[arg(long, default_value_t = 10000.0)]
     pub min_samples: f64,
     /// Alternating rounds of --bench (at least 5: fewer can never pass the sign test at p < 0.05).
     #[arg(long, default_value_t = 10)]
@@ -228,7 +232,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     if combined.refused > 0 {
         eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
     }
-    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction }, syms)
+    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction, skid: !p.no_skid }, syms)
 }
 
 /// Block profiles of every sampled function of build `bid` of the program
@@ -250,6 +254,17 @@ pub(crate) fn profile_from(path: &Path, bid: &str, combined: Combined, policy: C
         }
         let Some(bytes) = code.bytes(f.start, f.size) else { continue };
         functions.push(function_profile(&f.name, f.start, bytes, &combined.samples, &Mem(&code), policy));
+    }
+    // BOLT's names (NAME/N for static functions) from the file's symbol
+    // table, when the file at the path is still this build.
+    let same_build = build_id_of(path).is_ok_and(|b| b.eq_ignore_ascii_case(bid));
+    if let Some(Ok(elf)) = same_build.then(|| loupe_optimize::bolt_names::read_symbols(path)) {
+        let names = loupe_optimize::bolt_names::bolt_names(&elf);
+        for f in &mut functions {
+            if let Some(n) = names.get(&f.start) {
+                f.bolt_name = n.clone();
+            }
+        }
     }
     functions.sort_by(|a, b| b.samples.total_cmp(&a.samples));
     Ok(ImageProfile { image, build_id: bid.to_string(), combined, functions })

@@ -62,7 +62,7 @@ pub struct ManageArgs {
 pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/optimize.json\n  \
 loupe daemon --optimize /etc/loupe/optimize.json\n\n\
 Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
-{\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 5000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
+{\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 10000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
 \"retry_factor\": 2, \"half_life\": 604800, \"cold_fraction\": 0.01, \"nice\": 19,\n   \
 \"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
 \"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\
@@ -331,7 +331,13 @@ impl Manager {
     ) -> Result<()> {
         let path = image.display().to_string();
         let samples = combined.total();
-        let ip = profile_from(image, &st.original_build, combined, ColdPolicy { cold_fraction: self.cfg.cold_fraction }, syms)?;
+        let ip = profile_from(
+            image,
+            &st.original_build,
+            combined,
+            ColdPolicy { cold_fraction: self.cfg.cold_fraction, ..ColdPolicy::default() },
+            syms,
+        )?;
         let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {path}: {r}"))?;
         let fingerprint = function_shares(&code, &ip.combined.samples);
         let work = self.db.join("optimize/work");

@@ -115,6 +115,11 @@ fn run_checks_and_measures_then_records_the_decision() {
     let d: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
     assert_eq!(d["measurement"]["rounds"], 2);
     assert_ne!(d["candidate_build_id"], d["build_id"]);
+    // The candidate's own identity: derived from the original's build-id and the profile BOLT was given.
+    let fdata = std::fs::read(dir.path().join("layout.loupe-bolt.fdata")).unwrap();
+    let orig = loupe_optimize::identity::read_build_id(&bin).unwrap();
+    let want: String = loupe_optimize::identity::derived_build_id(&orig, &fdata, orig.len()).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(d["candidate_build_id"], want.as_str());
     let st = run_ok(loupe().args(["optimize", "status", "--db"]).arg(&db).arg(&bin));
     // A profile below --min-samples is not used.
     let sparse = loupe()

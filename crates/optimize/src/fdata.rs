@@ -27,12 +27,12 @@ pub const SCALE: f64 = 100.0;
 pub fn write_no_lbr(funcs: &[FunctionProfile]) -> String {
     let mut out = format!("no_lbr {EVENT}\n");
     for f in funcs.iter().filter(|f| f.samples > 0.0) {
-        if f.name.chars().any(char::is_whitespace) {
+        if f.bolt_name.chars().any(char::is_whitespace) {
             continue;
         }
         for b in f.blocks.iter().filter(|b| !b.cold) {
             let n = ((b.count * SCALE).round() as u64).max(1);
-            let _ = writeln!(out, "1 {} {:x} {n}", f.name, b.offset);
+            let _ = writeln!(out, "1 {} {:x} {n}", f.bolt_name, b.offset);
         }
     }
     out
@@ -42,17 +42,29 @@ pub fn write_no_lbr(funcs: &[FunctionProfile]) -> String {
 /// counts (what BOLT's instrumentation writes, with estimated counts):
 /// `1 F BRANCH 1 F TARGET 0 COUNT` for every edge that leaves a block by a
 /// jump or branch; BOLT infers the plain fall-throughs. Edges into cold
-/// blocks are left out; others get at least 1.
+/// blocks are left out; others get at least 1. Calls between profiled
+/// functions are written as `1 CALLER OFFSET 1 CALLEE 0 0 COUNT`, which
+/// BOLT's function ordering (hfsort) clusters by; calls into functions
+/// without samples are left out, since BOLT would take the call count as
+/// the callee's whole profile and call the rest of its blocks cold.
 pub fn write_edges(funcs: &[FunctionProfile]) -> String {
     let mut out = String::new();
-    for f in funcs.iter().filter(|f| f.samples > 0.0 && !f.name.chars().any(char::is_whitespace)) {
+    let ok = |f: &&FunctionProfile| f.samples > 0.0 && !f.bolt_name.chars().any(char::is_whitespace);
+    let callee: std::collections::HashMap<u64, &str> = funcs.iter().filter(ok).map(|f| (f.start, f.bolt_name.as_str())).collect();
+    for f in funcs.iter().filter(ok) {
         for e in &f.edges {
             let Some(br) = e.branch else { continue };
             if f.blocks.iter().any(|b| b.offset == e.to && b.cold) {
                 continue;
             }
             let n = ((e.count * SCALE).round() as u64).max(1);
-            let _ = writeln!(out, "1 {0} {br:x} 1 {0} {1:x} 0 {n}", f.name, e.to);
+            let _ = writeln!(out, "1 {0} {br:x} 1 {0} {1:x} 0 {n}", f.bolt_name, e.to);
+        }
+        for c in &f.calls {
+            if let Some(to) = callee.get(&c.target) {
+                let n = ((c.count * SCALE).round() as u64).max(1);
+                let _ = writeln!(out, "1 {} {:x} 1 {to} 0 0 {n}", f.bolt_name, c.offset);
+            }
         }
     }
     out
@@ -79,6 +91,8 @@ mod tests {
             blocks,
             edges: vec![],
             missing_edges: false,
+            calls: vec![],
+            bolt_name: name.into(),
         };
         let text = write_no_lbr(&[
             f("run", 40.0, vec![block(0, 12.5, false), block(0x1a, 0.0, false), block(0x30, 0.0, true)]),
@@ -106,8 +120,24 @@ mod tests {
             blocks: vec![block(0, 7.5, false), block(0x10, 7.5, false), block(0x20, 0.0, false), block(0x30, 0.0, true)],
             edges,
             missing_edges: false,
+            calls: vec![
+                crate::blocks::CallCount { offset: 0x12, target: 0x1000, count: 2.5 },
+                crate::blocks::CallCount { offset: 0x14, target: 0x2000, count: 2.5 },
+            ],
+            bolt_name: "g/2".into(),
         };
-        assert_eq!(write_edges(&[f]), "1 g 3 1 g 10 0 750\n1 g 3 1 g 20 0 1\n");
+        let callee = FunctionProfile {
+            name: "h".into(),
+            start: 0x1000,
+            samples: 1.0,
+            blocks: vec![],
+            edges: vec![],
+            calls: vec![],
+            bolt_name: "h".into(),
+            ..f.clone()
+        };
+        // Written under BOLT's name g/2; the call into h (profiled) is kept, the one to 0x2000 (no profile) is not.
+        assert_eq!(write_edges(&[f, callee]), "1 g/2 3 1 g/2 10 0 750\n1 g/2 3 1 g/2 20 0 1\n1 g/2 12 1 h 0 0 250\n");
     }
 
     // The header must not make BOLT divide by block length a second time.

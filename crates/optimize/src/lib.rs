@@ -10,9 +10,11 @@
 //! values; `tool` and `manage` do the process and file work.
 
 pub mod blocks;
+pub mod bolt_names;
 pub mod combine;
 pub mod config;
 pub mod fdata;
+pub mod identity;
 pub mod llvm_sample;
 pub mod manage;
 pub mod policy;

@@ -88,6 +88,9 @@ pub struct BoltReport {
     pub skipped: Vec<String>,
     /// Functions BOLT matched to the profile, as BOLT reports it.
     pub profiled_functions: Option<String>,
+    /// The output's own build-id (hex), derived from the input's and the
+    /// profile (see `identity`); `None` when the input has none.
+    pub build_id: Option<String>,
     pub log: String,
 }
 
@@ -105,7 +108,7 @@ pub fn parse_bolt_log(log: &str) -> BoltReport {
         .lines()
         .find(|l| l.contains("functions in the binary") && l.contains("have non-empty execution profile"))
         .map(|l| l.trim().to_string());
-    BoltReport { relocation_mode, skipped, profiled_functions, log: log.to_string() }
+    BoltReport { relocation_mode, skipped, profiled_functions, build_id: None, log: log.to_string() }
 }
 
 /// BOLT's refusal to reorder functions of a binary without relocations.
@@ -131,7 +134,13 @@ pub fn run_bolt_with(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path,
         let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
         return Err(format!("{} failed: {last}", tool.describe()));
     }
-    Ok(parse_bolt_log(&log))
+    let mut report = parse_bolt_log(&log);
+    // An input without a build-id leaves the output without one too.
+    if crate::identity::read_build_id(input).is_ok() {
+        let id = crate::identity::give_identity(input, fdata, output)?;
+        report.build_id = Some(id.iter().map(|b| format!("{b:02x}")).collect());
+    }
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -1,0 +1,140 @@
+//! Each optimized binary gets its own build-id. llvm-bolt only flips the
+//! last bit of its input's build-id, so every BOLT output of one input
+//! shares one identity and samples of two different candidates would be
+//! filed together. The new id is derived from the input's build-id and the
+//! profile BOLT was given, so the same input and profile give the same id
+//! (a rebuild is recognised) and any other profile gives another.
+
+use object::{Object, ObjectSection};
+use std::path::Path;
+use xxhash_rust::xxh3::xxh3_128_with_seed;
+
+/// NT_GNU_BUILD_ID.
+const NT_GNU_BUILD_ID: u32 = 3;
+
+/// `len` bytes derived from the input's build-id and the profile's bytes.
+pub fn derived_build_id(input: &[u8], profile: &[u8], len: usize) -> Vec<u8> {
+    let mut data = Vec::with_capacity(8 + input.len() + profile.len());
+    data.extend_from_slice(&(input.len() as u64).to_le_bytes());
+    data.extend_from_slice(input);
+    data.extend_from_slice(profile);
+    let mut out = Vec::new();
+    let mut seed = 0;
+    while out.len() < len {
+        out.extend_from_slice(&xxh3_128_with_seed(&data, seed).to_le_bytes());
+        seed += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// Where the descriptor of the GNU build-id note lies inside the bytes of
+/// a note section (little-endian ELF notes: namesz, descsz, type, name and
+/// descriptor each padded to 4 bytes).
+pub fn build_id_desc(notes: &[u8]) -> Option<std::ops::Range<usize>> {
+    let word = |at: usize| notes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    let pad = |n: usize| (n + 3) & !3;
+    let mut at = 0;
+    while at + 12 <= notes.len() {
+        let (namesz, descsz, kind) = (word(at)?, word(at + 4)?, word(at + 8)?);
+        let name = notes.get(at + 12..at + 12 + namesz)?;
+        let desc = at + 12 + pad(namesz);
+        if kind as u32 == NT_GNU_BUILD_ID && name == b"GNU\0" {
+            return (desc + descsz <= notes.len()).then_some(desc..desc + descsz);
+        }
+        at = desc + pad(descsz);
+    }
+    None
+}
+
+/// The build-id of the ELF file `data` and its place in the file.
+fn locate(data: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>), String> {
+    let file = object::File::parse(data).map_err(|e| format!("not an ELF file: {e}"))?;
+    let sec = file.section_by_name(".note.gnu.build-id").ok_or("no .note.gnu.build-id section")?;
+    let (off, size) = sec.file_range().ok_or("the build-id note has no bytes in the file")?;
+    let notes = data.get(off as usize..(off + size) as usize).ok_or("the build-id note lies outside the file")?;
+    let r = build_id_desc(notes).ok_or("no GNU build-id in .note.gnu.build-id")?;
+    let at = off as usize + r.start..off as usize + r.end;
+    Ok((data[at.clone()].to_vec(), at))
+}
+
+/// The build-id of the ELF file at `path`.
+pub fn read_build_id(path: &Path) -> Result<Vec<u8>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    locate(&data).map(|(id, _)| id).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Gives the optimized binary `output` (made from `input` with the profile
+/// `profile`) its own build-id; returns it. The note keeps its length.
+pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<u8>, String> {
+    let input_id = read_build_id(input)?;
+    let prof = std::fs::read(profile).map_err(|e| format!("cannot read {}: {e}", profile.display()))?;
+    let mut data = std::fs::read(output).map_err(|e| format!("cannot read {}: {e}", output.display()))?;
+    let (_, at) = locate(&data).map_err(|e| format!("{}: {e}", output.display()))?;
+    let id = derived_build_id(&input_id, &prof, at.len());
+    data[at].copy_from_slice(&id);
+    // Written beside (with the output's mode: it is an executable) and
+    // renamed over, so a reader never sees half a file.
+    let tmp = output.with_extension("loupe-id");
+    let mode = std::fs::metadata(output).map(|m| m.permissions());
+    std::fs::write(&tmp, &data)
+        .and_then(|_| mode.and_then(|m| std::fs::set_permissions(&tmp, m)))
+        .and_then(|_| std::fs::rename(&tmp, output))
+        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A literal note section: an ABI-tag note, then the GNU build-id note
+    // whose 4-byte descriptor sits at bytes 48..52 (32 + 12 header + 4 name).
+    #[test]
+    fn finds_the_descriptor() {
+        let mut n = Vec::new();
+        for w in [4u32, 16, 1] {
+            n.extend_from_slice(&w.to_le_bytes());
+        }
+        n.extend_from_slice(b"GNU\0");
+        n.extend_from_slice(&[0; 16]);
+        for w in [4u32, 4, 3] {
+            n.extend_from_slice(&w.to_le_bytes());
+        }
+        n.extend_from_slice(b"GNU\0");
+        n.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(build_id_desc(&n), Some(48..52));
+        assert_eq!(build_id_desc(&n[..30]), None);
+    }
+
+    // The same input and profile give the same id; another profile or
+    // another input gives another; the length asked for is kept.
+    #[test]
+    fn derived_ids() {
+        let a = derived_build_id(&[1, 2, 3], b"1 f 0 1 f 4 0 7\n", 20);
+        assert_eq!(a.len(), 20);
+        assert_eq!(a, derived_build_id(&[1, 2, 3], b"1 f 0 1 f 4 0 7\n", 20));
+        assert_ne!(a, derived_build_id(&[1, 2, 3], b"1 f 0 1 f 4 0 8\n", 20));
+        assert_ne!(a, derived_build_id(&[1, 2, 4], b"1 f 0 1 f 4 0 7\n", 20));
+    }
+
+    // On a real ELF file (this test's own executable): the new id is in
+    // the note where readers find it, and the rest of the file is intact.
+    #[test]
+    fn patches_a_real_binary() {
+        let me = std::env::current_exe().unwrap();
+        let orig = read_build_id(&me).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let (out, prof) = (d.path().join("out"), d.path().join("p.fdata"));
+        std::fs::copy(&me, &out).unwrap();
+        std::fs::write(&prof, "1 main 0 1 main 8 0 5\n").unwrap();
+        let id = give_identity(&me, &prof, &out).unwrap();
+        assert_eq!(read_build_id(&out).unwrap(), id);
+        assert_eq!(id, derived_build_id(&orig, b"1 main 0 1 main 8 0 5\n", orig.len()));
+        assert_ne!(id, orig);
+        let (a, b) = (std::fs::read(&me).unwrap(), std::fs::read(&out).unwrap());
+        assert_eq!(a.len(), b.len());
+        assert_eq!(std::fs::metadata(&out).unwrap().permissions(), std::fs::metadata(&me).unwrap().permissions());
+        assert_eq!(a.iter().zip(&b).filter(|(x, y)| x != y).count(), id.iter().zip(&orig).filter(|(x, y)| x != y).count());
+    }
+}
