@@ -261,6 +261,39 @@ mod tests {
     }
 
     #[test]
+    fn switch_over_more_code_than_the_icache_names_icache_first() {
+        // Checks the jump-table rule: a case a line after `jmp *T(,%rdi,8)` lists I-cache before the mispredict
+        // when the table's cases span 40 KB (more than the L1i), after it when they span 4 bytes; on the head
+        // and on the instruction after it (skid).
+        struct Table(Vec<u8>);
+        impl crate::cfg::Memory for Table {
+            fn read(&self, a: u64, len: usize) -> Option<Vec<u8>> {
+                let o = a.checked_sub(0x20000)? as usize;
+                self.0.get(o..o + len).map(<[u8]>::to_vec)
+            }
+        }
+        let order = |gap: usize, at: u64| {
+            // 0: jmp *0x20000(,%rdi,8) | nops | 0x40: add $1,%ecx; add $1,%ecx; ret | nops | C: add $1,%ecx; ret
+            let mut bytes = vec![0xff, 0x24, 0xfd, 0x00, 0x00, 0x02, 0x00];
+            bytes.extend(vec![0x90; 0x40 - 7]);
+            bytes.extend([0x83, 0xc1, 0x01, 0x83, 0xc1, 0x01, 0xc3]);
+            bytes.extend(vec![0x90; gap]);
+            let second = bytes.len() as u64;
+            bytes.extend([0x83, 0xc1, 0x01, 0xc3]);
+            let table: Vec<u8> = [0x40u64, second].iter().flat_map(|t| t.to_le_bytes()).collect();
+            let g = build(decode(0, &bytes), &Table(table));
+            assert!(!g.missing_edges);
+            let i = g.insns.iter().position(|x| x.addr == at).unwrap();
+            let c: Vec<Cause> = culprits(&g, i, 20.0).iter().map(|c| c.cause).collect();
+            let pos = |x: Cause| c.iter().position(|&y| y == x).unwrap_or(usize::MAX);
+            (c[0], pos(Cause::ICache) < pos(Cause::BranchMispredict))
+        };
+        assert_eq!(order(40 * 1024, 0x40), (Cause::ICache, true));
+        assert_eq!(order(40 * 1024, 0x43), (Cause::ICache, true));
+        assert!(!order(0, 0x40).1, "a switch over 7 bytes keeps the mispredict first");
+    }
+
+    #[test]
     fn straight_line_code_rules_out_icache_except_at_line_starts() {
         // Checks DCPI's I-cache rule inside a block: only the instruction that opens a new line is suspect.
         let bytes = vec![0x90; 70];
