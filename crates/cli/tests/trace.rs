@@ -381,9 +381,10 @@ fn covers(parts: &[(u64, u64)], want: (u64, u64)) -> bool {
 /// program after its fsync): every sector of the file is covered by write requests issued inside the phase on
 /// the file system's disk, and every completion recorded there for the file's sectors follows an issue of the
 /// same sector. Completions are not required: this kernel (6.18) drops perf samples of block_rq_complete when
-/// the completion softirq runs in the idle task or ksoftirqd (`perf stat -a` counts them, `perf record -a` of
-/// 4 MiB of O_DIRECT writes on a quiet machine got 0 of them, and all 59 with both CPUs spinning), so whether
-/// they arrive depends on what else runs; the program keeps the CPUs busy to make them likely. The block
+/// the completion softirq runs in the idle task (`perf stat -a` counts them, ftrace shows them in `<idle>`,
+/// `perf record -a` of 4 MiB of O_DIRECT writes on a quiet machine got 0 of them, and all 59 with both CPUs
+/// spinning), so whether they arrive depends on what else runs; the program keeps the CPUs busy to make them
+/// likely (still, 1 run in 10 on a quiet machine recorded none). The block
 /// events are machine-wide: other processes' I/O in the window is ignored rather than counted.
 fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeInclusive<u64>, dir: &Path) {
     use loupe_trace::record::Value;
