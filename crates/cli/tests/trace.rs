@@ -298,8 +298,8 @@ fn live_client_sees_events_while_logging() {
 // The kernel layer on the application's clock, against testdata/workloads/trace_kernel.c whose phases cause
 // known kernel events: 20 sleeps -> >= 20 switches away from its thread inside phase 1; 512 fresh pages -> exactly
 // 512 faults in the range, all inside phase 2; 1000 getppid -> exactly 1000 sys_enter(getppid) inside phase 3;
-// 4 MiB of O_DIRECT writes -> the file's blocks written by requests issued and completed inside phase 4 (see
-// block_io_of_file); 200 ms of CPU at
+// 4 MiB of O_DIRECT writes -> the file's blocks written by requests issued inside phase 4, completions matching
+// them (see block_io_of_file); 200 ms of CPU at
 // 1000 Hz -> about 200 profiling samples of its thread inside phase 5. babeltrace2 decodes every event. The
 // program stamps its events with the TSC clock, the kernel with CLOCK_MONOTONIC: the windows check they agree.
 #[test]
@@ -378,11 +378,14 @@ fn covers(parts: &[(u64, u64)], want: (u64, u64)) -> bool {
 }
 
 /// trace_kernel's phase 4 against its ground truth, the file's extents on the disk (FIEMAP, logged by the
-/// program after its fsync): every sector of the file is covered by write requests issued, and by requests
-/// completed, inside the phase on the file system's disk (write(2) with O_DIRECT returns only once its
-/// requests completed, so no grace period is needed); every write request issued inside the phase to the
-/// file's sectors is completed there (same sector, later). The block events are machine-wide: other
-/// processes' I/O in the window is ignored rather than counted.
+/// program after its fsync): every sector of the file is covered by write requests issued inside the phase on
+/// the file system's disk, and every completion recorded there for the file's sectors follows an issue of the
+/// same sector. Completions are not required: this kernel (6.18) drops perf samples of block_rq_complete when
+/// the completion softirq runs in the idle task (`perf stat -a` counts them, ftrace shows them in `<idle>`,
+/// `perf record -a` of 4 MiB of O_DIRECT writes on a quiet machine got 0 of them, and all 59 with both CPUs
+/// spinning), so whether they arrive depends on what else runs; the program keeps the CPUs busy to make them
+/// likely (still, 1 run in 10 on a quiet machine recorded none). The block
+/// events are machine-wide: other processes' I/O in the window is ignored rather than counted.
 fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeInclusive<u64>, dir: &Path) {
     use loupe_trace::record::Value;
     let (dev, start) = disk_of(dir);
@@ -413,10 +416,9 @@ fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeIn
     let ranges = |r: &[(u64, u64, u64)]| r.iter().map(|&(_, s, n)| (s, n)).collect::<Vec<_>>();
     for &x in &extents {
         assert!(covers(&ranges(&issued), x), "extent {x:?} not covered by writes issued in the phase: {issued:?}");
-        assert!(covers(&ranges(&completed), x), "extent {x:?} not covered by completions in the phase: {completed:?}");
     }
-    let of_file = issued.iter().filter(|i| extents.iter().any(|x| i.1 < x.0 + x.1 && i.1 + i.2 > x.0));
-    for i in of_file {
-        assert!(completed.iter().any(|c| c.1 == i.1 && c.0 >= i.0), "write request {i:?} never completed in the phase: {completed:?}");
+    let of_file = completed.iter().filter(|c| extents.iter().any(|x| c.1 < x.0 + x.1 && c.1 + c.2 > x.0));
+    for c in of_file {
+        assert!(issued.iter().any(|i| i.1 == c.1 && i.0 <= c.0), "completion {c:?} without an earlier issue: {issued:?}");
     }
 }
