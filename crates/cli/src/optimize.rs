@@ -109,7 +109,7 @@ pub struct RunArgs {
     pub bench: String,
     /// Do not optimize from fewer samples of the image (after aging): a sparse profile lays out whatever a few
     /// samples hit; keep collecting instead (the default is where sampled profiles stopped improving, BENCHMARKS.md).
-    #[arg(long, default_value_t = 10000.0)]
+    #[arg(long, default_value_t = 30000.0)]
     pub min_samples: f64,
     /// Alternating rounds of --bench (at least 5: fewer can never pass the sign test at p < 0.05).
     #[arg(long, default_value_t = 10)]

@@ -62,7 +62,7 @@ pub struct ManageArgs {
 pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/optimize.json\n  \
 loupe daemon --optimize /etc/loupe/optimize.json\n\n\
 Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
-{\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 10000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
+{\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 30000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
 \"retry_factor\": 2, \"half_life\": 604800, \"cold_fraction\": 0.01, \"nice\": 19,\n   \
 \"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
 \"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\

@@ -11,10 +11,12 @@ pub struct Policy {
     /// Smallest share of all sampled time (0.05 = 5%) worth optimizing for.
     pub min_share: f64,
     /// Aged samples the profile needs before it is used. Measured
-    /// (BENCHMARKS.md, Figure 3 density curve at 1000 Hz): the sampled
-    /// profiles' branch agreement with BOLT's complete profile rose up to
-    /// about 10,000 samples on Lua and was flat beyond; below it BOLT lays
-    /// out whatever a few thousand samples happened to hit.
+    /// (BENCHMARKS.md, Figure 3 density curve at 1000 Hz): the taken jumps
+    /// left in Lua and SQLite after BOLT with a sampled profile kept
+    /// falling from 2,000 to 10,000 to 30,000 samples (the densest
+    /// measured; branch agreement with the complete profile stopped
+    /// improving near 10,000); below that BOLT lays out whatever a few
+    /// thousand samples happened to hit.
     pub min_samples: f64,
     /// Largest drift (total variation distance between function shares,
     /// 0..1) tolerated before the installed version is re-profiled.
@@ -27,7 +29,7 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { min_share: 0.05, min_samples: 10000.0, max_drift: 0.25, recheck_secs: 86400.0, retry_factor: 2.0 }
+        Policy { min_share: 0.05, min_samples: 30000.0, max_drift: 0.25, recheck_secs: 86400.0, retry_factor: 2.0 }
     }
 }
 
