@@ -9,6 +9,7 @@
 //! Pure modules (`combine`, `blocks`, `fdata`, `llvm_sample`, `stats`) take
 //! values; `tool` and `manage` do the process and file work.
 
+pub mod bat;
 pub mod blocks;
 pub mod bolt_names;
 pub mod combine;

@@ -1,0 +1,375 @@
+//! BOLT's address translation table (`-enable-bat`, section
+//! `.note.bolt_bat`): for each function BOLT rewrote, which output offsets
+//! came from which input offsets, so samples of the optimized binary map
+//! back to the original's code.
+//!
+//! The layout is BOLT 19's `BoltAddressTranslation::writeMaps`, not the one
+//! of BOLT's docs/BAT.md (measured on a BOLT 19 output of `layout`, see
+//! the tests). After the note header (name "BOLT", type 1):
+//! - hot fragments: ULEB count, then per fragment: ULEB address delta,
+//!   8-byte function hash, ULEB block count, ULEB secondary-entry count,
+//!   ULEB entry count, ULEB "equal" count E, ceil(E/8) bytes of branch bits;
+//! - cold fragments: ULEB count, then per fragment: ULEB address delta,
+//!   ULEB delta of its hot fragment's index, ULEB input skew, then entry
+//!   count, E and branch bits as above.
+//! - entries: ULEB output-address delta; the first E have input offset =
+//!   output offset (+ skew) with the branch bit from the bitmap, the rest an
+//!   SLEB delta of (input << 1 | branch); every non-branch entry (a block
+//!   start) is followed by an 8-byte block hash and a ULEB block-index delta.
+//!   Hot fragments end with their secondary entry points (ULEB deltas).
+//!
+//! Addresses are delta-encoded against one running "previous address" that
+//! spans all entries of both lists; several entries may share an output
+//! offset (an emptied block and its successor).
+
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// The section's name.
+pub const SECTION: &str = ".note.bolt_bat";
+/// The note type BOLT writes (`BinarySection::NT_BOLT_BAT`).
+const NT_BOLT_BAT: u32 = 1;
+
+/// One output fragment of a rewritten function.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fragment {
+    /// Output address of the fragment's start.
+    pub address: u64,
+    /// Output address of the function's hot fragment (itself when hot).
+    pub hot: u64,
+    /// (output offset, input offset from the original function's start,
+    /// branch entry) in output order.
+    pub entries: Vec<(u32, u32, bool)>,
+}
+
+/// A parsed table: fragments by output address.
+#[derive(Clone, Debug, Default)]
+pub struct Bat {
+    pub fragments: BTreeMap<u64, Fragment>,
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8, String> {
+        let b = *self.buf.get(self.pos).ok_or_else(|| format!("BAT table truncated at byte {}", self.pos))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn uleb(&mut self) -> Result<u64, String> {
+        let (mut v, mut shift) = (0u64, 0u32);
+        loop {
+            let b = self.byte()?;
+            if shift < 64 {
+                v |= u64::from(b & 0x7f) << shift;
+            }
+            shift += 7;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+    }
+
+    fn sleb(&mut self) -> Result<i64, String> {
+        let (mut v, mut shift) = (0i64, 0u32);
+        loop {
+            let b = self.byte()?;
+            if shift < 64 {
+                v |= i64::from(b & 0x7f) << shift;
+            }
+            shift += 7;
+            if b & 0x80 == 0 {
+                if shift < 64 && b & 0x40 != 0 {
+                    v |= -1i64 << shift;
+                }
+                return Ok(v);
+            }
+        }
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&[u8], String> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or_else(|| format!("BAT table truncated at byte {}", self.pos))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+}
+
+impl Bat {
+    /// Parses the whole `.note.bolt_bat` section (note header included).
+    pub fn parse(section: &[u8]) -> Result<Bat, String> {
+        let word = |i: usize| section.get(i..i + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+        let (Some(namesz), Some(descsz), Some(kind)) = (word(0), word(4), word(8)) else {
+            return Err("BAT note shorter than its header".into());
+        };
+        let start = (12 + namesz as usize).next_multiple_of(4);
+        if kind != NT_BOLT_BAT || section.get(12..16) != Some(b"BOLT".as_slice()) {
+            return Err("not a BOLT address translation note".into());
+        }
+        let desc = section.get(start..start + descsz as usize).ok_or("BAT note shorter than its size")?;
+        let mut r = Reader { buf: desc, pos: 0 };
+        let mut bat = Bat::default();
+        let mut prev = 0u64;
+        let mut hot_list = Vec::new();
+        for cold in [false, true] {
+            let n = r.uleb()?;
+            let mut hot_index = 0u64;
+            for _ in 0..n {
+                let address = prev.wrapping_add(r.uleb()?);
+                prev = address;
+                let (hot, skew, secondary) = if cold {
+                    hot_index = hot_index.wrapping_add(r.uleb()?);
+                    let hot = *hot_list.get(hot_index as usize).ok_or("BAT cold fragment names no hot fragment")?;
+                    (hot, r.uleb()?, 0)
+                } else {
+                    r.bytes(8)?; // function hash
+                    r.uleb()?; // block count
+                    hot_list.push(address);
+                    (address, 0, r.uleb()?)
+                };
+                let entries = parse_entries(&mut r, address, skew, &mut prev)?;
+                for _ in 0..secondary {
+                    r.uleb()?;
+                }
+                bat.fragments.insert(address, Fragment { address, hot, entries });
+            }
+        }
+        Ok(bat)
+    }
+
+    /// The (hot fragment's output address, input offset) of output address
+    /// `addr`, where `addr` lies in a fragment that starts at or before it
+    /// (the caller bounds fragments: the table has no sizes).
+    pub fn translate(&self, addr: u64) -> Option<(u64, u32)> {
+        let (_, f) = self.fragments.range(..=addr).next_back()?;
+        let off = u32::try_from(addr - f.address).ok()?;
+        let i = f.entries.partition_point(|e| e.0 <= off).checked_sub(1)?;
+        let (out, input, _) = f.entries[i];
+        Some((f.hot, input + (off - out)))
+    }
+}
+
+/// One fragment's entries (see the module comment).
+fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Result<Vec<(u32, u32, bool)>, String> {
+    let n = r.uleb()?;
+    let equal = r.uleb()? as usize;
+    let bits = r.bytes(equal.div_ceil(8))?.to_vec();
+    let mut entries = Vec::new();
+    let mut input = 0u64; // (offset << 1) | branch
+    for j in 0..n as usize {
+        let out = prev.wrapping_add(r.uleb()?);
+        *prev = out;
+        let out_off = out.wrapping_sub(address);
+        if j < equal {
+            input = ((out_off + skew) << 1) | u64::from(bits[j / 8] >> (j % 8) & 1);
+        } else {
+            input = input.wrapping_add_signed(r.sleb()?);
+        }
+        let branch = input & 1 == 1;
+        if !branch {
+            r.bytes(8)?; // block hash
+            r.uleb()?; // block index delta
+        }
+        let (o, i) = (u32::try_from(out_off), u32::try_from(input >> 1));
+        let (Ok(o), Ok(i)) = (o, i) else { return Err(format!("BAT entry out of range in fragment {address:#x}")) };
+        entries.push((o, i, branch));
+    }
+    Ok(entries)
+}
+
+/// A function symbol: name, start, size.
+type Func = (String, u64, u64);
+
+fn functions<'a>(data: &'a [u8], what: &Path) -> Result<(object::File<'a>, Vec<Func>), String> {
+    let file = object::File::parse(data).map_err(|e| format!("{}: not an ELF file: {e}", what.display()))?;
+    let funcs = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.size() > 0)
+        .filter_map(|s| Some((s.name().ok()?.to_string(), s.address(), s.size())))
+        .collect();
+    Ok((file, funcs))
+}
+
+/// Maps addresses of a BOLT output back to its input: both ELF files' text
+/// symbols name the functions (names that occur more than once in either
+/// file are left out, as ambiguous).
+pub struct Translator {
+    bat: Bat,
+    /// Optimized binary's function symbols sorted by address.
+    optimized: Vec<Func>,
+    /// Output hot-fragment address -> original function address.
+    original_of: HashMap<u64, u64>,
+}
+
+impl Translator {
+    /// Reads the table of `optimized` and the symbols of both files.
+    pub fn open(optimized: &Path, original: &Path) -> Result<Translator, String> {
+        let data = std::fs::read(optimized).map_err(|e| format!("cannot read {}: {e}", optimized.display()))?;
+        let (file, mut opt_funcs) = functions(&data, optimized)?;
+        let section = file
+            .section_by_name(SECTION)
+            .ok_or_else(|| format!("{}: no {SECTION} section (not written by BOLT with -enable-bat)", optimized.display()))?;
+        let bat = Bat::parse(section.data().map_err(|e| format!("{}: {e}", optimized.display()))?)?;
+        let orig_data = std::fs::read(original).map_err(|e| format!("cannot read {}: {e}", original.display()))?;
+        let (_, orig_funcs) = functions(&orig_data, original)?;
+        let orig_by_name = unique_by_name(&orig_funcs);
+        let opt_by_name = unique_by_name(&opt_funcs);
+        let mut original_of = HashMap::new();
+        for (name, &opt_addr) in &opt_by_name {
+            if let Some(&orig) = orig_by_name.get(name) {
+                original_of.insert(opt_addr, orig);
+            }
+        }
+        opt_funcs.sort_by_key(|f| f.1);
+        Ok(Translator { bat, optimized: opt_funcs, original_of })
+    }
+
+    /// The table itself.
+    pub fn bat(&self) -> &Bat {
+        &self.bat
+    }
+
+    /// The original binary's address of optimized address `addr`, when
+    /// `addr` lies in a function (or a split-off part) BOLT rewrote.
+    pub fn to_original(&self, addr: u64) -> Option<u64> {
+        let i = self.optimized.partition_point(|f| f.1 <= addr).checked_sub(1)?;
+        let (_, start, size) = &self.optimized[i];
+        // The enclosing symbol must be a fragment of the table.
+        if addr >= start + size || !self.bat.fragments.contains_key(start) {
+            return None;
+        }
+        let (hot, input) = self.bat.translate(addr)?;
+        Some(self.original_of.get(&hot)? + u64::from(input))
+    }
+}
+
+fn unique_by_name(funcs: &[Func]) -> HashMap<&str, u64> {
+    let mut seen: HashMap<&str, Option<u64>> = HashMap::new();
+    for (name, addr, _) in funcs {
+        seen.entry(name).and_modify(|v| *v = None).or_insert(Some(*addr));
+    }
+    seen.into_iter().filter_map(|(n, a)| Some((n, a?))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    // LEB128 decoding of hand-encoded values (LLVM's encodeULEB128/SLEB128 examples).
+    #[test]
+    fn leb128() {
+        let mut r = Reader { buf: &[0xe5, 0x8e, 0x26, 0xc0, 0xbb, 0x78, 0x7f, 0x02], pos: 0 };
+        assert_eq!(r.uleb().unwrap(), 624485);
+        assert_eq!(r.sleb().unwrap(), -123456);
+        assert_eq!(r.sleb().unwrap(), -1);
+        assert_eq!(r.sleb().unwrap(), 2);
+        assert!(r.byte().is_err());
+    }
+
+    // A hand-built table: one hot fragment at 0x1000 (entries 0->0, 0x10->0x20 branch, 0x18->0x40) and
+    // its cold fragment at 0x2000 (skew 0x60: 0->0x60).
+    #[test]
+    fn hand_built_table() {
+        let mut d = vec![1u8, 0x80, 0x20]; // 1 hot fragment, address 0x1000
+        d.extend([0; 8]); // function hash
+        d.extend([3, 0, 3, 1, 0]); // 3 blocks, 0 secondary, 3 entries, 1 equal, its branch bit
+        d.extend([0]); // entry 0: delta 0, block
+        d.extend([0; 8]);
+        d.push(0); // hash + index delta
+        d.extend([0x10, 0xc1, 0x00]); // entry 1: out +0x10, in 0x20<<1|1 = 0x41 (SLEB), branch: no hash
+        d.extend([0x08, 0x3f]); // entry 2: out +8, in (0x40<<1) - 0x41 = 0x3f
+        d.extend([0; 8]);
+        d.push(1);
+        // 1 cold fragment: 0x2000 - 0x1018 = 0xfe8, hot index +0, skew 0x60, 1 entry, 1 equal, bits 0.
+        d.extend([1, 0xe8, 0x1f, 0, 0x60, 1, 1, 0, 0]);
+        d.extend([0; 8]);
+        d.push(0);
+        let mut note = vec![5, 0, 0, 0];
+        note.extend((d.len() as u32).to_le_bytes());
+        note.extend(1u32.to_le_bytes());
+        note.extend(b"BOLT\0\0\0\0");
+        note.extend(&d);
+        let bat = Bat::parse(&note).unwrap();
+        assert_eq!(bat.fragments[&0x1000].entries, vec![(0, 0, false), (0x10, 0x20, true), (0x18, 0x40, false)]);
+        assert_eq!(bat.fragments[&0x2000].entries, vec![(0, 0x60, false)]);
+        assert_eq!(bat.translate(0x1004), Some((0x1000, 4)));
+        assert_eq!(bat.translate(0x1012), Some((0x1000, 0x22)));
+        assert_eq!(bat.translate(0x101a), Some((0x1000, 0x42)));
+        assert_eq!(bat.translate(0x2003), Some((0x1000, 0x63)));
+        assert_eq!(bat.translate(0xfff), None);
+    }
+
+    fn bolt_layout(dir: &Path) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        let bolt = Path::new("/usr/lib/llvm-19/bin/llvm-bolt");
+        assert!(bolt.is_file(), "{} missing: run scripts/setup.sh (Debian package bolt-19)", bolt.display());
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/workloads/layout.c");
+        let (orig, out) = (dir.join("layout"), dir.join("layout.bolt"));
+        let cc = Command::new("cc")
+            .args(["-O2", "-g", "-fno-omit-frame-pointer", "-fno-inline-functions", "-fno-pie", "-no-pie", "-Wl,--emit-relocs", "-o"])
+            .arg(&orig)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(cc.success());
+        // The interpreter and its helpers are hot (as `loupe optimize export` writes them for this workload).
+        let fdata = dir.join("p.fdata");
+        std::fs::write(&fdata, "no_lbr loupe-block-counts\n1 run 0 1000\n1 mix 0 500\n1 step 0 500\n1 main 0 10\n").unwrap();
+        let st = Command::new(bolt)
+            .arg(&orig)
+            .arg("-o")
+            .arg(&out)
+            .arg(format!("-data={}", fdata.display()))
+            .args(crate::tool::default_opts())
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+        Some((orig, out))
+    }
+
+    // On a real BOLT 19 output of `layout`: every fragment of the table starts at a function symbol (hot:
+    // NAME, cold: NAME.cold.N), each hot start maps to the same-named original function's start, and every
+    // table entry maps inside that original function's bounds.
+    #[test]
+    fn real_bolt_output_maps_to_original_functions() {
+        let dir = tempfile::tempdir().unwrap();
+        let (orig, out) = bolt_layout(dir.path()).unwrap();
+        let t = Translator::open(&out, &orig).unwrap();
+        let orig_data = std::fs::read(&orig).unwrap();
+        let (_, orig_funcs) = functions(&orig_data, &orig).unwrap();
+        let opt_name: HashMap<u64, &str> = t.optimized.iter().map(|f| (f.1, f.0.as_str())).collect();
+        let bounds: HashMap<&str, (u64, u64)> = orig_funcs.iter().map(|f| (f.0.as_str(), (f.1, f.1 + f.2))).collect();
+        let hot: Vec<&Fragment> = t.bat().fragments.values().filter(|f| f.hot == f.address).collect();
+        let names: Vec<&str> = hot.iter().map(|f| opt_name[&f.address]).collect();
+        for want in ["run", "mix", "step", "main"] {
+            assert!(names.contains(&want), "{want} not in the table: {names:?}");
+        }
+        let mut checked = 0;
+        for f in t.bat().fragments.values() {
+            let name = opt_name[&f.hot];
+            let frag_name = opt_name[&f.address];
+            assert!(frag_name == name || frag_name.starts_with(&format!("{name}.cold.")), "{frag_name} vs {name}");
+            let (lo, hi) = bounds[name];
+            if f.hot == f.address {
+                assert_eq!(t.to_original(f.address), Some(lo), "{name}");
+            }
+            // Entries at the fragment's end are emptied blocks: they own no bytes.
+            let size = t.optimized.iter().find(|s| s.1 == f.address).unwrap().2;
+            for &(out_off, _, _) in f.entries.iter().filter(|e| u64::from(e.0) < size) {
+                let a = t.to_original(f.address + u64::from(out_off)).unwrap();
+                assert!((lo..hi).contains(&a), "{name}+{out_off:#x} -> {a:#x} outside {lo:#x}..{hi:#x}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "only {checked} entries");
+        // Code BOLT did not rewrite is not translated.
+        let cold_c = t.optimized.iter().find(|f| f.0 == "cold_c").unwrap();
+        assert_eq!(t.to_original(cold_c.1), None);
+    }
+}
