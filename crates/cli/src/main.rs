@@ -10,6 +10,7 @@ mod locks;
 mod machine;
 mod objects;
 mod optimize;
+mod optimize_bat;
 mod optimize_manage;
 mod procedure;
 mod stacks;

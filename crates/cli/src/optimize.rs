@@ -219,7 +219,8 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     let epochs = crate::top::select_epochs(&db, &p.epoch)?;
     let file_bid = build_id_of(&p.image)?;
     let path = p.image.display().to_string();
-    let sets = sample_sets(&db, &epochs, &path, &|b| b == file_bid, syms)?;
+    let mut sets = sample_sets(&db, &epochs, &path, &|b| b == file_bid, syms)?;
+    sets.extend(crate::optimize_bat::optimized_sets(&p.db.db, &db, &epochs, &p.image, &file_bid, syms)?);
     if sets.is_empty() {
         bail!("no samples of {} in {} (epochs {})", path, p.db.db.display(), p.epoch);
     }

@@ -252,3 +252,54 @@ fn daemon_optimizes_installs_and_rolls_back_by_itself() {
         eprintln!("  {} {} {}: {}", d["unix_time"], d["image"], d["action"], d["reason"]);
     }
 }
+
+#[test]
+fn optimized_binarys_samples_feed_the_originals_profile() {
+    // Checks that runs of Loupe's BOLT output alone (the original never runs) give the original's exported
+    // profile exactly the functions that ran, at the original's addresses, once the decision log says Loupe
+    // made that output from this build; and that without that record they are not used.
+    if !require_root() {
+        return;
+    }
+    use loupe_optimize::{bolt_names, identity, manage, tool};
+    let dir = tempfile::tempdir().unwrap();
+    let (db, bin, cand) = (dir.path().join("db"), dir.path().join("layout"), dir.path().join("layout.loupe-bolt"));
+    std::fs::copy(workloads().join("layout"), &bin).unwrap();
+    // The interpreter and its helpers are hot, as `optimize export` writes them for this workload.
+    let fdata = dir.path().join("p.fdata");
+    std::fs::write(&fdata, "no_lbr loupe-block-counts\n1 run 0 1000\n1 mix 0 500\n1 step 0 500\n1 main 0 10\n").unwrap();
+    tool::run_bolt(&tool::find_bolt(None).unwrap(), &bin, &fdata, &cand).unwrap();
+    let hex = |p: &Path| identity::read_build_id(p).unwrap().iter().map(|b| format!("{b:02x}")).collect::<String>();
+    run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(&cand).arg("8000"));
+
+    let out = loupe().args(["optimize", "export", "--format", "json", "--db"]).arg(&db).arg(&bin).output().unwrap();
+    assert!(!out.status.success(), "samples of a binary Loupe has no record of making were used");
+
+    let d = manage::Decision {
+        unix_time: 0,
+        image: bin.display().to_string(),
+        build_id: hex(&bin),
+        candidate_build_id: Some(hex(&cand)),
+        action: "accepted".into(),
+        reason: "test".into(),
+        measurement: None,
+    };
+    std::fs::create_dir_all(db.join("optimize")).unwrap();
+    std::fs::write(db.join("optimize/decisions.jsonl"), serde_json::to_string(&d).unwrap() + "\n").unwrap();
+    let json = json(&run_ok(loupe().args(["optimize", "export", "--format", "json", "--db"]).arg(&db).arg(&bin)));
+    assert_eq!(json["build_id"], hex(&bin));
+    let orig: std::collections::HashMap<String, u64> =
+        bolt_names::read_symbols(&bin).unwrap().into_iter().map(|s| (s.name, s.address)).collect();
+    let opt: std::collections::HashMap<String, u64> =
+        bolt_names::read_symbols(&cand).unwrap().into_iter().map(|s| (s.name, s.address)).collect();
+    let funcs = json["functions"].as_array().unwrap();
+    let names: Vec<&str> = funcs.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    for want in ["run", "mix", "step"] {
+        let f = funcs.iter().find(|f| f["name"] == want).unwrap_or_else(|| panic!("{want} missing: {names:?}"));
+        assert_eq!(f["start"].as_u64(), Some(orig[want]), "{want}");
+        assert_ne!(orig[want], opt[want], "BOLT did not move {want}: the test proves nothing");
+    }
+    assert!(names.iter().all(|n| !n.starts_with("cold_")), "never-run functions in the profile: {names:?}");
+    let run = funcs.iter().find(|f| f["name"] == "run").unwrap();
+    assert!(run["samples"].as_f64().unwrap() > 100.0, "{run}");
+}

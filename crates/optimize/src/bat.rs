@@ -205,6 +205,9 @@ pub struct Translator {
     optimized: Vec<Func>,
     /// Output hot-fragment address -> original function address.
     original_of: HashMap<u64, u64>,
+    /// Functions BOLT left where they were: (start, size) present with the
+    /// same name, start and size in both files.
+    unmoved: std::collections::HashSet<(u64, u64)>,
 }
 
 impl Translator {
@@ -226,8 +229,10 @@ impl Translator {
                 original_of.insert(opt_addr, orig);
             }
         }
+        let orig_set: std::collections::HashSet<&Func> = orig_funcs.iter().collect();
+        let unmoved = opt_funcs.iter().filter(|f| orig_set.contains(f)).map(|f| (f.1, f.2)).collect();
         opt_funcs.sort_by_key(|f| f.1);
-        Ok(Translator { bat, optimized: opt_funcs, original_of })
+        Ok(Translator { bat, optimized: opt_funcs, original_of, unmoved })
     }
 
     /// The table itself.
@@ -236,13 +241,17 @@ impl Translator {
     }
 
     /// The original binary's address of optimized address `addr`, when
-    /// `addr` lies in a function (or a split-off part) BOLT rewrote.
+    /// `addr` lies in a function (or a split-off part) BOLT rewrote, or in
+    /// one it left at the same place (same name, address and size).
     pub fn to_original(&self, addr: u64) -> Option<u64> {
         let i = self.optimized.partition_point(|f| f.1 <= addr).checked_sub(1)?;
         let (_, start, size) = &self.optimized[i];
-        // The enclosing symbol must be a fragment of the table.
-        if addr >= start + size || !self.bat.fragments.contains_key(start) {
+        if addr >= start + size {
             return None;
+        }
+        // The enclosing symbol must be a fragment of the table, or unmoved.
+        if !self.bat.fragments.contains_key(start) {
+            return self.unmoved.contains(&(*start, *size)).then_some(addr);
         }
         let (hot, input) = self.bat.translate(addr)?;
         Some(self.original_of.get(&hot)? + u64::from(input))
@@ -368,8 +377,11 @@ mod tests {
             }
         }
         assert!(checked > 20, "only {checked} entries");
-        // Code BOLT did not rewrite is not translated.
-        let cold_c = t.optimized.iter().find(|f| f.0 == "cold_c").unwrap();
-        assert_eq!(t.to_original(cold_c.1), None);
+        // Code BOLT did not rewrite stays where the original has it (cold_c never ran: not in the profile).
+        let cold_c = orig_funcs.iter().find(|f| f.0 == "cold_c").unwrap();
+        assert!(t.bat().fragments.values().all(|f| opt_name[&f.hot] != "cold_c"));
+        assert_eq!(t.to_original(cold_c.1 + 4), Some(cold_c.1 + 4));
+        // Addresses in no function are not translated.
+        assert_eq!(t.to_original(0x10), None);
     }
 }
