@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(bat.translate(0xfff), None);
     }
 
-    fn bolt_layout(dir: &Path) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    fn bolt_layout(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
         let bolt = Path::new("/usr/lib/llvm-19/bin/llvm-bolt");
         assert!(bolt.is_file(), "{} missing: run scripts/setup.sh (Debian package bolt-19)", bolt.display());
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/workloads/layout.c");
@@ -339,7 +339,33 @@ mod tests {
             .output()
             .unwrap();
         assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
-        Some((orig, out))
+        (orig, out)
+    }
+
+    /// The code bytes at virtual address `va` of an ELF file.
+    fn code_at(data: &[u8], va: u64) -> &[u8] {
+        let f = object::File::parse(data).unwrap();
+        let sec = f.sections().find(|s| (s.address()..s.address() + s.size()).contains(&va)).unwrap();
+        &sec.data().unwrap()[(va - sec.address()) as usize..]
+    }
+
+    /// (agreeing, compared) first instructions of block-start entries, optimized vs original.
+    fn same_first_instructions(t: &Translator, opt: &[u8], orig: &[u8]) -> (usize, usize) {
+        let first = |data: &[u8], va: u64| loupe_calc::decode::decode(va, &code_at(data, va)[..16]).into_iter().next().unwrap();
+        let (mut same, mut compared) = (0, 0);
+        for f in t.bat().fragments.values() {
+            let size = t.optimized.iter().find(|s| s.1 == f.address).unwrap().2;
+            for &(out_off, _, _) in f.entries.iter().filter(|e| !e.2 && u64::from(e.0) < size) {
+                let a = f.address + u64::from(out_off);
+                let (x, y) = (first(opt, a), first(orig, t.to_original(a).unwrap()));
+                let plain = |i: &loupe_calc::decode::Insn| i.flow == loupe_calc::decode::Flow::Next && !i.is_call;
+                if plain(&x) && plain(&y) {
+                    compared += 1;
+                    same += usize::from(x.text == y.text);
+                }
+            }
+        }
+        (same, compared)
     }
 
     // On a real BOLT 19 output of `layout`: every fragment of the table starts at a function symbol (hot:
@@ -348,7 +374,7 @@ mod tests {
     #[test]
     fn real_bolt_output_maps_to_original_functions() {
         let dir = tempfile::tempdir().unwrap();
-        let (orig, out) = bolt_layout(dir.path()).unwrap();
+        let (orig, out) = bolt_layout(dir.path());
         let t = Translator::open(&out, &orig).unwrap();
         let orig_data = std::fs::read(&orig).unwrap();
         let (_, orig_funcs) = functions(&orig_data, &orig).unwrap();
@@ -377,6 +403,11 @@ mod tests {
             }
         }
         assert!(checked > 20, "only {checked} entries");
+        // Instruction-level ground truth: at a block start, the optimized and the original code begin with the
+        // same instruction (branches and calls left out: BOLT rewrites their targets).
+        let opt_data = std::fs::read(&out).unwrap();
+        let (same, compared) = same_first_instructions(&t, &opt_data, &orig_data);
+        assert!(compared >= 10 && same * 10 >= compared * 9, "{same} of {compared} block starts agree");
         // Code BOLT did not rewrite stays where the original has it (cold_c never ran: not in the profile).
         let cold_c = orig_funcs.iter().find(|f| f.0 == "cold_c").unwrap();
         assert!(t.bat().fragments.values().all(|f| opt_name[&f.hot] != "cold_c"));
