@@ -80,3 +80,18 @@ pub(crate) fn optimized_sets(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A candidate is looked for beside the image, and at the installed path when the image is the saved original.
+    #[test]
+    fn where_candidates_are() {
+        assert_eq!(candidate_files(Path::new("/x/lua")), vec![PathBuf::from("/x/lua.loupe-bolt")]);
+        assert_eq!(
+            candidate_files(Path::new("/x/lua.loupe-orig")),
+            vec![PathBuf::from("/x/lua.loupe-orig.loupe-bolt"), PathBuf::from("/x/lua")]
+        );
+    }
+}
