@@ -120,7 +120,9 @@ static __always_inline __u64 caller(struct pt_regs *ctx)
 	return ret;
 }
 
-static __always_inline void emit(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
+/* One event into the ring; `cpu` rides in payload_len (0 for allocation records, which carry no payload). */
+static __always_inline void put_event(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site,
+				      __u32 cpu, __u64 wakeup)
 {
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
 	if (!e) {
@@ -131,32 +133,25 @@ static __always_inline void emit(__u64 id, __u16 kind, __u16 func, __u64 now, __
 	e->func = func;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
-	e->payload_len = 0;
+	e->payload_len = cpu;
 	e->time_ns = now;
 	e->base = base;
 	e->size = size;
 	e->site = site;
-	/* No wakeup per event: user space drains every few ms (a wakeup per allocation costs more than the probe). */
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(e, wakeup);
 }
 
+/* An allocation record. No wakeup per event: user space drains every few ms (a wakeup per allocation costs more
+ * than the probe). */
+static __always_inline void emit(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
+{
+	put_event(id, kind, func, now, base, size, site, 0, BPF_RB_NO_WAKEUP);
+}
+
+/* A watch event with the CPU it happened on, delivered at once (the watcher is waiting on it). */
 static __always_inline void emit_cpu(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
-	if (!e) {
-		__sync_fetch_and_add(&dropped, 1);
-		return;
-	}
-	e->kind = kind;
-	e->func = func;
-	e->pid = id >> 32;
-	e->tid = (__u32)id;
-	e->payload_len = bpf_get_smp_processor_id();
-	e->time_ns = now;
-	e->base = base;
-	e->size = size;
-	e->site = site;
-	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	put_event(id, kind, func, now, base, size, site, bpf_get_smp_processor_id(), BPF_RB_FORCE_WAKEUP);
 }
 
 static __always_inline int matches_arm(__u64 id, __u64 size, __u64 site)
