@@ -126,7 +126,7 @@ pub fn record(a: RecordArgs) -> Result<u8> {
         }
     }
     engine.sampler.disable()?;
-    engine.flush_all().map_err(|e| anyhow::anyhow!("{e}"))?;
+    engine.flush_final().map_err(|e| anyhow::anyhow!("{e}"))?;
     summarize(&engine, started.elapsed());
     Ok(status.clamp(0, 255) as u8)
 }
