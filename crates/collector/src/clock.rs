@@ -8,6 +8,8 @@
 //! and a time sample's period counts nanoseconds of core time, not ticks.
 //! It is stored beside the measurement (`tsc_mhz`) for the record.
 
+use loupe_perf::thread_cpu_ns;
+
 /// Epoch metadata key of the median clock reading, GHz.
 pub const META_GHZ: &str = "cpu_ghz";
 /// Epoch metadata key of every reading (space-separated GHz).
@@ -62,13 +64,6 @@ pub fn median(readings: &[f64]) -> Option<f64> {
 /// Readings stored as [`META_READINGS`]; unparsable words are skipped.
 pub fn parse_readings(text: &str) -> Vec<f64> {
     text.split_whitespace().filter_map(|w| w.parse().ok()).collect()
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(target_arch = "x86_64")]

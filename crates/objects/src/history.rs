@@ -17,6 +17,7 @@
 //! (a torn last line is dropped on reading).
 
 use crate::bp::{self, Hit, Watch};
+use loupe_perf::thread_cpu_ns;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -144,13 +145,6 @@ pub fn calibrate_hit_ns() -> std::io::Result<u64> {
     // SAFETY: cell came from Box::into_raw and is freed once.
     drop(unsafe { Box::from_raw(cell) });
     Ok(watched?.saturating_sub(plain) / N)
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The object being watched.

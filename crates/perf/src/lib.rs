@@ -128,6 +128,15 @@ pub struct Sampler {
     freq_hz: u64,
 }
 
+/// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), in ns: what
+/// cpu-clock samples of the thread are proportional to.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// CPUs that are online, from sysfs (`0-3,5`).
 pub fn online_cpus() -> Vec<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_else(|_| "0".into());
@@ -455,12 +464,7 @@ mod tests {
     /// Spins until this thread has had `ms` of CPU time (not wall time: on a loaded machine a wall-clock burn gets
     /// a fraction of it, and fewer samples), capped at 20x in wall time.
     fn burn(ms: u64) -> u32 {
-        let cpu = || {
-            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: ts is a valid out-pointer.
-            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-            Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-        };
+        let cpu = || Duration::from_nanos(thread_cpu_ns());
         let (t, c0) = (std::time::Instant::now(), cpu());
         let mut x = 0u64;
         while cpu() - c0 < Duration::from_millis(ms) && t.elapsed() < Duration::from_millis(20 * ms) {
