@@ -16,6 +16,10 @@ cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=1
 sdk_passed=5 sdk_failed=0
 sdk/test.sh || { sdk_passed=0 sdk_failed=1 status=1; }
 # One closing line over everything that ran: cargo's per-binary counts plus the SDK suites.
-read -r passed failed < <(awk -v sp="$sdk_passed" -v sf="$sdk_failed" '/^test result:/ { p += $4; f += $6 } END { print p + sp, f + sf }' "$log")
-echo "loupe: $passed passed, $failed failed"
+# "error: N targets failed" also names targets that never ran (a doc test that did not build).
+read -r passed failed targets < <(awk -v sp="$sdk_passed" -v sf="$sdk_failed" '/^test result:/ { p += $4; f += $6 }
+    /^error: [0-9]+ targets? failed/ { t = $2 } END { print p + sp, f + sf, t + 0 }' "$log")
+summary="loupe: $passed passed, $failed failed"
+((targets > 0)) && summary+=", $targets test targets failed"
+echo "$summary"
 exit "$status"
