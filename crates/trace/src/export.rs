@@ -8,7 +8,8 @@ use crate::spec::{PHASE_BEGIN, PHASE_END};
 use crate::tracefile::Trace;
 use serde_json::{json, Map, Value as Json};
 
-fn to_json(v: &Value) -> Json {
+/// A field value as JSON (also the shape of the shared test vectors).
+pub(crate) fn to_json(v: &Value) -> Json {
     match v {
         Value::U(x) => json!(x),
         Value::I(x) => json!(x),

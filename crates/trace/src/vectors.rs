@@ -4,6 +4,7 @@
 //! its generated stub against them: `<spec>.json` carries values and bytes,
 //! `<spec>.txt` one hex record per line for C and Java.
 
+use crate::export::to_json;
 use crate::record::{encode, Value};
 use crate::spec::{Event, FieldType, Scalar, Spec};
 use serde_json::{json, Value as Json};
@@ -44,16 +45,6 @@ fn field(ty: FieldType, k: u64, rng: &mut Lcg) -> Value {
             let n = [0, 3, 130, 1][k as usize % 4];
             Value::List((0..n).map(|i| scalar(s, k + i + 1, rng)).collect())
         }
-    }
-}
-
-fn to_json(v: &Value) -> Json {
-    match v {
-        Value::U(x) => json!(x),
-        Value::I(x) => json!(x),
-        Value::F(x) => json!(x),
-        Value::Str(s) => json!(s),
-        Value::List(l) => Json::Array(l.iter().map(to_json).collect()),
     }
 }
 
