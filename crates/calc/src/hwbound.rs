@@ -180,35 +180,58 @@ pub fn bound_culprit(cause: Cause, window: &[u64], stall_cycles: f64, ev: &HwEve
     b
 }
 
-/// Addresses whose event samples belong to a culprit at row `start`: the
-/// rest of its block and the first instruction of each successor block.
-pub fn window(c: &Calc, start: usize) -> Vec<u64> {
-    let rows = &c.instructions;
-    let block = rows[start].block;
-    let end = (start..rows.len()).take_while(|&k| rows[k].block == block).last().unwrap_or(start);
-    let last = rows[end].address;
-    let mut w: Vec<u64> = rows[start..=end].iter().map(|r| r.address).collect();
-    for e in c.edges.iter().filter(|e| e.from == last) {
-        if !w.contains(&e.to) {
-            w.push(e.to);
-        }
-    }
-    w
+/// Where each culprit's event samples are counted, indexed once per
+/// listing (a procedure of 30k instructions has thousands of culprits).
+pub struct Windows<'a> {
+    c: &'a Calc,
+    row_of: HashMap<u64, usize>,
+    /// Successor block heads by the address of a block's last instruction.
+    succs: HashMap<u64, Vec<u64>>,
 }
 
-/// The row where a culprit's window starts: its instruction, or for an
-/// I-cache miss (no instruction to blame) the stalled row, or the block's
-/// head when the stalled row is the one after it (skid).
-fn window_start(c: &Calc, i: usize, at: Option<u64>) -> usize {
-    let rows = &c.instructions;
-    if let Some(k) = at.and_then(|a| rows.iter().position(|r| r.address == a)) {
-        return k;
+impl<'a> Windows<'a> {
+    pub fn new(c: &'a Calc) -> Windows<'a> {
+        let row_of = c.instructions.iter().enumerate().map(|(k, r)| (r.address, k)).collect();
+        let mut succs: HashMap<u64, Vec<u64>> = HashMap::new();
+        for e in &c.edges {
+            let v = succs.entry(e.from).or_default();
+            if !v.contains(&e.to) {
+                v.push(e.to);
+            }
+        }
+        Windows { c, row_of, succs }
     }
-    let head = |k: usize| k == 0 || rows[k - 1].block != rows[k].block;
-    if i > 0 && rows[i - 1].block == rows[i].block && head(i - 1) {
-        i - 1
-    } else {
-        i
+
+    /// Addresses whose event samples belong to a culprit at row `start`:
+    /// the rest of its block and the first instruction of each successor block.
+    pub fn window(&self, start: usize) -> Vec<u64> {
+        let rows = &self.c.instructions;
+        let block = rows[start].block;
+        let end = (start..rows.len()).take_while(|&k| rows[k].block == block).last().unwrap_or(start);
+        let mut w: Vec<u64> = rows[start..=end].iter().map(|r| r.address).collect();
+        for &to in self.succs.get(&rows[end].address).into_iter().flatten() {
+            if !w.contains(&to) {
+                w.push(to);
+            }
+        }
+        w
+    }
+
+    /// The row where the window of a culprit of the stall at row `i` starts:
+    /// its instruction, or for an I-cache miss (no instruction to blame) the
+    /// stalled row, or the block's head when the stalled row is the one
+    /// after it (skid).
+    pub fn start(&self, i: usize, at: Option<u64>) -> usize {
+        let rows = &self.c.instructions;
+        if let Some(&k) = at.and_then(|a| self.row_of.get(&a)) {
+            return k;
+        }
+        let head = |k: usize| k == 0 || rows[k - 1].block != rows[k].block;
+        if i > 0 && rows[i - 1].block == rows[i].block && head(i - 1) {
+            i - 1
+        } else {
+            i
+        }
     }
 }
 
@@ -218,12 +241,15 @@ pub fn apply(calc: &mut Calc, ev: &HwEvents, pen: &Penalties) {
     if ev.is_empty() {
         return;
     }
-    for i in 0..calc.instructions.len() {
-        let r = &calc.instructions[i];
-        let stall = r.suspect * r.executions.unwrap_or(0.0);
-        let bounds: Vec<Bound> =
-            r.culprits.iter().map(|k| bound_culprit(k.cause, &window(calc, window_start(calc, i, k.at)), stall, ev, pen)).collect();
-        let r = &mut calc.instructions[i];
+    let all: Vec<Vec<Bound>> = {
+        let w = Windows::new(calc);
+        let per_row = |(i, r): (usize, &InsnReport)| {
+            let stall = r.suspect * r.executions.unwrap_or(0.0);
+            r.culprits.iter().map(|k| bound_culprit(k.cause, &w.window(w.start(i, k.at)), stall, ev, pen)).collect()
+        };
+        calc.instructions.iter().enumerate().map(per_row).collect()
+    };
+    for (r, bounds) in calc.instructions.iter_mut().zip(all) {
         let mut pairs: Vec<_> = r.culprits.drain(..).zip(bounds).collect();
         pairs.sort_by_key(|(_, b)| b.ruled_out);
         (r.culprits, r.bounds) = pairs.into_iter().unzip();
@@ -325,10 +351,15 @@ mod tests {
     fn window_is_the_rest_of_the_block_and_the_successor_heads() {
         // Checks the skid window on the chase loop: from the load to the jne, then the loop head and the ret.
         let c = chase();
+        let w = Windows::new(&c);
         let at = |a: u64| c.instructions.iter().position(|r| r.address == a).unwrap();
-        assert_eq!(window(&c, at(0x1001)), vec![0x1001, 0x1004, 0x1007, 0x1009]);
-        assert_eq!(window(&c, at(0x1007)), vec![0x1007, 0x1001, 0x1009]);
-        assert_eq!(window(&c, at(0x1009)), vec![0x1009]);
+        assert_eq!(w.window(at(0x1001)), vec![0x1001, 0x1004, 0x1007, 0x1009]);
+        assert_eq!(w.window(at(0x1007)), vec![0x1007, 0x1001, 0x1009]);
+        assert_eq!(w.window(at(0x1009)), vec![0x1009]);
+        // An I-cache miss of the stall at 0x1004 (the head's next instruction) counts from the head 0x1001.
+        assert_eq!(w.start(at(0x1004), None), at(0x1001));
+        assert_eq!(w.start(at(0x1007), None), at(0x1007));
+        assert_eq!(w.start(at(0x1007), Some(0x1001)), at(0x1001));
     }
 
     #[test]

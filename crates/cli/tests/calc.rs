@@ -217,3 +217,40 @@ fn calc_bounds_culprits_by_hardware_event_samples() {
     assert_eq!(ks.last().unwrap()["cause"], "branch-mispredict", "ruled-out culprits come last");
     assert!(text(&cdb, "chase").contains("ruled out: p [branch-misses 0 samples"));
 }
+
+#[test]
+fn calc_reads_recorded_cache_misses_or_says_there_are_none() {
+    // Checks `record -e cpu-clock -e L1-dcache-load-misses` on chase: without a PMU (this VM) record falls back to
+    // cpu-clock saying why and calc says its culprits are unbounded; with one, chase's real L1 misses bound its
+    // D-cache culprit (some samples in its window) without ruling it out.
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let events = String::from_utf8(run_ok(loupe().arg("events")).stdout).unwrap();
+    let pmu = events.lines().any(|l| l.starts_with("L1-dcache-load-misses") && l.ends_with("available"));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let out = run_ok(
+        loupe()
+            .args(["record", "--freq", "4000", "-e", "cpu-clock", "-e", "L1-dcache-load-misses", "--db"])
+            .arg(&db)
+            .arg("--")
+            .arg(workloads().join("calcwork"))
+            .args(["--reps", "400", "--only", "chase"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let c = calc_json(&db, "chase");
+    let h = hottest(&c);
+    let d = culprits_of(&c, h["address"].as_str().unwrap()).iter().find(|k| k["cause"] == "d-cache").unwrap().clone();
+    if pmu {
+        assert_eq!(d["ruled_out"], false, "{d}");
+        assert!(d["evidence"][0]["samples"].as_u64().unwrap() > 0, "{d}");
+    } else {
+        assert!(
+            err.contains("L1-dcache-load-misses is not available on this machine (no hardware PMU); falling back to cpu-clock"),
+            "{err}"
+        );
+        assert!(c["hardware_events"].is_null() && d["bound_cycles"].is_null() && d["ruled_out"] == false, "{d}");
+    }
+}
