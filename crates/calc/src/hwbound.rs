@@ -154,7 +154,8 @@ pub fn bound_culprit(cause: Cause, window: &[u64], stall_cycles: f64, ev: &HwEve
     for m in MEANINGS.iter().filter(|m| m.cause == cause) {
         let Some(e) = ev.get(m.event) else { continue };
         let n: u64 = window.iter().map(|a| e.samples.get(a).copied().unwrap_or(0)).sum();
-        let penalty = m.penalty.map(|p| pen.cycles(p));
+        // Without a period (a profile that recorded none) the count of events is unknown.
+        let penalty = m.penalty.filter(|_| e.period > 0.0).map(|p| pen.cycles(p));
         let expected = penalty.map(|p| stall_cycles / (e.period * p));
         if let (Some(p), Some(x)) = (penalty, expected) {
             if n == 0 && x >= RULE_OUT_SAMPLES {
@@ -320,6 +321,10 @@ mod tests {
         assert_eq!(w, Bound::default());
         assert_eq!(bounding_events(Cause::DCache, &ev), Vec::<&str>::new());
         assert_eq!(bounding_events(Cause::BranchMispredict, &ev), vec!["branch-misses"]);
+        // A profile without periods says nothing either way.
+        let ev = events(&[("branch-misses", &[], 0.0)]);
+        let p = bound_culprit(Cause::BranchMispredict, &[0x10], 9e9, &ev, &PEN);
+        assert_eq!((p.bound_cycles, p.ruled_out, p.evidence[0].expected_samples), (None, false, None));
     }
 
     #[test]

@@ -64,8 +64,13 @@ pub fn run(a: CalcArgs) -> Result<u8> {
     let combine = if a.solver == "global" { Combine::Global } else { Combine::Local };
     let mut calc =
         analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), combine).map_err(|e| anyhow!("{e}"))?;
-    let hw: Vec<&str> =
-        sel.samples.keys().map(|e| e.as_str()).filter(|e| !matches!(*e, "cpu-clock" | "task-clock" | "page-faults")).collect();
+    // Software events (clocks, faults, switches) are not hardware evidence; names perf does not know here (raw PMU events) may be.
+    let hw: Vec<&str> = sel
+        .samples
+        .keys()
+        .map(|e| e.as_str())
+        .filter(|e| *e != a.event && loupe_perf::parse_event(e).map_or(true, |s| loupe_perf::is_hardware(&s)))
+        .collect();
     let bounding = if hw.is_empty() {
         Vec::new()
     } else {
