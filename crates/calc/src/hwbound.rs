@@ -116,9 +116,9 @@ pub const MEANINGS: &[Meaning] = &[
     Meaning { event: "iTLB-load-misses", cause: Cause::ICache, penalty: None },
 ];
 
-/// The events present in `ev` that bound `cause`.
-pub fn bounding_events(cause: Cause, ev: &HwEvents) -> Vec<&'static str> {
-    MEANINGS.iter().filter(|m| m.cause == cause && m.penalty.is_some() && ev.contains_key(m.event)).map(|m| m.event).collect()
+/// The events present in `ev` that bound `cause`, with their penalties.
+pub fn bounding_events(cause: Cause, ev: &HwEvents) -> Vec<(&'static str, Penalty)> {
+    MEANINGS.iter().filter(|m| m.cause == cause && ev.contains_key(m.event)).filter_map(|m| Some((m.event, m.penalty?))).collect()
 }
 
 /// One event's samples near one culprit.
@@ -319,8 +319,8 @@ mod tests {
         assert_eq!(d.evidence[0].penalty_cycles, None);
         let w = bound_culprit(Cause::StoreBuffer, &[0x10], 9e9, &ev, &PEN);
         assert_eq!(w, Bound::default());
-        assert_eq!(bounding_events(Cause::DCache, &ev), Vec::<&str>::new());
-        assert_eq!(bounding_events(Cause::BranchMispredict, &ev), vec!["branch-misses"]);
+        assert_eq!(bounding_events(Cause::DCache, &ev), vec![]);
+        assert_eq!(bounding_events(Cause::BranchMispredict, &ev), vec![("branch-misses", Penalty::Mispredict)]);
         // A profile without periods says nothing either way.
         let ev = events(&[("branch-misses", &[], 0.0)]);
         let p = bound_culprit(Cause::BranchMispredict, &[0x10], 9e9, &ev, &PEN);

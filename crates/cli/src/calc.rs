@@ -78,7 +78,8 @@ pub fn run(a: CalcArgs) -> Result<u8> {
         let core_ghz = if a.event == "cycles" { recorded_ghz(&p.db.db, &sel, &ev)?.map_or_else(measure_ghz, |g| g.0) } else { ghz };
         let pen = Penalties::at_clock(core_ghz, a.memory_ns);
         hwbound::apply(&mut calc, &events, &pen);
-        Cause::ALL.iter().map(|&c| (c, hwbound::bounding_events(c, &events))).collect()
+        let with_cycles = |c| hwbound::bounding_events(c, &events).into_iter().map(|(e, p)| (e, pen.cycles(p))).collect();
+        Cause::ALL.iter().map(|&c| (c, with_cycles(c))).collect()
     };
     let head = Header {
         procedure: &proc_.name,
@@ -111,8 +112,8 @@ struct Header<'a> {
     clock_source: &'static str,
     ghz: f64,
     hw_events: String,
-    /// Per cause, the events present that bound it (empty without hardware events).
-    bounding: Vec<(Cause, Vec<&'static str>)>,
+    /// Per cause, the events present that bound it and the cycles each event costs at most (empty without hardware events).
+    bounding: Vec<(Cause, Vec<(&'static str, f64)>)>,
 }
 
 /// The selection's hardware events, each with its mean events per sample.
@@ -332,8 +333,9 @@ fn evidence_text(b: &Bound) -> String {
 /// The header line when the database has hardware events: which bound
 /// which cause, and with what penalty.
 fn hw_note(out: &mut dyn Write, h: &Header) -> Result<()> {
+    let each = |e: &[(&str, f64)]| e.iter().map(|(n, p)| format!("{n} ({p:.0}cy each)")).collect::<Vec<_>>().join(", ");
     let used: Vec<String> =
-        h.bounding.iter().filter(|(_, e)| !e.is_empty()).map(|(c, e)| format!("{} bounds {}", e.join(", "), c.letter())).collect();
+        h.bounding.iter().filter(|(_, e)| !e.is_empty()).map(|(c, e)| format!("{} bounds {}", each(e), c.letter())).collect();
     if used.is_empty() {
         writeln!(out, "*** Hardware events present: {} (none of them bounds a culprit: culprits are possible, not bounded)", h.hw_events)?;
     } else {
@@ -349,7 +351,7 @@ fn hw_note(out: &mut dyn Write, h: &Header) -> Result<()> {
 }
 
 /// Figure 4: where the procedure's cycles went.
-fn summary(out: &mut dyn Write, c: &Calc, bounding: &[(Cause, Vec<&'static str>)]) -> Result<()> {
+fn summary(out: &mut dyn Write, c: &Calc, bounding: &[(Cause, Vec<(&'static str, f64)>)]) -> Result<()> {
     let s = &c.summary;
     let cyc = s.samples_with_estimates as f64 * c.period_cycles;
     let pct = |x: f64| if cyc > 0.0 { 100.0 * x / cyc } else { 0.0 };
@@ -366,9 +368,13 @@ fn summary(out: &mut dyn Write, c: &Calc, bounding: &[(Cause, Vec<&'static str>)
     writeln!(out, "***")?;
     for cause in Cause::ALL {
         let (lo, hi) = s.causes[cause.name()];
-        let by = bounding.iter().find(|(c, _)| *c == cause).map(|(_, e)| match e.is_empty() {
-            true => "  possible, not bounded".to_string(),
-            false => format!("  bounded by {}", e.join(", ")),
+        let names = |e: &[(&str, f64)]| e.iter().map(|x| x.0).collect::<Vec<_>>().join(", ");
+        let by = bounding.iter().find(|(c, _)| *c == cause).map(|(_, e)| {
+            if e.is_empty() {
+                "  possible, not bounded".to_string()
+            } else {
+                format!("  bounded by {}", names(e))
+            }
         });
         writeln!(out, "*** {:<20} {:>5.1}% to {:>5.1}%{}", cause.name(), pct(lo), pct(hi), by.unwrap_or_default())?;
     }

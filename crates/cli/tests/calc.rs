@@ -202,7 +202,7 @@ fn calc_bounds_culprits_by_hardware_event_samples() {
     assert_eq!(p["ruled_out"], false);
     assert_eq!((p["evidence"][0]["event"].as_str(), p["evidence"][0]["samples"].as_u64()), (Some("branch-misses"), Some(500)));
     let t = text(&bdb, "branchy");
-    assert!(t.contains("branch-misses bounds p") && t.contains("at most") && t.contains("bounded by branch-misses"), "{t}");
+    assert!(t.contains("branch-misses (18cy each) bounds p") && t.contains("at most") && t.contains("bounded by branch-misses"), "{t}");
 
     let cdb = with_events(&chase, dir.path(), "branch-misses", &events, 100_000);
     let c = calc_json(&cdb, "chase");
