@@ -28,6 +28,7 @@ pub mod culprit;
 pub mod decode;
 pub mod equiv;
 pub mod estimate;
+pub mod hwbound;
 pub mod loops;
 pub mod mca;
 pub mod solve;
@@ -62,6 +63,11 @@ pub struct InsnReport {
     /// Dynamic stall cycles per execution (CPI - M_i), when positive.
     pub stall: f64,
     pub culprits: Vec<Culprit>,
+    /// What hardware events say about each culprit (same order as `culprits`).
+    pub bounds: Vec<hwbound::Bound>,
+    /// Stall cycles per execution the culprits explain: the stall, or the
+    /// whole CPI where a low-confidence estimate cannot tell them apart.
+    pub suspect: f64,
     pub block: usize,
 }
 
@@ -258,15 +264,18 @@ fn insn_report(g: &cfg::Cfg, i: usize, s: &[f64], m: &[f64], est: &estimate::Est
         cpi,
         confidence: f.map(|f| f.confidence),
         stall,
+        bounds: vec![hwbound::Bound::default(); culprits.len()],
         culprits,
+        suspect,
         block: b,
     }
 }
 
 /// Aggregates the listing into Figure 4's ranges: a cause's lower bound
 /// counts stalls it alone explains, its upper bound every stall it is
-/// among the culprits of.
-fn summarize(rows: &[InsnReport], period: f64) -> Summary {
+/// among the culprits of, each capped by the culprit's hardware-event
+/// bound where there is one (ruled-out culprits explain nothing).
+pub(crate) fn summarize(rows: &[InsnReport], period: f64) -> Summary {
     let mut s = Summary::default();
     for c in Cause::ALL {
         s.causes.insert(c.name().to_string(), (0.0, 0.0));
@@ -287,15 +296,16 @@ fn summarize(rows: &[InsnReport], period: f64) -> Summary {
             continue;
         }
         s.dynamic_stall += stall;
-        if r.culprits.is_empty() {
-            s.unexplained_stall += stall;
-        }
-        for c in &r.culprits {
-            let x = s.causes.get_mut(c.cause.name()).expect("every cause is listed");
-            x.1 += stall;
-            if r.culprits.len() == 1 {
-                x.0 += stall;
-            }
+        // Each live culprit explains at most its bound; what none can is unexplained.
+        let caps = hwbound::caps(r, stall);
+        let covered: f64 = caps.iter().map(|c| c.1).sum();
+        s.unexplained_stall += (stall - covered).max(0.0);
+        for (k, &(cause, cap)) in caps.iter().enumerate() {
+            let others: f64 = caps.iter().enumerate().filter(|&(j, _)| j != k).map(|(_, c)| c.1).sum();
+            let x = s.causes.get_mut(cause.name()).expect("every cause is listed");
+            x.1 += cap;
+            // The part no other culprit can explain is this one's for sure.
+            x.0 += cap.min(stall - others).max(0.0);
         }
     }
     s

@@ -7,6 +7,7 @@ use crate::procedure::{find_procedure, load, symbolizer, Filter, Selected};
 use anyhow::{anyhow, bail, Result};
 use loupe_calc::culprit::Cause;
 use loupe_calc::estimate::Combine;
+use loupe_calc::hwbound::{self, Bound, EventSamples, HwEvents, Penalties};
 use loupe_calc::mca::MachineModel;
 use loupe_calc::{analyze_with, Calc};
 use loupe_collector::clock;
@@ -26,6 +27,9 @@ impl loupe_calc::cfg::Memory for Mem<'_> {
 
 pub fn run(a: CalcArgs) -> Result<u8> {
     let p = &a.proc_;
+    if !(a.memory_ns.is_finite() && a.memory_ns > 0.0) {
+        bail!("--memory-ns must be a positive number of nanoseconds, got {}", a.memory_ns);
+    }
     let mut syms = symbolizer(&p.db.db);
     let filter = Filter { image: &p.image, epoch: &p.epoch, pids: &p.pid, comms: &p.comm };
     let sel = load(&p.db.db, &filter, &mut syms)?;
@@ -58,9 +62,25 @@ pub fn run(a: CalcArgs) -> Result<u8> {
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
     let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
     let combine = if a.solver == "global" { Combine::Global } else { Combine::Local };
-    let calc = analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), combine).map_err(|e| anyhow!("{e}"))?;
-    let hw: Vec<&str> =
-        sel.samples.keys().map(|e| e.as_str()).filter(|e| !matches!(*e, "cpu-clock" | "task-clock" | "page-faults")).collect();
+    let mut calc =
+        analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), combine).map_err(|e| anyhow!("{e}"))?;
+    // Software events (clocks, faults, switches) are not hardware evidence; names perf does not know here (raw PMU events) may be.
+    let hw: Vec<&str> = sel
+        .samples
+        .keys()
+        .map(|e| e.as_str())
+        .filter(|e| *e != a.event && loupe_perf::parse_event(e).map_or(true, |s| loupe_perf::is_hardware(&s)))
+        .collect();
+    let bounding = if hw.is_empty() {
+        Vec::new()
+    } else {
+        let events = hw_events(&sel, &hw);
+        let core_ghz = if a.event == "cycles" { recorded_ghz(&p.db.db, &sel, &ev)?.map_or_else(measure_ghz, |g| g.0) } else { ghz };
+        let pen = Penalties::at_clock(core_ghz, a.memory_ns);
+        hwbound::apply(&mut calc, &events, &pen);
+        let with_cycles = |c| hwbound::bounding_events(c, &events).into_iter().map(|(e, p)| (e, pen.cycles(p))).collect();
+        Cause::ALL.iter().map(|&c| (c, with_cycles(c))).collect()
+    };
     let head = Header {
         procedure: &proc_.name,
         image: &sel.image.path,
@@ -71,6 +91,7 @@ pub fn run(a: CalcArgs) -> Result<u8> {
         clock_source,
         ghz,
         hw_events: hw.join(", "),
+        bounding,
     };
     let mut out = std::io::stdout().lock();
     match p.format {
@@ -91,6 +112,21 @@ struct Header<'a> {
     clock_source: &'static str,
     ghz: f64,
     hw_events: String,
+    /// Per cause, the events present that bound it and the cycles each event costs at most (empty without hardware events).
+    bounding: Vec<(Cause, Vec<(&'static str, f64)>)>,
+}
+
+/// The selection's hardware events, each with its mean events per sample.
+fn hw_events(sel: &Selected, names: &[&str]) -> HwEvents {
+    names
+        .iter()
+        .filter_map(|n| {
+            let e = EventName::new(n);
+            let (count, period_sum) = sel.totals.get(&e).copied()?;
+            let samples = sel.samples.get(&e)?.clone();
+            Some((n.to_string(), EventSamples { samples, period: period_sum as f64 / count.max(1) as f64 }))
+        })
+        .collect()
 }
 
 /// The core clock stored with the selected epochs (`loupe record` and the
@@ -143,8 +179,15 @@ fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
         .instructions
         .iter()
         .map(|r| {
-            let culprits: Vec<serde_json::Value> =
-                r.culprits.iter().map(|k| serde_json::json!({"cause": k.cause, "at": k.at.map(hex)})).collect();
+            let culprits: Vec<serde_json::Value> = r
+                .culprits
+                .iter()
+                .zip(&r.bounds)
+                .map(|(k, b)| {
+                    serde_json::json!({"cause": k.cause, "at": k.at.map(hex), "bound_cycles": b.bound_cycles.map(f64::round),
+                        "ruled_out": b.ruled_out, "evidence": b.evidence})
+                })
+                .collect();
             serde_json::json!({
                 "address": hex(r.address), "instruction": r.instruction, "samples": r.samples,
                 "executions": r.executions.map(f64::round), "cpi": r.cpi, "confidence": r.confidence,
@@ -186,7 +229,7 @@ fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
     if h.hw_events.is_empty() {
         writeln!(out, "*** No hardware event samples (no PMU): culprits are possible causes, not bounded by event counts.")?;
     } else {
-        writeln!(out, "*** Hardware events present: {} (not yet used to bound culprits)", h.hw_events)?;
+        hw_note(out, h)?;
     }
     writeln!(out, "***")?;
     writeln!(out, "{:>8}  {:<40} {:>8} {:>12} {:>8} {:<6}  Culprit", "Addr", "Instruction", "Samples", "Executions", "CPI", "Conf")?;
@@ -197,13 +240,13 @@ fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
             block_header(out, c, block)?;
         }
         if !r.culprits.is_empty() {
-            bubbles(out, r)?;
+            bubbles(out, r, !h.bounding.is_empty())?;
         }
         let execs = r.executions.map_or("-".into(), |e| format!("{e:.0}"));
         let cpi = r.cpi.map_or("-".into(), |x| format!("{x:.1}cy"));
         let conf = r.confidence.map_or("-".into(), |x| format!("{x:?}").to_lowercase());
-        let blame: Vec<String> =
-            r.culprits.iter().filter_map(|k| k.at).map(hex).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        let live = r.culprits.iter().zip(&r.bounds).filter(|(_, b)| !b.ruled_out);
+        let blame: Vec<String> = live.filter_map(|(k, _)| k.at).map(hex).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         writeln!(
             out,
             "{:>8x}  {:<40} {:>8} {:>12} {:>8} {:<6}  {}",
@@ -216,7 +259,7 @@ fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
             blame.join(" ")
         )?;
     }
-    summary(out, c)
+    summary(out, c, &h.bounding)
 }
 
 fn block_header(out: &mut dyn Write, c: &Calc, b: usize) -> Result<()> {
@@ -236,23 +279,79 @@ fn block_header(out: &mut dyn Write, c: &Calc, b: usize) -> Result<()> {
     Ok(())
 }
 
-/// Figure 2's bubbles: the culprits' letters, what they mean, the stall.
-fn bubbles(out: &mut dyn Write, r: &loupe_calc::InsnReport) -> Result<()> {
-    let letters: String = r.culprits.iter().map(|k| k.cause.letter()).collect();
-    let why: Vec<String> = r
-        .culprits
+/// Figure 2's bubbles: the letters of the culprits not ruled out, what
+/// they mean, the stall; with hardware events, each culprit's bound and
+/// the ruled-out ones after them.
+fn bubbles(out: &mut dyn Write, r: &loupe_calc::InsnReport, events: bool) -> Result<()> {
+    let pairs: Vec<_> = r.culprits.iter().zip(&r.bounds).collect();
+    let letters: String = pairs.iter().filter(|(_, b)| !b.ruled_out).map(|(k, _)| k.cause.letter()).collect();
+    let why: Vec<String> = pairs
         .iter()
-        .map(|k| match k.at {
-            Some(a) => format!("{} = {} at {a:x}", k.cause.letter(), k.cause.name()),
-            None => format!("{} = {}", k.cause.letter(), k.cause.name()),
+        .filter(|(_, b)| !b.ruled_out)
+        .map(|(k, b)| {
+            let base = match k.at {
+                Some(a) => format!("{} = {} at {a:x}", k.cause.letter(), k.cause.name()),
+                None => format!("{} = {}", k.cause.letter(), k.cause.name()),
+            };
+            if events {
+                format!("{base} [{}]", bound_text(b, r.executions))
+            } else {
+                base
+            }
         })
         .collect();
-    writeln!(out, "{:>10}{letters:<6} ({}) ... {:.1}cy stall", "", why.join(", "), r.stall)?;
+    let ruled_out: Vec<String> =
+        pairs.iter().filter(|(_, b)| b.ruled_out).map(|(k, b)| format!("{} [{}]", k.cause.letter(), evidence_text(b))).collect();
+    let ruled = if ruled_out.is_empty() { String::new() } else { format!("; ruled out: {}", ruled_out.join(", ")) };
+    let why = if why.is_empty() { "all culprits ruled out".to_string() } else { why.join(", ") };
+    writeln!(out, "{:>10}{letters:<6} ({why}{ruled}) ... {:.1}cy stall", "", r.stall)?;
+    Ok(())
+}
+
+/// "at most 3.1cy: branch-misses 37 samples, ..." or "possible, not bounded".
+fn bound_text(b: &Bound, executions: Option<f64>) -> String {
+    match (b.bound_cycles, executions.filter(|e| *e > 0.0)) {
+        (Some(x), Some(e)) => format!("at most {:.1}cy: {}", x / e, evidence_text(b)),
+        _ if !b.evidence.is_empty() => format!("possible, not bounded: {}", evidence_text(b)),
+        _ => "possible, not bounded".to_string(),
+    }
+}
+
+/// "branch-misses 0 samples, 41.2 expected".
+fn evidence_text(b: &Bound) -> String {
+    let each: Vec<String> = b
+        .evidence
+        .iter()
+        .map(|e| match e.expected_samples {
+            Some(x) => format!("{} {} samples, {x:.1} expected", e.event, e.samples),
+            None => format!("{} {} samples, counts only part", e.event, e.samples),
+        })
+        .collect();
+    each.join("; ")
+}
+
+/// The header line when the database has hardware events: which bound
+/// which cause, and with what penalty.
+fn hw_note(out: &mut dyn Write, h: &Header) -> Result<()> {
+    let each = |e: &[(&str, f64)]| e.iter().map(|(n, p)| format!("{n} ({p:.0}cy each)")).collect::<Vec<_>>().join(", ");
+    let used: Vec<String> =
+        h.bounding.iter().filter(|(_, e)| !e.is_empty()).map(|(c, e)| format!("{} bounds {}", each(e), c.letter())).collect();
+    if used.is_empty() {
+        writeln!(out, "*** Hardware events present: {} (none of them bounds a culprit: culprits are possible, not bounded)", h.hw_events)?;
+    } else {
+        writeln!(
+            out,
+            "*** Hardware events present: {}; {} (events x period x penalty; no sample where >= {} expected rules out)",
+            h.hw_events,
+            used.join(", "),
+            hwbound::RULE_OUT_SAMPLES
+        )?;
+    }
     Ok(())
 }
 
 /// Figure 4: where the procedure's cycles went.
-fn summary(out: &mut dyn Write, c: &Calc) -> Result<()> {
+fn summary(out: &mut dyn Write, c: &Calc, bounding: &[(Cause, Vec<(&'static str, f64)>)]) -> Result<()> {
     let s = &c.summary;
     let cyc = s.samples_with_estimates as f64 * c.period_cycles;
     let pct = |x: f64| if cyc > 0.0 { 100.0 * x / cyc } else { 0.0 };
@@ -269,7 +368,15 @@ fn summary(out: &mut dyn Write, c: &Calc) -> Result<()> {
     writeln!(out, "***")?;
     for cause in Cause::ALL {
         let (lo, hi) = s.causes[cause.name()];
-        writeln!(out, "*** {:<20} {:>5.1}% to {:>5.1}%", cause.name(), pct(lo), pct(hi))?;
+        let names = |e: &[(&str, f64)]| e.iter().map(|x| x.0).collect::<Vec<_>>().join(", ");
+        let by = bounding.iter().find(|(c, _)| *c == cause).map(|(_, e)| {
+            if e.is_empty() {
+                "  possible, not bounded".to_string()
+            } else {
+                format!("  bounded by {}", names(e))
+            }
+        });
+        writeln!(out, "*** {:<20} {:>5.1}% to {:>5.1}%{}", cause.name(), pct(lo), pct(hi), by.unwrap_or_default())?;
     }
     writeln!(out, "***")?;
     writeln!(out, "*** {:<20} {:>5.1}%", "Unexplained stall", pct(s.unexplained_stall))?;

@@ -70,7 +70,10 @@ Execution counts are estimated from the samples alone: the procedure's control-f
 equivalence, and each instruction's minimum cycles from llvm-mca's model of this CPU (Debian package llvm-19). \
 Bubbles above an instruction name the possible causes of its dynamic stall and the instruction to blame: \
 d D-cache miss, D DTLB miss, f divider busy, p branch mispredict, i I-cache miss, w store buffer full. \
-The clock event's period (ns) becomes cycles with the core clock recorded with the profile (measured here for older databases, or --cpu-ghz).")]
+The clock event's period (ns) becomes cycles with the core clock recorded with the profile (measured here for older databases, or --cpu-ghz). \
+Hardware event samples of the same image (branch-misses, L1-dcache-load-misses, dTLB-load-misses, L1-icache-load-misses), \
+when the database has them, bound each culprit to events x period x the event's penalty, and rule it out when it left no \
+sample where its stall would have left several (DCPI §6.3); causes no event counts stay possible, not bounded.")]
     Calc(CalcArgs),
     /// Write an interactive flame graph (SVG or HTML) of the recorded call stacks.
     #[command(after_help = "Examples:\n  loupe flame -o cpu.svg\n  loupe flame --comm postgres --epoch all -o pg.html\n\n\
@@ -483,6 +486,10 @@ pub struct CalcArgs {
     /// `global`, a non-negative weighted least-squares fit of all classes.
     #[arg(long, value_name = "HOW", default_value = "local", value_parser = ["local", "global"])]
     pub solver: String,
+    /// Latency of a fill from main memory in ns, the most a cache or TLB miss event is charged when hardware
+    /// event samples bound the culprits (default: 100 ns, a published typical figure; raise it for remote NUMA memory).
+    #[arg(long, value_name = "NS", default_value_t = loupe_calc::hwbound::MEMORY_NS)]
+    pub memory_ns: f64,
 }
 
 /// `loupe trace`: vertical event tracing (PEM).

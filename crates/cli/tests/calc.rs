@@ -129,3 +129,128 @@ fn calc_execution_counts_against_callgrind() {
     assert!(r["procedures"]["divchain"]["within15"].as_f64().unwrap() >= 80.0, "{r}");
     assert!(r["off15_labelled_low"].as_f64().unwrap() >= 90.0, "{r}");
 }
+
+/// A copy of `db` with a constructed `event` profile added to its epoch for
+/// the calcwork image: `count` samples at each ELF virtual address, each
+/// standing for `period` events, in the recorded process.
+fn with_events(db: &Path, dir: &Path, event: &str, at: &[(u64, u64)], period: u64) -> std::path::PathBuf {
+    use loupe_model::{EventName, ImageOffset, Profile};
+    let copy = dir.join(format!("{}+{event}", db.file_name().unwrap().to_str().unwrap()));
+    run_ok(std::process::Command::new("cp").arg("-a").arg(db).arg(&copy));
+    let store = loupe_store::Database::open(&copy).unwrap();
+    let epoch = store.current_epoch().unwrap();
+    let (clock, _) = store.load(epoch, &|x| x.image.path.ends_with("/calcwork") && x.event.as_str() == "cpu-clock").unwrap();
+    let clock = &clock[0];
+    // Profiles hold file offsets: the text segment's vaddr - offset, from one recorded sample.
+    let mut syms = loupe_symbolize::Symbolizer::new(loupe_symbolize::SymbolizerOptions::default());
+    let code = syms.code(&clock.image).unwrap();
+    let off = clock.entries.keys().next().unwrap().1;
+    let delta = code.vaddr(off).unwrap() - off.0;
+    let mut p = Profile::new(clock.image.clone(), EventName::new(event));
+    for &(va, n) in at {
+        p.add(clock.processes[0].clone(), ImageOffset(va - delta), n, n * period);
+    }
+    store.merge(epoch, &[p]).unwrap();
+    copy
+}
+
+fn culprits_of<'a>(calc: &'a serde_json::Value, addr: &str) -> &'a Vec<serde_json::Value> {
+    let x = calc["instructions"].as_array().unwrap().iter().find(|x| x["address"] == addr).unwrap();
+    x["culprits"].as_array().unwrap()
+}
+
+#[test]
+fn calc_bounds_culprits_by_hardware_event_samples() {
+    // Checks DCPI §6.3's bounds on recorded cpu-clock profiles of calcwork's branchy and chase plus a constructed
+    // branch-misses profile (no PMU here): 500 samples of period 100,000 at branchy's data-dependent jne bound its
+    // mispredict culprit at 500 x 100,000 x 18 cycles; chase's mispredict culprit, with no branch-miss sample where
+    // hundreds were expected, is ruled out while D-cache stays first and unbounded; without the events, no culprit is
+    // bounded and the estimates are the same.
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (branchy, chase) = (record(dir.path(), "branchy", 800), record(dir.path(), "chase", 800));
+    let plain = calc_json(&branchy, "branchy");
+    let h = hottest(&plain);
+    assert_eq!(h["culprits"][0]["cause"], "branch-mispredict", "{h}");
+    let jne_at = h["culprits"][0]["at"].as_str().unwrap().to_string();
+    let jne = u64::from_str_radix(&jne_at, 16).unwrap();
+    let events = [(jne, 500)];
+    // Without events: nothing bounded, nothing ruled out, the header says so.
+    for c in [&plain, &calc_json(&chase, "chase")] {
+        for x in c["instructions"].as_array().unwrap() {
+            for k in x["culprits"].as_array().unwrap() {
+                assert!(k["bound_cycles"].is_null() && k["ruled_out"] == false && k["evidence"] == serde_json::json!([]), "{k}");
+            }
+        }
+    }
+    let text = |db: &Path, p: &str| {
+        String::from_utf8(run_ok(loupe().args(["calc", "--image", "calcwork", "--procedure", p, "--db"]).arg(db)).stdout).unwrap()
+    };
+    let t = text(&branchy, "branchy");
+    assert!(t.contains("No hardware event samples") && !t.contains("at most") && !t.contains("ruled out"), "{t}");
+
+    let bdb = with_events(&branchy, dir.path(), "branch-misses", &events, 100_000);
+    let b = calc_json(&bdb, "branchy");
+    let same = |c: &serde_json::Value| c["instructions"].as_array().unwrap().iter().map(|x| x["executions"].clone()).collect::<Vec<_>>();
+    assert_eq!(same(&b), same(&plain), "the events change no estimate");
+    let p = culprits_of(&b, h["address"].as_str().unwrap()).iter().find(|k| k["cause"] == "branch-mispredict").unwrap();
+    assert_eq!(p["at"], jne_at.as_str());
+    assert_eq!(p["bound_cycles"].as_f64(), Some(500.0 * 100_000.0 * 18.0), "{p}");
+    assert_eq!(p["ruled_out"], false);
+    assert_eq!((p["evidence"][0]["event"].as_str(), p["evidence"][0]["samples"].as_u64()), (Some("branch-misses"), Some(500)));
+    let t = text(&bdb, "branchy");
+    assert!(t.contains("branch-misses (18cy each) bounds p") && t.contains("at most") && t.contains("bounded by branch-misses"), "{t}");
+
+    let cdb = with_events(&chase, dir.path(), "branch-misses", &events, 100_000);
+    let c = calc_json(&cdb, "chase");
+    let h = hottest(&c);
+    let ks = culprits_of(&c, h["address"].as_str().unwrap());
+    assert_eq!(ks[0]["cause"], "d-cache", "{h}");
+    assert!(ks[0]["bound_cycles"].is_null() && ks[0]["ruled_out"] == false, "{h}");
+    let p = ks.iter().find(|k| k["cause"] == "branch-mispredict").expect("chase's loop head keeps a mispredict suspect without events");
+    assert_eq!(p["ruled_out"], true, "{p}");
+    assert_eq!(p["evidence"][0]["samples"], 0);
+    assert!(p["evidence"][0]["expected_samples"].as_f64().unwrap() >= 3.0, "{p}");
+    assert_eq!(ks.last().unwrap()["cause"], "branch-mispredict", "ruled-out culprits come last");
+    assert!(text(&cdb, "chase").contains("ruled out: p [branch-misses 0 samples"));
+}
+
+#[test]
+fn calc_reads_recorded_cache_misses_or_says_there_are_none() {
+    // Checks `record -e cpu-clock -e L1-dcache-load-misses` on chase: without a PMU (this VM) record falls back to
+    // cpu-clock saying why and calc says its culprits are unbounded; with one, chase's real L1 misses bound its
+    // D-cache culprit (some samples in its window) without ruling it out.
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let events = String::from_utf8(run_ok(loupe().arg("events")).stdout).unwrap();
+    let pmu = events.lines().any(|l| l.starts_with("L1-dcache-load-misses") && l.ends_with("available"));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let out = run_ok(
+        loupe()
+            .args(["record", "--freq", "4000", "-e", "cpu-clock", "-e", "L1-dcache-load-misses", "--db"])
+            .arg(&db)
+            .arg("--")
+            .arg(workloads().join("calcwork"))
+            .args(["--reps", "400", "--only", "chase"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let c = calc_json(&db, "chase");
+    let h = hottest(&c);
+    let d = culprits_of(&c, h["address"].as_str().unwrap()).iter().find(|k| k["cause"] == "d-cache").unwrap().clone();
+    if pmu {
+        assert_eq!(d["ruled_out"], false, "{d}");
+        assert!(d["evidence"][0]["samples"].as_u64().unwrap() > 0, "{d}");
+    } else {
+        assert!(
+            err.contains("L1-dcache-load-misses is not available on this machine (no hardware PMU); falling back to cpu-clock"),
+            "{err}"
+        );
+        assert!(c["hardware_events"].is_null() && d["bound_cycles"].is_null() && d["ruled_out"] == false, "{d}");
+    }
+}

@@ -1,6 +1,6 @@
 //! Event names as perf spells them, and which ones this machine supports.
 
-use crate::sys::{self, PerfEventAttr, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE};
+use crate::sys::{self, PerfEventAttr, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_SOFTWARE};
 use crate::{Error, ErrorKind};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +29,18 @@ const EVENTS: &[(&str, &[&str], u32, u64)] = &[
     ("stalled-cycles-frontend", &["idle-cycles-frontend"], PERF_TYPE_HARDWARE, 7),
     ("stalled-cycles-backend", &["idle-cycles-backend"], PERF_TYPE_HARDWARE, 8),
     ("ref-cycles", &[], PERF_TYPE_HARDWARE, 9),
+    // Cache events (`perf list hwcache`): the misses `loupe calc` bounds stall culprits with.
+    ("L1-dcache-load-misses", &[], PERF_TYPE_HW_CACHE, cache_miss(0)),
+    ("L1-icache-load-misses", &[], PERF_TYPE_HW_CACHE, cache_miss(1)),
+    ("LLC-load-misses", &[], PERF_TYPE_HW_CACHE, cache_miss(2)),
+    ("dTLB-load-misses", &[], PERF_TYPE_HW_CACHE, cache_miss(3)),
+    ("iTLB-load-misses", &[], PERF_TYPE_HW_CACHE, cache_miss(4)),
 ];
+
+/// A PERF_TYPE_HW_CACHE config: cache id | op READ (0) << 8 | result MISS (1) << 16 (`linux/perf_event.h`).
+const fn cache_miss(cache: u64) -> u64 {
+    cache | (1 << 16)
+}
 
 pub fn known_events() -> Vec<EventSpec> {
     EVENTS.iter().map(|&(n, _, t, c)| EventSpec { name: n.into(), type_: t, config: c }).collect()
@@ -49,8 +60,9 @@ pub fn parse_event(name: &str) -> Result<EventSpec, Error> {
         })
 }
 
+/// Events counted by the PMU (generic and cache events), which a machine without one lacks.
 pub fn is_hardware(e: &EventSpec) -> bool {
-    e.type_ == PERF_TYPE_HARDWARE
+    e.type_ == PERF_TYPE_HARDWARE || e.type_ == PERF_TYPE_HW_CACHE
 }
 
 /// Tries to open each known event as a counter on CPU 0 for the whole
@@ -85,6 +97,15 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("cpu-clocks") && msg.contains("cpu-clock,") && msg.contains("branch-misses"), "{msg}");
         assert!(matches!(e.kind(), ErrorKind::UnknownEvent { .. }));
+    }
+
+    #[test]
+    fn cache_events_encode_as_perf_does() {
+        // Checks the cache-event configs against linux/perf_event.h: DTLB (3) | OP_READ (0) << 8 | RESULT_MISS (1) << 16 = 0x10003.
+        let d = parse_event("dTLB-load-misses").unwrap();
+        assert_eq!((d.type_, d.config), (3, 0x10003));
+        assert_eq!(parse_event("L1-dcache-load-misses").unwrap().config, 0x10000);
+        assert!(is_hardware(&d));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 pub const PERF_TYPE_HARDWARE: u32 = 0;
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_TYPE_HW_CACHE: u32 = 3;
 
 pub const SAMPLE_IP: u64 = 1 << 0;
 pub const SAMPLE_TID: u64 = 1 << 1;
