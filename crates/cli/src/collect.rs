@@ -274,5 +274,10 @@ pub fn events() -> Result<u8> {
             Err(why) => println!("{:<26} {kind:<9} unavailable: {why}", e.name),
         }
     }
+    // Not an event: what `--lbr` needs with the hardware events' samples.
+    match loupe_perf::probe_branch_stack(Lbr::User.branch_sample_type()) {
+        Ok(()) => println!("{:<26} {:<9} available (--lbr)", "branch-stack", "hardware"),
+        Err(why) => println!("{:<26} {:<9} unavailable: {why}", "branch-stack", "hardware"),
+    }
     Ok(0)
 }
