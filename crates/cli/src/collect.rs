@@ -196,8 +196,8 @@ fn summarize(e: &Engine, took: Duration) {
     }
     if let Some(b) = e.collector.branch_stats() {
         eprintln!(
-            "loupe: {} branch stacks, {} branch records: {} stored, {} between images, {} outside known mappings",
-            b.stacks, b.records, b.stored, b.cross_image, b.unknown
+            "loupe: {} branch stacks, {} branch records: {} stored, {} between images, {} outside known mappings; {} straight runs between records stored, {} not believed",
+            b.stacks, b.records, b.stored, b.cross_image, b.unknown, b.traces, b.bad_traces
         );
     }
     for p in &e.problems {

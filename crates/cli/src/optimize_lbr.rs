@@ -8,7 +8,7 @@ use crate::optimize::{build_id_of, db_image, ProfileArgs};
 use anyhow::{anyhow, Result};
 use loupe_model::ImageKind;
 use loupe_optimize::combine::age_weight;
-use loupe_optimize::lbr::{self, Branch, LbrFdata};
+use loupe_optimize::lbr::{self, Branch, LbrFdata, Trace};
 use loupe_store::Database;
 use loupe_symbolize::Symbolizer;
 use std::collections::BTreeMap;
@@ -27,6 +27,7 @@ pub(crate) fn lbr_fdata(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<Option
     let all = db.epochs()?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut weighted: BTreeMap<(u64, u64), (f64, f64)> = BTreeMap::new();
+    let mut runs: BTreeMap<(u64, u64), f64> = BTreeMap::new();
     let mut refused = 0;
     for e in epochs {
         let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
@@ -49,6 +50,11 @@ pub(crate) fn lbr_fdata(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<Option
                     x.1 += c.mispredicted as f64 * w;
                 }
             }
+            for (&(start, end), &n) in &bp.traces {
+                if let (Some(s), Some(e)) = (code.vaddr(start), code.vaddr(end)) {
+                    *runs.entry((s, e)).or_default() += n as f64 * w;
+                }
+            }
         }
     }
     if refused > 0 {
@@ -61,7 +67,8 @@ pub(crate) fn lbr_fdata(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<Option
         .into_iter()
         .map(|((from, to), (n, m))| Branch { from, to, taken: n.round() as u64, mispredicted: m.round() as u64 })
         .collect();
-    Ok(Some(lbr::write_fdata(&branches, &functions(&p.image, &file_bid, syms)?)))
+    let traces: Vec<Trace> = runs.into_iter().map(|((start, end), n)| Trace { start, end, count: n.round() as u64 }).collect();
+    Ok(Some(lbr::write_fdata(&branches, &traces, &functions(&p.image, &file_bid, syms)?)))
 }
 
 /// Every sized function of the file, under BOLT's name for it.
@@ -75,18 +82,32 @@ fn functions(path: &std::path::Path, bid: &str, syms: &mut Symbolizer) -> Result
         .find("")
         .into_iter()
         .filter(|f| seen.insert(f.start))
-        .map(|f| lbr::Function { start: f.start, size: f.size, bolt_name: names.get(&f.start).cloned().unwrap_or(f.name) })
+        .map(|f| lbr::Function {
+            start: f.start,
+            size: f.size,
+            code: code.bytes(f.start, f.size).map(<[u8]>::to_vec).unwrap_or_default(),
+            bolt_name: names.get(&f.start).cloned().unwrap_or(f.name),
+        })
         .collect())
 }
 
 /// What the fdata holds, for the user.
 pub(crate) fn describe(f: &LbrFdata) -> String {
     let mut s = format!(
-        "loupe: wrote BOLT branch fdata from branch records (LBR): {} branches taken {} times in {} functions",
-        f.lines, f.taken, f.functions
+        "loupe: wrote BOLT branch fdata from branch records (LBR): {} lines in {} functions: {} branches taken {} times",
+        f.lines,
+        f.functions,
+        f.lines - f.fallthrough_lines,
+        f.taken
     );
+    if f.fallthrough_lines > 0 {
+        s += &format!(", {} fall-throughs of straight runs between records, {} times", f.fallthrough_lines, f.fallthroughs);
+    }
     if f.left_out > 0 {
         s += &format!("; {} executions of branches outside any function left out", f.left_out);
+    }
+    if f.bad_traces > 0 {
+        s += &format!("; {} straight runs that cannot have happened as recorded left out", f.bad_traces);
     }
     s
 }

@@ -1,7 +1,8 @@
-//! Branch records (LBR) without an LBR on this machine: records constructed from the real `layout` binary's
-//! own branch instructions (decoded here) are stored as the collector stores them; `loupe optimize export
-//! --format bolt` must write BOLT's branch fdata with exactly those counts under BOLT's names, and the real
-//! llvm-bolt must use it. And `loupe record --lbr` must say what is missing and record IP samples.
+//! Branch records (LBR) without an LBR on this machine: records and straight runs constructed from the real
+//! `layout` binary's own branch instructions (decoded here) are stored as the collector stores them; `loupe
+//! optimize export --format bolt` must write BOLT's branch fdata with exactly those counts under BOLT's names
+//! (plus the runs' fall-throughs), and the real llvm-bolt must use all of it. And `loupe record --lbr` must say
+//! what is missing and record IP samples.
 
 mod util;
 use loupe_calc::decode::{decode, Flow};
@@ -69,6 +70,38 @@ fn construct(code: &loupe_symbolize::Code, funcs: &[&str]) -> Vec<Rec> {
     out
 }
 
+/// A straight run from each conditional branch of `funcs` (not taken) to the next instruction that can leave
+/// straight-line code, with its own count, and the fall-through lines it must give: the branch to the next
+/// instruction, and every instruction followed by a direct branch target (BOLT's block ends) to that target.
+fn construct_runs(code: &loupe_symbolize::Code, funcs: &[&str]) -> (Vec<(u64, u64, u64)>, BTreeSet<String>) {
+    let (mut runs, mut lines) = (Vec::new(), std::collections::BTreeMap::new());
+    for f in funcs.iter().map(|f| code.find(f).into_iter().next().unwrap()) {
+        let insns = decode(f.start, code.bytes(f.start, f.size).unwrap());
+        let targets: BTreeSet<u64> = insns
+            .iter()
+            .filter_map(|i| match i.flow {
+                Flow::Branch(t) | Flow::Jump(t) if (f.start..f.start + f.size).contains(&t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        for (k, j) in insns.iter().enumerate().filter(|(_, i)| matches!(i.flow, Flow::Branch(_))) {
+            let Some(end) = insns[k + 1..].iter().find(|i| i.flow != Flow::Next) else { continue };
+            let n = 200 + runs.len() as u64;
+            runs.push((j.addr, end.addr, n));
+            let mut edges = vec![(j.addr, j.addr + j.len as u64)];
+            for i in insns[k + 1..].iter().take_while(|i| i.addr < end.addr) {
+                if targets.contains(&(i.addr + i.len as u64)) {
+                    edges.push((i.addr, i.addr + i.len as u64));
+                }
+            }
+            for (a, b) in edges {
+                *lines.entry((f.name.clone(), a - f.start, b - f.start)).or_insert(0) += n;
+            }
+        }
+    }
+    (runs, lines.into_iter().map(|((name, a, b), n)| format!("1 {name} {a:x} 1 {name} {b:x} 0 {n}")).collect())
+}
+
 #[test]
 fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     // Checks export from branch records: one fdata line per record with its exact counts, and llvm-bolt's log
@@ -84,6 +117,8 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     let code = syms.code(&image).unwrap();
     let recs = construct(&code, &["main", "run", "mix", "step"]);
     assert!(recs.len() >= 6, "too few branches decoded: {}", recs.len());
+    let (runs, run_lines) = construct_runs(&code, &["main", "run", "mix", "step"]);
+    assert!(runs.len() >= 4, "too few conditional branches decoded: {}", runs.len());
 
     // Stored as the collector stores them: file offsets (non-PIE: vaddr - 0x400000, checked), event cycles.
     let mut bp = BranchProfile::new(image.clone(), EventName::new("cycles"));
@@ -91,6 +126,9 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
         let (f, t) = (ImageOffset(r.from - 0x400000), ImageOffset(r.to - 0x400000));
         assert_eq!((code.vaddr(f), code.vaddr(t)), (Some(r.from), Some(r.to)));
         bp.add(f, t, r.taken, r.mispredicted);
+    }
+    for &(start, end, n) in &runs {
+        bp.add_trace(ImageOffset(start - 0x400000), ImageOffset(end - 0x400000), n);
     }
     bp.stacks = 100;
     let db = loupe_store::Database::create(&db_path).unwrap();
@@ -100,13 +138,13 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     let out = run_ok(loupe().args(["optimize", "export", "--format", "bolt", "--db"]).arg(&db_path).arg(&bin).arg("-o").arg(&fdata));
     let err = String::from_utf8_lossy(&out.stderr);
     let total: u64 = recs.iter().map(|r| r.taken).sum();
-    let said = format!("wrote BOLT branch fdata from branch records (LBR): {} branches taken {total} times", recs.len());
+    let said = format!("functions: {} branches taken {total} times, {} fall-throughs", recs.len(), run_lines.len());
     assert!(err.contains(&said), "{err}");
     let text = std::fs::read_to_string(&fdata).unwrap();
     let got: BTreeSet<&str> = text.lines().collect();
-    let want: BTreeSet<&str> = recs.iter().map(|r| r.line.as_str()).collect();
+    let want: BTreeSet<&str> = recs.iter().map(|r| r.line.as_str()).chain(run_lines.iter().map(String::as_str)).collect();
     assert_eq!(got, want, "fdata:\n{text}");
-    assert_eq!(text.lines().count(), recs.len());
+    assert_eq!(text.lines().count(), recs.len() + run_lines.len());
 
     let funcs: BTreeSet<&str> = text.lines().flat_map(|l| [l.split(' ').nth(1).unwrap(), l.split(' ').nth(4).unwrap()]).collect();
     let bolted = dir.path().join("layout.bolt");

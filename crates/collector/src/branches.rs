@@ -4,12 +4,24 @@
 //! event, from, to). A branch whose ends lie in different images (a call
 //! through the PLT into a library, or its return) or in no known image is
 //! counted in [`BranchStats`], not stored: BOLT lays out one image at a time.
+//!
+//! Between consecutive records the CPU ran straight through, from the older
+//! record's target to the newer one's source (records come newest first):
+//! such a trace is counted when both ends lie in one image, in order, less
+//! than [`MAX_TRACE`] bytes apart.
 
 use crate::{kernel, Collector};
 use loupe_model::branches::BranchProfile;
 use loupe_model::ImageOffset;
 use loupe_perf::Sample;
 use std::collections::HashMap;
+
+/// (image, offset) of one end of a branch.
+type End = (u32, u64);
+
+/// Longest straight run believed: farther apart, the two records were not
+/// consecutive in execution (a record lost to filtering or overflow).
+pub const MAX_TRACE: u64 = 4096;
 
 /// How branch records fared, for `record`'s summary and the daemon's stats.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -24,11 +36,16 @@ pub struct BranchStats {
     pub cross_image: u64,
     /// Records with an end in no known mapping: counted only.
     pub unknown: u64,
+    /// Straight runs between consecutive records: stored, and not believed
+    /// (ends in different or unknown images, backwards, or too long).
+    pub traces: u64,
+    pub bad_traces: u64,
 }
 
 #[derive(Default)]
 struct Counts {
     pairs: HashMap<(u64, u64), (u64, u64)>,
+    traces: HashMap<(u64, u64), u64>,
     stacks: u64,
 }
 
@@ -50,7 +67,7 @@ impl Collector {
     }
 
     /// (image, offset) of a branch end in process `pid`; None when no mapping holds it.
-    fn branch_end(&mut self, pid: u32, addr: u64) -> Option<(u32, u64)> {
+    fn branch_end(&mut self, pid: u32, addr: u64) -> Option<End> {
         if addr >= kernel::KERNEL_SPACE_START {
             return Some(self.kernel_location(addr));
         }
@@ -64,8 +81,19 @@ impl Collector {
         st.stats.records += s.branches.len() as u64;
         let event = s.event_index as u16;
         let mut touched: Vec<u32> = Vec::new();
-        for b in &s.branches {
-            match (self.branch_end(s.pid, b.from), self.branch_end(s.pid, b.to)) {
+        let ends: Vec<(Option<End>, Option<End>)> =
+            s.branches.iter().map(|b| (self.branch_end(s.pid, b.from), self.branch_end(s.pid, b.to))).collect();
+        for (i, b) in s.branches.iter().enumerate() {
+            if let Some(older) = ends.get(i + 1) {
+                match (older.1, ends[i].0) {
+                    (Some((si, start)), Some((ei, end))) if si == ei && start <= end && end - start < MAX_TRACE => {
+                        *st.counts.entry((si, event)).or_default().traces.entry((start, end)).or_insert(0) += 1;
+                        st.stats.traces += 1;
+                    }
+                    _ => st.stats.bad_traces += 1,
+                }
+            }
+            match ends[i] {
                 (Some((fi, from)), Some((ti, to))) if fi == ti => {
                     let c = st.counts.entry((fi, event)).or_default().pairs.entry((from, to)).or_insert((0, 0));
                     c.0 += 1;
@@ -97,6 +125,9 @@ impl Collector {
                 p.stacks = c.stacks;
                 for ((from, to), (taken, mispredicted)) in c.pairs {
                     p.add(ImageOffset(from), ImageOffset(to), taken, mispredicted);
+                }
+                for ((start, end), n) in c.traces {
+                    p.add_trace(ImageOffset(start), ImageOffset(end), n);
                 }
                 p
             })
@@ -169,6 +200,10 @@ mod tests {
         c.process(&sample(vec![br(0x402005, 0x402040, false), br(0x90_0000, 0x402000, false)]));
         let st = c.branch_stats().unwrap();
         assert_eq!((st.stacks, st.records, st.stored, st.cross_image, st.unknown), (3, 7, 5, 1, 1));
+        // Traces (older record's target .. newer record's source): stack 1 gives 0x402040..0x402005 (backwards: not
+        // believed) and 0x402000..0x402005; stack 2 gives 0x7f0000001000..0x402005 (two images); stack 3 gives
+        // 0x402000..0x402005 again.
+        assert_eq!((st.traces, st.bad_traces), (2, 2));
         let got = c.take_branches();
         assert_eq!(got.len(), 1);
         let p = &got[0];
@@ -178,6 +213,7 @@ mod tests {
             ((ImageOffset(0x3100), ImageOffset(0x3000)), BranchCount { taken: 1, mispredicted: 0 }),
         ];
         assert_eq!(p.records.clone().into_iter().collect::<Vec<_>>(), want.to_vec());
+        assert_eq!(p.traces.clone().into_iter().collect::<Vec<_>>(), vec![((ImageOffset(0x3000), ImageOffset(0x3005)), 2)]);
         assert!(c.take_branches().is_empty(), "a second take must start empty");
 
         let dir = tempfile::tempdir().unwrap();
@@ -189,5 +225,6 @@ mod tests {
         assert!(problems.is_empty());
         assert_eq!(back[0].records[&want[0].0], BranchCount { taken: 8, mispredicted: 2 });
         assert_eq!((back[0].records[&want[1].0].taken, back[0].stacks), (2, 6));
+        assert_eq!(back[0].traces[&(ImageOffset(0x3000), ImageOffset(0x3005))], 4);
     }
 }

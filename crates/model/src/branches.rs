@@ -5,6 +5,11 @@
 //! two images (a call through the PLT into a library, its return) is
 //! counted by the collector but has no place in one image's layout.
 //!
+//! Between two consecutive records of one stack the CPU ran straight
+//! through: from the older record's target to the newer record's source.
+//! Those fall-through ranges ("traces", as perf2bolt calls them) are counted
+//! too, so the code they cross gets measured fall-through counts.
+//!
 //! ```
 //! use loupe_model::*;
 //! use loupe_model::branches::{BranchCount, BranchProfile};
@@ -33,11 +38,13 @@ pub struct BranchProfile {
     pub stacks: u64,
     /// (from, to) -> counts.
     pub records: BTreeMap<(ImageOffset, ImageOffset), BranchCount>,
+    /// (start, end) of a range run straight through -> times; start <= end.
+    pub traces: BTreeMap<(ImageOffset, ImageOffset), u64>,
 }
 
 impl BranchProfile {
     pub fn new(image: ImageId, event: EventName) -> BranchProfile {
-        BranchProfile { image, event, stacks: 0, records: BTreeMap::new() }
+        BranchProfile { image, event, stacks: 0, records: BTreeMap::new(), traces: BTreeMap::new() }
     }
 
     /// Counts `taken` executions of the branch `from` -> `to`, `mispredicted` of them mispredicted.
@@ -45,6 +52,11 @@ impl BranchProfile {
         let c = self.records.entry((from, to)).or_default();
         c.taken += taken;
         c.mispredicted += mispredicted;
+    }
+
+    /// Counts `n` runs straight through from `start` to `end`.
+    pub fn add_trace(&mut self, start: ImageOffset, end: ImageOffset, n: u64) {
+        *self.traces.entry((start, end)).or_insert(0) += n;
     }
 
     /// Records summed over every branch.
@@ -62,6 +74,9 @@ impl BranchProfile {
         }
         for (&(f, t), c) in &other.records {
             self.add(f, t, c.taken, c.mispredicted);
+        }
+        for (&(s, e), &n) in &other.traces {
+            self.add_trace(s, e, n);
         }
         self.stacks += other.stacks;
         Ok(())
@@ -83,7 +98,10 @@ mod tests {
         b.add(ImageOffset(1), ImageOffset(2), 5, 1);
         b.add(ImageOffset(7), ImageOffset(1), 2, 0);
         b.stacks = 1;
+        a.add_trace(ImageOffset(2), ImageOffset(7), 3);
+        b.add_trace(ImageOffset(2), ImageOffset(7), 4);
         a.merge(&b).unwrap();
+        assert_eq!(a.traces[&(ImageOffset(2), ImageOffset(7))], 7);
         assert_eq!(a.records[&(ImageOffset(1), ImageOffset(2))], BranchCount { taken: 15, mispredicted: 4 });
         assert_eq!((a.total_taken(), a.stacks), (17, 5));
         let other = BranchProfile::new(ImageId::elf("/bin/b", None), EventName::new("cycles"));

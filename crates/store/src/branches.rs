@@ -8,6 +8,8 @@
 //!          stacks (varint: samples whose branch stacks were counted)
 //! records  count, then sorted by (from, to): from (varint delta from the previous
 //!          record's from), to - from (zigzag varint), taken (varint), mispredicted (varint, <= taken)
+//! traces   count, then sorted by (start, end): start (varint delta from the previous trace's
+//!          start), end - start (varint), times (varint)
 //! crc32    u32 LE of every byte before it
 //! ```
 //! Databases without branch files read as before: nothing else looks at
@@ -47,6 +49,14 @@ pub fn encode(p: &BranchProfile) -> Vec<u8> {
         put_varint(&mut out, c.mispredicted);
         last_from = from.0;
     }
+    put_varint(&mut out, p.traces.len() as u64);
+    let mut last_start = 0u64;
+    for (&(start, end), &n) in &p.traces {
+        put_varint(&mut out, start.0 - last_start);
+        put_varint(&mut out, end.0 - start.0);
+        put_varint(&mut out, n);
+        last_start = start.0;
+    }
     seal_file(out)
 }
 
@@ -72,6 +82,17 @@ pub fn decode(b: &[u8]) -> Result<BranchProfile, FormatError> {
         last = Some((from, to));
         p.records.insert((ImageOffset(from), ImageOffset(to)), c);
     }
+    let (mut start, mut last) = (0u64, None);
+    for _ in 0..r.len()? {
+        let at = r.at;
+        start = start.checked_add(r.varint()?).ok_or(FormatError::Invalid(at, "trace start overflow"))?;
+        let end = start.checked_add(r.varint()?).ok_or(FormatError::Invalid(at, "trace end overflow"))?;
+        if last.is_some_and(|l| l >= (start, end)) {
+            return Err(FormatError::Invalid(at, "traces out of order"));
+        }
+        last = Some((start, end));
+        p.traces.insert((ImageOffset(start), ImageOffset(end)), r.varint()?);
+    }
     if r.at != r.b.len() {
         return Err(FormatError::Invalid(r.at, "trailing bytes"));
     }
@@ -90,13 +111,17 @@ mod tests {
         p.add(ImageOffset(0x1005), ImageOffset(0x1000), 7, 7);
         p.add(ImageOffset(0x2000), ImageOffset(0x1000), 1 << 40, 0);
         p.add(ImageOffset(u64::MAX), ImageOffset(0), 1, 0);
+        p.add_trace(ImageOffset(0x1040), ImageOffset(0x1100), 900);
+        p.add_trace(ImageOffset(0x1040), ImageOffset(0x1040), 2);
+        p.add_trace(ImageOffset(0x3000), ImageOffset(u64::MAX), 1 << 35);
         p.stacks = 99;
         p
     }
 
     #[test]
     fn round_trip() {
-        // Checks that image, event, stacks and every (from, to, taken, mispredicted) survive, backward jumps and extremes included.
+        // Checks that image, event, stacks, every (from, to, taken, mispredicted) and every trace survive, backward
+        // jumps, empty ranges and extremes included.
         let p = sample();
         assert_eq!(decode(&encode(&p)).unwrap(), p);
         let empty = BranchProfile::new(ImageId::unknown(), EventName::new("x"));
