@@ -81,6 +81,10 @@ fn sampler_config(s: &SamplingArgs) -> Result<SamplerConfig> {
     if branch_stack != 0 && !cfg.events.iter().any(loupe_perf::is_hardware) {
         bail!("--lbr records branches with the samples of a hardware event; add one, e.g. -e cycles");
     }
+    if branch_stack != 0 {
+        // Up to 32 records of 24 bytes make a sample ~15x larger.
+        cfg.ring_pages = cfg.ring_pages.max(512);
+    }
     if !s.no_stacks {
         if s.backend == crate::flags::Backend::Bpf {
             bail!("--backend bpf keeps flat profiles only; add --no-stacks, or use --backend stream for call stacks");

@@ -185,6 +185,50 @@ mod tests {
     }
 
     #[test]
+    fn sample_bytes_as_the_kernel_writes_them_reach_the_profile() {
+        // Checks the whole decode path on bytes laid out by hand per perf_event.h for the sampler's `--lbr
+        // --no-stacks` sample_type (IDENTIFIER, IP, TID, TIME, CPU, PERIOD, BRANCH_STACK): two records, newest
+        // first, the older one mispredicted, become (0x3005 -> 0x3040) and (0x3100 -> 0x3000, mispredicted) in
+        // the app image (mapped at 0x400000 from file offset 0x1000), and the run between them, 0x3000..0x3005.
+        let mut body: Vec<u8> = Vec::new();
+        for w in [77u64, 0x402041] {
+            body.extend(w.to_ne_bytes()); // IDENTIFIER, IP
+        }
+        body.extend(PID.to_ne_bytes()); // TID: pid, tid
+        body.extend(PID.to_ne_bytes());
+        body.extend(5u64.to_ne_bytes()); // TIME
+        body.extend(1u32.to_ne_bytes()); // CPU, reserved
+        body.extend(0u32.to_ne_bytes());
+        body.extend(250_000u64.to_ne_bytes()); // PERIOD
+        for w in [2u64, 0x402005, 0x402040, 0x7 << 4, 0x402100, 0x402000, 1] {
+            body.extend(w.to_ne_bytes()); // nr, then {from, to, flags} x 2
+        }
+        let mut rec = Vec::new();
+        rec.extend(loupe_perf::sys::RECORD_SAMPLE.to_ne_bytes());
+        rec.extend(2u16.to_ne_bytes()); // misc: user mode
+        rec.extend(((8 + body.len()) as u16).to_ne_bytes());
+        rec.extend(body);
+        let layout = loupe_perf::Layout { ids: vec![(77, 0)], branch_events: vec![0], ..Default::default() };
+        let r = loupe_perf::record::parse(&rec, &layout).expect("a well-formed sample");
+        let kernel = KernelInfo { text_base: None, build_id: None, modules: vec![] };
+        let mut c = Collector::new(vec![EventName::new("cycles")], kernel, None);
+        c.enable_branches();
+        c.process(&mmap(0x400000, 0x1000, "/opt/app", 1));
+        c.process(&r);
+        let got = c.take_branches();
+        assert_eq!(got.len(), 1);
+        let recs: Vec<_> = got[0].records.clone().into_iter().collect();
+        assert_eq!(
+            recs,
+            vec![
+                ((ImageOffset(0x3005), ImageOffset(0x3040)), BranchCount { taken: 1, mispredicted: 0 }),
+                ((ImageOffset(0x3100), ImageOffset(0x3000)), BranchCount { taken: 1, mispredicted: 1 }),
+            ]
+        );
+        assert_eq!(got[0].traces.clone().into_iter().collect::<Vec<_>>(), vec![((ImageOffset(0x3000), ImageOffset(0x3005)), 1)]);
+    }
+
+    #[test]
     fn records_land_per_image_at_file_offsets_and_round_trip_the_store() {
         // Checks by construction: app mapped at 0x400000 from file offset 0x1000 and libc at 0x7f0000000000; three
         // samples' stacks hold 4 x (0x402005 -> 0x402040, 1 mispredicted), 1 x (0x402100 -> 0x402000), one call into
