@@ -12,18 +12,26 @@ use loupe_optimize::lbr::{self, Branch, LbrFdata, Trace};
 use loupe_store::Database;
 use loupe_symbolize::Symbolizer;
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// The image's branch fdata, or None when no epoch holds branch records of
 /// the build on disk (then the caller writes the no-LBR form).
 pub(crate) fn lbr_fdata(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<Option<LbrFdata>> {
-    let db = Database::open(&p.db.db)?;
-    let epochs = crate::top::select_epochs(&db, &p.epoch)?;
-    let file_bid = build_id_of(&p.image)?;
+    lbr_fdata_of(&p.db.db, &p.image, &p.epoch, p.half_life, syms)
+}
+
+/// [`lbr_fdata`] for the program at `image`, from the epochs `epoch` names
+/// (a number, `current` or `all`), aged with `half_life` seconds (for
+/// callers without [`ProfileArgs`], such as the manager).
+pub(crate) fn lbr_fdata_of(db: &Path, image: &Path, epoch: &str, half_life: f64, syms: &mut Symbolizer) -> Result<Option<LbrFdata>> {
+    let db = Database::open(db)?;
+    let epochs = crate::top::select_epochs(&db, epoch)?;
+    let file_bid = build_id_of(image)?;
     if file_bid.is_empty() {
         return Ok(None);
     }
-    let path = p.image.display().to_string();
-    let want = std::fs::canonicalize(&p.image).map(|x| x.display().to_string()).unwrap_or(path.clone());
+    let path = image.display().to_string();
+    let want = std::fs::canonicalize(image).map(|x| x.display().to_string()).unwrap_or(path.clone());
     let all = db.epochs()?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut weighted: BTreeMap<(u64, u64), (f64, f64)> = BTreeMap::new();
@@ -41,7 +49,7 @@ pub(crate) fn lbr_fdata(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<Option
                 refused += 1;
                 continue;
             }
-            let w = age_weight(now.saturating_sub(end) as f64, p.half_life);
+            let w = age_weight(now.saturating_sub(end) as f64, half_life);
             let code = syms.code(&bp.image).map_err(|r| anyhow!("cannot read {}: {r}", bp.image.path))?;
             for (&(from, to), c) in &bp.records {
                 if let (Some(f), Some(t)) = (code.vaddr(from), code.vaddr(to)) {
@@ -68,11 +76,11 @@ pub(crate) fn lbr_fdata(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<Option
         .map(|((from, to), (n, m))| Branch { from, to, taken: n.round() as u64, mispredicted: m.round() as u64 })
         .collect();
     let traces: Vec<Trace> = runs.into_iter().map(|((start, end), n)| Trace { start, end, count: n.round() as u64 }).collect();
-    Ok(Some(lbr::write_fdata(&branches, &traces, &functions(&p.image, &file_bid, syms)?)))
+    Ok(Some(lbr::write_fdata(&branches, &traces, &functions(image, &file_bid, syms)?)))
 }
 
 /// Every sized function of the file, under BOLT's name for it.
-fn functions(path: &std::path::Path, bid: &str, syms: &mut Symbolizer) -> Result<Vec<lbr::Function>> {
+fn functions(path: &Path, bid: &str, syms: &mut Symbolizer) -> Result<Vec<lbr::Function>> {
     let image = db_image(path, bid);
     let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path.display()))?;
     let names =
