@@ -27,7 +27,8 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Profile the whole machine for a while, or one command and all its children.
-    #[command(after_help = "Examples:\n  loupe record -- make -j2\n  loupe record --freq 5000 --duration 30 --db /tmp/p.db\n\n\
+    #[command(after_help = "Examples:\n  loupe record -- make -j2\n  loupe record --freq 5000 --duration 30 --db /tmp/p.db\n  \
+loupe record --lbr -- ./prog   (then: loupe optimize export --format bolt ./prog > prog.fdata)\n\n\
 Recording into an existing database adds to its current epoch, so several runs of a program sum into one profile.\n\
 With a command, loupe exits with the command's exit status; its stdout and stderr pass through untouched.")]
     Record(RecordArgs),
