@@ -111,6 +111,9 @@ pub(crate) fn describe(f: &LbrFdata) -> String {
     if f.fallthrough_lines > 0 {
         s += &format!(", {} fall-throughs of straight runs between records, {} times", f.fallthrough_lines, f.fallthroughs);
     }
+    if f.returns > 0 {
+        s += &format!("; {} returns left out (as perf2bolt does)", f.returns);
+    }
     if f.left_out > 0 {
         s += &format!("; {} executions of branches outside any function left out", f.left_out);
     }

@@ -14,6 +14,8 @@ use std::process::Command;
 use util::*;
 
 const BOLT: &str = "/usr/lib/llvm-19/bin/llvm-bolt";
+/// Not /usr/bin/perf2bolt-19, which acts as llvm-bolt because of its name.
+const PERF2BOLT: &str = "/usr/lib/llvm-19/bin/perf2bolt";
 
 /// One constructed record and the fdata line it must become.
 struct Rec {
@@ -71,41 +73,25 @@ fn construct(code: &loupe_symbolize::Code, funcs: &[&str]) -> Vec<Rec> {
 }
 
 /// A straight run from each conditional branch of `funcs` (not taken) to the next instruction that can leave
-/// straight-line code, with its own count, and the fall-through lines it must give: the branch to the next
-/// instruction, and every instruction followed by a direct branch target (BOLT's block ends) to that target.
-fn construct_runs(code: &loupe_symbolize::Code, funcs: &[&str]) -> (Vec<(u64, u64, u64)>, BTreeSet<String>) {
-    let (mut runs, mut lines) = (Vec::new(), std::collections::BTreeMap::new());
+/// straight-line code, each with its own count.
+fn construct_runs(code: &loupe_symbolize::Code, funcs: &[&str]) -> Vec<(u64, u64, u64)> {
+    let mut runs = Vec::new();
     for f in funcs.iter().map(|f| code.find(f).into_iter().next().unwrap()) {
         let insns = decode(f.start, code.bytes(f.start, f.size).unwrap());
-        let targets: BTreeSet<u64> = insns
-            .iter()
-            .filter_map(|i| match i.flow {
-                Flow::Branch(t) | Flow::Jump(t) if (f.start..f.start + f.size).contains(&t) => Some(t),
-                _ => None,
-            })
-            .collect();
         for (k, j) in insns.iter().enumerate().filter(|(_, i)| matches!(i.flow, Flow::Branch(_))) {
-            let Some(end) = insns[k + 1..].iter().find(|i| i.flow != Flow::Next) else { continue };
-            let n = 200 + runs.len() as u64;
-            runs.push((j.addr, end.addr, n));
-            let mut edges = vec![(j.addr, j.addr + j.len as u64)];
-            for i in insns[k + 1..].iter().take_while(|i| i.addr < end.addr) {
-                if targets.contains(&(i.addr + i.len as u64)) {
-                    edges.push((i.addr, i.addr + i.len as u64));
-                }
-            }
-            for (a, b) in edges {
-                *lines.entry((f.name.clone(), a - f.start, b - f.start)).or_insert(0) += n;
+            if let Some(end) = insns[k + 1..].iter().find(|i| i.flow != Flow::Next) {
+                runs.push((j.addr, end.addr, 200 + runs.len() as u64));
             }
         }
     }
-    (runs, lines.into_iter().map(|((name, a, b), n)| format!("1 {name} {a:x} 1 {name} {b:x} 0 {n}")).collect())
+    runs
 }
 
 #[test]
 fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
-    // Checks export from branch records: one fdata line per record with its exact counts, and llvm-bolt's log
-    // shows every named function profiled and nothing ignored or stale.
+    // Checks export from branch records: one fdata line per record with its exact counts (the return left out),
+    // the runs' fall-throughs exactly as BOLT's own aggregator (perf2bolt) writes them for the same input, and
+    // llvm-bolt's log shows every named function profiled and nothing ignored or stale.
     assert!(std::path::Path::new(BOLT).is_file(), "{BOLT} missing: run scripts/setup.sh (Debian package bolt-19)");
     let dir = tempfile::tempdir().unwrap();
     let (db_path, bin) = (dir.path().join("db"), dir.path().join("layout"));
@@ -117,7 +103,7 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     let code = syms.code(&image).unwrap();
     let recs = construct(&code, &["main", "run", "mix", "step"]);
     assert!(recs.len() >= 6, "too few branches decoded: {}", recs.len());
-    let (runs, run_lines) = construct_runs(&code, &["main", "run", "mix", "step"]);
+    let runs = construct_runs(&code, &["main", "run", "mix", "step"]);
     assert!(runs.len() >= 4, "too few conditional branches decoded: {}", runs.len());
 
     // Stored as the collector stores them: file offsets (non-PIE: vaddr - 0x400000, checked), event cycles.
@@ -137,14 +123,32 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     let fdata = dir.path().join("layout.fdata");
     let out = run_ok(loupe().args(["optimize", "export", "--format", "bolt", "--db"]).arg(&db_path).arg(&bin).arg("-o").arg(&fdata));
     let err = String::from_utf8_lossy(&out.stderr);
-    let total: u64 = recs.iter().map(|r| r.taken).sum();
-    let said = format!("functions: {} branches taken {total} times, {} fall-throughs", recs.len(), run_lines.len());
-    assert!(err.contains(&said), "{err}");
+    // The last record is run's return into main: left out, as perf2bolt leaves returns out.
+    let (ret, branches) = recs.split_last().unwrap();
     let text = std::fs::read_to_string(&fdata).unwrap();
     let got: BTreeSet<&str> = text.lines().collect();
-    let want: BTreeSet<&str> = recs.iter().map(|r| r.line.as_str()).chain(run_lines.iter().map(String::as_str)).collect();
-    assert_eq!(got, want, "fdata:\n{text}");
-    assert_eq!(text.lines().count(), recs.len() + run_lines.len());
+    let want: BTreeSet<&str> = branches.iter().map(|r| r.line.as_str()).collect();
+    assert!(want.is_subset(&got) && !got.contains(ret.line.as_str()), "fdata:\n{text}");
+    let fallthroughs: Vec<&&str> = got.difference(&want).collect();
+    assert!(fallthroughs.len() >= 4 && fallthroughs.iter().all(|l| l.split(' ').nth(6) == Some("0")), "{fallthroughs:?}");
+    let total: u64 = branches.iter().map(|r| r.taken).sum();
+    let said = format!("functions: {} branches taken {total} times, {} fall-throughs of straight runs", branches.len(), fallthroughs.len());
+    assert!(err.contains(&said) && err.contains(&format!("{} returns left out", ret.taken)), "{err}");
+
+    // BOLT's own aggregator on the same branches and runs (perf2bolt's pre-aggregated input: `B from to count
+    // mispredicted`, `F start end count`) must write the same lines.
+    let mut pa = String::new();
+    for r in &recs {
+        pa += &format!("B {:x} {:x} {} {}\n", r.from, r.to, r.taken, r.mispredicted);
+    }
+    for (start, end, n) in &runs {
+        pa += &format!("F {start:x} {end:x} {n}\n");
+    }
+    let (pa_path, pa_fdata) = (dir.path().join("preagg.txt"), dir.path().join("perf2bolt.fdata"));
+    std::fs::write(&pa_path, pa).unwrap();
+    run_ok(Command::new(PERF2BOLT).arg("-pa").arg("-p").arg(&pa_path).arg("-o").arg(&pa_fdata).arg(&bin));
+    let theirs = std::fs::read_to_string(&pa_fdata).unwrap();
+    assert_eq!(got, theirs.lines().collect::<BTreeSet<&str>>(), "ours:\n{text}\nperf2bolt's:\n{theirs}");
 
     let funcs: BTreeSet<&str> = text.lines().flat_map(|l| [l.split(' ').nth(1).unwrap(), l.split(' ').nth(4).unwrap()]).collect();
     let bolted = dir.path().join("layout.bolt");

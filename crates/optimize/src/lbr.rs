@@ -8,14 +8,18 @@
 //! cold-block policy applies: a branch the LBR saw was taken.
 //!
 //! A record with an end outside every sized function (a PLT stub, code
-//! without symbols) is left out and counted.
+//! without symbols) is left out and counted; so is a return (its source is
+//! a `ret`), which perf2bolt leaves out too: the caller's side of it is the
+//! start of the next straight run.
 //!
 //! Straight runs between consecutive records ([`Trace`]) become
 //! fall-through lines, as perf2bolt writes them: walking the run's
 //! instructions, each not-taken conditional branch gives `branch -> next
 //! instruction`, and each instruction followed by a direct branch target
 //! gives `it -> the target` (both are block ends in BOLT's CFG: the `from`
-//! is the block's last instruction), mispredicted 0. A run that would pass
+//! is the block's last instruction), mispredicted 0. Except: BOLT keeps a
+//! conditional branch and a direct jump right after it (not a branch
+//! target) in one block, so that pair has no fall-through line. A run that would pass
 //! an unconditional jump or a return, or whose ends are not instruction
 //! starts of one function, cannot have happened as given and is left out
 //! and counted.
@@ -61,6 +65,8 @@ pub struct LbrFdata {
     pub taken: u64,
     /// Branch executions left out: an end in no function.
     pub left_out: u64,
+    /// Returns left out.
+    pub returns: u64,
     /// Fall-through lines written (also in `lines`), and the fall-throughs they hold.
     pub fallthrough_lines: usize,
     pub fallthroughs: u64,
@@ -82,19 +88,31 @@ fn locate<'a>(funcs: &'a [&Function], addr: u64) -> Option<&'a Function> {
 struct Decoded {
     insns: Vec<Insn>,
     targets: HashSet<u64>,
+    range: std::ops::Range<u64>,
+}
+
+impl Decoded {
+    fn inside(&self, addr: u64) -> bool {
+        self.range.contains(&addr)
+    }
+
+    /// The instruction starting at `addr`.
+    fn at(&self, addr: u64) -> Option<&Insn> {
+        self.insns.binary_search_by_key(&addr, |i| i.addr).ok().map(|k| &self.insns[k])
+    }
 }
 
 fn decoded(f: &Function) -> Decoded {
     let insns = decode(f.start, &f.code);
-    let inside = |t: u64| (f.start..f.start + f.size).contains(&t);
+    let range = f.start..f.start + f.size;
     let targets = insns
         .iter()
         .filter_map(|i| match i.flow {
-            Flow::Branch(t) | Flow::Jump(t) if inside(t) => Some(t),
+            Flow::Branch(t) | Flow::Jump(t) if range.contains(&t) => Some(t),
             _ => None,
         })
         .collect();
-    Decoded { insns, targets }
+    Decoded { insns, targets, range }
 }
 
 /// The fall-through edges (from, to) one run from `start` to `end` crosses;
@@ -108,7 +126,14 @@ fn fallthroughs_of(d: &Decoded, start: u64, end: u64) -> Option<Vec<(u64, u64)>>
         match i.flow {
             Flow::Next if d.targets.contains(&next) => edges.push((i.addr, next)),
             Flow::Next => {}
-            Flow::Branch(_) => edges.push((i.addr, next)),
+            Flow::Branch(_) => {
+                // `jcc; jmp` is one block to BOLT (its buildCFG), unless the jmp is a branch target.
+                let joined =
+                    d.insns.get(k + 1).is_some_and(|j| matches!(j.flow, Flow::Jump(t) if d.inside(t)) && !d.targets.contains(&next));
+                if !joined {
+                    edges.push((i.addr, next));
+                }
+            }
             Flow::Jump(_) | Flow::IndirectJump | Flow::Return | Flow::Stop => return None,
         }
         k += 1;
@@ -128,9 +153,15 @@ pub fn write_fdata(branches: &[Branch], traces: &[Trace], funcs: &[Function]) ->
     let mut out = LbrFdata::default();
     // (from, to) -> (taken, mispredicted, fall-through)
     let mut lines: BTreeMap<(u64, u64), (u64, u64, bool)> = BTreeMap::new();
+    let mut cache: HashMap<u64, Decoded> = HashMap::new();
     for b in branches.iter().filter(|b| b.taken > 0) {
-        if locate(&sorted, b.from).is_none() || locate(&sorted, b.to).is_none() {
+        let (Some(f), Some(_)) = (locate(&sorted, b.from), locate(&sorted, b.to)) else {
             out.left_out += b.taken;
+            continue;
+        };
+        let d = cache.entry(f.start).or_insert_with(|| decoded(f));
+        if d.at(b.from).is_some_and(|i| i.flow == Flow::Return) {
+            out.returns += b.taken;
             continue;
         }
         let l = lines.entry((b.from, b.to)).or_default();
@@ -138,7 +169,6 @@ pub fn write_fdata(branches: &[Branch], traces: &[Trace], funcs: &[Function]) ->
         l.1 += b.mispredicted.min(b.taken);
         out.taken += b.taken;
     }
-    let mut cache: HashMap<u64, Decoded> = HashMap::new();
     for t in traces.iter().filter(|t| t.count > 0) {
         let edges = match (locate(&sorted, t.start), locate(&sorted, t.end)) {
             (Some(f), Some(g)) if f.start == g.start && t.start <= t.end && !f.code.is_empty() => {
@@ -233,5 +263,30 @@ mod tests {
         );
         assert_eq!(got.text, "1 f 3 1 f 5 0 5\n1 f 3 1 f a 1 3\n1 f 8 1 f d 0 5\n1 f a 1 f d 0 7\n");
         assert_eq!((got.lines, got.taken, got.fallthrough_lines, got.fallthroughs, got.bad_traces), (4, 8, 2, 12, 12));
+    }
+
+    // BOLT's block rules, hand-assembled:
+    //   g: 2000 74 03 je 2005   2002 eb 02 jmp 2006   2004 90 nop   2005 90 nop   2006 c3 ret
+    //   h: 3000 74 02 je 3004   3002 eb fe jmp 3002   3004 c3 ret
+    // In g, je + jmp form one block: the run 2000..2002 gives no line; 2005..2006 falls into the jmp's target. In h
+    // the jmp is a branch target (of itself), so it starts a block and 3000..3002 gives 0 -> 2. The return from
+    // g's ret is left out, as perf2bolt does.
+    #[test]
+    fn bolt_block_rules_and_returns() {
+        let g = vec![0x74, 0x03, 0xeb, 0x02, 0x90, 0x90, 0xc3];
+        let h = vec![0x74, 0x02, 0xeb, 0xfe, 0xc3];
+        let funcs = [
+            Function { start: 0x2000, size: g.len() as u64, bolt_name: "g".into(), code: g },
+            Function { start: 0x3000, size: h.len() as u64, bolt_name: "h".into(), code: h },
+        ];
+        let br = |from, to, taken| Branch { from, to, taken, mispredicted: 0 };
+        let tr = |start, end, count| Trace { start, end, count };
+        let got = write_fdata(
+            &[br(0x2000, 0x2005, 6), br(0x2006, 0x3002, 4)],
+            &[tr(0x2000, 0x2002, 3), tr(0x2005, 0x2006, 2), tr(0x3000, 0x3002, 1)],
+            &funcs,
+        );
+        assert_eq!(got.text, "1 g 0 1 g 5 0 6\n1 g 5 1 g 6 0 2\n1 h 0 1 h 2 0 1\n");
+        assert_eq!((got.returns, got.fallthrough_lines, got.fallthroughs, got.bad_traces), (4, 2, 3, 0));
     }
 }
