@@ -27,7 +27,8 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Profile the whole machine for a while, or one command and all its children.
-    #[command(after_help = "Examples:\n  loupe record -- make -j2\n  loupe record --freq 5000 --duration 30 --db /tmp/p.db\n\n\
+    #[command(after_help = "Examples:\n  loupe record -- make -j2\n  loupe record --freq 5000 --duration 30 --db /tmp/p.db\n  \
+loupe record --lbr -- ./prog   (then: loupe optimize export --format bolt ./prog > prog.fdata)\n\n\
 Recording into an existing database adds to its current epoch, so several runs of a program sum into one profile.\n\
 With a command, loupe exits with the command's exit status; its stdout and stderr pass through untouched.")]
     Record(RecordArgs),
@@ -194,6 +195,11 @@ pub struct SamplingArgs {
     /// (deeper stacks end in an `[unwind stopped]` frame); 0 = frame pointers only.
     #[arg(long, default_value_t = 16384, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=65528))]
     pub stack_bytes: u32,
+    /// Also record the CPU's last branch records (LBR) with each sample of a hardware event (cycles unless -e names
+    /// one): taken branches of `user` code (the default), `kernel` or `all`, for `loupe optimize export --format bolt`.
+    /// Without a branch stack (no PMU, or a VM that hides it) Loupe says so and records IP samples only.
+    #[arg(long, value_enum, value_name = "WHICH", num_args = 0..=1, default_missing_value = "user")]
+    pub lbr: Option<crate::collect::Lbr>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

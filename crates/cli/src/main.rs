@@ -11,6 +11,7 @@ mod machine;
 mod objects;
 mod optimize;
 mod optimize_bat;
+mod optimize_lbr;
 mod optimize_manage;
 mod procedure;
 mod stacks;

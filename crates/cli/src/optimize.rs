@@ -26,7 +26,8 @@ pub struct OptimizeArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum OptimizeCommand {
-    /// Write the image's profile for an optimizer: BOLT fdata (no-LBR), an LLVM text sample profile, or block counts as JSON.
+    /// Write the image's profile for an optimizer: BOLT fdata (branch records when the database has LBR records of
+    /// this build, else no-LBR block counts), an LLVM text sample profile, or block counts as JSON.
     #[command(after_help = "Examples:\n  loupe optimize export --format bolt ./layout > layout.fdata\n  \
 loupe optimize export --format llvm-sample --epoch all -o prof.txt /usr/local/bin/lua\n  \
 llvm-bolt ./layout -o layout.bolt -data=layout.fdata -reorder-blocks=ext-tsp -split-functions\n\n\
@@ -72,7 +73,7 @@ pub struct ProfileArgs {
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExportFormat {
-    /// BOLT fdata, no-LBR form: block counts.
+    /// BOLT fdata: the LBR's branch records when recorded (`loupe record --lbr`), else the no-LBR form (block counts).
     Bolt,
     /// BOLT fdata, branch records: edge counts synthesized from block counts.
     BoltEdges,
@@ -308,9 +309,18 @@ fn count(c: f64) -> u64 {
 
 fn export(a: ExportArgs) -> Result<u8> {
     let mut syms = symbolizer(&a.profile.db.db);
+    // Real branch records, when the PMU had an LBR, beat anything derived from IP samples.
+    let lbr = if a.format == ExportFormat::Bolt { crate::optimize_lbr::lbr_fdata(&a.profile, &mut syms)? } else { None };
+    if let Some(f) = lbr {
+        eprintln!("{}", crate::optimize_lbr::describe(&f));
+        return emit(a.output.as_deref(), &f.text);
+    }
     let ip = image_profile(&a.profile, &mut syms)?;
     let text = match a.format {
-        ExportFormat::Bolt => fdata::write_no_lbr(&ip.functions),
+        ExportFormat::Bolt => {
+            eprintln!("loupe: no branch records (LBR) of this build: wrote BOLT's no-LBR form (block counts from IP samples)");
+            fdata::write_no_lbr(&ip.functions)
+        }
         ExportFormat::BoltEdges => fdata::write_edges(&ip.functions),
         ExportFormat::LlvmSample => llvm_sample::write_text(&llvm_lines(&ip, &mut syms)?),
         ExportFormat::Json => {
@@ -322,8 +332,12 @@ fn export(a: ExportArgs) -> Result<u8> {
             serde_json::to_string_pretty(&doc)? + "\n"
         }
     };
-    match a.output {
-        Some(p) => std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?,
+    emit(a.output.as_deref(), &text)
+}
+
+fn emit(output: Option<&Path>, text: &str) -> Result<u8> {
+    match output {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
         None => std::io::stdout().lock().write_all(text.as_bytes())?,
     }
     Ok(0)
@@ -345,7 +359,16 @@ fn optimize(a: RunArgs) -> Result<u8> {
     let out_path = a.output.clone().unwrap_or_else(|| PathBuf::from(format!("{}.{suffix}", p.image.display())));
     let (prof_path, text) = match (&a.rebuild, a.profile_kind) {
         (Some(_), _) => (format!("{}.prof", out_path.display()), llvm_sample::write_text(&llvm_lines(&ip, &mut syms)?)),
-        (None, BoltProfile::Edges) => (format!("{}.fdata", out_path.display()), fdata::write_edges(&ip.functions)),
+        (None, BoltProfile::Edges) => (
+            format!("{}.fdata", out_path.display()),
+            match crate::optimize_lbr::lbr_fdata(p, &mut syms)? {
+                Some(f) => {
+                    eprintln!("{}", crate::optimize_lbr::describe(&f));
+                    f.text
+                }
+                None => fdata::write_edges(&ip.functions),
+            },
+        ),
         (None, BoltProfile::Blocks) => (format!("{}.fdata", out_path.display()), fdata::write_no_lbr(&ip.functions)),
     };
     let prof_path = PathBuf::from(prof_path);

@@ -95,6 +95,9 @@ pub struct IntervalReport {
     pub budget: Option<BudgetReport>,
     /// Call stacks since start (count, DWARF unwinds, stopped before the root), when on.
     pub stacks: Option<crate::stacks::StackStats>,
+    /// Branch records (LBR) since start, when on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branches: Option<crate::branches::BranchStats>,
 }
 
 /// How the overhead budget chose the rate.
@@ -150,12 +153,20 @@ impl Engine {
             (true, BackendChoice::Bpf) => {
                 return Err("--backend bpf aggregates flat samples in the kernel; call stacks need the stream backend: add --no-stacks, or use --backend stream".into())
             }
+            // Branch stacks, too, reach the daemon only through the rings.
+            (false, BackendChoice::Bpf) if cfg.branch_stack != 0 => {
+                return Err("--backend bpf aggregates flat samples in the kernel; branch records (--lbr) need the stream backend".into())
+            }
+            (false, _) if cfg.branch_stack != 0 => (None, "stream (branch records from the LBR are read from the rings)".to_string()),
             (true, _) => (None, "stream (call stacks: kernel chains, user stacks unwound in the daemon; --no-stacks lets BPF aggregate in the kernel)".to_string()),
             (false, _) => open_backend(&sampler, choice, bpf_table_entries(cfg))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
         if cfg.callchain {
             collector.enable_stacks();
+        }
+        if cfg.branch_stack != 0 {
+            collector.enable_branches();
         }
         let epoch = db.current_epoch()?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -312,6 +323,7 @@ impl Engine {
         let profiles = self.collector.take_profiles(|i| i as u64 % FLUSH_SLICES == k);
         if k == 0 {
             self.store_stacks()?;
+            self.store_branches()?;
             if self.last_clock.elapsed() >= CLOCK_EVERY {
                 self.record_clock()?;
             }
@@ -328,6 +340,7 @@ impl Engine {
         }
         let profiles = self.collector.take_profiles(|_| true);
         self.store_stacks()?;
+        self.store_branches()?;
         self.store(profiles)
     }
 
@@ -345,6 +358,17 @@ impl Engine {
             return Ok(());
         }
         let report = self.db.merge_stacks(self.db.current_epoch()?, &stacks)?;
+        self.flush_bytes += report.bytes_written;
+        self.problems.extend(report.problems.iter().map(|p| p.to_string()));
+        Ok(())
+    }
+
+    fn store_branches(&mut self) -> Result<()> {
+        let branches = self.collector.take_branches();
+        if branches.is_empty() {
+            return Ok(());
+        }
+        let report = self.db.merge_branches(self.db.current_epoch()?, &branches)?;
         self.flush_bytes += report.bytes_written;
         self.problems.extend(report.problems.iter().map(|p| p.to_string()));
         Ok(())
@@ -728,6 +752,7 @@ impl Meter {
             flush_bytes: e.flush_bytes,
             sample_period: e.sampler.mean_period(0),
             stacks: e.collector.stack_stats(),
+            branches: e.collector.branch_stats(),
         }
     }
 

@@ -9,6 +9,7 @@
 //! raw pc) and are counted, never dropped.
 
 pub mod aggregate;
+pub mod branches;
 pub mod budget;
 pub mod clock;
 pub mod daemon;
@@ -82,6 +83,8 @@ pub struct Collector {
     last_watch_check: std::time::Instant,
     /// Call-stack collection, when on (see [`stacks`]).
     stacks: Option<Box<stacks::StackState>>,
+    /// Branch-record (LBR) collection, when on (see [`branches`]).
+    branches: Option<Box<branches::BranchState>>,
 }
 
 impl Collector {
@@ -125,6 +128,7 @@ impl Collector {
             watches: HashMap::new(),
             last_watch_check: std::time::Instant::now(),
             stacks: None,
+            branches: None,
         }
     }
 
@@ -271,6 +275,9 @@ impl Collector {
         self.attribute(s.pid, s.ip, kernel, s.event_index as u16, 1, s.period);
         if self.stacks.is_some() {
             self.sample_stack(s);
+        }
+        if self.branches.is_some() && !s.branches.is_empty() {
+            self.sample_branches(s);
         }
     }
 

@@ -21,6 +21,7 @@
 //! assert_eq!(a.total_samples(), 5);
 //! ```
 
+pub mod branches;
 pub mod maps;
 pub mod stacks;
 

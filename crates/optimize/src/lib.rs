@@ -16,6 +16,7 @@ pub mod combine;
 pub mod config;
 pub mod fdata;
 pub mod identity;
+pub mod lbr;
 pub mod llvm_sample;
 pub mod manage;
 pub mod policy;

@@ -22,7 +22,7 @@ pub mod sys;
 
 pub use child::GatedChild;
 pub use events::{is_hardware, known_events, parse_event, probe_events, EventSpec};
-pub use record::{Layout, Mmap, Record, Sample, UserRegs};
+pub use record::{BranchEntry, Layout, Mmap, Record, Sample, UserRegs};
 
 use ring::Ring;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -42,6 +42,9 @@ pub enum ErrorKind {
         event: String,
     },
     TooManyFiles,
+    /// A branch stack was asked for and the CPU (or the VM's virtual PMU)
+    /// has none: no LBR, BRS or BRBE.
+    NoBranchStack,
     Io,
 }
 
@@ -89,6 +92,9 @@ pub struct SamplerConfig {
     pub enable_on_exec: bool,
     /// Period jitter: each period is uniform in [P(1-r), P(1+r)].
     pub randomize: f64,
+    /// `branch_sample_type` for the hardware events' samples (see
+    /// [`sys::branch`]); 0 = no branch stack. Software events never carry one.
+    pub branch_stack: u64,
 }
 
 impl Default for SamplerConfig {
@@ -102,6 +108,7 @@ impl Default for SamplerConfig {
             ring_pages: 128,
             enable_on_exec: false,
             randomize: 0.1,
+            branch_stack: 0,
         }
     }
 }
@@ -170,8 +177,14 @@ fn cpu_hz() -> u64 {
     (mhz * 1e6) as u64
 }
 
-fn open_error(e: &EventSpec, err: std::io::Error) -> Error {
+/// What a branch-stack open that the hardware refused means, for the user.
+pub const NO_BRANCH_STACK: &str = "this CPU or VM exposes no branch stack (LBR)";
+
+fn open_error(e: &EventSpec, err: std::io::Error, branches: bool) -> Error {
     match err.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) if branches => {
+            Error::new(ErrorKind::NoBranchStack, format!("{NO_BRANCH_STACK} ({} with a branch stack: {err})", e.name))
+        }
         Some(libc::EACCES) | Some(libc::EPERM) => {
             let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
             Error::new(
@@ -196,11 +209,23 @@ fn open_error(e: &EventSpec, err: std::io::Error) -> Error {
 impl Sampler {
     pub fn open(cfg: &SamplerConfig) -> Result<Sampler, Error> {
         let cpus = online_cpus();
+        let branch_events: Vec<usize> = if cfg.branch_stack == 0 {
+            Vec::new()
+        } else {
+            cfg.events.iter().enumerate().filter(|(_, e)| is_hardware(e)).map(|(i, _)| i).collect()
+        };
+        if cfg.branch_stack != 0 && branch_events.is_empty() {
+            let names: Vec<&str> = cfg.events.iter().map(|e| e.name.as_str()).collect();
+            return Err(Error::new(
+                ErrorKind::NotSupported { event: names.join(",") },
+                format!("a branch stack (LBR) comes with samples of a hardware event such as cycles; {} has none", names.join(", ")),
+            ));
+        }
         let mut s = Sampler {
             events: Vec::new(),
             rings: Vec::new(),
             cpus: cpus.clone(),
-            layout: Layout { callchain: cfg.callchain, user_stack: cfg.user_stack_bytes > 0, ids: Vec::new() },
+            layout: Layout { callchain: cfg.callchain, user_stack: cfg.user_stack_bytes > 0, ids: Vec::new(), branch_events },
             rng: seed(),
             randomize: cfg.randomize.clamp(0.0, 0.5),
             samples: 0,
@@ -232,7 +257,7 @@ impl Sampler {
                 }
                 r => r,
             }
-            .map_err(|err| open_error(e, err))?;
+            .map_err(|err| open_error(e, err, attr.sample_type & sys::SAMPLE_BRANCH_STACK != 0))?;
             let raw = fd.as_raw_fd();
             match leader {
                 None => {
@@ -265,6 +290,11 @@ impl Sampler {
         if cfg.callchain {
             sample_type |= sys::SAMPLE_CALLCHAIN;
         }
+        let mut branch_sample_type = 0;
+        if cfg.branch_stack != 0 && is_hardware(e) {
+            sample_type |= sys::SAMPLE_BRANCH_STACK;
+            branch_sample_type = cfg.branch_stack;
+        }
         let (mut sample_regs_user, mut sample_stack_user) = (0, 0);
         if cfg.user_stack_bytes > 0 {
             sample_type |= sys::SAMPLE_REGS_USER | sys::SAMPLE_STACK_USER;
@@ -291,6 +321,7 @@ impl Sampler {
             sample_max_stack: 127,
             sample_regs_user,
             sample_stack_user,
+            branch_sample_type,
             ..Default::default()
         }
     }
@@ -416,6 +447,25 @@ impl Sampler {
     }
 }
 
+/// Whether this machine records branch stacks with `branch_sample_type`:
+/// opens (and closes) a cycles event of this process that asks for one.
+/// The error says what is missing: [`ErrorKind::NoBranchStack`] when the
+/// CPU or VM has no LBR (or no PMU at all), a permission error otherwise.
+pub fn probe_branch_stack(branch_sample_type: u64) -> Result<(), Error> {
+    let cycles = parse_event("cycles")?;
+    let attr = PerfEventAttr {
+        type_: cycles.type_,
+        size: sys::ATTR_SIZE,
+        config: cycles.config,
+        sample_period_or_freq: 1_000_000,
+        sample_type: sys::SAMPLE_IP | sys::SAMPLE_BRANCH_STACK,
+        branch_sample_type,
+        flags: sys::flag::DISABLED,
+        ..Default::default()
+    };
+    sys::perf_event_open(&attr, 0, -1, -1).map(drop).map_err(|err| open_error(&cycles, err, true))
+}
+
 fn seed() -> u64 {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     t ^ ((std::process::id() as u64) << 32) | 1
@@ -505,6 +555,30 @@ mod tests {
             libc::close(fd);
         }
         std::fs::canonicalize("/bin/true").unwrap().to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn branch_stack_probe_names_what_is_missing() {
+        // Checks the LBR probe against the machine: without a hardware PMU (this VM) it must fail with
+        // NoBranchStack and the specific message; with one it either works or fails the same specific way.
+        let pmu = probe_events().iter().any(|(e, r)| e.name == "cycles" && r.is_ok());
+        match probe_branch_stack(sys::branch::ANY | sys::branch::USER) {
+            Ok(()) => assert!(pmu, "a branch stack opened without a cycles counter"),
+            Err(e) => {
+                assert_eq!(e.kind(), &ErrorKind::NoBranchStack, "{e}");
+                let msg = e.to_string();
+                assert!(msg.starts_with("this CPU or VM exposes no branch stack (LBR) (cycles with a branch stack: "), "{msg}");
+                assert!(!msg.contains('\n'));
+            }
+        }
+    }
+
+    #[test]
+    fn branch_stack_needs_a_hardware_event() {
+        // Checks that asking for branches with only software events is refused before any open, by name.
+        let cfg = SamplerConfig { branch_stack: sys::branch::ANY | sys::branch::USER, ..Default::default() };
+        let msg = Sampler::open(&cfg).err().expect("refused").to_string();
+        assert!(msg.contains("hardware event such as cycles") && msg.contains("cpu-clock"), "{msg}");
     }
 
     #[test]

@@ -24,6 +24,41 @@ pub struct Sample {
     /// A copy of the top of the user stack, from the stack pointer up
     /// (`PERF_SAMPLE_STACK_USER`); empty unless requested.
     pub user_stack: Vec<u8>,
+    /// The CPU's last branch records (`PERF_SAMPLE_BRANCH_STACK`), newest
+    /// first; empty unless the sample's event asked for them.
+    pub branches: Vec<BranchEntry>,
+}
+
+/// One taken branch of a branch stack (`struct perf_branch_entry`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BranchEntry {
+    pub from: u64,
+    pub to: u64,
+    /// The branch's target was mispredicted.
+    pub mispredicted: bool,
+    /// The target was predicted (both false: the CPU does not say).
+    pub predicted: bool,
+    pub in_tx: bool,
+    pub abort: bool,
+    /// Core cycles since the previous branch record (0: not reported).
+    pub cycles: u16,
+}
+
+impl BranchEntry {
+    /// Decodes the flags word: bit 0 mispred, 1 predicted, 2 in_tx,
+    /// 3 abort, bits 4-19 cycles (then type, spec, new_type, priv, which
+    /// Loupe does not use), as the kernel's little-endian bitfield lays them out.
+    pub fn from_raw(from: u64, to: u64, flags: u64) -> BranchEntry {
+        BranchEntry {
+            from,
+            to,
+            mispredicted: flags & 1 != 0,
+            predicted: flags & 2 != 0,
+            in_tx: flags & 4 != 0,
+            abort: flags & 8 != 0,
+            cycles: (flags >> 4) as u16,
+        }
+    }
 }
 
 /// The user registers DWARF unwinding starts from (x86-64).
@@ -88,6 +123,9 @@ pub struct Layout {
     pub user_stack: bool,
     /// (kernel event id, event index)
     pub ids: Vec<(u64, usize)>,
+    /// Indices of the events whose samples carry a branch stack (only
+    /// hardware events can; the others of the same sampler do not).
+    pub branch_events: Vec<usize>,
 }
 
 /// Size of the `sample_id_all` trailer: TID, TIME, CPU, IDENTIFIER.
@@ -191,12 +229,25 @@ fn parse_sample(c: &mut Cursor, misc: u16, layout: &Layout) -> Option<Sample> {
             }
         }
     }
+    let event_index = layout.ids.iter().find(|(i, _)| *i == id).map_or(0, |(_, e)| *e);
+    // BRANCH_STACK comes after CALLCHAIN (and RAW, never requested) and before REGS_USER.
+    let branches = if layout.branch_events.contains(&event_index) { parse_branch_stack(c)? } else { Vec::new() };
     let (mut user_regs, mut user_stack) = (None, Vec::new());
     if layout.user_stack {
         (user_regs, user_stack) = parse_user_stack(c)?;
     }
-    let event_index = layout.ids.iter().find(|(i, _)| *i == id).map_or(0, |(_, e)| *e);
-    Some(Sample { event_index, pid, tid, ip, time, cpu, period, mode: cpu_mode(misc), callchain, user_regs, user_stack })
+    Some(Sample { event_index, pid, tid, ip, time, cpu, period, mode: cpu_mode(misc), callchain, user_regs, user_stack, branches })
+}
+
+/// `u64 nr`, then `nr` x `{from, to, flags}` (no `hw_idx`: Loupe never
+/// asks for PERF_SAMPLE_BRANCH_HW_INDEX). The hardware holds at most 32
+/// (Intel, AMD) or 64 (Arm BRBE) entries: a larger `nr` is a misread record.
+fn parse_branch_stack(c: &mut Cursor) -> Option<Vec<BranchEntry>> {
+    let n = c.u64()?;
+    if n > 256 {
+        return None;
+    }
+    (0..n).map(|_| Some(BranchEntry::from_raw(c.u64()?, c.u64()?, c.u64()?))).collect()
 }
 
 /// `REGS_USER` (abi, then BP, SP, IP when abi != 0) and `STACK_USER`
@@ -302,7 +353,7 @@ pub(crate) mod tests {
     #[test]
     fn user_registers_and_stack_copy() {
         // Checks REGS_USER (BP, SP, IP order) and STACK_USER with a dynamic size shorter than the copy.
-        let layout = Layout { callchain: true, user_stack: true, ids: vec![] };
+        let layout = Layout { callchain: true, user_stack: true, ..Default::default() };
         let mut b = sample_bytes(1, 0x401000, 1, 1, Some(&[0x401000, 0x402000]));
         for v in [2u64, 0x7ffd_0010, 0x7ffd_0000, 0x401000, 16] {
             b.extend(v.to_ne_bytes());
@@ -315,6 +366,59 @@ pub(crate) mod tests {
         assert_eq!(s.user_regs, Some(UserRegs { ip: 0x401000, sp: 0x7ffd_0000, bp: 0x7ffd_0010 }));
         assert_eq!(s.user_stack, (0u8..12).collect::<Vec<u8>>());
         assert_eq!(s.callchain, vec![0x401000, 0x402000]);
+    }
+
+    #[test]
+    fn branch_stack_between_callchain_and_user_regs() {
+        // Checks the BRANCH_STACK layout (nr, then from/to/flags, newest first) and the flag bits, on bytes
+        // written by hand per perf_event.h: a sample of event 1 (which asked for branches) with a call chain
+        // and user registers around it, and one of event 0 (which did not).
+        let layout = Layout { callchain: true, user_stack: true, ids: vec![(5, 0), (9, 1)], branch_events: vec![1] };
+        let mut b = sample_bytes(9, 0x401010, 7, 1, Some(&[0x401010]));
+        let words: [u64; 7] = [
+            2,        // nr
+            0x401005, // [0].from
+            0x401040, // [0].to
+            // [0].flags: mispred (bit 0), cycles = 37 (bits 4-19), type = 5 (bits 20-23, ignored)
+            1 | (37 << 4) | (5 << 20),
+            0x402000,                  // [1].from
+            0x401000,                  // [1].to
+            2 | 4 | 8 | (0xffff << 4), // [1].flags: predicted, in_tx, abort, cycles = 65535
+        ];
+        for w in words {
+            b.extend(w.to_ne_bytes());
+        }
+        for v in [2u64, 0x7ffd_0010, 0x7ffd_0000, 0x401010, 0] {
+            b.extend(v.to_ne_bytes());
+        }
+        let size = b.len() as u16;
+        b[6..8].copy_from_slice(&size.to_ne_bytes());
+        let Some(Record::Sample(s)) = parse(&b, &layout) else { panic!() };
+        let e0 = BranchEntry { from: 0x401005, to: 0x401040, mispredicted: true, predicted: false, in_tx: false, abort: false, cycles: 37 };
+        let e1 =
+            BranchEntry { from: 0x402000, to: 0x401000, mispredicted: false, predicted: true, in_tx: true, abort: true, cycles: 65535 };
+        assert_eq!(s.branches, vec![e0, e1]);
+        assert_eq!(s.callchain, vec![0x401010]);
+        assert_eq!(s.user_regs, Some(UserRegs { ip: 0x401010, sp: 0x7ffd_0000, bp: 0x7ffd_0010 }));
+        // Event 0 has no branch stack: the same position holds the user registers.
+        let mut b = sample_bytes(5, 0x401010, 7, 1, Some(&[0x401010]));
+        for v in [2u64, 0x7ffd_0010, 0x7ffd_0000, 0x401010, 0] {
+            b.extend(v.to_ne_bytes());
+        }
+        let size = b.len() as u16;
+        b[6..8].copy_from_slice(&size.to_ne_bytes());
+        let Some(Record::Sample(s)) = parse(&b, &layout) else { panic!() };
+        assert!(s.branches.is_empty());
+        assert_eq!(s.user_regs.map(|r| r.sp), Some(0x7ffd_0000));
+    }
+
+    #[test]
+    fn absurd_branch_count_is_rejected() {
+        // Checks that an nr larger than any LBR makes the record malformed instead of a huge allocation.
+        let layout = Layout { branch_events: vec![0], ..Default::default() };
+        let mut b = sample_bytes(1, 0x401000, 1, 1, None);
+        b.extend(1_000_000u64.to_ne_bytes());
+        assert!(parse(&b, &layout).is_none());
     }
 
     fn mmap2(build_id: Option<&[u8]>, name: &str) -> Vec<u8> {

@@ -14,6 +14,9 @@ pub const SAMPLE_TIME: u64 = 1 << 2;
 pub const SAMPLE_CALLCHAIN: u64 = 1 << 5;
 pub const SAMPLE_CPU: u64 = 1 << 7;
 pub const SAMPLE_PERIOD: u64 = 1 << 8;
+/// The last branches the CPU took (Intel LBR, AMD BRS/LbrExtV2, Arm BRBE):
+/// `u64 nr`, then `nr` x `{u64 from, u64 to, u64 flags}`, newest first.
+pub const SAMPLE_BRANCH_STACK: u64 = 1 << 11;
 pub const SAMPLE_REGS_USER: u64 = 1 << 12;
 pub const SAMPLE_STACK_USER: u64 = 1 << 13;
 
@@ -24,6 +27,15 @@ pub const REG_IP: u32 = 8;
 /// `sample_regs_user` mask: BP, SP, IP (delivered in that order).
 pub const USER_REGS_MASK: u64 = (1 << REG_BP) | (1 << REG_SP) | (1 << REG_IP);
 pub const SAMPLE_IDENTIFIER: u64 = 1 << 16;
+
+/// `branch_sample_type` bits: privilege levels of the branches kept, and
+/// which kinds of branch (ANY = every taken branch).
+pub mod branch {
+    pub const USER: u64 = 1 << 0;
+    pub const KERNEL: u64 = 1 << 1;
+    pub const HV: u64 = 1 << 2;
+    pub const ANY: u64 = 1 << 3;
+}
 
 /// Bits of the flags word after `read_format`.
 pub mod flag {

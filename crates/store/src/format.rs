@@ -4,7 +4,8 @@
 //! ```text
 //! magic    8 bytes  "LOUPEPRF"
 //! version  u16 LE   1
-//! kind     u16 LE   1 = flat pc profile (2 = stacks: see [`crate::stacks`]; 3 = data accesses: reserved)
+//! kind     u16 LE   1 = flat pc profile (2 = stacks: see [`crate::stacks`]; 3 = data accesses: reserved;
+//!                   4 = branch records: see [`crate::branches`])
 //! header   image kind (u8), path (str), build-id (bytes), content hash (u8 flag + u64),
 //!          event (str), period_sum (varint)
 //! procs    count (varint), then per process: pid (varint), comm (str)

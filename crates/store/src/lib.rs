@@ -9,6 +9,7 @@
 //! DB/epochs/000001/epoch.json      {"started_unix", "meta": {..}}
 //! DB/epochs/000001/index.json      per file: image, event, totals, per-process totals
 //! DB/epochs/000001/<key>.<event>.prof   see [`format`]
+//! DB/epochs/000001/<key>.<event>.branches   branch records (LBR), see [`branches`]
 //! ```
 //! Every file is replaced atomically (temporary file, fsync, rename, fsync
 //! of the directory), so a crash or `kill -9` leaves the old or the new
@@ -28,9 +29,11 @@
 //! assert_eq!(index.entries[0].total_samples, 8);
 //! ```
 
+pub mod branches;
 pub mod format;
 pub mod stacks;
 
+use loupe_model::branches::BranchProfile;
 use loupe_model::stacks::StackProfile;
 use loupe_model::{EventName, ImageId, ProcessKey, Profile};
 use serde::{Deserialize, Serialize};
@@ -516,6 +519,78 @@ impl Database {
         Ok((out, problems))
     }
 
+    /// Adds branch records into the epoch: one file per (image, event),
+    /// read, summed and replaced atomically; a corrupt one is moved aside
+    /// (named in the report) and started anew.
+    pub fn merge_branches(&self, epoch: EpochId, profiles: &[BranchProfile]) -> Result<MergeReport, Error> {
+        let _lock = self.lock()?;
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            self.start_epoch(epoch)?;
+        }
+        let mut report = MergeReport::default();
+        for p in profiles.iter().filter(|p| !p.records.is_empty()) {
+            let path = dir.join(branches::file_name(&p.image, &p.event));
+            let fresh = || BranchProfile::new(p.image.clone(), p.event.clone());
+            let mut merged = match fs::read(&path) {
+                Ok(bytes) => match branches::decode(&bytes) {
+                    Ok(old) => old,
+                    Err(reason) => {
+                        let aside = path.with_extension("branches.corrupt");
+                        let _ = fs::rename(&path, &aside);
+                        report
+                            .problems
+                            .push(FileProblem { path: path.clone(), reason: format!("{reason}; moved aside to {}", aside.display()) });
+                        fresh()
+                    }
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => fresh(),
+                Err(e) => return Err(Error::io(&path, e)),
+            };
+            if let Err(e) = merged.merge(p) {
+                // Two identities whose file keys collide: say so, keep the rest.
+                report.problems.push(FileProblem { path, reason: format!("{e}; {} branch records not stored", p.total_taken()) });
+                continue;
+            }
+            report.samples_added += p.total_taken();
+            let bytes = branches::encode(&merged);
+            write_atomic(&path, &bytes)?;
+            report.files_written += 1;
+            report.bytes_written += bytes.len() as u64;
+        }
+        Ok(report)
+    }
+
+    /// The epoch's branch records of the images `select` accepts; corrupt
+    /// files are named in the problems and skipped.
+    pub fn load_branches(
+        &self,
+        epoch: EpochId,
+        select: &dyn Fn(&ImageId) -> bool,
+    ) -> Result<(Vec<BranchProfile>, Vec<FileProblem>), Error> {
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
+        }
+        let mut names: Vec<String> = fs::read_dir(&dir)
+            .map_err(|e| Error::io(&dir, e))?
+            .flatten()
+            .filter_map(|d| d.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".branches"))
+            .collect();
+        names.sort();
+        let (mut out, mut problems) = (Vec::new(), Vec::new());
+        for name in names {
+            let path = dir.join(&name);
+            match fs::read(&path).map_err(|e| e.to_string()).and_then(|b| branches::decode(&b).map_err(|e| e.to_string())) {
+                Ok(p) if select(&p.image) => out.push(p),
+                Ok(_) => {}
+                Err(reason) => problems.push(FileProblem { path, reason }),
+            }
+        }
+        Ok((out, problems))
+    }
+
     pub fn read_profile_file(path: &Path) -> Result<Profile, Error> {
         let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
         format::decode(&bytes).map_err(|e| Error::new(ErrorKind::Corrupt, path, e))
@@ -600,6 +675,43 @@ mod tests {
         let r = db.merge_stacks(e, &[s]).unwrap();
         assert_eq!(r.problems.len(), 1);
         assert_eq!(db.load_stacks(e).unwrap().0[0].total_samples(), 2);
+    }
+
+    #[test]
+    fn branches_merge_per_image_and_corrupt_files_are_named() {
+        // Checks that branch files sum across flushes per image, leave the flat index alone, and a corrupt one is
+        // named and skipped on load and set aside on the next merge.
+        let (_d, db) = db();
+        let e = db.current_epoch().unwrap();
+        let br = |build: u8, taken: u64| {
+            let mut b = BranchProfile::new(prof(1, build).image, EventName::new("cycles"));
+            b.add(ImageOffset(0x1005), ImageOffset(0x1040), taken, 1);
+            b.stacks = 1;
+            b
+        };
+        db.merge(e, &[prof(2, 1)]).unwrap();
+        db.merge_branches(e, &[br(1, 10), br(2, 5)]).unwrap();
+        db.merge_branches(e, &[br(1, 30)]).unwrap();
+        let (got, problems) = db.load_branches(e, &|i| i.build_id == Some(BuildId(vec![1]))).unwrap();
+        assert!(problems.is_empty());
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].records[&(ImageOffset(0x1005), ImageOffset(0x1040))].taken, 40);
+        assert_eq!((got[0].records[&(ImageOffset(0x1005), ImageOffset(0x1040))].mispredicted, got[0].stacks), (2, 2));
+        fs::remove_file(db.epoch_dir(e).join("index.json")).unwrap();
+        let (index, problems) = db.index(e).unwrap();
+        assert!(problems.is_empty() && index.entries.len() == 1);
+        let victim = db.epoch_dir(e).join(branches::file_name(&prof(1, 2).image, &EventName::new("cycles")));
+        let mut b = fs::read(&victim).unwrap();
+        b[30] ^= 0x40;
+        fs::write(&victim, b).unwrap();
+        let (got, problems) = db.load_branches(e, &|_| true).unwrap();
+        assert_eq!((got.len(), problems.len()), (1, 1));
+        assert!(problems[0].to_string().contains(victim.file_name().unwrap().to_str().unwrap()), "{}", problems[0]);
+        let r = db.merge_branches(e, &[br(2, 3)]).unwrap();
+        assert_eq!(r.problems.len(), 1);
+        let (got, problems) = db.load_branches(e, &|i| i.build_id == Some(BuildId(vec![2]))).unwrap();
+        assert!(problems.is_empty());
+        assert_eq!(got[0].total_taken(), 3);
     }
 
     #[test]
