@@ -280,6 +280,7 @@ fn optimized_binarys_samples_feed_the_originals_profile() {
         image: bin.display().to_string(),
         build_id: hex(&bin),
         candidate_build_id: Some(hex(&cand)),
+        replaces: None,
         action: "accepted".into(),
         reason: "test".into(),
         measurement: None,
@@ -302,4 +303,89 @@ fn optimized_binarys_samples_feed_the_originals_profile() {
     assert!(names.iter().all(|n| !n.starts_with("cold_")), "never-run functions in the profile: {names:?}");
     let run = funcs.iter().find(|f| f["name"] == "run").unwrap();
     assert!(run["samples"].as_f64().unwrap() > 100.0, "{run}");
+}
+
+/// The `modes` workload's hot functions per mode (testdata/workloads/modes.c): disjoint by construction.
+const MODE_A: [&str; 3] = ["run_a", "mix_a", "step_a"];
+const MODE_B: [&str; 3] = ["run_b", "fold_b", "twist_b"];
+
+/// Function name -> address in an ELF file's symbol table.
+fn symbols(bin: &Path) -> std::collections::HashMap<String, u64> {
+    loupe_optimize::bolt_names::read_symbols(bin).unwrap().into_iter().map(|s| (s.name, s.address)).collect()
+}
+
+fn build_id_hex(bin: &Path) -> String {
+    loupe_optimize::identity::read_build_id(bin).unwrap().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn installed_builds_samples_feed_the_saved_originals_profile() {
+    // Checks the installed case: the original runs in mode 0 at PATH, Loupe's BOLT output is installed over
+    // PATH (original kept as PATH.loupe-orig), then only the installed file runs, in mode 1. The export of
+    // PATH.loupe-orig holds both: mode 0's functions from the original's own samples, mode 1's (which the
+    // original build never executed) mapped back from the installed build, all at the original's addresses.
+    if !require_root() {
+        return;
+    }
+    use loupe_optimize::{manage, tool};
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, bin) = (dir.path().join("db"), dir.path().join("modes"));
+    std::fs::copy(workloads().join("modes"), &bin).unwrap();
+    run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(&bin).args(["3000", "0"]));
+    // A profile of both modes' functions, so BOLT moves all of them (the original's export of mode 0, plus
+    // mode 1's functions at their entries).
+    let fdata = dir.path().join("p.fdata");
+    run_ok(loupe().args(["optimize", "export", "--format", "bolt", "--db"]).arg(&db).arg(&bin).arg("-o").arg(&fdata));
+    let mut text = std::fs::read_to_string(&fdata).unwrap();
+    for f in MODE_B {
+        text += &format!("1 {f} 0 1000\n");
+    }
+    std::fs::write(&fdata, text).unwrap();
+    let cand = dir.path().join("modes.loupe-bolt");
+    let report = tool::run_bolt(&tool::find_bolt(None).unwrap(), &bin, &fdata, &cand).unwrap();
+    let (orig_bid, cand_bid) = (build_id_hex(&bin), build_id_hex(&cand));
+    assert_eq!(report.build_id.as_deref(), Some(cand_bid.as_str()));
+    manage::install(&bin, &cand).unwrap();
+    let saved = manage::saved_original(&bin);
+    assert_eq!((build_id_hex(&saved), build_id_hex(&bin)), (orig_bid.clone(), cand_bid.clone()));
+    let d = manage::Decision {
+        unix_time: 0,
+        image: bin.display().to_string(),
+        build_id: orig_bid.clone(),
+        candidate_build_id: Some(cand_bid.clone()),
+        replaces: None,
+        action: "installed".into(),
+        reason: "test".into(),
+        measurement: None,
+    };
+    std::fs::create_dir_all(db.join("optimize")).unwrap();
+    std::fs::write(db.join("optimize/decisions.jsonl"), serde_json::to_string(&d).unwrap() + "\n").unwrap();
+    run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(&bin).args(["6000", "1"]));
+
+    let out = run_ok(loupe().args(["optimize", "export", "--format", "json", "--db"]).arg(&db).arg(&saved));
+    let json = json(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(json["build_id"], orig_bid.as_str());
+    let (orig, opt) = (symbols(&saved), symbols(&bin));
+    let funcs = json["functions"].as_array().unwrap();
+    let names: Vec<&str> = funcs.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    for want in MODE_A.iter().chain(&MODE_B) {
+        let f = funcs.iter().find(|f| f["name"] == *want).unwrap_or_else(|| panic!("{want} missing: {names:?}\n{err}"));
+        assert_eq!(f["start"].as_u64(), Some(orig[*want]), "{want}");
+        assert_ne!(orig[*want], opt[*want], "BOLT did not move {want}: the test proves nothing");
+    }
+    assert!(names.iter().all(|n| !n.starts_with("cold_")), "never-run functions in the profile: {names:?}");
+    let samples = |set: &[&str]| -> f64 {
+        funcs.iter().filter(|f| set.contains(&f["name"].as_str().unwrap())).map(|f| f["samples"].as_f64().unwrap()).sum()
+    };
+    let (a, b) = (samples(&MODE_A), samples(&MODE_B));
+    assert!(a > 200.0 && b > 200.0, "mode 0 {a:.0}, mode 1 {b:.0} samples\n{err}");
+    // Nearly every sample of the installed build landed in code the table maps back, and mode 1's functions
+    // hold nearly all of them (the rest: main).
+    let line = err.lines().find(|l| l.contains("mapped back through BOLT's address table")).unwrap_or_else(|| panic!("{err}"));
+    let nums: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    assert!(nums.len() == 2 && nums[1] * 20 < nums[0], "{line}");
+    assert!(b <= nums[0] as f64 && b >= 0.9 * nums[0] as f64, "mode 1 {b:.0} samples; {line}");
+    eprintln!("saved original's profile: mode 0 {a:.0}, mode 1 {b:.0} samples; {line}");
 }
