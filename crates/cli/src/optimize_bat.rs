@@ -129,4 +129,29 @@ mod tests {
             vec![PathBuf::from("/x/lua.loupe-orig.loupe-bolt"), PathBuf::from("/x/lua")]
         );
     }
+
+    // No mapping without a decision recording Loupe made the build from this original, nor from a file
+    // without BOLT's table; the reasons say which.
+    #[test]
+    fn mapping_needs_a_record_and_a_table() {
+        let d = tempfile::tempdir().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let e = mapping(d.path(), &exe, &exe, "aa11", "bb22").err().unwrap();
+        assert!(e.contains("no decision records Loupe making build bb22 from aa11"), "{e}");
+        let rec = loupe_optimize::manage::Decision {
+            unix_time: 0,
+            image: "/x".into(),
+            build_id: "AA11".into(),
+            candidate_build_id: Some("BB22".into()),
+            replaces: None,
+            action: "installed".into(),
+            reason: String::new(),
+            measurement: None,
+        };
+        std::fs::create_dir_all(d.path().join("optimize")).unwrap();
+        std::fs::write(d.path().join("optimize/decisions.jsonl"), serde_json::to_string(&rec).unwrap() + "\n").unwrap();
+        assert_eq!(made_from(d.path(), "aa11").into_iter().collect::<Vec<_>>(), vec!["bb22".to_string()]);
+        let e = mapping(d.path(), &exe, &exe, "aa11", "bb22").err().unwrap();
+        assert!(e.contains("no .note.bolt_bat section"), "{e}");
+    }
 }

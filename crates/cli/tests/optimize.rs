@@ -389,3 +389,115 @@ fn installed_builds_samples_feed_the_saved_originals_profile() {
     assert!(b <= nums[0] as f64 && b >= 0.9 * nums[0] as f64, "mode 1 {b:.0} samples; {line}");
     eprintln!("saved original's profile: mode 0 {a:.0}, mode 1 {b:.0} samples; {line}");
 }
+
+/// Every decision logged for `image`, oldest first.
+fn decisions(db: &Path, image: &Path) -> Vec<serde_json::Value> {
+    let log = std::fs::read_to_string(db.join("optimize/decisions.jsonl")).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|d| d["image"] == image.display().to_string())
+        .collect()
+}
+
+#[test]
+fn drift_reoptimizes_from_the_installed_builds_samples() {
+    // Checks Morph's loop without putting the original back: `modes` runs in mode 0 until the manager installs
+    // a version optimized for it; then usage switches to mostly mode 1, whose functions the original build
+    // never ran (check and bench run mode 0 only). The manager must see the drift in the installed build's
+    // samples mapped back to the original, build a second version from them, validate it against the original
+    // and rename it over the first: PATH never holds the original's build again and no decision restores it.
+    if !require_root() {
+        return;
+    }
+    let _one = serial();
+    let t0 = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, bin) = (dir.path().join("db"), dir.path().join("modes"));
+    std::fs::copy(workloads().join("modes"), &bin).unwrap();
+    let orig_bid = build_id_hex(&bin);
+    let cfg = dir.path().join("optimize.json");
+    let conf = serde_json::json!({
+        // Niceness 0: on a loaded test machine a niced manager may not get the CPU to finish in time.
+        "interval": 1, "min_share": 0.002, "min_samples": 2000, "max_drift": 0.25, "half_life": 0, "nice": 0,
+        // 12 rounds: 10 faster needed (sign test p = 0.019), so a round or two lost to a loaded machine is no harm.
+        "programs": [{"path": bin, "check": "{} 300 0", "bench": "{} 2500 0", "rounds": 12}]
+    });
+    std::fs::write(&cfg, conf.to_string()).unwrap();
+    let daemon = loupe()
+        .args(["daemon", "--no-stacks", "--flush-every", "1", "--max-overhead", "off", "--db"])
+        .arg(&db)
+        .arg("--optimize")
+        .arg(&cfg)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Stop(Option<std::process::Child>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                // SAFETY: SIGTERM to our own child; the daemon then stops its manager.
+                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut daemon = Stop(Some(daemon));
+    let installed = || decisions(&db, &bin).into_iter().filter(|d| d["action"] == "installed").collect::<Vec<_>>();
+    let deadline = 100;
+    // Phase 1: mode 0 only, until the first optimized version is installed.
+    while installed().is_empty() && t0.elapsed().as_secs() < deadline {
+        let _ = Command::new(&bin).args(["2000", "0"]).output();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let phase1 = t0.elapsed().as_secs_f64();
+    // Phase 2: mostly mode 1, until a second version replaces the first. The file at PATH is read each round.
+    let mut at_path = std::collections::BTreeSet::new();
+    while !installed().is_empty() && installed().len() < 2 && t0.elapsed().as_secs() < deadline {
+        at_path.insert(build_id_hex(&bin));
+        let _ = Command::new(&bin).args(["1000", "0"]).output();
+        let _ = Command::new(&bin).args(["3000", "1"]).output();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    at_path.insert(build_id_hex(&bin));
+    let d = daemon.0.take().unwrap();
+    // SAFETY: SIGTERM to our own child.
+    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+    let log = String::from_utf8_lossy(&d.wait_with_output().unwrap().stderr).to_string();
+    let all = decisions(&db, &bin);
+    let summary: Vec<String> = all.iter().map(|d| format!("  {} {}: {}", d["action"], d["candidate_build_id"], d["reason"])).collect();
+    let summary = summary.join("\n");
+    let inst = installed();
+    assert!(inst.len() >= 2, "no second version installed within {deadline} s (first after {phase1:.0} s):\n{summary}\n{log}");
+
+    let (first, second) = (&inst[0], &inst[1]);
+    let (a, b) = (first["candidate_build_id"].as_str().unwrap(), second["candidate_build_id"].as_str().unwrap());
+    assert!(first["replaces"].is_null() && second["replaces"] == a, "{summary}");
+    assert!(a != b && a != orig_bid && b != orig_bid && second["build_id"] == orig_bid.as_str(), "{summary}");
+    // Validated against the original: significantly faster.
+    let m = &second["measurement"];
+    assert!(m["ratio_median"].as_f64().unwrap() < 1.0 && m["p_value"].as_f64().unwrap() < 0.05, "{second}");
+    // The original was never put back: no such decision, and PATH never held it after the first install.
+    assert!(all.iter().all(|d| d["action"] != "rolled-back" && d["action"] != "reprofile"), "{summary}");
+    assert!(!at_path.contains(&orig_bid) && at_path.contains(a), "builds seen at PATH: {at_path:?}");
+    assert_eq!(build_id_hex(&bin), b);
+    assert_eq!(build_id_hex(&manage_saved(&bin)), orig_bid);
+    let why = all.iter().find(|d| d["action"] == "reoptimize").map(|d| d["reason"].as_str().unwrap().to_string());
+    assert!(why.as_deref().is_some_and(|w| w.contains("usage drifted") && w.contains("mapped back")), "{summary}");
+    // The second version's profile holds mode 1's interpreter, at the original's names: only the installed
+    // build ever ran it, so it came through the address table.
+    let fdata = std::fs::read_to_string(db.join(format!("optimize/work/{orig_bid}.fdata"))).unwrap();
+    assert!(fdata.contains("1 run_b ") && fdata.contains("1 run_a "), "{fdata}");
+    // Same results as the original in both modes.
+    for mode in ["0", "1"] {
+        assert_eq!(checksum_mode(&bin, mode), checksum_mode(&manage_saved(&bin), mode));
+    }
+    eprintln!("first version after {phase1:.1} s, second after {:.1} s; decisions:\n{summary}", t0.elapsed().as_secs_f64());
+}
+
+fn manage_saved(bin: &Path) -> std::path::PathBuf {
+    loupe_optimize::manage::saved_original(bin)
+}
+
+fn checksum_mode(bin: &Path, mode: &str) -> String {
+    String::from_utf8(run_ok(Command::new(bin).args(["500", mode])).stdout).unwrap()
+}
