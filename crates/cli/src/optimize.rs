@@ -117,7 +117,8 @@ pub struct RunArgs {
     /// Smallest median gain accepted (0.01 = 1%).
     #[arg(long, default_value_t = 0.01)]
     pub min_gain: f64,
-    /// Install the candidate in place of the image when it passes (the original is kept as IMAGE.loupe-orig).
+    /// Install the candidate in place of the image when it passes (the original is kept as IMAGE.loupe-orig;
+    /// given IMAGE.loupe-orig itself, the candidate replaces the version installed at IMAGE).
     #[arg(long)]
     pub install: bool,
     /// Where the candidate is written (default IMAGE.loupe-bolt).
@@ -440,8 +441,11 @@ fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, 
     manage::decide(&m, a.min_gain, 0.05)?;
     d.reason += &format!("{:.1}% faster (median of {} alternating rounds)", (1.0 - m.ratio_median) * 100.0, m.rounds);
     if a.install {
-        manage::install(img, out)?;
+        // From a saved original (PATH.loupe-orig), the candidate replaces the version installed at PATH.
+        let at = crate::optimize_bat::installed_path(img).unwrap_or(img.to_path_buf());
+        manage::install(&at, out)?;
         d.action = "installed".into();
+        d.reason += &format!("; renamed over {}", at.display());
     } else {
         d.action = "accepted".into();
         d.reason += &format!("; candidate left at {} (use --install to install)", out.display());

@@ -252,9 +252,9 @@ impl Manager {
         let epochs: Vec<EpochId> = db.epochs()?.into_iter().map(|e| e.id).filter(|e| e.0 >= st.from_epoch).collect();
         let mut syms = symbolizer(&self.db);
         let path = image.display().to_string();
-        let inst_bid = st.installed.as_ref().map(|i| i.build.clone());
         let orig = st.original_build.clone();
-        let sets = sample_sets(&db, &epochs, &path, &|b| b == orig || Some(b) == inst_bid.as_deref(), &mut syms)?;
+        // The original build's samples; an installed build's are read by `observe_installed`.
+        let sets = sample_sets(&db, &epochs, &path, &|b| b == orig, &mut syms)?;
         let combined = combine(&orig, &sets, self.cfg.half_life);
         let mut obs = Observation {
             now_unix: now_unix(),
