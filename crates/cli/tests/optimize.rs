@@ -506,3 +506,59 @@ fn manage_saved(bin: &Path) -> std::path::PathBuf {
 fn checksum_mode(bin: &Path, mode: &str) -> String {
     String::from_utf8(run_ok(Command::new(bin).args(["500", mode])).stdout).unwrap()
 }
+
+#[test]
+fn unmappable_installed_version_falls_back_to_reprofiling() {
+    // Checks the fallback: an installed version Loupe made but without BOLT's address table (BOLT run without
+    // -enable-bat) whose usage drifted cannot be re-optimized from its samples, so one manager pass puts the
+    // original back, starts a new epoch and logs why.
+    if !require_root() {
+        return;
+    }
+    use loupe_optimize::{manage, tool};
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, bin, cand) = (dir.path().join("db"), dir.path().join("modes"), dir.path().join("modes.loupe-bolt"));
+    std::fs::copy(workloads().join("modes"), &bin).unwrap();
+    let fdata = dir.path().join("p.fdata");
+    std::fs::write(&fdata, "no_lbr loupe-block-counts\n1 run_a 0 1000\n1 mix_a 0 500\n1 step_a 0 500\n").unwrap();
+    let opts: Vec<String> = tool::default_opts().into_iter().filter(|o| o != "-enable-bat").collect();
+    tool::run_bolt_with(&tool::find_bolt(None).unwrap(), &bin, &fdata, &cand, &opts).unwrap();
+    let (orig_bid, cand_bid) = (build_id_hex(&bin), build_id_hex(&cand));
+    manage::install(&bin, &cand).unwrap();
+    // Usage now: mode 1 only, on the installed file.
+    run_ok(loupe().args(["record", "--freq", "4000", "--db"]).arg(&db).arg("--").arg(&bin).args(["4000", "1"]));
+    let d = manage::Decision {
+        unix_time: 0,
+        image: bin.display().to_string(),
+        build_id: orig_bid.clone(),
+        candidate_build_id: Some(cand_bid.clone()),
+        replaces: None,
+        action: "installed".into(),
+        reason: "test".into(),
+        measurement: None,
+    };
+    std::fs::create_dir_all(db.join("optimize")).unwrap();
+    std::fs::write(db.join("optimize/decisions.jsonl"), serde_json::to_string(&d).unwrap() + "\n").unwrap();
+    // The manager's memory of it: verified just now, built from a mode-0 profile.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let state = serde_json::json!({ bin.display().to_string(): {
+        "original_build": orig_bid, "from_epoch": 0, "last_discard_samples": null, "last_wait": "",
+        "installed": {"build": cand_bid, "verified_unix": now, "since_epoch": 0,
+                      "fingerprint": {"run_a": 0.8, "mix_a": 0.1, "step_a": 0.1}}}});
+    std::fs::write(db.join("optimize/state.json"), state.to_string()).unwrap();
+    let cfg = dir.path().join("optimize.json");
+    let conf = serde_json::json!({"min_share": 0.002, "min_samples": 300, "nice": 0,
+        "programs": [{"path": bin, "check": "{} 300 0", "bench": "{} 2500 0"}]});
+    std::fs::write(&cfg, conf.to_string()).unwrap();
+    run_ok(loupe().args(["optimize", "manage", "--once", "--db"]).arg(&db).arg("--config").arg(&cfg));
+
+    let all = decisions(&db, &bin);
+    let last = all.last().unwrap();
+    assert_eq!(last["action"], "reprofile", "{all:?}");
+    let why = last["reason"].as_str().unwrap();
+    assert!(why.contains("usage drifted") && why.contains("no .note.bolt_bat section") && why.contains("original restored"), "{why}");
+    assert_eq!(last["candidate_build_id"], cand_bid.as_str());
+    assert_eq!(build_id_hex(&bin), orig_bid);
+    assert!(!manage::saved_original(&bin).exists());
+}
