@@ -3,9 +3,12 @@
 //! read the program's samples from the database, let the policy decide
 //! (share of machine time, profile maturity, an installed version not yet
 //! measured, drift), and act: optimize + check + measure + install, guard
-//! (measure the installed version, roll it back when it is not faster), or
-//! re-profile. It runs niced, within a CPU budget, and logs every decision
-//! to DB/optimize/decisions.jsonl.
+//! (measure the installed version, roll it back when it is not faster),
+//! re-optimize after drift (a new candidate from the installed version's
+//! samples mapped back to the original through BOLT's table, replacing it
+//! while it keeps running), or, when they cannot be mapped, re-profile
+//! (put the original back). It runs niced, within a CPU budget, and logs
+//! every decision to DB/optimize/decisions.jsonl.
 //!
 //! How later runs pick the new version up: it is renamed over the path the
 //! user runs (`manage::install`), so every exec after the rename opens the
