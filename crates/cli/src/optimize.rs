@@ -118,7 +118,8 @@ pub struct RunArgs {
     /// Smallest median gain accepted (0.01 = 1%).
     #[arg(long, default_value_t = 0.01)]
     pub min_gain: f64,
-    /// Install the candidate in place of the image when it passes (the original is kept as IMAGE.loupe-orig).
+    /// Install the candidate in place of the image when it passes (the original is kept as IMAGE.loupe-orig;
+    /// given IMAGE.loupe-orig itself, the candidate replaces the version installed at IMAGE).
     #[arg(long)]
     pub install: bool,
     /// Where the candidate is written (default IMAGE.loupe-bolt).
@@ -184,6 +185,7 @@ pub(crate) fn sample_sets(
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let want = std::fs::canonicalize(path).map(|p| p.display().to_string()).unwrap_or(path.to_string());
     let mut sets = Vec::new();
+    let mut code_images: HashMap<ImageId, ImageId> = HashMap::new();
     for &e in epochs {
         let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
         let (profiles, bad) = db.load(e, &|x| x.image.kind == ImageKind::Elf && (x.image.path == want || x.image.path == path))?;
@@ -194,7 +196,8 @@ pub(crate) fn sample_sets(
             let bid = p.image.build_id.as_ref().map(|b| b.to_hex()).unwrap_or_default();
             let mut samples: HashMap<u64, u64> = HashMap::new();
             if wanted(&bid) {
-                let code = syms.code(&p.image).map_err(|r| anyhow!("cannot read {}: {r}", p.image.path))?;
+                let image = code_images.entry(p.image.clone()).or_insert_with(|| code_image(&p.image, Path::new(path), &bid));
+                let code = syms.code(image).map_err(|r| anyhow!("cannot read {}: {r}", p.image.path))?;
                 for (off, n) in p.by_offset(|_| true) {
                     if let Some(va) = code.vaddr(off) {
                         *samples.entry(va).or_insert(0) += n;
@@ -205,6 +208,19 @@ pub(crate) fn sample_sets(
         }
     }
     Ok(sets)
+}
+
+/// Where the code of build `bid`, sampled at `path`, is read: the file at
+/// the path while it is that build; else the saved original beside it
+/// (PATH.loupe-orig) when that is the build, as after an installation;
+/// else whatever the symbolizer finds (the database's image cache).
+fn code_image(image: &ImageId, path: &Path, bid: &str) -> ImageId {
+    let here = Symbolizer::read_build_id(Path::new(&image.path)).map(|b| b.to_hex());
+    let saved = manage::saved_original(path);
+    if here.as_deref() != Some(bid) && build_id_of(&saved).is_ok_and(|b| b == bid) {
+        return db_image(&saved, bid);
+    }
+    image.clone()
 }
 
 struct Mem<'a>(&'a Code<'a>);
@@ -221,6 +237,11 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     let file_bid = build_id_of(&p.image)?;
     let path = p.image.display().to_string();
     let mut sets = sample_sets(&db, &epochs, &path, &|b| b == file_bid, syms)?;
+    // The saved original's own runs from before its optimized version was installed over its path.
+    if let Some(installed) = crate::optimize_bat::installed_path(&p.image) {
+        let at = installed.display().to_string();
+        sets.extend(sample_sets(&db, &epochs, &at, &|b| b == file_bid, syms)?.into_iter().filter(|s| s.build_id == file_bid));
+    }
     sets.extend(crate::optimize_bat::optimized_sets(&p.db.db, &db, &epochs, &p.image, &file_bid, syms)?);
     if sets.is_empty() {
         bail!("no samples of {} in {} (epochs {})", path, p.db.db.display(), p.epoch);
@@ -400,6 +421,7 @@ fn optimize(a: RunArgs) -> Result<u8> {
         image: p.image.display().to_string(),
         build_id: ip.build_id.clone(),
         candidate_build_id: None,
+        replaces: None,
         action: "discarded".into(),
         reason: String::new(),
         measurement: None,
@@ -442,8 +464,11 @@ fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, 
     manage::decide(&m, a.min_gain, 0.05)?;
     d.reason += &format!("{:.1}% faster (median of {} alternating rounds)", (1.0 - m.ratio_median) * 100.0, m.rounds);
     if a.install {
-        manage::install(img, out)?;
+        // From a saved original (PATH.loupe-orig), the candidate replaces the version installed at PATH.
+        let at = crate::optimize_bat::installed_path(img).unwrap_or(img.to_path_buf());
+        manage::install(&at, out)?;
         d.action = "installed".into();
+        d.reason += &format!("; renamed over {}", at.display());
     } else {
         d.action = "accepted".into();
         d.reason += &format!("; candidate left at {} (use --install to install)", out.display());
@@ -476,6 +501,7 @@ fn rollback(a: StatusArgs) -> Result<u8> {
         image: a.image.display().to_string(),
         build_id: build_id_of(&a.image)?,
         candidate_build_id: None,
+        replaces: None,
         action: "rolled-back".into(),
         reason: "by request".into(),
         measurement: None,

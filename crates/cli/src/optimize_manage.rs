@@ -3,9 +3,12 @@
 //! read the program's samples from the database, let the policy decide
 //! (share of machine time, profile maturity, an installed version not yet
 //! measured, drift), and act: optimize + check + measure + install, guard
-//! (measure the installed version, roll it back when it is not faster), or
-//! re-profile. It runs niced, within a CPU budget, and logs every decision
-//! to DB/optimize/decisions.jsonl.
+//! (measure the installed version, roll it back when it is not faster),
+//! re-optimize after drift (a new candidate from the installed version's
+//! samples mapped back to the original through BOLT's table, replacing it
+//! while it keeps running), or, when they cannot be mapped, re-profile
+//! (put the original back). It runs niced, within a CPU budget, and logs
+//! every decision to DB/optimize/decisions.jsonl.
 //!
 //! How later runs pick the new version up: it is renamed over the path the
 //! user runs (`manage::install`), so every exec after the rename opens the
@@ -19,8 +22,9 @@ use crate::procedure::symbolizer;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
 use loupe_optimize::blocks::ColdPolicy;
-use loupe_optimize::combine::{age_weight, combine, SampleSet};
+use loupe_optimize::combine::{age_weight, combine, Combined, SampleSet};
 use loupe_optimize::config::{reason_kind, Config, InstalledState, Program, ProgramState, State};
+use loupe_optimize::drift::{function_shares, translated_shares, Functions};
 use loupe_optimize::manage::{self, children_cpu, Decision};
 use loupe_optimize::policy::{self, Action, CpuBudget, Observation};
 use loupe_optimize::{fdata, tool};
@@ -70,7 +74,10 @@ A program is optimized once it has min_share of the sampled time and min_samples
 must pass `check` and be faster under `bench`; it is then renamed over `path` (original kept as PATH.loupe-orig), \
 so later runs use it. An installed version the manager has not measured (or not for recheck_secs) is measured \
 against the original and rolled back unless faster. When usage drifts (max_drift of the time moved between \
-functions since the profile behind the installed version), the original is put back and a fresh profile collected.";
+functions since the profile behind the installed version), the installed version keeps running: its samples since \
+it was installed are mapped back to the original through BOLT's address table, and a candidate built from them \
+(checked and measured against the original) replaces it. When they cannot be mapped (no table, or a version Loupe \
+did not make), the original is put back and a fresh profile collected.";
 
 fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -136,26 +143,9 @@ pub fn run(a: ManageArgs) -> Result<u8> {
     }
 }
 
-/// Function names the same in the original and BOLT's output: a split-off
-/// part (`f.cold.0`, gcc's `f.cold`) counts for its function, and BOLT's
-/// `/N` suffix of local symbols is dropped.
-fn base_name(n: &str) -> String {
-    let n = n.split(".cold").next().unwrap_or(n);
-    n.split('/').next().unwrap_or(n).to_string()
-}
-
-/// Sample weight per function.
-fn function_shares(code: &Code, samples: &BTreeMap<u64, f64>) -> BTreeMap<String, f64> {
-    let mut funcs: Vec<(u64, u64, String)> = code.find("").into_iter().map(|f| (f.start, f.start + f.size, base_name(&f.name))).collect();
-    funcs.sort();
-    let mut out = BTreeMap::new();
-    for (&va, &w) in samples {
-        let i = funcs.partition_point(|f| f.0 <= va);
-        if let Some(f) = i.checked_sub(1).map(|i| &funcs[i]).filter(|f| va < f.1) {
-            *out.entry(f.2.clone()).or_insert(0.0) += w;
-        }
-    }
-    out
+/// The function symbols of an image's code.
+fn functions(code: &Code) -> Functions {
+    Functions::new(code.find("").into_iter().map(|f| (f.start, f.size, f.name)).collect())
 }
 
 /// Links (or copies) `file` into the database's image cache under its build-id.
@@ -176,12 +166,28 @@ fn cache_image(db: &Path, file: &Path, bid: &str) {
 
 impl Manager {
     fn log(&self, image: &str, bid: &str, action: &str, reason: String, cand: Option<String>, m: Option<manage::Measurement>) {
+        self.log_replacing(image, bid, action, reason, cand, None, m);
+    }
+
+    /// `log`, naming the optimized build a re-optimization replaces.
+    #[allow(clippy::too_many_arguments)]
+    fn log_replacing(
+        &self,
+        image: &str,
+        bid: &str,
+        action: &str,
+        reason: String,
+        cand: Option<String>,
+        replaces: Option<String>,
+        m: Option<manage::Measurement>,
+    ) {
         eprintln!("loupe: manage {image}: {action}: {reason}");
         let d = Decision {
             unix_time: now_unix(),
             image: image.to_string(),
             build_id: bid.to_string(),
             candidate_build_id: cand,
+            replaces,
             action: action.into(),
             reason,
             measurement: m,
@@ -249,9 +255,9 @@ impl Manager {
         let epochs: Vec<EpochId> = db.epochs()?.into_iter().map(|e| e.id).filter(|e| e.0 >= st.from_epoch).collect();
         let mut syms = symbolizer(&self.db);
         let path = image.display().to_string();
-        let inst_bid = st.installed.as_ref().map(|i| i.build.clone());
         let orig = st.original_build.clone();
-        let sets = sample_sets(&db, &epochs, &path, &|b| b == orig || Some(b) == inst_bid.as_deref(), &mut syms)?;
+        // The original build's samples; an installed build's are read by `observe_installed`.
+        let sets = sample_sets(&db, &epochs, &path, &|b| b == orig, &mut syms)?;
         let combined = combine(&orig, &sets, self.cfg.half_life);
         let mut obs = Observation {
             now_unix: now_unix(),
@@ -260,20 +266,11 @@ impl Manager {
             last_discard_samples: st.last_discard_samples,
             ..Default::default()
         };
+        let mut mapped = None;
         if let Some(inst) = &st.installed {
-            let since: Vec<SampleSet> = sample_sets(
-                &db,
-                &epochs.iter().copied().filter(|e| e.0 >= inst.since_epoch).collect::<Vec<_>>(),
-                &path,
-                &|b| b == inst.build,
-                &mut syms,
-            )?;
-            let recent = combine(&inst.build, &since, self.cfg.half_life);
-            if recent.total() > 0.0 {
-                let code = syms.code(&db_image(image, &inst.build)).map_err(|r| anyhow!("cannot read {path}: {r}"))?;
-                obs.recent = function_shares(&code, &recent.samples);
-            }
-            obs.installed = Some(policy::Installed { verified_unix: inst.verified_unix, fingerprint: inst.fingerprint.clone() });
+            let (installed, m) = self.observe_installed(image, &orig, inst, &epochs, &mut obs, &mut syms)?;
+            obs.installed = Some(installed);
+            mapped = m;
         }
         let v = policy::next(&self.cfg.policy(), &obs);
         if v.action == Action::Wait {
@@ -294,10 +291,60 @@ impl Manager {
             Action::Optimize => self.optimize(prog, image, st, combined, &v.reason, &mut syms),
             Action::Guard => self.guard(prog, image, st, &v.reason),
             Action::Reprofile => self.reprofile(image, st, &v.reason),
+            Action::Reoptimize => match mapped {
+                Some(profile) => self.reoptimize(prog, image, st, profile, &v.reason, &mut syms),
+                None => Ok(()),
+            },
             Action::Wait => Ok(()),
         };
         self.budget.charge(self.wall(), children_cpu() - cpu0);
         r
+    }
+
+    /// What the policy needs about the installed version: its samples
+    /// since it was installed, by function, for drift. When they can be
+    /// mapped back to the original through BOLT's table they are compared
+    /// on the original's functions, and also returned, with the original
+    /// build's own samples of that time, as the profile a re-optimization
+    /// would use; otherwise by the installed build's own function names,
+    /// with why they cannot be mapped.
+    fn observe_installed(
+        &self,
+        image: &Path,
+        orig: &str,
+        inst: &InstalledState,
+        epochs: &[EpochId],
+        obs: &mut Observation,
+        syms: &mut Symbolizer,
+    ) -> Result<(policy::Installed, Option<Combined>)> {
+        let db = Database::open(&self.db)?;
+        let path = image.display().to_string();
+        let since_epochs: Vec<EpochId> = epochs.iter().copied().filter(|e| e.0 >= inst.since_epoch).collect();
+        let since = sample_sets(&db, &since_epochs, &path, &|b| b == inst.build || b == orig, syms)?;
+        let (inst_sets, orig_sets): (Vec<SampleSet>, Vec<SampleSet>) = since.into_iter().partition(|s| s.build_id == inst.build);
+        let recent = combine(&inst.build, &inst_sets, self.cfg.half_life);
+        let mut out = policy::Installed { verified_unix: inst.verified_unix, fingerprint: inst.fingerprint.clone(), no_mapping: None };
+        if recent.total() <= 0.0 {
+            return Ok((out, None));
+        }
+        let optimized = functions(&syms.code(&db_image(image, &inst.build)).map_err(|r| anyhow!("cannot read {path}: {r}"))?);
+        let saved = manage::saved_original(image);
+        match crate::optimize_bat::mapping(&self.db, image, &saved, orig, &inst.build) {
+            Ok(t) => {
+                let original = functions(&syms.code(&db_image(&saved, orig)).map_err(|r| anyhow!("cannot read {}: {r}", saved.display()))?);
+                (obs.recent, _) = translated_shares(&original, &optimized, &|va| t.to_original(va), &recent.samples);
+                let (mut sets, _, _) = crate::optimize_bat::translate_sets(&t, inst_sets, orig);
+                sets.extend(orig_sets.into_iter().filter(|s| s.build_id == orig));
+                let profile = combine(orig, &sets, self.cfg.half_life);
+                obs.mapped_samples = profile.total();
+                Ok((out, Some(profile)))
+            }
+            Err(why) => {
+                obs.recent = function_shares(&optimized, &recent.samples);
+                out.no_mapping = Some(why);
+                Ok((out, None))
+            }
+        }
     }
 
     /// Share of all samples (aged per epoch) that the program's path took.
@@ -325,65 +372,118 @@ impl Manager {
         prog: &Program,
         image: &Path,
         st: &mut ProgramState,
-        combined: loupe_optimize::combine::Combined,
+        combined: Combined,
         why: &str,
+        syms: &mut Symbolizer,
+    ) -> Result<()> {
+        let path = image.display().to_string();
+        self.log(&path, &st.original_build, "optimize", why.to_string(), None, None);
+        self.attempt(prog, image, image, st, combined, None, syms)
+    }
+
+    /// Usage drifted from the installed version and its samples map back
+    /// to the original: a new candidate is built from the original (at
+    /// PATH.loupe-orig) with that profile, validated against the original,
+    /// and renamed over the installed version, which runs until then.
+    fn reoptimize(
+        &mut self,
+        prog: &Program,
+        image: &Path,
+        st: &mut ProgramState,
+        profile: Combined,
+        why: &str,
+        syms: &mut Symbolizer,
+    ) -> Result<()> {
+        let path = image.display().to_string();
+        let old = st.installed.as_ref().map(|i| i.build.clone());
+        self.log_replacing(&path, &st.original_build, "reoptimize", why.to_string(), None, old.clone(), None);
+        self.attempt(prog, image, &manage::saved_original(image), st, profile, old, syms)
+    }
+
+    /// BOLT on `original` (the original build's file: the image itself, or
+    /// its saved copy when an optimized version is installed) with
+    /// `combined` (a profile at its addresses); the candidate must pass the
+    /// check and be faster than `original`, and is then renamed over the
+    /// image. `replaces` is the installed build it would replace.
+    #[allow(clippy::too_many_arguments)]
+    fn attempt(
+        &mut self,
+        prog: &Program,
+        image: &Path,
+        original: &Path,
+        st: &mut ProgramState,
+        combined: Combined,
+        replaces: Option<String>,
         syms: &mut Symbolizer,
     ) -> Result<()> {
         let path = image.display().to_string();
         let samples = combined.total();
         let ip = profile_from(
-            image,
+            original,
             &st.original_build,
             combined,
             ColdPolicy { cold_fraction: self.cfg.cold_fraction, ..ColdPolicy::default() },
             syms,
         )?;
-        let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {path}: {r}"))?;
-        let fingerprint = function_shares(&code, &ip.combined.samples);
+        let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {}: {r}", original.display()))?;
+        let fingerprint = function_shares(&functions(&code), &ip.combined.samples);
         let work = self.db.join("optimize/work");
         std::fs::create_dir_all(&work)?;
         let fdata_path = work.join(format!("{}.fdata", &st.original_build));
         std::fs::write(&fdata_path, fdata::write_edges(&ip.functions))?;
         let cand = PathBuf::from(format!("{path}.loupe-bolt"));
-        self.log(&path, &st.original_build, "optimize", why.to_string(), None, None);
         let bolt = tool::find_bolt(self.bolt.as_deref()).map_err(|e| anyhow!(e))?;
         let opts = prog.bolt_opts.clone().unwrap_or_else(tool::default_opts);
         let mut cand_bid = None;
         let verdict = (|| -> Result<manage::Measurement, (String, Option<manage::Measurement>)> {
-            let report = tool::run_bolt_with(&bolt, image, &fdata_path, &cand, &opts).map_err(|e| (e, None))?;
+            let report = tool::run_bolt_with(&bolt, original, &fdata_path, &cand, &opts).map_err(|e| (e, None))?;
             cand_bid = Symbolizer::read_build_id(&cand).map(|b| b.to_hex());
             for s in &report.skipped {
                 eprintln!("loupe: manage {path}: skipped {s}");
             }
-            manage::check(&prog.check, image, &cand).map_err(|e| (e, None))?;
-            let m = manage::measure(&prog.bench, image, &cand, prog.rounds).map_err(|e| (e, None))?;
+            manage::check(&prog.check, original, &cand).map_err(|e| (e, None))?;
+            let m = manage::measure(&prog.bench, original, &cand, prog.rounds).map_err(|e| (e, None))?;
             manage::decide(&m, prog.min_gain, 0.05).map_err(|e| (e, Some(m.clone())))?;
             Ok(m)
         })();
         match verdict {
             Ok(m) => {
                 let bid = cand_bid.clone().unwrap_or_default();
-                cache_image(&self.db, image, &st.original_build);
+                cache_image(&self.db, original, &st.original_build);
                 cache_image(&self.db, &cand, &bid);
                 manage::install(image, &cand).map_err(|e| anyhow!(e))?;
                 let _ = std::fs::remove_file(&cand);
                 let since = self.new_epoch()?;
+                let replacing = match &replaces {
+                    Some(old) => format!(", replacing optimized build {old} (which ran until now)"),
+                    None => String::new(),
+                };
                 let reason = format!(
-                    "{:.1}% faster (median of {} alternating rounds, {} faster, p = {:.4}); renamed over {path}, original at {}",
+                    "{:.1}% faster than the original (median of {} alternating rounds, {} faster, p = {:.4}; profile of {samples:.0} samples); renamed over {path}{replacing}, original at {}",
                     (1.0 - m.ratio_median) * 100.0,
                     m.rounds,
                     m.wins,
                     m.p_value,
                     manage::saved_original(image).display()
                 );
-                self.log(&path, &st.original_build, "installed", reason, cand_bid, Some(m));
+                self.log_replacing(&path, &st.original_build, "installed", reason, cand_bid, replaces.clone(), Some(m));
+                // A re-optimized version's profile began when the version it replaces was installed.
+                if replaces.is_some() {
+                    if let Some(prev) = &st.installed {
+                        st.from_epoch = prev.since_epoch;
+                    }
+                }
                 st.installed = Some(InstalledState { build: bid, verified_unix: Some(now_unix()), fingerprint, since_epoch: since });
                 st.last_discard_samples = None;
             }
             Err((why, m)) => {
                 let _ = std::fs::remove_file(&cand);
                 st.last_discard_samples = Some(samples);
-                self.log(&path, &st.original_build, "discarded", why, cand_bid, m);
+                let why = match &replaces {
+                    Some(old) => format!("{why}; installed build {old} stays"),
+                    None => why,
+                };
+                self.log_replacing(&path, &st.original_build, "discarded", why, cand_bid, replaces, m);
             }
         }
         Ok(())
@@ -461,18 +561,4 @@ pub fn stop(mut child: std::process::Child) {
     // SAFETY: kill on the pid of our own child, which we have not waited for yet.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // BOLT's and gcc's fragment names count for their function.
-    #[test]
-    fn base_names() {
-        assert_eq!(base_name("run.cold.0"), "run");
-        assert_eq!(base_name("cold_report.cold"), "cold_report");
-        assert_eq!(base_name("helper/1"), "helper");
-        assert_eq!(base_name("main"), "main");
-    }
 }

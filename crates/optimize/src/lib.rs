@@ -14,6 +14,7 @@ pub mod blocks;
 pub mod bolt_names;
 pub mod combine;
 pub mod config;
+pub mod drift;
 pub mod fdata;
 pub mod identity;
 pub mod lbr;

@@ -185,6 +185,9 @@ pub struct Decision {
     pub image: String,
     pub build_id: String,
     pub candidate_build_id: Option<String>,
+    /// The optimized build a re-optimization replaced (or tried to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
     pub action: String,
     pub reason: String,
     pub measurement: Option<Measurement>,

@@ -41,6 +41,10 @@ pub struct Installed {
     pub verified_unix: Option<u64>,
     /// Function shares of the profile it was built from.
     pub fingerprint: BTreeMap<String, f64>,
+    /// Why its samples cannot be mapped back to the original's addresses
+    /// (no BOLT address table, or not known to be made from this original);
+    /// `None` when they can, so a drift re-optimizes from them.
+    pub no_mapping: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -53,6 +57,10 @@ pub struct Observation {
     /// Samples of the build now at the path, by function (for drift).
     pub recent: BTreeMap<String, f64>,
     pub installed: Option<Installed>,
+    /// Aged samples of the profile a re-optimization would use: the
+    /// installed build's samples since it was installed, mapped back to
+    /// the original, plus the original build's own in that time.
+    pub mapped_samples: f64,
     /// Profile samples behind the last candidate that was discarded.
     pub last_discard_samples: Option<f64>,
 }
@@ -66,6 +74,9 @@ pub enum Action {
     Guard,
     /// Put the original back and collect a fresh profile.
     Reprofile,
+    /// Keep the installed version running; build a new candidate from the
+    /// original and the installed version's samples mapped back to it.
+    Reoptimize,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -115,10 +126,12 @@ pub fn next(p: &Policy, o: &Observation) -> Verdict {
         }
         let d = drift(&inst.fingerprint, &o.recent);
         if recent >= p.min_samples && d > p.max_drift {
-            return verdict(
-                Action::Reprofile,
-                format!("usage drifted: {:.0}% of the time moved between functions since the profile behind the installed version (limit {:.0}%)", d * 100.0, p.max_drift * 100.0),
+            let drifted = format!(
+                "usage drifted: {:.0}% of the time moved between functions since the profile behind the installed version (limit {:.0}%)",
+                d * 100.0,
+                p.max_drift * 100.0
             );
+            return on_drift(p, o, drifted, inst.no_mapping.as_deref());
         }
         return verdict(Action::Wait, format!("installed version current (drift {:.0}% over {recent:.0} samples)", d * 100.0));
     }
@@ -138,6 +151,30 @@ pub fn next(p: &Policy, o: &Observation) -> Verdict {
         }
     }
     verdict(Action::Optimize, format!("{:.1}% of sampled time, profile of {:.0} samples", o.share * 100.0, o.profile_samples))
+}
+
+/// Usage drifted away from an installed version: re-optimize from its
+/// mapped samples once they make a mature profile (and, after a discarded
+/// re-optimization, `retry_factor` times as many); when they cannot be
+/// mapped, put the original back and profile afresh.
+fn on_drift(p: &Policy, o: &Observation, drifted: String, no_mapping: Option<&str>) -> Verdict {
+    if let Some(why) = no_mapping {
+        return verdict(Action::Reprofile, format!("{drifted}; its samples cannot be mapped to the original ({why})"));
+    }
+    let n = o.mapped_samples;
+    if n < p.min_samples {
+        return verdict(Action::Wait, format!("{drifted}, but the mapped profile is not mature: {n:.0} of {:.0} samples", p.min_samples));
+    }
+    if let Some(last) = o.last_discard_samples {
+        let want = last * p.retry_factor;
+        if n < want {
+            return verdict(
+                Action::Wait,
+                format!("{drifted}; the last re-optimization (from {last:.0} samples) was discarded, waiting for {want:.0}"),
+            );
+        }
+    }
+    verdict(Action::Reoptimize, format!("{drifted}; re-optimizing from {n:.0} samples mapped back to the original"))
 }
 
 /// The manager's CPU budget as a token bucket: `fraction` of one CPU
@@ -217,7 +254,7 @@ mod tests {
     }
 
     // Installed: unverified and used -> guard; verified and fresh -> wait;
-    // stale -> guard; drifted over enough samples -> reprofile.
+    // stale -> guard; drifted over enough samples and not mappable -> reprofile.
     #[test]
     fn installed_versions() {
         let p = policy();
@@ -226,22 +263,54 @@ mod tests {
             now_unix: 1000,
             share: 0.3,
             recent: shares(&[("run", 800.0), ("step", 200.0)]),
-            installed: Some(Installed { verified_unix: None, fingerprint: fp.clone() }),
+            installed: Some(Installed { verified_unix: None, fingerprint: fp.clone(), no_mapping: None }),
             ..Default::default()
         };
         assert_eq!(next(&p, &o).action, Action::Guard);
-        o.installed = Some(Installed { verified_unix: Some(950), fingerprint: fp.clone() });
+        let no_table = Some("no BOLT address table".to_string());
+        o.installed = Some(Installed { verified_unix: Some(950), fingerprint: fp.clone(), no_mapping: no_table.clone() });
         assert_eq!(next(&p, &o).action, Action::Wait);
-        o.installed = Some(Installed { verified_unix: Some(900), fingerprint: fp.clone() });
+        o.installed = Some(Installed { verified_unix: Some(900), fingerprint: fp.clone(), no_mapping: no_table.clone() });
         assert_eq!(next(&p, &o).action, Action::Guard);
-        o.installed = Some(Installed { verified_unix: Some(950), fingerprint: fp });
+        o.installed = Some(Installed { verified_unix: Some(950), fingerprint: fp, no_mapping: no_table });
         o.recent = shares(&[("run", 300.0), ("other", 700.0)]);
         let v = next(&p, &o);
         assert_eq!(v.action, Action::Reprofile, "{v:?}");
         // (0.8-0.3 + 0.2 + 0.7) / 2 of the time moved.
-        assert!(v.reason.contains("70%"), "{v:?}");
+        assert!(v.reason.contains("70%") && v.reason.contains("no BOLT address table"), "{v:?}");
         // The same drift over too few samples is not evidence yet.
         o.recent = shares(&[("run", 30.0), ("other", 70.0)]);
+        assert_eq!(next(&p, &o).action, Action::Wait);
+    }
+
+    // Drift with mappable samples keeps the installed version: re-optimize once the mapped profile is
+    // mature, wait below min_samples, and after a discarded re-optimization wait for retry_factor times
+    // its samples. Without drift nothing happens however many samples there are.
+    #[test]
+    fn drift_reoptimizes_when_mappable() {
+        let p = policy();
+        let fp = shares(&[("run_a", 0.9), ("main", 0.1)]);
+        let mut o = Observation {
+            now_unix: 1000,
+            share: 0.3,
+            recent: shares(&[("run_a", 250.0), ("run_b", 700.0), ("main", 50.0)]),
+            installed: Some(Installed { verified_unix: Some(990), fingerprint: fp, no_mapping: None }),
+            mapped_samples: 999.0,
+            ..Default::default()
+        };
+        // (0.9-0.25 + 0.7 + 0.1-0.05) / 2 = 70% moved.
+        let v = next(&p, &o);
+        assert_eq!(v.action, Action::Wait, "{v:?}");
+        assert!(v.reason.contains("70%") && v.reason.contains("999 of 1000"), "{v:?}");
+        o.mapped_samples = 1000.0;
+        let v = next(&p, &o);
+        assert_eq!(v.action, Action::Reoptimize, "{v:?}");
+        assert!(v.reason.contains("1000 samples mapped back"), "{v:?}");
+        o.last_discard_samples = Some(1000.0);
+        assert_eq!(next(&p, &o).action, Action::Wait);
+        o.mapped_samples = 2000.0;
+        assert_eq!(next(&p, &o).action, Action::Reoptimize);
+        o.recent = shares(&[("run_a", 900.0), ("main", 100.0)]);
         assert_eq!(next(&p, &o).action, Action::Wait);
     }
 
