@@ -49,12 +49,15 @@ pub struct Select {
     pub sched: bool,
     pub syscalls: bool,
     pub block: bool,
+    /// Block events from perf even where the BPF program would load (to compare the two).
+    pub block_perf: bool,
     /// Profiling samples per second of CPU time (0: none).
     pub sample_hz: u64,
 }
 
 impl Select {
-    /// Parses `faults,sched,syscalls,block,samples` (or `all`); `samples` takes `sample_hz`.
+    /// Parses `faults,sched,syscalls,block,samples` (or `all`); `samples` takes `sample_hz`;
+    /// `block-perf` is `block` from perf rather than BPF.
     pub fn parse(list: &[String], sample_hz: u64) -> Result<Select, String> {
         let mut s = Select::default();
         for item in list.iter().flat_map(|l| l.split(',')).map(str::trim).filter(|i| !i.is_empty()) {
@@ -63,10 +66,13 @@ impl Select {
                 "sched" => s.sched = true,
                 "syscalls" => s.syscalls = true,
                 "block" => s.block = true,
+                "block-perf" => (s.block, s.block_perf) = (true, true),
                 "samples" if sample_hz == 0 => return Err("kernel event group 'samples' needs a sample rate above 0".into()),
                 "samples" => s.sample_hz = sample_hz,
-                "all" => s = Select { faults: true, sched: true, syscalls: true, block: true, sample_hz },
-                other => return Err(format!("unknown kernel event group '{other}' (faults, sched, syscalls, block, samples, all)")),
+                "all" => s = Select { faults: true, sched: true, syscalls: true, block: true, sample_hz, ..s },
+                other => {
+                    return Err(format!("unknown kernel event group '{other}' (faults, sched, syscalls, block, block-perf, samples, all)"))
+                }
             }
         }
         Ok(s)
@@ -146,7 +152,7 @@ impl Kernel {
     /// A source that cannot be opened is left out and named in `skipped`.
     /// Block events come from BPF if its program loads, else from perf (said in `block_fallback`).
     pub fn open(pid: i32, sel: Select, spec: &Spec, dir: &std::path::Path, sub_size: usize) -> std::io::Result<Kernel> {
-        let (bpf, block_fallback) = match sel.block {
+        let (bpf, block_fallback) = match sel.block && !sel.block_perf {
             // libbpf finds the tracepoints through tracefs: mount it first if nothing has.
             true => match tracefs::root().map_err(|e| e.to_string()).and_then(|_| BlockBpf::open()) {
                 Ok(b) => (Some(b), None),
@@ -209,10 +215,12 @@ impl Kernel {
 
     /// Where block events come from: "bpf", "perf", or None if not recorded.
     pub fn block_source(&self) -> Option<&'static str> {
-        match (&self.bpf, &self.block_fallback) {
-            (Some(_), _) => Some("bpf"),
-            (None, Some(_)) => Some("perf"),
-            (None, None) => None,
+        if self.bpf.is_some() {
+            Some("bpf")
+        } else if self.sources.values().any(|s| matches!(s, Source::BlockIssue(_) | Source::BlockComplete(_))) {
+            Some("perf")
+        } else {
+            None
         }
     }
 
@@ -328,12 +336,14 @@ fn finish(s: &mut CpuStream, spec: &Spec, sub_size: usize) -> std::io::Result<()
 mod tests {
     use super::*;
 
-    // Group names select sources; `all` selects everything; unknown names are refused by name.
+    // Group names select sources; `all` selects everything; `block-perf` is block from perf; unknown names are refused by name.
     #[test]
     fn select_parse() {
         let s = Select::parse(&["faults,sched".into(), "samples".into()], 500).unwrap();
-        assert_eq!(s, Select { faults: true, sched: true, syscalls: false, block: false, sample_hz: 500 });
+        assert_eq!(s, Select { faults: true, sched: true, sample_hz: 500, ..Select::default() });
         assert!(Select::parse(&["all".into()], 0).unwrap().block);
+        let perf = Select::parse(&["block-perf".into()], 0).unwrap();
+        assert!(perf.block && perf.block_perf && !Select::parse(&["block".into()], 0).unwrap().block_perf);
         assert!(!Select::parse(&[], 100).unwrap().any());
         assert!(Select::parse(&["faults,disk".into()], 1).unwrap_err().contains("'disk'"));
         assert!(Select::parse(&["samples".into()], 0).is_err());

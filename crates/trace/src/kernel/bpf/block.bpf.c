@@ -9,7 +9,9 @@
  * to the tracepoint runs for every hit. Each hit becomes one fixed-size record
  * in a ring buffer, stamped with bpf_ktime_get_ns (CLOCK_MONOTONIC, the
  * trace's clock) and the CPU it ran on; a record that finds the ring full is
- * counted per CPU in `drops`, never half-written.
+ * counted per CPU in `drops`, never half-written. The programs return 1: the
+ * kernel delivers the hit to perf users of the tracepoint only if the program
+ * attached to it returns non-zero, and Loupe must not hide it from them.
  */
 #include <linux/types.h>
 #include <linux/bpf.h>
@@ -103,7 +105,7 @@ int block_issue(struct trace_event_raw_block_rq *ctx)
 {
 	struct block_event *e = reserve(KIND_ISSUE);
 	if (!e)
-		return 0;
+		return 1;
 	e->dev = BPF_CORE_READ(ctx, dev);
 	e->sector = BPF_CORE_READ(ctx, sector);
 	e->bytes = BPF_CORE_READ(ctx, bytes);
@@ -111,7 +113,7 @@ int block_issue(struct trace_event_raw_block_rq *ctx)
 	bpf_core_read(e->comm, sizeof(e->comm), &ctx->comm);
 	e->tid = (__u32)bpf_get_current_pid_tgid();
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP); /* user space polls on a timer */
-	return 0;
+	return 1;
 }
 
 SEC("tp/block/block_rq_complete")
@@ -119,7 +121,7 @@ int block_complete(void *ctx)
 {
 	struct block_event *e = reserve(KIND_COMPLETE);
 	if (!e)
-		return 0;
+		return 1;
 	if (bpf_core_type_exists(struct trace_event_raw_block_rq_completion)) {
 		struct trace_event_raw_block_rq_completion *c = ctx;
 		e->dev = BPF_CORE_READ(c, dev);
@@ -136,5 +138,5 @@ int block_complete(void *ctx)
 		read_rwbs(e, &c->rwbs, bpf_core_field_size(c->rwbs));
 	}
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP); /* user space polls on a timer */
-	return 0;
+	return 1;
 }
