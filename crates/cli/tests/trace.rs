@@ -340,7 +340,7 @@ fn kernel_events_known_by_construction() {
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
     assert_eq!((meta["kernel_events_lost"].as_u64(), meta["kernel_events_unreadable"].as_u64()), (Some(0), Some(0)));
     assert_eq!(meta["kernel_block_source"], "bpf", "the block tracepoint program did not load");
-    block_io_of_file(&t, window(4), &root().join("target"));
+    block_io_of_file(&t, window(4), &root().join("target"), tid);
     let samples = named("Loupe::Profile::Sample").filter(|(ts, f)| u(&f[1]) == tid && window(5).contains(ts)).count();
     assert!((150..=250).contains(&samples), "{samples} samples in 200 ms of CPU at 1000 Hz");
     // The application's TSC clock stayed within 20 us of the kernel's CLOCK_MONOTONIC.
@@ -382,10 +382,12 @@ fn covers(parts: &[(u64, u64)], want: (u64, u64)) -> bool {
 /// program after its fsync): every sector of the file is covered by write requests issued inside the phase on
 /// the file system's disk, and by completions without error inside the phase (write(2) with O_DIRECT returns
 /// once its requests completed, and each returned all its bytes), each following an issue of its sector.
+/// Each of those writes was issued by the program's thread (`tid`, command trace_kernel), or deferred to a
+/// kernel worker (kblockd) when the device queue was busy.
 /// Nothing keeps the CPUs busy: on a quiet machine most completions run in the idle task's softirq, where perf
 /// records none on this kernel (6.18; 0 of 59 measured) and the BPF program records all. The block events
 /// are machine-wide: other processes' I/O in the window is ignored rather than counted.
-fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeInclusive<u64>, dir: &Path) {
+fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeInclusive<u64>, dir: &Path, tid: u64) {
     use loupe_trace::record::Value;
     let (dev, start) = disk_of(dir);
     let extents: Vec<(u64, u64)> = t
@@ -405,7 +407,7 @@ fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeIn
             .iter()
             .filter(|e| e.rec.id == id && window.contains(&e.rec.ts) && e.rec.fields[0] == Value::U(dev))
             .filter(|e| !write_only || matches!(&e.rec.fields[3], Value::Str(s) if s.contains('W')))
-            .map(|e| match e.rec.fields[1..] {
+            .map(|e| match e.rec.fields[1..4] {
                 [Value::U(sector), Value::U(bytes), Value::I(error)] => (e.rec.ts, sector, bytes / 512, error),
                 [Value::U(sector), Value::U(bytes), _] => (e.rec.ts, sector, bytes / 512, 0),
                 _ => panic!("{:?}", e.rec),
@@ -413,6 +415,14 @@ fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeIn
             .collect()
     };
     let (issued, completed) = (requests("OS::Block::Issue", true), requests("OS::Block::Complete", false));
+    let issue = t.spec.by_name("OS::Block::Issue").unwrap().id;
+    for e in t.entries.iter().filter(|e| e.rec.id == issue && window.contains(&e.rec.ts) && e.rec.fields[0] == Value::U(dev)) {
+        let Value::U(sector) = e.rec.fields[1] else { panic!("{:?}", e.rec) };
+        if extents.iter().any(|x| (x.0..x.0 + x.1).contains(&sector)) {
+            let direct = e.rec.fields[4] == Value::U(tid) && e.rec.fields[5] == Value::Str("trace_kernel".into());
+            assert!(direct || matches!(&e.rec.fields[5], Value::Str(c) if c.starts_with("kworker")), "write issued by {:?}", e.rec);
+        }
+    }
     let ranges = |r: &[(u64, u64, u64, i64)]| r.iter().map(|&(_, s, n, _)| (s, n)).collect::<Vec<_>>();
     for &x in &extents {
         assert!(covers(&ranges(&issued), x), "extent {x:?} not covered by writes issued in the phase: {issued:?}");

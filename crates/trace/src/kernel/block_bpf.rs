@@ -110,16 +110,18 @@ fn text(b: &[u8]) -> String {
 }
 
 /// One `struct block_event` as the spec event the perf path makes of the same
-/// tracepoint hit (same fields, same units); None if short or of no known kind.
+/// tracepoint hit (same fields, same units; the issuing thread is the one
+/// current at the hit, as perf's sample tid); None if short or of no known kind.
 pub fn parse(r: &[u8]) -> Option<BlockEvent> {
     let r = r.get(..RECORD)?;
     let u64_at = |o: usize| u64::from_ne_bytes(r[o..o + 8].try_into().unwrap());
     let u32_at = |o: usize| u32::from_ne_bytes(r[o..o + 4].try_into().unwrap());
     let (time, sector, dev, bytes, error, cpu) = (u64_at(0), u64_at(8), u32_at(16), u32_at(20), u32_at(24) as i32, u32_at(28));
-    let kind = u16::from_ne_bytes(r[36..38].try_into().unwrap());
+    let (tid, kind) = (u32_at(32), u16::from_ne_bytes(r[36..38].try_into().unwrap()));
     let (name, values) = match kind {
         KIND_ISSUE => {
-            ("OS::Block::Issue", vec![Value::U(dev as u64), Value::U(sector), Value::U(bytes as u64), Value::Str(text(&r[38..48]))])
+            let (rwbs, comm) = (Value::Str(text(&r[38..48])), Value::Str(text(&r[48..64])));
+            ("OS::Block::Issue", vec![Value::U(dev as u64), Value::U(sector), Value::U(bytes as u64), rwbs, Value::U(tid as u64), comm])
         }
         KIND_COMPLETE => {
             ("OS::Block::Complete", vec![Value::U(dev as u64), Value::U(sector), Value::U(bytes as u64), Value::I(error as i64)])
@@ -143,20 +145,22 @@ mod tests {
         r[20..24].copy_from_slice(&bytes.to_ne_bytes());
         r[24..28].copy_from_slice(&error.to_ne_bytes());
         r[28..32].copy_from_slice(&cpu.to_ne_bytes());
+        r[32..36].copy_from_slice(&4242u32.to_ne_bytes()); // the issuing thread
         r[36..38].copy_from_slice(&kind.to_ne_bytes());
         r[38..38 + rwbs.len()].copy_from_slice(rwbs);
         r[48..50].copy_from_slice(b"dd"); // the issuing command, right after rwbs
         r
     }
 
-    // An issue gives dev, sector, bytes and rwbs; a completion dev, sector, bytes and a negative errno; CPU and
+    // An issue gives dev, sector, bytes, rwbs, thread and command; a completion dev, sector, bytes and a negative errno; CPU and
     // time come through; short records and unknown kinds are refused.
     #[test]
     fn records_become_events() {
         let dev = 8 << 20 | 16;
         let (cpu, time, name, values) = parse(&record(KIND_ISSUE, 1, 5_000, (dev, 2048, 1 << 20, 0), b"WS")).unwrap();
         assert_eq!((cpu, time, name), (1, 5_000, "OS::Block::Issue"));
-        assert_eq!(values, vec![Value::U(dev as u64), Value::U(2048), Value::U(1 << 20), Value::Str("WS".into())]);
+        let (rwbs, comm) = (Value::Str("WS".into()), Value::Str("dd".into()));
+        assert_eq!(values, vec![Value::U(dev as u64), Value::U(2048), Value::U(1 << 20), rwbs, Value::U(4242), comm]);
         let (_, _, name, values) = parse(&record(KIND_COMPLETE, 0, 6_000, (dev, 2048, 4096, -5), b"WS")).unwrap();
         assert_eq!(name, "OS::Block::Complete");
         assert_eq!(values, vec![Value::U(dev as u64), Value::U(2048), Value::U(4096), Value::I(-5)]);
