@@ -15,7 +15,7 @@ mod skel {
 
 use crate::record::Value;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use skel::{BlockSkel, BlockSkelBuilder};
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -75,10 +75,15 @@ impl BlockBpf {
         Ok((events, bad))
     }
 
-    /// Records the ring had no room for, per CPU (index = CPU number), since the program loaded.
-    pub fn drops(&self) -> Vec<u64> {
-        let per_cpu = self.skel.maps.drops.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).ok().flatten().unwrap_or_default();
-        per_cpu.iter().map(|v| v.get(..8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))).collect()
+    /// Records the ring had no room for on `cpu` since the program loaded. Read
+    /// through the program's mmap'ed globals: no system call, which would hold
+    /// off the programs on this CPU meanwhile (see block.bpf.c).
+    pub fn drops(&self, cpu: u32) -> u64 {
+        self.skel.maps.bss_data.as_deref().map_or(0, |b| {
+            let slot = &b.drops[cpu as usize % b.drops.len()];
+            // SAFETY: a u64 in the mmap'ed .bss that the programs update atomically.
+            unsafe { std::ptr::read_volatile(slot) }
+        })
     }
 
     /// Tracepoint hits the kernel did not run the programs for because another

@@ -235,9 +235,8 @@ impl Kernel {
                 None => self.bpf_unreadable += 1,
             }
         }
-        let drops = b.drops();
         for s in &mut self.streams {
-            s.bpf_drops = drops.get(s.cpu as usize).copied().unwrap_or(0);
+            s.bpf_drops = b.drops(s.cpu);
         }
         Ok(())
     }

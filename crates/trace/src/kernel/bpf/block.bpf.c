@@ -69,22 +69,19 @@ struct {
 	__uint(max_entries, 4 << 20);
 } events SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
+/* Records the ring had no room for, per CPU (CPU numbers beyond MAX_CPUS share slots).
+ * A global array rather than a map: user space reads it through its mmap, while
+ * a map lookup is a system call that holds off every tracing program on its
+ * CPU for its duration (bpf_disable_instrumentation), completions included. */
+#define MAX_CPUS 1024
+__u64 drops[MAX_CPUS];
 
 /* A zeroed record of `kind` with the time and CPU, or NULL (counted) if the ring is full. */
 static __always_inline struct block_event *reserve(__u16 kind)
 {
 	struct block_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
-		__u32 zero = 0;
-		__u64 *n = bpf_map_lookup_elem(&drops, &zero);
-		if (n)
-			*n += 1; /* per-CPU slot: no other writer */
+		__sync_fetch_and_add(&drops[bpf_get_smp_processor_id() & (MAX_CPUS - 1)], 1);
 		return 0;
 	}
 	__builtin_memset(e, 0, sizeof(*e));
