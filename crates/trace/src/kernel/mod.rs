@@ -86,14 +86,44 @@ impl Select {
 /// An event read from a ring and not yet written: time, spec event name, values.
 type Pending = (u64, &'static str, Vec<Value>);
 
+/// One CPU's events from its rings (perf's and BPF's), held until they can be
+/// written in time order.
+#[derive(Default)]
+struct Held {
+    events: Vec<Pending>,
+    /// How many leading events are known to be in time order.
+    sorted: usize,
+    /// Time of the last event released (a stream's times never go back).
+    last_time: u64,
+}
+
+impl Held {
+    /// The held events stamped at or before `horizon`, in time order (equal
+    /// times in the order they came). One that comes later than an event
+    /// already released after it (more than [`HOLD_NS`] late) gets that
+    /// event's time rather than break the stream's order.
+    fn release(&mut self, horizon: u64) -> Vec<Pending> {
+        // Most calls add events in order after those held back: checking costs only the new ones.
+        if !self.events[self.sorted.saturating_sub(1)..].is_sorted_by_key(|p| p.0) {
+            self.events.sort_by_key(|p| p.0); // stable
+        }
+        let ready = self.events.partition_point(|p| p.0 <= horizon);
+        let mut out: Vec<Pending> = self.events.drain(..ready).collect();
+        self.sorted = self.events.len();
+        for e in &mut out {
+            e.0 = e.0.max(self.last_time);
+            self.last_time = e.0;
+        }
+        out
+    }
+}
+
 struct CpuStream {
     cpu: u32,
     _fds: Vec<OwnedFd>,
     /// None when only BPF events go to this CPU's stream.
     ring: Option<Ring>,
-    pending: Vec<Pending>,
-    /// Time of the last event written (the stream's times never go back).
-    last_time: u64,
+    held: Held,
     packet: Vec<u8>,
     seq: u64,
     lost: u64,
@@ -199,8 +229,7 @@ impl Kernel {
                 cpu,
                 _fds: fds,
                 ring,
-                pending: Vec::new(),
-                last_time: 0,
+                held: Held::default(),
                 packet: Vec::new(),
                 seq: 0,
                 lost: 0,
@@ -231,7 +260,7 @@ impl Kernel {
         self.bpf_unreadable += bad;
         for (cpu, time, name, values) in events {
             match self.streams.iter_mut().find(|s| s.cpu == cpu) {
-                Some(s) => s.pending.push((time, name, values)),
+                Some(s) => s.held.events.push((time, name, values)),
                 None => self.bpf_unreadable += 1,
             }
         }
@@ -254,21 +283,14 @@ impl Kernel {
             let (mut lost, mut unreadable) = (0, 0);
             if let Some(ring) = &mut s.ring {
                 ring.read(|r| match sample::parse(r, &self.sources) {
-                    Some(Parsed::Event { time, name, values }) => s.pending.push((time, name, values)),
+                    Some(Parsed::Event { time, name, values }) => s.held.events.push((time, name, values)),
                     Some(Parsed::Lost(n)) => lost += n,
                     Some(Parsed::Unreadable) => unreadable += 1,
                     None => {}
                 });
             }
             s.lost += lost;
-            s.pending.sort_by_key(|p| p.0); // stable: equal times keep their ring order
-            let ready = s.pending.partition_point(|p| p.0 <= horizon);
-            let recs: Vec<Pending> = s.pending.drain(..ready).collect();
-            for (time, name, values) in recs {
-                // An event later than HOLD_NS behind its time (not seen) would go back in time:
-                // it is written at the stream's last time rather than break the stream's order.
-                let time = time.max(s.last_time);
-                s.last_time = time;
+            for (time, name, values) in s.held.release(horizon) {
                 let Some(ev) = events.get(name) else {
                     unreadable += 1;
                     continue;
@@ -334,6 +356,23 @@ fn finish(s: &mut CpuStream, spec: &Spec, sub_size: usize) -> std::io::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Held events come out in time order up to the horizon, ties in arrival order; the rest wait; one that
+    // arrives older than an event already released takes that event's time.
+    #[test]
+    fn held_events_release_in_order() {
+        let mut h = Held::default();
+        for (t, n) in [(30, "c"), (10, "a"), (50, "e"), (10, "b")] {
+            h.events.push((t, n, vec![]));
+        }
+        let names = |v: Vec<Pending>| v.into_iter().map(|p| (p.0, p.1)).collect::<Vec<_>>();
+        assert_eq!(names(h.release(30)), vec![(10, "a"), (10, "b"), (30, "c")]);
+        h.events.push((40, "d", vec![]));
+        h.events.push((20, "late", vec![]));
+        assert_eq!(names(h.release(45)), vec![(30, "late"), (40, "d")]);
+        assert_eq!(names(h.release(u64::MAX)), vec![(50, "e")]);
+        assert!(h.release(u64::MAX).is_empty());
+    }
 
     // Group names select sources; `all` selects everything; `block-perf` is block from perf; unknown names are refused by name.
     #[test]
