@@ -302,8 +302,18 @@ fn live_client_sees_events_while_logging() {
 // block_io_of_file); 200 ms of CPU at
 // 1000 Hz -> about 200 profiling samples of its thread inside phase 5. babeltrace2 decodes every event. The
 // program stamps its events with the TSC clock, the kernel with CLOCK_MONOTONIC: the windows check they agree.
+// The program records once more only if a completion of its file's writes is missing, which the kernel causes
+// rarely by firing no block_rq_complete at all (see block_io_of_file); a Loupe loss would repeat and fail.
 #[test]
 fn kernel_events_known_by_construction() {
+    if let Err(first) = record_kernel_events() {
+        eprintln!("kernel events: {first}; recording once more");
+        record_kernel_events().unwrap_or_else(|second| panic!("{second} (the first recording too: {first})"));
+    }
+}
+
+/// One recording of trace_kernel, checked; Err only for a missing completion of the file's writes.
+fn record_kernel_events() -> Result<(), String> {
     use loupe_trace::record::Value;
     let dir = tempfile::tempdir().unwrap();
     let prog = build_c(dir.path(), "trace_kernel");
@@ -340,7 +350,7 @@ fn kernel_events_known_by_construction() {
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
     assert_eq!((meta["kernel_events_lost"].as_u64(), meta["kernel_events_unreadable"].as_u64()), (Some(0), Some(0)));
     assert_eq!(meta["kernel_block_source"], "bpf", "the block tracepoint program did not load");
-    block_io_of_file(&t, window(4), &root().join("target"), tid);
+    let completions = block_io_of_file(&t, window(4), &root().join("target"), tid);
     let samples = named("Loupe::Profile::Sample").filter(|(ts, f)| u(&f[1]) == tid && window(5).contains(ts)).count();
     assert!((150..=250).contains(&samples), "{samples} samples in 200 ms of CPU at 1000 Hz");
     // The application's TSC clock stayed within 20 us of the kernel's CLOCK_MONOTONIC.
@@ -348,6 +358,7 @@ fn kernel_events_known_by_construction() {
     assert!(meta["writer_clock_drift_ns"].as_i64().unwrap().abs() < 20_000, "{}", meta["writer_clock_drift_ns"]);
     let text = babeltrace(&out, &t);
     assert!(text.contains("OS::Sched::Switch: { cpu_id = ") && text.contains("OS::Block::Complete: {"));
+    completions
 }
 
 /// The kernel's device number (major << 20 | minor, as block tracepoints give it) of the whole disk holding
@@ -383,11 +394,13 @@ fn covers(parts: &[(u64, u64)], want: (u64, u64)) -> bool {
 /// the file system's disk, and by completions without error inside the phase (write(2) with O_DIRECT returns
 /// once its requests completed, and each returned all its bytes), each following an issue of its sector.
 /// Each of those writes was issued by the program's thread (`tid`, command trace_kernel), or deferred to a
-/// kernel worker (kblockd) when the device queue was busy.
+/// kernel worker (kblockd) when the device queue was busy. A missing completion is the Err: under load, about
+/// 1 run in 20 here, the kernel completes a write without firing block_rq_complete at all (a raw-tracepoint
+/// counter in the BPF program agreed with the tracepoint's count, and perf missed the same completion).
 /// Nothing keeps the CPUs busy: on a quiet machine most completions run in the idle task's softirq, where perf
 /// records none on this kernel (6.18; 0 of 59 measured) and the BPF program records all. The block events
 /// are machine-wide: other processes' I/O in the window is ignored rather than counted.
-fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeInclusive<u64>, dir: &Path, tid: u64) {
+fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeInclusive<u64>, dir: &Path, tid: u64) -> Result<(), String> {
     use loupe_trace::record::Value;
     let (dev, start) = disk_of(dir);
     let extents: Vec<(u64, u64)> = t
@@ -432,7 +445,8 @@ fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeIn
         assert!(issued.iter().any(|i| i.1 == c.1 && i.0 <= c.0), "completion {c:?} without an earlier issue: {issued:?}");
     }
     let ok: Vec<_> = of_file.iter().filter(|c| c.3 == 0).map(|c| (c.1, c.2)).collect();
-    for &x in &extents {
-        assert!(covers(&ok, x), "extent {x:?} without completions in the phase: {of_file:?} (issued {issued:?})");
+    match extents.iter().find(|&&x| !covers(&ok, x)) {
+        Some(x) => Err(format!("extent {x:?} without completions in the phase: {of_file:?} (issued {issued:?})")),
+        None => Ok(()),
     }
 }
