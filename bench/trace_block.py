@@ -7,8 +7,9 @@ recorder runs `dd if=/dev/zero of=FILE bs=64k count=64 oflag=direct` (4 MiB in
 64 requests, each write returning only once its request completed). The
 file's extents on the disk (FIEMAP) are the ground truth: each recorder's
 write issues and completions that overlap them are counted (other I/O of the
-machine is ignored). Prints one line per round, with the load average, then
-the medians. Counts, not timings: fine on a loaded machine, but perf misses
+machine is ignored). Prints one line per round, with the load average and
+whether both recorders decoded the file's write issues into the same fields
+(dev, sector, bytes, rwbs, tid, comm), then the medians. Counts, not timings: fine on a loaded machine, but perf misses
 completions only while a CPU is idle, so the gap shows on a quiet one.
 Usage (root, from the repository root):
     cargo build --release -p loupe && bench/trace_block.py [ROUNDS]"""
@@ -47,23 +48,24 @@ EVENT = re.compile(r"OS::Block::(Issue|Complete): \{ cpu_id = \d+ \}, \{ dev = (
 
 
 def counts(trace, dev, exts):
-    """(write issues, completions) in `trace` on `dev` overlapping the extents."""
+    """(write issues, completions, the issues' decoded text from `dev = ` on) in `trace` on `dev` overlapping
+    the extents."""
     text = subprocess.run(["babeltrace2", os.path.join(trace, "ctf")], capture_output=True, text=True, check=True).stdout
-    got = {"Issue": 0, "Complete": 0}
+    got = {"Issue": [], "Complete": []}
     for m in EVENT.finditer(text):
         kind, d, sector, nbytes, rest = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5)
         if d != dev or (kind == "Issue" and "W" not in rest.split("rwbs = ")[-1]):
             continue
         if any(sector < s + n and sector + nbytes // 512 > s for s, n in exts):
-            got[kind] += 1
-    return got["Issue"], got["Complete"]
+            got[kind].append(m.group(0).split("dev = ", 1)[1])
+    return len(got["Issue"]), len(got["Complete"]), sorted(got["Issue"])
 
 
 def main():
     target = os.path.join(ROOT, "target")
     dev, start = disk_of(target)
     rows = []
-    print("round  load1  dd writes  bpf: issues completions lost  perf: issues completions lost")
+    print("round  load1  dd writes  bpf: issues completions lost  perf: issues completions lost  same issues")
     for r in range(ROUNDS):
         with tempfile.TemporaryDirectory() as tmp:
             data = os.path.join(target, f"trace_block.{os.getpid()}.dat")
@@ -80,7 +82,9 @@ def main():
             b, p = counts(f"{tmp}/bpf", dev, exts), counts(f"{tmp}/perf", dev, exts)
             lost = [json.load(open(f"{tmp}/{k}/trace.json"))["kernel_events_lost"] for k in ("bpf", "perf")]
             rows.append((load, b, p))
-            print(f"{r + 1:5}  {load:5.2f}  {64:9}  {b[0]:11} {b[1]:11} {lost[0]:4}  {p[0]:12} {p[1]:11} {lost[1]:4}", flush=True)
+            # Issues run in the writer's context, where perf misses none: both paths must decode them alike.
+            same = "yes" if b[2] == p[2] else "NO"
+            print(f"{r + 1:5}  {load:5.2f}  {64:9}  {b[0]:11} {b[1]:11} {lost[0]:4}  {p[0]:12} {p[1]:11} {lost[1]:4}  {same:>11}", flush=True)
     med = lambda f: statistics.median(f(x) for x in rows)
     print(f"median        {64:9}  {med(lambda x: x[1][0]):11} {med(lambda x: x[1][1]):11}       {med(lambda x: x[2][0]):12} "
           f"{med(lambda x: x[2][1]):11}")
