@@ -157,29 +157,34 @@ static inline void trace_os_syscall_enter(uint32_t tid, int32_t nr) {
 
 /* OS::Block::Issue: A block I/O request was issued to a device */
 #define TRACE_ID_OS_BLOCK_ISSUE 35
-#define TRACE_MAX_OS_BLOCK_ISSUE 1056
-static inline void trace_fill_os_block_issue(uint8_t *p_, uint32_t size_, uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs, uint16_t rwbs_n) {
+#define TRACE_MAX_OS_BLOCK_ISSUE 2088
+static inline void trace_fill_os_block_issue(uint8_t *p_, uint32_t size_, uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs, uint16_t rwbs_n, uint32_t tid, const char *comm, uint16_t comm_n) {
     loupe_pad(p_, size_);
     loupe_tag(p_, size_, 35);
     memcpy(p_ + 12, &dev, 4);
     memcpy(p_ + 16, &sector, 8);
     memcpy(p_ + 24, &bytes, 4);
     memcpy(p_ + 28, &rwbs_n, 2); memcpy(p_ + 30, rwbs, rwbs_n);
+    uint8_t *q_ = p_ + 30 + rwbs_n;
+    memcpy(q_, &tid, 4); q_ += 4;
+    memcpy(q_, &comm_n, 2); memcpy(q_ + 2, comm, comm_n);
 }
-static inline uint32_t trace_encode_os_block_issue(uint8_t *rec, uint64_t ts, uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs) {
+static inline uint32_t trace_encode_os_block_issue(uint8_t *rec, uint64_t ts, uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs, uint32_t tid, const char *comm) {
     const uint16_t rwbs_n = loupe_strn(rwbs);
-    const uint32_t size_ = (30u + rwbs_n + 7u) & ~7u;
+    const uint16_t comm_n = loupe_strn(comm);
+    const uint32_t size_ = (36u + rwbs_n + comm_n + 7u) & ~7u;
     memcpy(rec, &ts, 8);
-    trace_fill_os_block_issue(rec, size_, dev, sector, bytes, rwbs, rwbs_n);
+    trace_fill_os_block_issue(rec, size_, dev, sector, bytes, rwbs, rwbs_n, tid, comm, comm_n);
     return size_;
 }
-static inline void trace_os_block_issue(uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs) {
+static inline void trace_os_block_issue(uint32_t dev, uint64_t sector, uint32_t bytes, const char *rwbs, uint32_t tid, const char *comm) {
     if (!loupe_trace_on()) return;
     const uint16_t rwbs_n = loupe_strn(rwbs);
-    const uint32_t size_ = (30u + rwbs_n + 7u) & ~7u;
+    const uint16_t comm_n = loupe_strn(comm);
+    const uint32_t size_ = (36u + rwbs_n + comm_n + 7u) & ~7u;
     struct loupe_resv r_ = loupe_reserve(size_);
     if (__builtin_expect(r_.p == 0, 0)) return;
-    trace_fill_os_block_issue(r_.p, size_, dev, sector, bytes, rwbs, rwbs_n);
+    trace_fill_os_block_issue(r_.p, size_, dev, sector, bytes, rwbs, rwbs_n, tid, comm, comm_n);
     loupe_publish(r_, size_);
 }
 
@@ -333,8 +338,10 @@ static inline uint32_t trace_reencode(const uint8_t *in, uint8_t *out) {
         uint64_t sector; memcpy(&sector, p, 8); p += 8;
         uint32_t bytes; memcpy(&bytes, p, 4); p += 4;
         char rwbs[1025]; uint16_t rwbs_n; memcpy(&rwbs_n, p, 2); memcpy(rwbs, p + 2, rwbs_n); rwbs[rwbs_n] = 0; p += 2 + rwbs_n;
+        uint32_t tid; memcpy(&tid, p, 4); p += 4;
+        char comm[1025]; uint16_t comm_n; memcpy(&comm_n, p, 2); memcpy(comm, p + 2, comm_n); comm[comm_n] = 0; p += 2 + comm_n;
         (void)p;
-        return trace_encode_os_block_issue(out, ts, dev, sector, bytes, rwbs);
+        return trace_encode_os_block_issue(out, ts, dev, sector, bytes, rwbs, tid, comm);
     }
     case 36: {
         uint32_t dev; memcpy(&dev, p, 4); p += 4;

@@ -256,18 +256,20 @@ public final class LoupeEvents {
     public static final int ID_OS_BLOCK_ISSUE = 35;
 
     /** OS::Block::Issue: A block I/O request was issued to a device */
-    public static byte[] encodeOsBlockIssue(long ts, long dev, long sector, long bytes, String rwbs) {
+    public static byte[] encodeOsBlockIssue(long ts, long dev, long sector, long bytes, String rwbs, long tid, String comm) {
         W w = start(ts);
         w.put(dev, 4);
         w.put(sector, 8);
         w.put(bytes, 4);
         w.str(rwbs);
+        w.put(tid, 4);
+        w.str(comm);
         return w.finish(35);
     }
 
     /** Logs OS::Block::Issue into the trace buffer, if tracing is on. */
-    public static void osBlockIssue(long dev, long sector, long bytes, String rwbs) {
-        if (SHM != null) write(encodeOsBlockIssue(0, dev, sector, bytes, rwbs));
+    public static void osBlockIssue(long dev, long sector, long bytes, String rwbs, long tid, String comm) {
+        if (SHM != null) write(encodeOsBlockIssue(0, dev, sector, bytes, rwbs, tid, comm));
     }
 
     public static final int ID_OS_BLOCK_COMPLETE = 36;
@@ -389,7 +391,9 @@ public final class LoupeEvents {
                 long sector = r.get(8, false);
                 long bytes = r.get(4, false);
                 String rwbs = r.str();
-                return encodeOsBlockIssue(ts, dev, sector, bytes, rwbs);
+                long tid = r.get(4, false);
+                String comm = r.str();
+                return encodeOsBlockIssue(ts, dev, sector, bytes, rwbs, tid, comm);
             }
             case 36: {
                 long dev = r.get(4, false);

@@ -196,24 +196,26 @@ def trace_os_syscall_enter(tid, nr):
 ID_OS_BLOCK_ISSUE = 35
 
 
-def encode_os_block_issue(ts, dev, sector, bytes, rwbs):
+def encode_os_block_issue(ts, dev, sector, bytes, rwbs, tid, comm):
     """OS::Block::Issue: A block I/O request was issued to a device"""
     parts = []
     _scalar(parts, 'I', dev)
     _scalar(parts, 'Q', sector)
     _scalar(parts, 'I', bytes)
     _string(parts, rwbs)
+    _scalar(parts, 'I', tid)
+    _string(parts, comm)
     return _finish(ts, 35, parts)
 
 
 def _decode_os_block_issue(r):
-    return [('dev', r.scalar('I')), ('sector', r.scalar('Q')), ('bytes', r.scalar('I')), ('rwbs', r.string())]
+    return [('dev', r.scalar('I')), ('sector', r.scalar('Q')), ('bytes', r.scalar('I')), ('rwbs', r.string()), ('tid', r.scalar('I')), ('comm', r.string())]
 
 
-def trace_os_block_issue(dev, sector, bytes, rwbs):
+def trace_os_block_issue(dev, sector, bytes, rwbs, tid, comm):
     """Logs OS::Block::Issue (see encode_os_block_issue)."""
     if _rt is not None and _rt.enabled():
-        _rt.write(encode_os_block_issue(0, dev, sector, bytes, rwbs))
+        _rt.write(encode_os_block_issue(0, dev, sector, bytes, rwbs, tid, comm))
 
 
 ID_OS_BLOCK_COMPLETE = 36

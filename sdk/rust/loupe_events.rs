@@ -189,33 +189,35 @@ pub fn os_syscall_enter(tid: u32, nr: i32) {
 }
 
 pub const ID_OS_BLOCK_ISSUE: u16 = 35;
-pub const MAX_OS_BLOCK_ISSUE: usize = 1056;
+pub const MAX_OS_BLOCK_ISSUE: usize = 2088;
 
 /// The size of a OS::Block::Issue record with these strings and lists.
 #[inline]
-pub const fn size_os_block_issue(rwbs: &str) -> usize {
-    record_size(16 + str_size(rwbs))
+pub const fn size_os_block_issue(rwbs: &str, comm: &str) -> usize {
+    record_size(20 + str_size(rwbs) + str_size(comm))
 }
 
 /// Encodes OS::Block::Issue into `out` (at least its size_os_block_issue bytes); returns the record's size.
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn encode_os_block_issue(out: &mut [u8], ts: u64, dev: u32, sector: u64, bytes: u32, rwbs: &str) -> usize {
-    let mut e = Enc::new(&mut out[..size_os_block_issue(rwbs)], ts);
+pub fn encode_os_block_issue(out: &mut [u8], ts: u64, dev: u32, sector: u64, bytes: u32, rwbs: &str, tid: u32, comm: &str) -> usize {
+    let mut e = Enc::new(&mut out[..size_os_block_issue(rwbs, comm)], ts);
     e.put(dev);
     e.put(sector);
     e.put(bytes);
     e.str(rwbs);
+    e.put(tid);
+    e.str(comm);
     e.finish(ID_OS_BLOCK_ISSUE)
 }
 
 /// OS::Block::Issue: A block I/O request was issued to a device
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn os_block_issue(dev: u32, sector: u64, bytes: u32, rwbs: &str) {
+pub fn os_block_issue(dev: u32, sector: u64, bytes: u32, rwbs: &str, tid: u32, comm: &str) {
     if let Some(b) = global() {
-        write(b, size_os_block_issue(rwbs), |slot_, stamp_| {
-            encode_os_block_issue(slot_, stamp_, dev, sector, bytes, rwbs);
+        write(b, size_os_block_issue(rwbs, comm), |slot_, stamp_| {
+            encode_os_block_issue(slot_, stamp_, dev, sector, bytes, rwbs, tid, comm);
         });
     }
 }
@@ -378,7 +380,9 @@ pub fn reencode(rec: &[u8], out: &mut [u8]) -> Option<usize> {
             let sector = d.get::<u64>()?;
             let bytes = d.get::<u32>()?;
             let rwbs = d.str()?;
-            Some(encode_os_block_issue(out, ts, dev, sector, bytes, &rwbs))
+            let tid = d.get::<u32>()?;
+            let comm = d.str()?;
+            Some(encode_os_block_issue(out, ts, dev, sector, bytes, &rwbs, tid, &comm))
         }
         36 => {
             let dev = d.get::<u32>()?;

@@ -8,15 +8,13 @@
  *            file's blocks, each issued and completed inside the phase (write(2) with O_DIRECT returns
  *            only once its requests completed); where those blocks are on the file system's device
  *            (FIEMAP, after the fsync) is logged as Loupe::App::Progress events with label "extent",
- *            units = physical byte offset, rate = length in bytes. One spinning thread per CPU keeps
- *            every CPU busy meanwhile: the kernel here (6.18) delivers no perf sample of
- *            block_rq_complete when the completion softirq runs in the idle task (perf stat counts
- *            them, perf record -a gets none), so on a quiet machine most completions would be lost
+ *            units = physical byte offset, rate = length in bytes. Nothing else runs meanwhile: on a
+ *            quiet machine the completions run in the idle task's softirq, which perf misses on this
+ *            kernel (6.18) and Loupe's BPF program does not
  *   phase 5: spins for 200 ms of its own CPU time -> ~200 cpu-clock samples at 1000 Hz
  * Usage: trace_kernel FILE [SLEEPS PAGES CALLS] */
 #define _GNU_SOURCE
 #include <fcntl.h>
-#include <pthread.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
@@ -31,16 +29,6 @@ static double cpu_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static volatile int spinning, started;
-
-static void *spin(void *arg) {
-    (void)arg;
-    __atomic_add_fetch(&started, 1, __ATOMIC_SEQ_CST);
-    while (spinning) {
-    }
-    return 0;
 }
 
 /* Logs where the file's data lives on its device; 0 if FIEMAP answered. */
@@ -83,14 +71,6 @@ int main(int argc, char **argv) {
     void *buf;
     if (posix_memalign(&buf, 4096, 1 << 20)) return 1;
     for (int i = 0; i < (1 << 20); i++) ((char *)buf)[i] = (char)i;
-    pthread_t spinners[64];
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    ncpu = ncpu < 1 ? 1 : ncpu > 64 ? 64 : ncpu;
-    spinning = 1;
-    for (long i = 0; i < ncpu; i++)
-        if (pthread_create(&spinners[i], 0, spin, 0)) return 1;
-    while (__atomic_load_n(&started, __ATOMIC_SEQ_CST) < ncpu) {
-    }
     trace_loupe_phase_begin(4, 0);
     int fd = open(argv[1], O_CREAT | O_TRUNC | O_WRONLY | O_DIRECT, 0600);
     if (fd < 0) return 1;
@@ -100,8 +80,6 @@ int main(int argc, char **argv) {
     if (log_extents(fd)) return 1;
     close(fd);
     trace_loupe_phase_end(4, 0);
-    spinning = 0;
-    for (long i = 0; i < ncpu; i++) pthread_join(spinners[i], 0);
     unlink(argv[1]);
 
     trace_loupe_phase_begin(5, 0);

@@ -585,8 +585,9 @@ pub struct TraceRecordArgs {
     #[arg(long)]
     pub page_faults: bool,
     /// Kernel events on the same clock, as their own CTF streams: faults (page faults), sched (switches away from
-    /// the command's threads), syscalls (system call entries), block (block I/O requests, machine-wide),
-    /// samples (Loupe's cpu-clock profiling samples), or all. Comma-separated.
+    /// the command's threads), syscalls (system call entries), block (block I/O requests, machine-wide, from a
+    /// BPF program; perf if it cannot load), block-perf (the same from perf, which misses completions in idle
+    /// context), samples (Loupe's cpu-clock profiling samples), or all. Comma-separated.
     #[arg(long, value_name = "GROUPS")]
     pub kernel: Vec<String>,
     /// The writers' clock: auto (the TSC where the kernel publishes its TSC-to-ns factors, else clock_gettime),

@@ -158,12 +158,13 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     let kernel_events = kernel.as_ref().map(|k| serde_json::json!(k.counts)).unwrap_or_else(|| serde_json::json!({}));
     let kernel_lost = kernel.as_ref().map_or(0, |k| k.lost());
     let kernel_unreadable = kernel.as_ref().map_or(0, |k| k.unreadable());
+    let block_source = kernel.as_ref().and_then(|k| k.block_source());
     let dropped: Vec<u64> = (0..geo.ncpu as usize).map(|c| buf.dropped(c)).collect();
     let meta = serde_json::json!({"ncpu": geo.ncpu, "nsub": geo.nsub, "sub_size": geo.sub_size, "pid": child.pid,
         "clock": "CLOCK_MONOTONIC", "packets": packets, "dropped": dropped, "command": r.command,
         "counters": counters.names(), "counters_missing": skipped, "interval_us": r.interval_us,
         "kernel_events": kernel_events, "kernel_events_lost": kernel_lost,
-        "kernel_events_unreadable": kernel_unreadable, "intervals_logged": tick,
+        "kernel_events_unreadable": kernel_unreadable, "kernel_block_source": block_source, "intervals_logged": tick,
         "writer_clock": if buf.clock().is_some() { "tsc" } else { "clock_gettime" },
         "writer_clock_drift_ns": buf.clock().map(|c| c.drift())});
     std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
@@ -183,6 +184,9 @@ fn open_kernel(r: &TraceRecordArgs, pid: i32, spec: &Spec, sub_size: usize) -> R
         Ok(k) => {
             if !k.skipped.is_empty() {
                 eprintln!("loupe trace: kernel events left out: {}", k.skipped.join("; "));
+            }
+            if let Some(why) = &k.block_fallback {
+                eprintln!("loupe trace: block events from perf, which misses completions in idle context (BPF: {why})");
             }
             Ok(Some(k))
         }

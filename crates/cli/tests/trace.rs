@@ -298,12 +298,22 @@ fn live_client_sees_events_while_logging() {
 // The kernel layer on the application's clock, against testdata/workloads/trace_kernel.c whose phases cause
 // known kernel events: 20 sleeps -> >= 20 switches away from its thread inside phase 1; 512 fresh pages -> exactly
 // 512 faults in the range, all inside phase 2; 1000 getppid -> exactly 1000 sys_enter(getppid) inside phase 3;
-// 4 MiB of O_DIRECT writes -> the file's blocks written by requests issued inside phase 4, completions matching
-// them (see block_io_of_file); 200 ms of CPU at
+// 4 MiB of O_DIRECT writes -> the file's blocks written by requests issued and completed inside phase 4 (see
+// block_io_of_file); 200 ms of CPU at
 // 1000 Hz -> about 200 profiling samples of its thread inside phase 5. babeltrace2 decodes every event. The
 // program stamps its events with the TSC clock, the kernel with CLOCK_MONOTONIC: the windows check they agree.
+// The program records once more only if a completion of its file's writes is missing, which the kernel causes
+// rarely by firing no block_rq_complete at all (see block_io_of_file); a Loupe loss would repeat and fail.
 #[test]
 fn kernel_events_known_by_construction() {
+    if let Err(first) = record_kernel_events() {
+        eprintln!("kernel events: {first}; recording once more");
+        record_kernel_events().unwrap_or_else(|second| panic!("{second} (the first recording too: {first})"));
+    }
+}
+
+/// One recording of trace_kernel, checked; Err only for a missing completion of the file's writes.
+fn record_kernel_events() -> Result<(), String> {
     use loupe_trace::record::Value;
     let dir = tempfile::tempdir().unwrap();
     let prog = build_c(dir.path(), "trace_kernel");
@@ -339,7 +349,8 @@ fn kernel_events_known_by_construction() {
     // Nothing the collector read was lost or unreadable: a block event missing below is not a collection loss.
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("trace.json")).unwrap()).unwrap();
     assert_eq!((meta["kernel_events_lost"].as_u64(), meta["kernel_events_unreadable"].as_u64()), (Some(0), Some(0)));
-    block_io_of_file(&t, window(4), &root().join("target"));
+    assert_eq!(meta["kernel_block_source"], "bpf", "the block tracepoint program did not load");
+    let completions = block_io_of_file(&t, window(4), &root().join("target"), tid);
     let samples = named("Loupe::Profile::Sample").filter(|(ts, f)| u(&f[1]) == tid && window(5).contains(ts)).count();
     assert!((150..=250).contains(&samples), "{samples} samples in 200 ms of CPU at 1000 Hz");
     // The application's TSC clock stayed within 20 us of the kernel's CLOCK_MONOTONIC.
@@ -347,6 +358,7 @@ fn kernel_events_known_by_construction() {
     assert!(meta["writer_clock_drift_ns"].as_i64().unwrap().abs() < 20_000, "{}", meta["writer_clock_drift_ns"]);
     let text = babeltrace(&out, &t);
     assert!(text.contains("OS::Sched::Switch: { cpu_id = ") && text.contains("OS::Block::Complete: {"));
+    completions
 }
 
 /// The kernel's device number (major << 20 | minor, as block tracepoints give it) of the whole disk holding
@@ -379,14 +391,16 @@ fn covers(parts: &[(u64, u64)], want: (u64, u64)) -> bool {
 
 /// trace_kernel's phase 4 against its ground truth, the file's extents on the disk (FIEMAP, logged by the
 /// program after its fsync): every sector of the file is covered by write requests issued inside the phase on
-/// the file system's disk, and every completion recorded there for the file's sectors follows an issue of the
-/// same sector. Completions are not required: this kernel (6.18) drops perf samples of block_rq_complete when
-/// the completion softirq runs in the idle task (`perf stat -a` counts them, ftrace shows them in `<idle>`,
-/// `perf record -a` of 4 MiB of O_DIRECT writes on a quiet machine got 0 of them, and all 59 with both CPUs
-/// spinning), so whether they arrive depends on what else runs; the program keeps the CPUs busy to make them
-/// likely (still, 1 run in 10 on a quiet machine recorded none). The block
-/// events are machine-wide: other processes' I/O in the window is ignored rather than counted.
-fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeInclusive<u64>, dir: &Path) {
+/// the file system's disk, and by completions without error inside the phase (write(2) with O_DIRECT returns
+/// once its requests completed, and each returned all its bytes), each following an issue of its sector.
+/// Each of those writes was issued by the program's thread (`tid`, command trace_kernel), or deferred to a
+/// kernel worker (kblockd) when the device queue was busy. A missing completion is the Err: under load, about
+/// 1 run in 20 here, the kernel completes a write without firing block_rq_complete at all (a raw-tracepoint
+/// counter in the BPF program agreed with the tracepoint's count, and perf missed the same completion).
+/// Nothing keeps the CPUs busy: on a quiet machine most completions run in the idle task's softirq, where perf
+/// records none on this kernel (6.18; 0 of 59 measured) and the BPF program records all. The block events
+/// are machine-wide: other processes' I/O in the window is ignored rather than counted.
+fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeInclusive<u64>, dir: &Path, tid: u64) -> Result<(), String> {
     use loupe_trace::record::Value;
     let (dev, start) = disk_of(dir);
     let extents: Vec<(u64, u64)> = t
@@ -399,26 +413,40 @@ fn block_io_of_file(t: &loupe_trace::tracefile::Trace, window: std::ops::RangeIn
         })
         .collect();
     assert!(extents.iter().map(|e| e.1 * 512).sum::<u64>() >= 4 << 20, "file extents {extents:?}");
-    // (time, first sector, sectors) of a block event on the disk inside the window.
-    let requests = |name: &str, write_only: bool| -> Vec<(u64, u64, u64)> {
+    // (time, first sector, sectors, error: 0 for issues) of a block event on the disk inside the window.
+    let requests = |name: &str, write_only: bool| -> Vec<(u64, u64, u64, i64)> {
         let id = t.spec.by_name(name).unwrap().id;
         t.entries
             .iter()
             .filter(|e| e.rec.id == id && window.contains(&e.rec.ts) && e.rec.fields[0] == Value::U(dev))
             .filter(|e| !write_only || matches!(&e.rec.fields[3], Value::Str(s) if s.contains('W')))
-            .map(|e| match e.rec.fields[1..3] {
-                [Value::U(sector), Value::U(bytes)] => (e.rec.ts, sector, bytes / 512),
+            .map(|e| match e.rec.fields[1..4] {
+                [Value::U(sector), Value::U(bytes), Value::I(error)] => (e.rec.ts, sector, bytes / 512, error),
+                [Value::U(sector), Value::U(bytes), _] => (e.rec.ts, sector, bytes / 512, 0),
                 _ => panic!("{:?}", e.rec),
             })
             .collect()
     };
     let (issued, completed) = (requests("OS::Block::Issue", true), requests("OS::Block::Complete", false));
-    let ranges = |r: &[(u64, u64, u64)]| r.iter().map(|&(_, s, n)| (s, n)).collect::<Vec<_>>();
+    let issue = t.spec.by_name("OS::Block::Issue").unwrap().id;
+    for e in t.entries.iter().filter(|e| e.rec.id == issue && window.contains(&e.rec.ts) && e.rec.fields[0] == Value::U(dev)) {
+        let Value::U(sector) = e.rec.fields[1] else { panic!("{:?}", e.rec) };
+        if extents.iter().any(|x| (x.0..x.0 + x.1).contains(&sector)) {
+            let direct = e.rec.fields[4] == Value::U(tid) && e.rec.fields[5] == Value::Str("trace_kernel".into());
+            assert!(direct || matches!(&e.rec.fields[5], Value::Str(c) if c.starts_with("kworker")), "write issued by {:?}", e.rec);
+        }
+    }
+    let ranges = |r: &[(u64, u64, u64, i64)]| r.iter().map(|&(_, s, n, _)| (s, n)).collect::<Vec<_>>();
     for &x in &extents {
         assert!(covers(&ranges(&issued), x), "extent {x:?} not covered by writes issued in the phase: {issued:?}");
     }
-    let of_file = completed.iter().filter(|c| extents.iter().any(|x| c.1 < x.0 + x.1 && c.1 + c.2 > x.0));
-    for c in of_file {
+    let of_file: Vec<_> = completed.iter().filter(|c| extents.iter().any(|x| c.1 < x.0 + x.1 && c.1 + c.2 > x.0)).collect();
+    for c in &of_file {
         assert!(issued.iter().any(|i| i.1 == c.1 && i.0 <= c.0), "completion {c:?} without an earlier issue: {issued:?}");
+    }
+    let ok: Vec<_> = of_file.iter().filter(|c| c.3 == 0).map(|c| (c.1, c.2)).collect();
+    match extents.iter().find(|&&x| !covers(&ok, x)) {
+        Some(x) => Err(format!("extent {x:?} without completions in the phase: {of_file:?} (issued {issued:?})")),
+        None => Ok(()),
     }
 }

@@ -334,20 +334,22 @@ func OsSyscallEnter(tid uint32, nr int32) {
 const IdOsBlockIssue = 35
 
 // EncodeOsBlockIssue encodes OS::Block::Issue: A block I/O request was issued to a device
-func EncodeOsBlockIssue(ts uint64, dev uint32, sector uint64, bytes uint32, rwbs string) []byte {
+func EncodeOsBlockIssue(ts uint64, dev uint32, sector uint64, bytes uint32, rwbs string, tid uint32, comm string) []byte {
 	b := put(make([]byte, 0, 64), ts, 8)
 	b = append(b, 0, 0, 0, 0)
 	b = put(b, uint64(dev), 4)
 	b = put(b, uint64(sector), 8)
 	b = put(b, uint64(bytes), 4)
 	b = putStr(b, rwbs)
+	b = put(b, uint64(tid), 4)
+	b = putStr(b, comm)
 	return finish(b, 35)
 }
 
 // OsBlockIssue logs OS::Block::Issue into the trace buffer, if tracing is on.
-func OsBlockIssue(dev uint32, sector uint64, bytes uint32, rwbs string) {
+func OsBlockIssue(dev uint32, sector uint64, bytes uint32, rwbs string, tid uint32, comm string) {
 	if s := attach(); s != nil {
-		s.write(EncodeOsBlockIssue(0, dev, sector, bytes, rwbs))
+		s.write(EncodeOsBlockIssue(0, dev, sector, bytes, rwbs, tid, comm))
 	}
 }
 
@@ -504,8 +506,10 @@ func Decode(rec []byte) (id uint16, ts uint64, fields []any, reencode func() []b
 		sector := uint64(r.get(8))
 		bytes := uint32(r.get(4))
 		rwbs := r.str()
-		fields = []any{dev, sector, bytes, rwbs}
-		enc = func() []byte { return EncodeOsBlockIssue(ts, dev, sector, bytes, rwbs) }
+		tid := uint32(r.get(4))
+		comm := r.str()
+		fields = []any{dev, sector, bytes, rwbs, tid, comm}
+		enc = func() []byte { return EncodeOsBlockIssue(ts, dev, sector, bytes, rwbs, tid, comm) }
 	case 36:
 		dev := uint32(r.get(4))
 		sector := uint64(r.get(8))

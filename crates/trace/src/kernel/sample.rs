@@ -49,7 +49,15 @@ impl Source {
             }
             Source::Syscall(tp) => vec![Value::U(s.tid as u64), Value::I(f(tp, 0)? as i64)],
             Source::BlockIssue(tp) => {
-                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::U(f(tp, 2)?), Value::Str(tp.fields[3].text(s.raw)?)]
+                let text = |i: usize| tp.fields[i].text(s.raw);
+                vec![
+                    Value::U(f(tp, 0)?),
+                    Value::U(f(tp, 1)?),
+                    Value::U(f(tp, 2)?),
+                    Value::Str(text(3)?),
+                    Value::U(s.tid as u64),
+                    Value::Str(text(4)?),
+                ]
             }
             Source::BlockComplete(tp) => {
                 vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::U(f(tp, 2)? * 512), Value::I(f(tp, 3)? as i32 as i64)]
@@ -72,7 +80,7 @@ pub fn sources(sel: Select) -> (Vec<Source>, Vec<String>) {
     let tps: Vec<TracepointWanted> = vec![
         (sel.sched, "sched", "sched_switch", &["prev_pid", "next_pid", "prev_state", "next_comm"], Source::Switch),
         (sel.syscalls, "raw_syscalls", "sys_enter", &["id"], Source::Syscall),
-        (sel.block, "block", "block_rq_issue", &["dev", "sector", "bytes", "rwbs"], Source::BlockIssue),
+        (sel.block, "block", "block_rq_issue", &["dev", "sector", "bytes", "rwbs", "comm"], Source::BlockIssue),
         (sel.block, "block", "block_rq_complete", &["dev", "sector", "nr_sector", "error"], Source::BlockComplete),
     ];
     if tps.iter().any(|t| t.0) {
