@@ -256,6 +256,36 @@ impl Translator {
         let (hot, input) = self.bat.translate(addr)?;
         Some(self.original_of.get(&hot)? + u64::from(input))
     }
+
+    /// The original's (start, end) of a straight run from `start` to `end`
+    /// in the optimized binary, when the run's bytes sit in the original in
+    /// the same order and at the same distances (one displacement for both
+    /// ends and every table entry between them): then the original ran
+    /// through the same instructions and block boundaries. A run whose
+    /// blocks BOLT moved apart, or whose branches it resized, has no such
+    /// original run: None.
+    pub fn run_to_original(&self, start: u64, end: u64) -> Option<(u64, u64)> {
+        let (s, e) = (self.to_original(start)?, self.to_original(end)?);
+        if end < start || e.checked_sub(s)? != end - start {
+            return None;
+        }
+        let i = self.optimized.partition_point(|f| f.1 <= start).checked_sub(1)?;
+        let (_, fstart, size) = &self.optimized[i];
+        if end >= fstart + size {
+            return None;
+        }
+        if let Some(f) = self.bat.fragments.get(fstart) {
+            let (lo, hi) = (start - fstart, end - fstart);
+            let inside = f.entries.iter().filter(|x| (lo + 1..=hi).contains(&u64::from(x.0)));
+            for &(out, _, _) in inside {
+                let a = fstart + u64::from(out);
+                if self.to_original(a)? != s + (a - start) {
+                    return None;
+                }
+            }
+        }
+        Some((s, e))
+    }
 }
 
 fn unique_by_name(funcs: &[Func]) -> HashMap<&str, u64> {
@@ -306,6 +336,7 @@ mod tests {
         note.extend(b"BOLT\0\0\0\0");
         note.extend(&d);
         let bat = Bat::parse(&note).unwrap();
+        check_hand_built_runs(bat.clone());
         assert_eq!(bat.fragments[&0x1000].entries, vec![(0, 0, false), (0x10, 0x20, true), (0x18, 0x40, false)]);
         assert_eq!(bat.fragments[&0x2000].entries, vec![(0, 0x60, false)]);
         assert_eq!(bat.translate(0x1004), Some((0x1000, 4)));
@@ -313,6 +344,24 @@ mod tests {
         assert_eq!(bat.translate(0x101a), Some((0x1000, 0x42)));
         assert_eq!(bat.translate(0x2003), Some((0x1000, 0x63)));
         assert_eq!(bat.translate(0xfff), None);
+    }
+
+    /// Straight runs through the hand-built table, the hot fragment `f` at 0x1000 (size 0x30) taken from an
+    /// original function at 0x5000, its cold part `f.cold.0` at 0x2000: a run inside one entry keeps its length
+    /// (0x1000..0x1008 -> 0x5000..0x5008, 0x1018..0x101c -> 0x5040..0x5044); one over the entry at 0x10 (original
+    /// 0x20, not 0x14) has no original run; nor one from the hot part into the cold one, nor a backward one.
+    fn check_hand_built_runs(bat: Bat) {
+        let t = Translator {
+            bat,
+            optimized: vec![("f".into(), 0x1000, 0x30), ("f.cold.0".into(), 0x2000, 0x10)],
+            original_of: HashMap::from([(0x1000, 0x5000)]),
+            unmoved: Default::default(),
+        };
+        assert_eq!(t.run_to_original(0x1000, 0x1008), Some((0x5000, 0x5008)));
+        assert_eq!(t.run_to_original(0x1018, 0x101c), Some((0x5040, 0x5044)));
+        assert_eq!(t.run_to_original(0x1004, 0x1012), None);
+        assert_eq!(t.run_to_original(0x1008, 0x2004), None);
+        assert_eq!(t.run_to_original(0x1008, 0x1004), None);
     }
 
     fn bolt_layout(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
