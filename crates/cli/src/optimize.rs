@@ -535,7 +535,8 @@ fn status(a: StatusArgs) -> Result<u8> {
     );
     for line in text.lines() {
         let Ok(d) = serde_json::from_str::<Decision>(line) else { continue };
-        if d.image == want {
+        // Decisions about the saved original (`run PATH.loupe-orig`) are about the program at PATH too.
+        if d.image == want || d.image == saved.display().to_string() {
             println!("  {}  {:<10} build {}  {}", d.unix_time, d.action, d.build_id, d.reason);
         }
     }

@@ -98,7 +98,7 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     std::fs::copy(workloads().join("layout"), &bin).unwrap();
     let bin = bin.canonicalize().unwrap();
     let bid = BuildId(loupe_optimize::identity::read_build_id(&bin).unwrap());
-    let image = ImageId::elf(&bin.display().to_string(), Some(bid));
+    let image = ImageId::elf(&bin.display().to_string(), Some(bid.clone()));
     let mut syms = Symbolizer::new(SymbolizerOptions::default());
     let code = syms.code(&image).unwrap();
     let recs = construct(&code, &["main", "run", "mix", "step"]);
@@ -163,6 +163,25 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     assert!(!log.contains("ignored") && !log.contains("stale"), "{log}");
     let sum = |b: &std::path::Path| String::from_utf8(run_ok(Command::new(b).arg("500")).stdout).unwrap();
     assert_eq!(sum(&bolted), sum(&bin));
+
+    // Export by build-id once the file is gone from its path: read from the image cache (where the collector
+    // preserves a replaced image), the same fdata; an unknown build is refused by name.
+    std::fs::create_dir_all(db_path.join("images")).unwrap();
+    std::fs::rename(&bin, db_path.join("images").join(bid.to_hex())).unwrap();
+    let again = dir.path().join("again.fdata");
+    let out = run_ok(
+        loupe()
+            .args(["optimize", "export", "--format", "bolt", "--build-id", &bid.to_hex(), "--db"])
+            .arg(&db_path)
+            .arg(&bin)
+            .arg("-o")
+            .arg(&again),
+    );
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), text, "{}", String::from_utf8_lossy(&out.stderr));
+    let other = "ab".repeat(20);
+    let out = loupe().args(["optimize", "export", "--build-id", &other, "--db"]).arg(&db_path).arg(&bin).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&format!("build {other} is neither at")), "{err}");
 }
 
 #[test]
@@ -317,4 +336,52 @@ fn optimized_builds_branch_records_map_back_to_the_original() {
     let said =
         format!("{mapped} branch/run execution(s) of optimized build {opt_bid} mapped back through BOLT's address table, 50 left out");
     assert!(err.contains(&said), "{err}");
+}
+
+#[test]
+fn manager_gives_bolt_the_branch_records() {
+    // Checks that the manager's candidate is built from branch records when the database holds some: with
+    // constructed records of `layout` (as above) and real IP samples, one pass writes, as the profile it gives
+    // BOLT, exactly the fdata `optimize export --format bolt` writes from the records (which the first test
+    // holds to perf2bolt's), and its decision names that form with the records' counts.
+    if !require_root() {
+        return;
+    }
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (db_path, bin) = (dir.path().join("db"), dir.path().join("layout"));
+    std::fs::copy(workloads().join("layout"), &bin).unwrap();
+    let bin = bin.canonicalize().unwrap();
+    run_ok(loupe().args(["record", "--freq", "4000", "--db"]).arg(&db_path).arg("--").arg(&bin).arg("1500"));
+    let bid = BuildId(loupe_optimize::identity::read_build_id(&bin).unwrap());
+    let image = ImageId::elf(&bin.display().to_string(), Some(bid.clone()));
+    let mut syms = Symbolizer::new(SymbolizerOptions::default());
+    let code = syms.code(&image).unwrap();
+    let recs = construct(&code, &["main", "run", "mix", "step"]);
+    let mut bp = BranchProfile::new(image.clone(), EventName::new("cycles"));
+    for r in &recs {
+        bp.add(ImageOffset(r.from - 0x400000), ImageOffset(r.to - 0x400000), r.taken, r.mispredicted);
+    }
+    let db = loupe_store::Database::open(&db_path).unwrap();
+    db.merge_branches(db.current_epoch().unwrap(), &[bp]).unwrap();
+    let exported =
+        String::from_utf8(run_ok(loupe().args(["optimize", "export", "--format", "bolt", "--db"]).arg(&db_path).arg(&bin)).stdout).unwrap();
+    let (_, branches) = recs.split_last().unwrap();
+    assert!(branches.iter().all(|r| exported.lines().any(|l| l == r.line)), "{exported}");
+
+    let cfg = dir.path().join("optimize.json");
+    let conf = serde_json::json!({"min_share": 0.002, "min_samples": 300, "nice": 0,
+        "programs": [{"path": bin, "check": "{} 200", "bench": "{} 300", "rounds": 5, "min_gain": 0.0}]});
+    std::fs::write(&cfg, conf.to_string()).unwrap();
+    let out = run_ok(loupe().args(["optimize", "manage", "--once", "--db"]).arg(&db_path).arg("--config").arg(&cfg));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let given =
+        std::fs::read_to_string(db_path.join(format!("optimize/work/{}.fdata", bid.to_hex()))).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    assert_eq!(given, exported);
+    let log = std::fs::read_to_string(db_path.join("optimize/decisions.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    let total: u64 = branches.iter().map(|r| r.taken).sum();
+    let form = format!("given to BOLT as branch records (LBR): {} branches taken {total} times", branches.len());
+    assert!(["installed", "discarded"].contains(&last["action"].as_str().unwrap()), "{log}");
+    assert!(last["reason"].as_str().unwrap().contains(&form), "{log}");
 }
