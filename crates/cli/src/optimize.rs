@@ -30,9 +30,11 @@ pub enum OptimizeCommand {
     /// this build, else no-LBR block counts), an LLVM text sample profile, or block counts as JSON.
     #[command(after_help = "Examples:\n  loupe optimize export --format bolt ./layout > layout.fdata\n  \
 loupe optimize export --format llvm-sample --epoch all -o prof.txt /usr/local/bin/lua\n  \
+loupe optimize export --build-id 3f9c0a7e5d /usr/local/bin/lua\n  \
 llvm-bolt ./layout -o layout.bolt -data=layout.fdata -reorder-blocks=ext-tsp -split-functions\n\n\
 Samples of every epoch are combined, each weighted by 0.5^(age/--half-life). Only samples of the build whose \
-build-id the file on disk has are used.")]
+build-id the file on disk has (or --build-id names: a build since replaced at that path, read from the database's \
+image cache) are used.")]
     Export(ExportArgs),
     /// Run llvm-bolt on the image with its profile, check and measure the result, and install it if it is faster.
     #[command(after_help = "Examples:\n  loupe optimize run ./layout --check '{} 200' --bench '{} 20000'\n  \

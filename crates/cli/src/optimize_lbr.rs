@@ -89,7 +89,7 @@ impl Acc {
         let image = code_image(&bp.image, path, bid);
         let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", bp.image.path))?;
         let map = |va: u64| match t {
-            Some(t) => t.to_original(va),
+            Some(t) => t.branch_end_to_original(va),
             None => Some(va),
         };
         let mut out = Folded::default();
