@@ -30,9 +30,11 @@ pub enum OptimizeCommand {
     /// this build, else no-LBR block counts), an LLVM text sample profile, or block counts as JSON.
     #[command(after_help = "Examples:\n  loupe optimize export --format bolt ./layout > layout.fdata\n  \
 loupe optimize export --format llvm-sample --epoch all -o prof.txt /usr/local/bin/lua\n  \
+loupe optimize export --build-id 3f9c0a7e5d /usr/local/bin/lua\n  \
 llvm-bolt ./layout -o layout.bolt -data=layout.fdata -reorder-blocks=ext-tsp -split-functions\n\n\
 Samples of every epoch are combined, each weighted by 0.5^(age/--half-life). Only samples of the build whose \
-build-id the file on disk has are used.")]
+build-id the file on disk has (or --build-id names: a build since replaced at that path, read from the database's \
+image cache) are used.")]
     Export(ExportArgs),
     /// Run llvm-bolt on the image with its profile, check and measure the result, and install it if it is faster.
     #[command(after_help = "Examples:\n  loupe optimize run ./layout --check '{} 200' --bench '{} 20000'\n  \
@@ -69,6 +71,17 @@ pub struct ProfileArgs {
     /// predecessor's samples onto a block's first instruction).
     #[arg(long)]
     pub no_skid: bool,
+    /// The ELF file of the build profiled, when it is no longer at `image`
+    /// (`export --build-id`: its copy in the database's image cache).
+    #[arg(skip)]
+    pub file: Option<PathBuf>,
+}
+
+impl ProfileArgs {
+    /// The ELF file of the build profiled.
+    pub(crate) fn file(&self) -> &Path {
+        self.file.as_deref().unwrap_or(&self.image)
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +109,11 @@ pub struct ExportArgs {
     /// Write here instead of standard output.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Export this build of the program at IMAGE (its samples filed under IMAGE), read from the file at IMAGE
+    /// when it is that build, else from the database's image cache (DB/images/HEX): for an original that is gone
+    /// from its path.
+    #[arg(long, value_name = "HEX")]
+    pub build_id: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -214,7 +232,7 @@ pub(crate) fn sample_sets(
 /// the path while it is that build; else the saved original beside it
 /// (PATH.loupe-orig) when that is the build, as after an installation;
 /// else whatever the symbolizer finds (the database's image cache).
-fn code_image(image: &ImageId, path: &Path, bid: &str) -> ImageId {
+pub(crate) fn code_image(image: &ImageId, path: &Path, bid: &str) -> ImageId {
     let here = Symbolizer::read_build_id(Path::new(&image.path)).map(|b| b.to_hex());
     let saved = manage::saved_original(path);
     if here.as_deref() != Some(bid) && build_id_of(&saved).is_ok_and(|b| b == bid) {
@@ -234,7 +252,7 @@ impl loupe_calc::cfg::Memory for Mem<'_> {
 fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile> {
     let db = Database::open(&p.db.db)?;
     let epochs = crate::top::select_epochs(&db, &p.epoch)?;
-    let file_bid = build_id_of(&p.image)?;
+    let file_bid = build_id_of(p.file())?;
     let path = p.image.display().to_string();
     let mut sets = sample_sets(&db, &epochs, &path, &|b| b == file_bid, syms)?;
     // The saved original's own runs from before its optimized version was installed over its path.
@@ -242,7 +260,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
         let at = installed.display().to_string();
         sets.extend(sample_sets(&db, &epochs, &at, &|b| b == file_bid, syms)?.into_iter().filter(|s| s.build_id == file_bid));
     }
-    sets.extend(crate::optimize_bat::optimized_sets(&p.db.db, &db, &epochs, &p.image, &file_bid, syms)?);
+    sets.extend(crate::optimize_bat::optimized_sets(&p.db.db, &db, &epochs, &p.image, p.file(), &file_bid, syms)?);
     if sets.is_empty() {
         bail!("no samples of {} in {} (epochs {})", path, p.db.db.display(), p.epoch);
     }
@@ -255,13 +273,21 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     if combined.refused > 0 {
         eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
     }
-    profile_from(&p.image, &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction, skid: !p.no_skid }, syms)
+    profile_from(&p.image, p.file(), &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction, skid: !p.no_skid }, syms)
 }
 
 /// Block profiles of every sampled function of build `bid` of the program
 /// at `path` (its code read from the file, or from the database's image
-/// cache when another build is at the path now).
-pub(crate) fn profile_from(path: &Path, bid: &str, combined: Combined, policy: ColdPolicy, syms: &mut Symbolizer) -> Result<ImageProfile> {
+/// cache when another build is at the path now); `file` is the build's ELF
+/// file when it is not at `path`, for BOLT's names.
+pub(crate) fn profile_from(
+    path: &Path,
+    file: &Path,
+    bid: &str,
+    combined: Combined,
+    policy: ColdPolicy,
+    syms: &mut Symbolizer,
+) -> Result<ImageProfile> {
     let image = db_image(path, bid);
     let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path.display()))?;
     let mut functions = Vec::new();
@@ -280,8 +306,8 @@ pub(crate) fn profile_from(path: &Path, bid: &str, combined: Combined, policy: C
     }
     // BOLT's names (NAME/N for static functions) from the file's symbol
     // table, when the file at the path is still this build.
-    let same_build = build_id_of(path).is_ok_and(|b| b.eq_ignore_ascii_case(bid));
-    if let Some(Ok(elf)) = same_build.then(|| loupe_optimize::bolt_names::read_symbols(path)) {
+    let same_build = build_id_of(file).is_ok_and(|b| b.eq_ignore_ascii_case(bid));
+    if let Some(Ok(elf)) = same_build.then(|| loupe_optimize::bolt_names::read_symbols(file)) {
         let names = loupe_optimize::bolt_names::bolt_names(&elf);
         for f in &mut functions {
             if let Some(n) = names.get(&f.start) {
@@ -328,7 +354,31 @@ fn count(c: f64) -> u64 {
     (c * fdata::SCALE).round() as u64
 }
 
-fn export(a: ExportArgs) -> Result<u8> {
+/// The file of build `hex` of the program at `image`: the file there when it
+/// is that build, else its copy in the database's image cache.
+fn file_of_build(db: &Path, image: &Path, hex: &str) -> Result<PathBuf> {
+    let hex = hex.trim().to_ascii_lowercase();
+    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("--build-id {hex:?} is not a hexadecimal build-id");
+    }
+    if build_id_of(image).is_ok_and(|b| b.eq_ignore_ascii_case(&hex)) {
+        return Ok(image.to_path_buf());
+    }
+    let cached = db.join("images").join(&hex);
+    if build_id_of(&cached).is_ok_and(|b| b.eq_ignore_ascii_case(&hex)) {
+        return Ok(cached);
+    }
+    bail!("build {hex} is neither at {} nor in the image cache {}", image.display(), db.join("images").display())
+}
+
+fn export(mut a: ExportArgs) -> Result<u8> {
+    if let Some(hex) = &a.build_id {
+        let file = file_of_build(&a.profile.db.db, &a.profile.image, hex)?;
+        if file != a.profile.image {
+            eprintln!("loupe: build {hex} is no longer at {}: reading it from {}", a.profile.image.display(), file.display());
+        }
+        a.profile.file = Some(file);
+    }
     let mut syms = symbolizer(&a.profile.db.db);
     // Real branch records, when the PMU had an LBR, beat anything derived from IP samples.
     let lbr = if a.format == ExportFormat::Bolt { crate::optimize_lbr::lbr_fdata(&a.profile, &mut syms)? } else { None };
@@ -487,7 +537,8 @@ fn status(a: StatusArgs) -> Result<u8> {
     );
     for line in text.lines() {
         let Ok(d) = serde_json::from_str::<Decision>(line) else { continue };
-        if d.image == want {
+        // Decisions about the saved original (`run PATH.loupe-orig`) are about the program at PATH too.
+        if d.image == want || d.image == saved.display().to_string() {
             println!("  {}  {:<10} build {}  {}", d.unix_time, d.action, d.build_id, d.reason);
         }
     }

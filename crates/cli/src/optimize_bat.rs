@@ -28,7 +28,7 @@ pub(crate) fn made_from(db_dir: &Path, orig_bid: &str) -> BTreeSet<String> {
 
 /// Where Loupe leaves or installs a candidate of `image`: the paths its
 /// samples are filed under.
-fn candidate_files(image: &Path) -> Vec<PathBuf> {
+pub(crate) fn candidate_files(image: &Path) -> Vec<PathBuf> {
     let s = image.display().to_string();
     let mut v = vec![PathBuf::from(format!("{s}.loupe-bolt"))];
     v.extend(installed_path(image));
@@ -76,25 +76,27 @@ pub(crate) fn translate_sets(t: &Translator, sets: Vec<SampleSet>, orig_bid: &st
 /// The file of Loupe-made build `bid`: a candidate beside the image or
 /// installed over it, else its copy in the database's image cache (a
 /// replaced version, whose samples stay in the database).
-fn build_file(db_dir: &Path, image: &Path, bid: &str) -> Option<PathBuf> {
+pub(crate) fn build_file(db_dir: &Path, image: &Path, bid: &str) -> Option<PathBuf> {
     let on_disk = candidate_files(image).into_iter().find(|f| build_id_of(f).is_ok_and(|b| b.eq_ignore_ascii_case(bid)));
     on_disk.or_else(|| Some(db_dir.join("images").join(bid)).filter(|p| p.is_file()))
 }
 
-/// Sample sets of the optimized builds of `image` (build `orig_bid`),
-/// translated to `image`'s addresses and filed under `orig_bid`.
+/// Sample sets of the optimized builds of `image` (build `orig_bid`, whose
+/// ELF file is `original`), translated to `image`'s addresses and filed
+/// under `orig_bid`.
 pub(crate) fn optimized_sets(
     db_dir: &Path,
     db: &Database,
     epochs: &[EpochId],
     image: &Path,
+    original: &Path,
     orig_bid: &str,
     syms: &mut Symbolizer,
 ) -> Result<Vec<SampleSet>> {
     let mut out = Vec::new();
     for bid in made_from(db_dir, orig_bid) {
         let Some(file) = build_file(db_dir, image, &bid) else { continue };
-        let t = match Translator::open(&file, image) {
+        let t = match Translator::open(&file, original) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("loupe: cannot map samples of {} back: {e}", file.display());

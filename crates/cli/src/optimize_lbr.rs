@@ -2,81 +2,183 @@
 //! an image's build: every selected epoch's `.branches` files of the image,
 //! weighted by age like the PC samples, mapped to virtual addresses and
 //! written by [`loupe_optimize::lbr::write_fdata`]. Records of other builds
-//! are left out and counted, never applied.
+//! are left out and counted, never applied; records of the optimized builds
+//! Loupe made from this one (the decision log says which) are mapped back
+//! through BOLT's address table, both ends, and folded in (a record with an
+//! end the table cannot map is counted and left out, never guessed).
 
-use crate::optimize::{build_id_of, db_image, ProfileArgs};
+use crate::optimize::{build_id_of, code_image, db_image, ProfileArgs};
+use crate::optimize_bat::{build_file, candidate_files, installed_path, made_from};
 use anyhow::{anyhow, Result};
+use loupe_model::branches::BranchProfile;
 use loupe_model::ImageKind;
+use loupe_optimize::bat::Translator;
 use loupe_optimize::combine::age_weight;
 use loupe_optimize::lbr::{self, Branch, LbrFdata, Trace};
-use loupe_store::Database;
+use loupe_store::{Database, EpochId};
 use loupe_symbolize::Symbolizer;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The image's branch fdata, or None when no epoch holds branch records of
-/// the build on disk (then the caller writes the no-LBR form).
+/// the build (then the caller writes the no-LBR form).
 pub(crate) fn lbr_fdata(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<Option<LbrFdata>> {
-    lbr_fdata_of(&p.db.db, &p.image, &p.epoch, p.half_life, syms)
+    let epochs = crate::top::select_epochs(&Database::open(&p.db.db)?, &p.epoch)?;
+    lbr_fdata_of(&p.db.db, &p.image, p.file(), &epochs, p.half_life, syms)
 }
 
-/// [`lbr_fdata`] for the program at `image`, from the epochs `epoch` names
-/// (a number, `current` or `all`), aged with `half_life` seconds (for
-/// callers without [`ProfileArgs`], such as the manager).
-pub(crate) fn lbr_fdata_of(db: &Path, image: &Path, epoch: &str, half_life: f64, syms: &mut Symbolizer) -> Result<Option<LbrFdata>> {
-    let db = Database::open(db)?;
-    let epochs = crate::top::select_epochs(&db, epoch)?;
-    let file_bid = build_id_of(image)?;
+/// Aged branch and straight-run counts at the original build's addresses.
+#[derive(Default)]
+struct Acc {
+    branches: BTreeMap<(u64, u64), (f64, f64)>,
+    runs: BTreeMap<(u64, u64), f64>,
+    /// Files of builds neither this one nor one Loupe made from it.
+    refused: usize,
+}
+
+/// What folding one build's records in gave: executions mapped, and
+/// executions left out because an end has no original.
+#[derive(Default)]
+struct Folded {
+    mapped: u64,
+    lost: u64,
+}
+
+impl Acc {
+    /// Adds the records of build `bid` filed under `path` in `epochs`,
+    /// their ends mapped through `t` when given (an optimized build).
+    #[allow(clippy::too_many_arguments)]
+    fn fold(
+        &mut self,
+        db: &Database,
+        epochs: &[EpochId],
+        path: &Path,
+        bid: &str,
+        others: &dyn Fn(&str) -> bool,
+        t: Option<&Translator>,
+        half_life: f64,
+        syms: &mut Symbolizer,
+    ) -> Result<Folded> {
+        let s = path.display().to_string();
+        let want = std::fs::canonicalize(path).map(|x| x.display().to_string()).unwrap_or(s.clone());
+        let all = db.epochs()?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut out = Folded::default();
+        for &e in epochs {
+            let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
+            let (profiles, bad) = db.load_branches(e, &|i| i.kind == ImageKind::Elf && (i.path == want || i.path == s))?;
+            for b in &bad {
+                eprintln!("loupe: skipping corrupt branch records {b}");
+            }
+            for bp in profiles {
+                let pb = bp.image.build_id.as_ref().map(|b| b.to_hex()).unwrap_or_default();
+                if !pb.eq_ignore_ascii_case(bid) {
+                    self.refused += usize::from(!others(&pb));
+                    continue;
+                }
+                let w = age_weight(now.saturating_sub(end) as f64, half_life);
+                let f = self.add(&bp, path, bid, t, w, syms)?;
+                (out.mapped, out.lost) = (out.mapped + f.mapped, out.lost + f.lost);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One profile's records, weighted `w`.
+    fn add(&mut self, bp: &BranchProfile, path: &Path, bid: &str, t: Option<&Translator>, w: f64, syms: &mut Symbolizer) -> Result<Folded> {
+        let image = code_image(&bp.image, path, bid);
+        let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", bp.image.path))?;
+        let map = |va: u64| match t {
+            Some(t) => t.branch_end_to_original(va),
+            None => Some(va),
+        };
+        let mut out = Folded::default();
+        for (&(from, to), c) in &bp.records {
+            let (Some(f), Some(g)) = (code.vaddr(from), code.vaddr(to)) else { continue };
+            match (map(f), map(g)) {
+                (Some(f), Some(g)) => {
+                    let x = self.branches.entry((f, g)).or_default();
+                    x.0 += c.taken as f64 * w;
+                    x.1 += c.mispredicted as f64 * w;
+                    out.mapped += c.taken;
+                }
+                _ => out.lost += c.taken,
+            }
+        }
+        for (&(start, end), &n) in &bp.traces {
+            let (Some(s), Some(e)) = (code.vaddr(start), code.vaddr(end)) else { continue };
+            let run = match t {
+                Some(t) => t.run_to_original(s, e),
+                None => Some((s, e)),
+            };
+            match run {
+                Some(r) => *self.runs.entry(r).or_default() += n as f64 * w,
+                None => out.lost += n,
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// [`lbr_fdata`] for the program at `image` (build of the ELF `file`, which
+/// is `image` itself unless that build is gone from its path), from
+/// `epochs`, aged with `half_life` seconds. Folds in: the build's records at `image`; for a
+/// saved original (PATH.loupe-orig), its records at PATH from before an
+/// optimized version was installed there; and the records of every
+/// optimized build Loupe made from it, mapped through BOLT's table.
+pub(crate) fn lbr_fdata_of(
+    db_dir: &Path,
+    image: &Path,
+    file: &Path,
+    epochs: &[EpochId],
+    half_life: f64,
+    syms: &mut Symbolizer,
+) -> Result<Option<LbrFdata>> {
+    let db = Database::open(db_dir)?;
+    let file_bid = build_id_of(file)?;
     if file_bid.is_empty() {
         return Ok(None);
     }
-    let path = image.display().to_string();
-    let want = std::fs::canonicalize(image).map(|x| x.display().to_string()).unwrap_or(path.clone());
-    let all = db.epochs()?;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut weighted: BTreeMap<(u64, u64), (f64, f64)> = BTreeMap::new();
-    let mut runs: BTreeMap<(u64, u64), f64> = BTreeMap::new();
-    let mut refused = 0;
-    for e in epochs {
-        let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
-        let (profiles, bad) = db.load_branches(e, &|i| i.kind == ImageKind::Elf && (i.path == want || i.path == path))?;
-        for b in &bad {
-            eprintln!("loupe: skipping corrupt branch records {b}");
-        }
-        for bp in profiles {
-            let bid = bp.image.build_id.as_ref().map(|b| b.to_hex()).unwrap_or_default();
-            if !bid.eq_ignore_ascii_case(&file_bid) {
-                refused += 1;
+    let made = made_from(db_dir, &file_bid);
+    let ours = |b: &str| made.contains(&b.to_ascii_lowercase());
+    let mut acc = Acc::default();
+    for at in std::iter::once(image.to_path_buf()).chain(installed_path(image)) {
+        acc.fold(&db, epochs, &at, &file_bid, &ours, None, half_life, syms)?;
+    }
+    for bid in &made {
+        let Some(opt) = build_file(db_dir, image, bid) else { continue };
+        let t = match Translator::open(&opt, file) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("loupe: cannot map branch records of {} back: {e}", opt.display());
                 continue;
             }
-            let w = age_weight(now.saturating_sub(end) as f64, half_life);
-            let code = syms.code(&bp.image).map_err(|r| anyhow!("cannot read {}: {r}", bp.image.path))?;
-            for (&(from, to), c) in &bp.records {
-                if let (Some(f), Some(t)) = (code.vaddr(from), code.vaddr(to)) {
-                    let x = weighted.entry((f, t)).or_default();
-                    x.0 += c.taken as f64 * w;
-                    x.1 += c.mispredicted as f64 * w;
-                }
-            }
-            for (&(start, end), &n) in &bp.traces {
-                if let (Some(s), Some(e)) = (code.vaddr(start), code.vaddr(end)) {
-                    *runs.entry((s, e)).or_default() += n as f64 * w;
-                }
-            }
+        };
+        let mut f = Folded::default();
+        for at in candidate_files(image) {
+            let g = acc.fold(&db, epochs, &at, bid, &|_| true, Some(&t), half_life, syms)?;
+            (f.mapped, f.lost) = (f.mapped + g.mapped, f.lost + g.lost);
+        }
+        if f.mapped + f.lost > 0 {
+            eprintln!(
+                "loupe: {} branch/run execution(s) of optimized build {bid} mapped back through BOLT's address table, {} left out (an end it has no original for)",
+                f.mapped, f.lost
+            );
         }
     }
-    if refused > 0 {
-        eprintln!("loupe: left out {refused} branch-record file(s) of other builds of {path}");
+    if acc.refused > 0 {
+        eprintln!("loupe: left out {} branch-record file(s) of other builds of {}", acc.refused, image.display());
     }
-    if weighted.is_empty() {
+    if acc.branches.is_empty() {
         return Ok(None);
     }
-    let branches: Vec<Branch> = weighted
+    let branches: Vec<Branch> = acc
+        .branches
         .into_iter()
         .map(|((from, to), (n, m))| Branch { from, to, taken: n.round() as u64, mispredicted: m.round() as u64 })
         .collect();
-    let traces: Vec<Trace> = runs.into_iter().map(|((start, end), n)| Trace { start, end, count: n.round() as u64 }).collect();
-    Ok(Some(lbr::write_fdata(&branches, &traces, &functions(image, &file_bid, syms)?)))
+    let traces: Vec<Trace> = acc.runs.into_iter().map(|((start, end), n)| Trace { start, end, count: n.round() as u64 }).collect();
+    Ok(Some(lbr::write_fdata(&branches, &traces, &functions(file, &file_bid, syms)?)))
 }
 
 /// Every sized function of the file, under BOLT's name for it.

@@ -420,6 +420,7 @@ impl Manager {
         let samples = combined.total();
         let ip = profile_from(
             original,
+            original,
             &st.original_build,
             combined,
             ColdPolicy { cold_fraction: self.cfg.cold_fraction, ..ColdPolicy::default() },
@@ -430,7 +431,18 @@ impl Manager {
         let work = self.db.join("optimize/work");
         std::fs::create_dir_all(&work)?;
         let fdata_path = work.join(format!("{}.fdata", &st.original_build));
-        std::fs::write(&fdata_path, fdata::write_edges(&ip.functions))?;
+        // Real branch records (LBR) of the build and of its optimized versions, when the database holds some,
+        // beat edges synthesized from IP samples.
+        let epochs: Vec<EpochId> = Database::open(&self.db)?.epochs()?.into_iter().map(|e| e.id).filter(|e| e.0 >= st.from_epoch).collect();
+        let (text, form) = match crate::optimize_lbr::lbr_fdata_of(&self.db, original, original, &epochs, self.cfg.half_life, syms)? {
+            Some(f) => {
+                let form = format!("branch records (LBR): {} branches taken {} times", f.lines - f.fallthrough_lines, f.taken);
+                (f.text, form)
+            }
+            None => (fdata::write_edges(&ip.functions), "edges synthesized from IP samples (no branch records)".to_string()),
+        };
+        eprintln!("loupe: manage {path}: profile for BOLT: {form}");
+        std::fs::write(&fdata_path, text)?;
         let cand = PathBuf::from(format!("{path}.loupe-bolt"));
         let bolt = tool::find_bolt(self.bolt.as_deref()).map_err(|e| anyhow!(e))?;
         let opts = prog.bolt_opts.clone().unwrap_or_else(tool::default_opts);
@@ -459,7 +471,7 @@ impl Manager {
                     None => String::new(),
                 };
                 let reason = format!(
-                    "{:.1}% faster than the original (median of {} alternating rounds, {} faster, p = {:.4}; profile of {samples:.0} samples); renamed over {path}{replacing}, original at {}",
+                    "{:.1}% faster than the original (median of {} alternating rounds, {} faster, p = {:.4}; profile of {samples:.0} samples, given to BOLT as {form}); renamed over {path}{replacing}, original at {}",
                     (1.0 - m.ratio_median) * 100.0,
                     m.rounds,
                     m.wins,
@@ -482,7 +494,7 @@ impl Manager {
                 let why = match &replaces {
                     Some(old) => format!("{why}; installed build {old} stays"),
                     None => why,
-                };
+                } + &format!(" (profile given to BOLT as {form})");
                 self.log_replacing(&path, &st.original_build, "discarded", why, cand_bid, replaces, m);
             }
         }

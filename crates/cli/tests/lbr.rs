@@ -98,7 +98,7 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     std::fs::copy(workloads().join("layout"), &bin).unwrap();
     let bin = bin.canonicalize().unwrap();
     let bid = BuildId(loupe_optimize::identity::read_build_id(&bin).unwrap());
-    let image = ImageId::elf(&bin.display().to_string(), Some(bid));
+    let image = ImageId::elf(&bin.display().to_string(), Some(bid.clone()));
     let mut syms = Symbolizer::new(SymbolizerOptions::default());
     let code = syms.code(&image).unwrap();
     let recs = construct(&code, &["main", "run", "mix", "step"]);
@@ -163,6 +163,25 @@ fn constructed_lbr_records_become_branch_fdata_that_bolt_uses() {
     assert!(!log.contains("ignored") && !log.contains("stale"), "{log}");
     let sum = |b: &std::path::Path| String::from_utf8(run_ok(Command::new(b).arg("500")).stdout).unwrap();
     assert_eq!(sum(&bolted), sum(&bin));
+
+    // Export by build-id once the file is gone from its path: read from the image cache (where the collector
+    // preserves a replaced image), the same fdata; an unknown build is refused by name.
+    std::fs::create_dir_all(db_path.join("images")).unwrap();
+    std::fs::rename(&bin, db_path.join("images").join(bid.to_hex())).unwrap();
+    let again = dir.path().join("again.fdata");
+    let out = run_ok(
+        loupe()
+            .args(["optimize", "export", "--format", "bolt", "--build-id", &bid.to_hex(), "--db"])
+            .arg(&db_path)
+            .arg(&bin)
+            .arg("-o")
+            .arg(&again),
+    );
+    assert_eq!(std::fs::read_to_string(&again).unwrap(), text, "{}", String::from_utf8_lossy(&out.stderr));
+    let other = "ab".repeat(20);
+    let out = loupe().args(["optimize", "export", "--build-id", &other, "--db"]).arg(&db_path).arg(&bin).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&format!("build {other} is neither at")), "{err}");
 }
 
 #[test]
@@ -191,4 +210,199 @@ fn record_lbr_says_what_is_missing_and_keeps_ip_samples() {
         assert!(err.contains("recording IP samples only"), "{err}");
         assert_eq!(branch_files, 0);
     }
+}
+
+/// A call: (its address, its caller's start, its callee's start).
+type Site = (u64, u64, u64);
+
+/// The file offset of virtual address `va` in an ELF file (its loadable segment's).
+fn file_offset(elf: &std::path::Path, va: u64) -> u64 {
+    use object::{Object, ObjectSegment};
+    let data = std::fs::read(elf).unwrap();
+    let f = object::File::parse(&*data).unwrap();
+    let seg = f.segments().find(|s| (s.address()..s.address() + s.size()).contains(&va)).unwrap();
+    seg.file_range().0 + (va - seg.address())
+}
+
+/// Direct calls (e8 rel32) in `caller` of `code`: (call address, target).
+fn calls_in(code: &loupe_symbolize::Code, caller: &loupe_symbolize::ProcedureRange) -> Vec<(u64, u64)> {
+    decode(caller.start, code.bytes(caller.start, caller.size).unwrap())
+        .into_iter()
+        .filter(|i| i.is_call && i.len == 5 && code.bytes(i.addr, 1).unwrap()[0] == 0xe8)
+        .map(|i| {
+            let rel = i32::from_le_bytes(code.bytes(i.addr + 1, 4).unwrap().try_into().unwrap());
+            (i.addr, i.addr.wrapping_add(5).wrapping_add(rel as u64))
+        })
+        .collect()
+}
+
+/// Installs a BOLT output (with its address table) of the `layout` copy at `bin` as Loupe would: original kept
+/// at `bin`.loupe-orig, the decision log recording Loupe made it. Returns (original's, optimized's build-id).
+fn install_bolted_layout(dir: &std::path::Path, db: &std::path::Path, bin: &std::path::Path) -> (String, String) {
+    use loupe_optimize::{manage, tool};
+    let cand = dir.join("layout.loupe-bolt");
+    let fdata = dir.join("p.fdata");
+    std::fs::write(&fdata, "no_lbr loupe-block-counts\n1 run 0 1000\n1 mix 0 500\n1 step 0 500\n1 main 0 10\n").unwrap();
+    tool::run_bolt(&tool::find_bolt(None).unwrap(), bin, &fdata, &cand).unwrap();
+    let hex = |p: &std::path::Path| BuildId(loupe_optimize::identity::read_build_id(p).unwrap()).to_hex();
+    let (orig, opt) = (hex(bin), hex(&cand));
+    manage::install(bin, &cand).unwrap();
+    let d = manage::Decision {
+        unix_time: 0,
+        image: bin.display().to_string(),
+        build_id: orig.clone(),
+        candidate_build_id: Some(opt.clone()),
+        replaces: None,
+        action: "installed".into(),
+        reason: "test".into(),
+        measurement: None,
+    };
+    std::fs::create_dir_all(db.join("optimize")).unwrap();
+    std::fs::write(db.join("optimize/decisions.jsonl"), serde_json::to_string(&d).unwrap() + "\n").unwrap();
+    (orig, opt)
+}
+
+#[test]
+fn optimized_builds_branch_records_map_back_to_the_original() {
+    // Checks that branch records of Loupe's installed BOLT output fold into the original's branch fdata through
+    // BOLT's table: ground truth from both ELFs' symbol tables and decoded code, not from the table: each call
+    // between main, run, mix and step (callee's start; the caller's one call to it, in the optimized and in the
+    // original code) must come out at the original's call site with the optimized build's count plus the
+    // original build's own; a record into the PLT (no function, no original) and one from a jump BOLT inserted
+    // (no original instruction) are counted and left out.
+    let dir = tempfile::tempdir().unwrap();
+    let (db_path, bin) = (dir.path().join("db"), dir.path().join("layout"));
+    std::fs::copy(workloads().join("layout"), &bin).unwrap();
+    let bin = bin.canonicalize().unwrap();
+    let db = loupe_store::Database::create(&db_path).unwrap();
+    let (orig_bid, opt_bid) = install_bolted_layout(dir.path(), &db_path, &bin);
+    let saved = loupe_optimize::manage::saved_original(&bin);
+    let mut syms = Symbolizer::new(SymbolizerOptions::default());
+    let names = ["main", "run", "mix", "step"];
+    let image = |bid: &str, at: &std::path::Path| ImageId::elf(&at.display().to_string(), Some(BuildId::from_hex(bid).unwrap()));
+    let range = |code: &loupe_symbolize::Code, n: &str| code.find(n).into_iter().find(|r| r.name == n).unwrap();
+    // (caller, callee) -> (call address, caller's start, callee's start) per build, for the pairs with exactly one
+    // direct call (in the caller or its split-off parts, NAME.cold.N).
+    let sites = |code: &loupe_symbolize::Code| {
+        let starts: Vec<(u64, &str)> = names.iter().map(|n| (range(code, n).start, *n)).collect();
+        let mut out: std::collections::BTreeMap<(&str, &str), Vec<Site>> = Default::default();
+        for caller in names {
+            let start = range(code, caller).start;
+            let cold = format!("{caller}.cold.");
+            for r in code.find("").into_iter().filter(|r| r.name == caller || r.name.starts_with(&cold)) {
+                for (at, to) in calls_in(code, &r) {
+                    if let Some(&(_, callee)) = starts.iter().find(|s| s.0 == to) {
+                        out.entry((caller, callee)).or_default().push((at, start, to));
+                    }
+                }
+            }
+        }
+        out.into_iter().filter(|(_, v)| v.len() == 1).map(|(k, v)| (k, v[0])).collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let opt_image = image(&opt_bid, &bin);
+    let opt_sites = sites(&syms.code(&opt_image).unwrap());
+    let orig_sites = sites(&syms.code(&image(&orig_bid, &saved)).unwrap());
+    let both: Vec<_> = opt_sites.keys().filter(|k| orig_sites.contains_key(*k)).copied().collect();
+    assert!(both.len() >= 3, "calls found once in both builds: {opt_sites:?} {orig_sites:?}");
+    assert!(both.iter().all(|k| opt_sites[k].0 != orig_sites[k].0), "BOLT moved no call site");
+    // The PLT has no function symbol: no original can be named for an address in it.
+    let plt = {
+        use object::{Object, ObjectSection};
+        let data = std::fs::read(&bin).unwrap();
+        object::File::parse(&*data).unwrap().section_by_name(".plt").unwrap().address()
+    };
+    // A jump BOLT inserted in `run` (it made a fall-through explicit): reading the table as for IP samples puts
+    // it inside an instruction of the original's decoded code, so it has no original instruction.
+    let orig_starts: std::collections::HashSet<u64> = {
+        let code = syms.code(&image(&orig_bid, &saved)).unwrap();
+        let r = range(&code, "run");
+        decode(r.start, code.bytes(r.start, r.size).unwrap()).iter().map(|i| i.addr).collect()
+    };
+    let t = loupe_optimize::bat::Translator::open(&bin, &saved).unwrap();
+    let inserted = {
+        let code = syms.code(&opt_image).unwrap();
+        let r = range(&code, "run");
+        decode(r.start, code.bytes(r.start, r.size).unwrap())
+            .into_iter()
+            .find_map(|i| match i.flow {
+                Flow::Jump(to) if t.to_original(i.addr).is_some_and(|o| !orig_starts.contains(&o)) => Some((i.addr, to)),
+                _ => None,
+            })
+            .expect("BOLT inserted a jump in run")
+    };
+
+    // The optimized build's records at PATH (file offsets of its own layout), the original's own from before the
+    // installation at PATH too, all in one epoch.
+    let mut opt_bp = BranchProfile::new(opt_image.clone(), EventName::new("cycles"));
+    let mut orig_bp = BranchProfile::new(image(&orig_bid, &bin), EventName::new("cycles"));
+    let mut want = BTreeSet::new();
+    for (j, k) in both.iter().enumerate() {
+        let ((oa, _, ot), (a, start, t)) = (opt_sites[k], orig_sites[k]);
+        let (n, m, own) = (700 + 11 * j as u64, j as u64 % 3, 100 + j as u64);
+        opt_bp.add(ImageOffset(file_offset(&bin, oa)), ImageOffset(file_offset(&bin, ot)), n, m);
+        orig_bp.add(ImageOffset(file_offset(&saved, a)), ImageOffset(file_offset(&saved, t)), own, 1);
+        want.insert(format!("1 {} {:x} 1 {} 0 {} {}", k.0, a - start, k.1, m + 1, n + own));
+    }
+    let main_call = opt_sites[&("main", "run")].0;
+    opt_bp.add(ImageOffset(file_offset(&bin, main_call)), ImageOffset(file_offset(&bin, plt)), 50, 0);
+    opt_bp.add(ImageOffset(file_offset(&bin, inserted.0)), ImageOffset(file_offset(&bin, inserted.1)), 30, 0);
+    db.merge_branches(db.current_epoch().unwrap(), &[opt_bp, orig_bp]).unwrap();
+
+    let fdata = dir.path().join("orig.fdata");
+    let out = run_ok(loupe().args(["optimize", "export", "--format", "bolt", "--db"]).arg(&db_path).arg(&saved).arg("-o").arg(&fdata));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let text = std::fs::read_to_string(&fdata).unwrap();
+    assert_eq!(text.lines().map(str::to_string).collect::<BTreeSet<_>>(), want, "fdata:\n{text}\n{err}");
+    let mapped: u64 = (0..both.len() as u64).map(|j| 700 + 11 * j).sum();
+    let said =
+        format!("{mapped} branch/run execution(s) of optimized build {opt_bid} mapped back through BOLT's address table, 80 left out");
+    assert!(err.contains(&said), "{err}");
+}
+
+#[test]
+fn manager_gives_bolt_the_branch_records() {
+    // Checks that the manager's candidate is built from branch records when the database holds some: with
+    // constructed records of `layout` (as above) and real IP samples, one pass writes, as the profile it gives
+    // BOLT, exactly the fdata `optimize export --format bolt` writes from the records (which the first test
+    // holds to perf2bolt's), and its decision names that form with the records' counts.
+    if !require_root() {
+        return;
+    }
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (db_path, bin) = (dir.path().join("db"), dir.path().join("layout"));
+    std::fs::copy(workloads().join("layout"), &bin).unwrap();
+    let bin = bin.canonicalize().unwrap();
+    run_ok(loupe().args(["record", "--freq", "4000", "--db"]).arg(&db_path).arg("--").arg(&bin).arg("1500"));
+    let bid = BuildId(loupe_optimize::identity::read_build_id(&bin).unwrap());
+    let image = ImageId::elf(&bin.display().to_string(), Some(bid.clone()));
+    let mut syms = Symbolizer::new(SymbolizerOptions::default());
+    let code = syms.code(&image).unwrap();
+    let recs = construct(&code, &["main", "run", "mix", "step"]);
+    let mut bp = BranchProfile::new(image.clone(), EventName::new("cycles"));
+    for r in &recs {
+        bp.add(ImageOffset(r.from - 0x400000), ImageOffset(r.to - 0x400000), r.taken, r.mispredicted);
+    }
+    let db = loupe_store::Database::open(&db_path).unwrap();
+    db.merge_branches(db.current_epoch().unwrap(), &[bp]).unwrap();
+    let exported =
+        String::from_utf8(run_ok(loupe().args(["optimize", "export", "--format", "bolt", "--db"]).arg(&db_path).arg(&bin)).stdout).unwrap();
+    let (_, branches) = recs.split_last().unwrap();
+    assert!(branches.iter().all(|r| exported.lines().any(|l| l == r.line)), "{exported}");
+
+    let cfg = dir.path().join("optimize.json");
+    let conf = serde_json::json!({"min_share": 0.002, "min_samples": 300, "nice": 0,
+        "programs": [{"path": bin, "check": "{} 200", "bench": "{} 300", "rounds": 5, "min_gain": 0.0}]});
+    std::fs::write(&cfg, conf.to_string()).unwrap();
+    let out = run_ok(loupe().args(["optimize", "manage", "--once", "--db"]).arg(&db_path).arg("--config").arg(&cfg));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let given =
+        std::fs::read_to_string(db_path.join(format!("optimize/work/{}.fdata", bid.to_hex()))).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    assert_eq!(given, exported);
+    let log = std::fs::read_to_string(db_path.join("optimize/decisions.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    let total: u64 = branches.iter().map(|r| r.taken).sum();
+    let form = format!("given to BOLT as branch records (LBR): {} branches taken {total} times", branches.len());
+    assert!(["installed", "discarded"].contains(&last["action"].as_str().unwrap()), "{log}");
+    assert!(last["reason"].as_str().unwrap().contains(&form), "{log}");
 }

@@ -388,6 +388,66 @@ fn installed_builds_samples_feed_the_saved_originals_profile() {
     assert!(nums.len() == 2 && nums[1] * 20 < nums[0], "{line}");
     assert!(b <= nums[0] as f64 && b >= 0.9 * nums[0] as f64, "mode 1 {b:.0} samples; {line}");
     eprintln!("saved original's profile: mode 0 {a:.0}, mode 1 {b:.0} samples; {line}");
+    reinstall_from_saved_original(&db, &bin, &orig_bid, &cand_bid);
+}
+
+/// `optimize run PATH.loupe-orig --install` on a program whose optimized build `cand_bid` is installed at `bin`
+/// (original `orig_bid` at PATH.loupe-orig): the new candidate, built from the saved original, must be renamed
+/// over PATH (a new inode; a handle open on the old version still reads it whole; nothing left beside it; the
+/// saved original untouched), logged, shown by `status PATH`; `rollback PATH` then puts the original back. The
+/// bench runs the candidate on a tenth of the work, so the install decision is certain by construction: the
+/// test is about installation, not speed.
+fn reinstall_from_saved_original(db: &Path, bin: &Path, orig_bid: &str, cand_bid: &str) {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let saved = manage_saved(bin);
+    let (old_ino, saved_ino) = (std::fs::metadata(bin).unwrap().ino(), std::fs::metadata(&saved).unwrap().ino());
+    let old_bytes = std::fs::read(bin).unwrap();
+    let mut old_handle = std::fs::File::open(bin).unwrap();
+    let bench = "case {} in *.loupe-bolt) n=300;; *) n=3000;; esac; {} $n 1 >/dev/null";
+    let out = run_ok(loupe().args(["optimize", "run", "--db"]).arg(db).arg(&saved).args([
+        "--check",
+        "{} 300 1",
+        "--bench",
+        bench,
+        "--rounds",
+        "5",
+        "--min-samples",
+        "100",
+        "--install",
+    ]));
+    let said = String::from_utf8_lossy(&out.stdout);
+    let new_bid = build_id_hex(bin);
+    assert_ne!(new_bid, cand_bid, "{said}");
+    assert_eq!(build_id_hex(&saved), orig_bid);
+    assert_eq!(std::fs::metadata(&saved).unwrap().ino(), saved_ino, "the saved original was replaced");
+    assert_ne!(std::fs::metadata(bin).unwrap().ino(), old_ino, "the new version was written in place");
+    let cand = std::path::PathBuf::from(format!("{}.loupe-bolt", saved.display()));
+    assert_eq!(std::fs::read(bin).unwrap(), std::fs::read(&cand).unwrap());
+    let mut held = Vec::new();
+    old_handle.read_to_end(&mut held).unwrap();
+    assert!(held == old_bytes, "a handle on the old version saw the new one");
+    let dir = bin.parent().unwrap();
+    let left: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".loupe-new"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(checksum_mode(bin, "1"), checksum_mode(&saved, "1"));
+    let d = decisions(db, &saved).pop().unwrap();
+    assert_eq!((d["action"].as_str(), d["candidate_build_id"].as_str()), (Some("installed"), Some(new_bid.as_str())), "{d}");
+    assert!(d["reason"].as_str().unwrap().contains(&format!("renamed over {}", bin.display())), "{d}");
+
+    let status = |db: &Path| String::from_utf8(run_ok(loupe().args(["optimize", "status", "--db"]).arg(db).arg(bin)).stdout).unwrap();
+    let st = status(db);
+    assert!(st.contains(&format!("optimized version installed, original at {}", saved.display())), "{st}");
+    assert!(st.lines().any(|l| l.contains("installed") && l.contains(orig_bid) && l.contains("renamed over")), "{st}");
+    run_ok(loupe().args(["optimize", "rollback", "--db"]).arg(db).arg(bin));
+    assert_eq!(build_id_hex(bin), orig_bid);
+    assert!(!saved.exists());
+    let st = status(db);
+    assert!(st.contains("original in place") && st.lines().last().unwrap().contains("rolled-back"), "{st}");
 }
 
 /// Every decision logged for `image`, oldest first.

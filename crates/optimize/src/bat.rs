@@ -196,6 +196,32 @@ fn functions<'a>(data: &'a [u8], what: &Path) -> Result<(object::File<'a>, Vec<F
     Ok((file, funcs))
 }
 
+/// The executable sections of an ELF file, to read its code by address.
+struct Text {
+    data: Vec<u8>,
+    /// (address, size, file offset) of each section with code.
+    sections: Vec<(u64, u64, u64)>,
+}
+
+impl Text {
+    fn new(file: &object::File, data: Vec<u8>) -> Text {
+        let sections = file
+            .sections()
+            .filter(|s| s.kind() == object::SectionKind::Text)
+            .filter_map(|s| Some((s.address(), s.size(), s.file_range()?.0)))
+            .collect();
+        Text { data, sections }
+    }
+
+    /// Up to `len` bytes from `va`, cut at the end of its section.
+    fn bytes(&self, va: u64, len: u64) -> Option<&[u8]> {
+        let &(addr, size, off) = self.sections.iter().find(|(a, n, _)| (*a..a + n).contains(&va))?;
+        let from = (off + va - addr) as usize;
+        let to = (off + size.min(va - addr + len)) as usize;
+        self.data.get(from..to)
+    }
+}
+
 /// Maps addresses of a BOLT output back to its input: both ELF files' text
 /// symbols name the functions (names that occur more than once in either
 /// file are left out, as ambiguous).
@@ -208,6 +234,9 @@ pub struct Translator {
     /// Functions BOLT left where they were: (start, size) present with the
     /// same name, start and size in both files.
     unmoved: std::collections::HashSet<(u64, u64)>,
+    /// Both files' code, to check that mapped straight-line code decodes alike.
+    opt_text: Text,
+    orig_text: Text,
 }
 
 impl Translator {
@@ -232,7 +261,10 @@ impl Translator {
         let orig_set: std::collections::HashSet<&Func> = orig_funcs.iter().collect();
         let unmoved = opt_funcs.iter().filter(|f| orig_set.contains(f)).map(|f| (f.1, f.2)).collect();
         opt_funcs.sort_by_key(|f| f.1);
-        Ok(Translator { bat, optimized: opt_funcs, original_of, unmoved })
+        let opt_text = Text::new(&file, data.clone());
+        let orig_file = object::File::parse(&*orig_data).map_err(|e| format!("{}: {e}", original.display()))?;
+        let orig_text = Text::new(&orig_file, orig_data.clone());
+        Ok(Translator { bat, optimized: opt_funcs, original_of, unmoved, opt_text, orig_text })
     }
 
     /// The table itself.
@@ -255,6 +287,78 @@ impl Translator {
         }
         let (hot, input) = self.bat.translate(addr)?;
         Some(self.original_of.get(&hot)? + u64::from(input))
+    }
+
+    /// The original's (start, end) of a straight run from `start` to `end`
+    /// in the optimized binary, when the run's bytes sit in the original in
+    /// the same order and at the same distances (one displacement for both
+    /// ends and every table entry between them): then the original ran
+    /// through the same instructions and block boundaries. A run whose
+    /// blocks BOLT moved apart, or whose branches it resized, has no such
+    /// original run: None.
+    pub fn run_to_original(&self, start: u64, end: u64) -> Option<(u64, u64)> {
+        let (s, e) = (self.to_original(start)?, self.to_original(end)?);
+        if end < start || e.checked_sub(s)? != end - start {
+            return None;
+        }
+        let i = self.optimized.partition_point(|f| f.1 <= start).checked_sub(1)?;
+        let (_, fstart, size) = &self.optimized[i];
+        if end >= fstart + size {
+            return None;
+        }
+        if let Some(f) = self.bat.fragments.get(fstart) {
+            let (lo, hi) = (start - fstart, end - fstart);
+            let inside = f.entries.iter().filter(|x| (lo + 1..=hi).contains(&u64::from(x.0)));
+            for &(out, _, _) in inside {
+                let a = fstart + u64::from(out);
+                if self.to_original(a)? != s + (a - start) {
+                    return None;
+                }
+            }
+            if !self.decodes_alike(start, end, s) {
+                return None;
+            }
+        }
+        Some((s, e))
+    }
+
+    /// The original's address of `addr` as the end of a branch record of
+    /// the optimized binary: exact for a table entry (a block start or a
+    /// branch) and in an unmoved function; past an entry, only when the
+    /// code from the entry to `addr` decodes alike in both files. So a
+    /// jump BOLT inserted (or a branch it resized) before `addr` gives None
+    /// instead of a guess.
+    pub fn branch_end_to_original(&self, addr: u64) -> Option<u64> {
+        let i = self.optimized.partition_point(|f| f.1 <= addr).checked_sub(1)?;
+        let (_, fstart, size) = &self.optimized[i];
+        if addr >= fstart + size {
+            return None;
+        }
+        let Some(f) = self.bat.fragments.get(fstart) else { return self.to_original(addr) };
+        let off = addr - fstart;
+        let k = f.entries.partition_point(|e| u64::from(e.0) <= off).checked_sub(1)?;
+        let base = fstart + u64::from(f.entries[k].0);
+        let orig = self.to_original(base)?;
+        (base == addr || self.decodes_alike(base, addr, orig)).then_some(orig + (addr - base))
+    }
+
+    /// Whether the optimized code from `a` through the instruction at `b`
+    /// and the original's from `s` decode to instructions of the same
+    /// lengths and kinds, `b` an instruction start.
+    fn decodes_alike(&self, a: u64, b: u64, s: u64) -> bool {
+        use loupe_calc::decode::decode;
+        let n = b - a + 16;
+        let (Some(x), Some(y)) = (self.opt_text.bytes(a, n), self.orig_text.bytes(s, n)) else { return false };
+        for (i, j) in decode(a, x).iter().zip(&decode(s, y)) {
+            let kind = |f: &loupe_calc::decode::Flow| std::mem::discriminant(f);
+            if i.addr - a != j.addr - s || i.len != j.len || kind(&i.flow) != kind(&j.flow) || i.is_call != j.is_call {
+                return false;
+            }
+            if i.addr >= b {
+                return i.addr == b;
+            }
+        }
+        false
     }
 }
 
@@ -306,6 +410,7 @@ mod tests {
         note.extend(b"BOLT\0\0\0\0");
         note.extend(&d);
         let bat = Bat::parse(&note).unwrap();
+        check_hand_built_runs(bat.clone());
         assert_eq!(bat.fragments[&0x1000].entries, vec![(0, 0, false), (0x10, 0x20, true), (0x18, 0x40, false)]);
         assert_eq!(bat.fragments[&0x2000].entries, vec![(0, 0x60, false)]);
         assert_eq!(bat.translate(0x1004), Some((0x1000, 4)));
@@ -313,6 +418,35 @@ mod tests {
         assert_eq!(bat.translate(0x101a), Some((0x1000, 0x42)));
         assert_eq!(bat.translate(0x2003), Some((0x1000, 0x63)));
         assert_eq!(bat.translate(0xfff), None);
+    }
+
+    /// Straight runs and branch ends through the hand-built table, the hot fragment `f` at 0x1000 (size 0x30)
+    /// taken from an original function at 0x5000, its cold part `f.cold.0` at 0x2000; all code one-byte nops but
+    /// the original's 0x5041, a two-byte `66 90`. A run inside one entry whose code decodes alike keeps its length
+    /// (0x1000..0x1008 -> 0x5000..0x5008); one that does not (0x1018..0x101c: one-byte nops at 0x1019.. against
+    /// the two-byte instruction at 0x5041) has no original run; nor one over the entry at 0x10 (original 0x20,
+    /// not 0x14), nor one from the hot part into the cold one, nor a backward one. A branch end at an entry maps
+    /// exactly (0x1018 -> 0x5040), past one only over code that decodes alike (0x1004 -> 0x5004; 0x101a: none).
+    fn check_hand_built_runs(bat: Bat) {
+        let mut orig = vec![0x90; 0x100];
+        orig[0x41] = 0x66;
+        let t = Translator {
+            bat,
+            optimized: vec![("f".into(), 0x1000, 0x30), ("f.cold.0".into(), 0x2000, 0x10)],
+            original_of: HashMap::from([(0x1000, 0x5000)]),
+            unmoved: Default::default(),
+            opt_text: Text { data: vec![0x90; 0x40], sections: vec![(0x1000, 0x30, 0), (0x2000, 0x10, 0x30)] },
+            orig_text: Text { data: orig, sections: vec![(0x5000, 0x100, 0)] },
+        };
+        assert_eq!(t.run_to_original(0x1000, 0x1008), Some((0x5000, 0x5008)));
+        assert_eq!(t.run_to_original(0x1018, 0x101c), None);
+        assert_eq!(t.run_to_original(0x1004, 0x1012), None);
+        assert_eq!(t.run_to_original(0x1008, 0x2004), None);
+        assert_eq!(t.run_to_original(0x1008, 0x1004), None);
+        assert_eq!(t.branch_end_to_original(0x1018), Some(0x5040));
+        assert_eq!(t.branch_end_to_original(0x1004), Some(0x5004));
+        assert_eq!(t.branch_end_to_original(0x101a), None);
+        assert_eq!(t.branch_end_to_original(0x2003), Some(0x5063));
     }
 
     fn bolt_layout(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -368,9 +502,41 @@ mod tests {
         (same, compared)
     }
 
+    /// Straight runs of the optimized code from each table entry to the last instruction before the next
+    /// (or the fragment's end): (kept, tried). Kept runs must decode, instruction for instruction, to the same
+    /// lengths and (branches and calls aside, whose targets BOLT rewrites) the same text in the original.
+    fn runs_decode_alike(t: &Translator, opt: &[u8], orig: &[u8]) -> (usize, usize) {
+        use loupe_calc::decode::{decode, Flow, Insn};
+        let (mut kept, mut tried) = (0, 0);
+        for f in t.bat().fragments.values() {
+            let size = t.optimized.iter().find(|s| s.1 == f.address).unwrap().2;
+            let mut bounds: Vec<u64> = f.entries.iter().map(|e| u64::from(e.0)).filter(|&o| o < size).collect();
+            bounds.push(size);
+            bounds.dedup();
+            for w in bounds.windows(2) {
+                let (a, b) = (f.address + w[0], f.address + w[1]);
+                let insns = decode(a, &code_at(opt, a)[..(b - a) as usize]);
+                let Some(last) = insns.last() else { continue };
+                tried += 1;
+                let Some((s, e)) = t.run_to_original(a, last.addr) else { continue };
+                kept += 1;
+                assert_eq!(e - s, last.addr - a);
+                let theirs = decode(s, &code_at(orig, s)[..(e - s) as usize + usize::from(last.len)]);
+                let plain = |i: &Insn| i.flow == Flow::Next && !i.is_call;
+                assert_eq!(insns.len(), theirs.len(), "run {a:#x}..{:#x} vs {s:#x}..{e:#x}", last.addr);
+                for (x, y) in insns.iter().zip(&theirs) {
+                    assert_eq!((x.addr - a, x.len), (y.addr - s, y.len));
+                    assert!(!plain(x) || x.text == y.text, "{} vs {}", x.text, y.text);
+                }
+            }
+        }
+        (kept, tried)
+    }
+
     // On a real BOLT 19 output of `layout`: every fragment of the table starts at a function symbol (hot:
     // NAME, cold: NAME.cold.N), each hot start maps to the same-named original function's start, and every
-    // table entry maps inside that original function's bounds.
+    // table entry maps inside that original function's bounds; a straight run inside one entry maps to a run
+    // of the same instructions in the original.
     #[test]
     fn real_bolt_output_maps_to_original_functions() {
         let dir = tempfile::tempdir().unwrap();
@@ -408,6 +574,8 @@ mod tests {
         let opt_data = std::fs::read(&out).unwrap();
         let (same, compared) = same_first_instructions(&t, &opt_data, &orig_data);
         assert!(compared >= 10 && same * 10 >= compared * 9, "{same} of {compared} block starts agree");
+        let (kept, spans) = runs_decode_alike(&t, &opt_data, &orig_data);
+        assert!(spans >= 10 && kept * 4 >= spans * 3, "{kept} of {spans} straight runs inside one table entry kept");
         // Code BOLT did not rewrite stays where the original has it (cold_c never ran: not in the profile).
         let cold_c = orig_funcs.iter().find(|f| f.0 == "cold_c").unwrap();
         assert!(t.bat().fragments.values().all(|f| opt_name[&f.hot] != "cold_c"));
