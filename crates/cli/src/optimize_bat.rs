@@ -60,7 +60,7 @@ pub(crate) fn translate_sets(t: &Translator, sets: Vec<SampleSet>, orig_bid: &st
     for mut s in sets {
         let mut samples: HashMap<u64, u64> = HashMap::new();
         for (va, n) in s.samples {
-            match t.to_original(va) {
+            match t.sample_to_original(va) {
                 Some(o) => *samples.entry(o).or_insert(0) += n,
                 None => lost += n,
             }

@@ -332,7 +332,7 @@ impl Manager {
         match crate::optimize_bat::mapping(&self.db, image, &saved, orig, &inst.build) {
             Ok(t) => {
                 let original = functions(&syms.code(&db_image(&saved, orig)).map_err(|r| anyhow!("cannot read {}: {r}", saved.display()))?);
-                (obs.recent, _) = translated_shares(&original, &optimized, &|va| t.to_original(va), &recent.samples);
+                (obs.recent, _) = translated_shares(&original, &optimized, &|va| t.sample_to_original(va), &recent.samples);
                 let (mut sets, _, _) = crate::optimize_bat::translate_sets(&t, inst_sets, orig);
                 sets.extend(orig_sets.into_iter().filter(|s| s.build_id == orig));
                 let profile = combine(orig, &sets, self.cfg.half_life);

@@ -342,6 +342,46 @@ impl Translator {
         (base == addr || self.decodes_alike(base, addr, orig)).then_some(orig + (addr - base))
     }
 
+    /// The original's address of a PC sample at optimized `addr`: exact
+    /// where the code from the preceding table entry to `addr` decodes
+    /// alike in both files; past a difference (a jump BOLT inserted to make
+    /// a fall-through explicit, a branch it resized), the original's last
+    /// instruction before the difference, the code that ran just before.
+    /// Never an address inside an original instruction, as the entry's
+    /// offset alone would give on such code.
+    pub fn sample_to_original(&self, addr: u64) -> Option<u64> {
+        let i = self.optimized.partition_point(|f| f.1 <= addr).checked_sub(1)?;
+        let (_, fstart, size) = &self.optimized[i];
+        if addr >= fstart + size {
+            return None;
+        }
+        let Some(f) = self.bat.fragments.get(fstart) else { return self.to_original(addr) };
+        let off = addr - fstart;
+        let k = f.entries.partition_point(|e| u64::from(e.0) <= off).checked_sub(1)?;
+        let base = fstart + u64::from(f.entries[k].0);
+        let orig = self.to_original(base)?;
+        Some(self.last_alike(base, addr, orig))
+    }
+
+    /// The original's address of the last instruction, at or before
+    /// optimized `b`, up to which the code from `a` and from `s` decodes to
+    /// the same lengths and kinds; `s` when the first already differs.
+    fn last_alike(&self, a: u64, b: u64, s: u64) -> u64 {
+        use loupe_calc::decode::decode;
+        let n = b - a + 16;
+        let (Some(x), Some(y)) = (self.opt_text.bytes(a, n), self.orig_text.bytes(s, n)) else { return s };
+        let mut last = s;
+        for (i, j) in decode(a, x).iter().zip(&decode(s, y)) {
+            let kind = |f: &loupe_calc::decode::Flow| std::mem::discriminant(f);
+            let alike = i.addr - a == j.addr - s && i.len == j.len && kind(&i.flow) == kind(&j.flow) && i.is_call == j.is_call;
+            if !alike || i.addr > b {
+                break;
+            }
+            last = j.addr;
+        }
+        last
+    }
+
     /// Whether the optimized code from `a` through the instruction at `b`
     /// and the original's from `s` decode to instructions of the same
     /// lengths and kinds, `b` an instruction start.
@@ -447,6 +487,10 @@ mod tests {
         assert_eq!(t.branch_end_to_original(0x1004), Some(0x5004));
         assert_eq!(t.branch_end_to_original(0x101a), None);
         assert_eq!(t.branch_end_to_original(0x2003), Some(0x5063));
+        // A sample maps like a branch end where the code agrees, else to the original's last agreeing instruction.
+        assert_eq!(t.sample_to_original(0x1004), Some(0x5004));
+        assert_eq!(t.sample_to_original(0x1018), Some(0x5040));
+        assert_eq!(t.sample_to_original(0x101a), Some(0x5040));
     }
 
     fn bolt_layout(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -576,6 +620,25 @@ mod tests {
         assert!(compared >= 10 && same * 10 >= compared * 9, "{same} of {compared} block starts agree");
         let (kept, spans) = runs_decode_alike(&t, &opt_data, &orig_data);
         assert!(spans >= 10 && kept * 4 >= spans * 3, "{kept} of {spans} straight runs inside one table entry kept");
+        // Every instruction of the rewritten code, taken as a PC sample, maps to an instruction start of the same
+        // original function (ground truth: the original decoded from its symbols).
+        let starts: std::collections::HashSet<u64> = orig_funcs
+            .iter()
+            .flat_map(|f| loupe_calc::decode::decode(f.1, &code_at(&orig_data, f.1)[..f.2 as usize]).into_iter().map(|i| i.addr))
+            .collect();
+        let (mut samples, mut inside_by_offset) = (0, 0);
+        for f in t.bat().fragments.values() {
+            let size = t.optimized.iter().find(|s| s.1 == f.address).unwrap().2;
+            let (lo, hi) = bounds[opt_name[&f.hot]];
+            for i in loupe_calc::decode::decode(f.address, &code_at(&opt_data, f.address)[..size as usize]) {
+                let o = t.sample_to_original(i.addr).unwrap();
+                assert!(starts.contains(&o) && (lo..hi).contains(&o), "{:#x} ({}) -> {o:#x}", i.addr, i.text);
+                samples += 1;
+                inside_by_offset += usize::from(t.to_original(i.addr).is_some_and(|x| !starts.contains(&x)));
+            }
+        }
+        assert!(samples > 100, "only {samples} instructions");
+        eprintln!("{samples} instructions as samples; by entry offset alone {inside_by_offset} land inside an original instruction");
         // Code BOLT did not rewrite stays where the original has it (cold_c never ran: not in the profile).
         let cold_c = orig_funcs.iter().find(|f| f.0 == "cold_c").unwrap();
         assert!(t.bat().fragments.values().all(|f| opt_name[&f.hot] != "cold_c"));
