@@ -185,7 +185,8 @@ fn branching_loop_estimate(
 ) {
     let est = |b: usize| c.block[b].and_then(|k| local[k]).map(|x| x.f);
     let Some(head) = est(l.blocks[0]).filter(|&h| h > 0.0) else { return };
-    let Some(r) = l.blocks.iter().map(|&b| est(b).map(|e| e / head)).collect::<Option<Vec<f64>>>() else { return };
+    // A block no estimate reaches (no samples, no flow constraint) counts as not run.
+    let r: Vec<f64> = l.blocks.iter().map(|&b| est(b).map_or(0.0, |e| e / head)).collect();
     let block_sm = |b: usize| (g.blocks[b].first..g.blocks[b].end).fold((0.0, 0.0), |(x, y), i| (x + s[i], y + m[i]));
     let (samples, weighted) = l.blocks.iter().zip(&r).fold((0.0, 0.0), |(a, w), (&b, &rb)| {
         let (bs, bm) = block_sm(b);
@@ -200,7 +201,7 @@ fn branching_loop_estimate(
     let plausible = regular && entries <= MAX_ENTRIES * h && samples >= 100.0;
     let how = How::LoopShape { blocks: l.blocks.len(), regular, plausible };
     for (&b, &rb) in l.blocks.iter().zip(&r) {
-        let Some(cl) = c.block[b] else { continue };
+        let Some(cl) = c.block[b].filter(|&k| local[k].is_some()) else { continue };
         if members[cl].iter().all(|x| l.blocks.contains(x)) {
             direct[cl] = Some(Freq { f: h * rb, confidence: Confidence::Low, how });
         }

@@ -52,7 +52,8 @@ fn nest(g: &Cfg, set: Vec<usize>, min_blocks: usize, simple: &mut Vec<Cycle>, br
     for &b in &set {
         inside[b] = true;
     }
-    let entered_from_outside = |b: usize| g.blocks[b].preds.iter().any(|&e| !inside[g.edges[e].from]);
+    // Unreachable code (alignment padding falling through into the loop) does not enter it.
+    let entered_from_outside = |b: usize| g.blocks[b].preds.iter().map(|&e| g.edges[e].from).any(|p| !inside[p] && g.blocks[p].reachable);
     let header = set.iter().copied().find(|&b| entered_from_outside(b)).unwrap_or(set[0]);
     let next: Vec<Vec<usize>> = set
         .iter()
@@ -230,5 +231,17 @@ mod tests {
         let bytes = [0xeb, 0x02, 0xff, 0xc8, 0x39, 0xc8, 0x7f, 0xfa, 0xff, 0xcf, 0x75, 0xf2, 0xc3];
         let g = build(decode(0, &bytes), &NoMemory);
         assert!(branching_loops(&g).is_empty(), "{g:?}");
+    }
+
+    #[test]
+    fn padding_that_falls_into_a_loop_does_not_make_its_header() {
+        // Checks that the header is the block entered by reachable code (gcc's rotated loops put an
+        // unreachable nop before the body): the cycle starts at the jump's target 5, not at 3.
+        // 0: jmp 5 | 2: nop (unreachable) | 3: inc %eax | 5: dec %edi ; jne 3 | 9: ret
+        let bytes = [0xeb, 0x03, 0x90, 0xff, 0xc0, 0xff, 0xcf, 0x75, 0xfa, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let cycles = simple_cycles(&g, 2);
+        let starts: Vec<Vec<u64>> = cycles.iter().map(|c| c.blocks.iter().map(|&b| g.start(b)).collect()).collect();
+        assert_eq!(starts, vec![vec![5, 3]], "{g:?}");
     }
 }
