@@ -30,6 +30,11 @@ pub enum How {
     /// `plausible` when it also goes round, is rarely entered and has
     /// enough samples (what once earned medium confidence).
     Loop { blocks: usize, regular: bool, plausible: bool },
+    /// An innermost loop whose body branches ([`crate::loops::branching_loops`]):
+    /// the blocks keep the ratios of their local estimates to the header's,
+    /// scaled so that the loop's samples equal its estimated cycles; `regular`
+    /// and `plausible` as for [`How::Loop`].
+    LoopShape { blocks: usize, regular: bool, plausible: bool },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -90,34 +95,50 @@ pub enum Combine {
     Global,
 }
 
-/// Estimates every block and edge frequency of `g`.
-pub fn estimate(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]) -> Estimate {
-    estimate_with(g, c, s, m, loops, Combine::Local)
+/// Estimation choices beyond DCPI's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    pub combine: Combine,
+    /// Re-level innermost loops whose body branches ([`branching_loop_estimate`]).
+    pub branching_loops: bool,
+    /// Instructions of a block taken as one issue point (1: each issue
+    /// point alone, with DCPI's dependence window; see [`issue_points`]).
+    pub retire_window: usize,
 }
 
-/// [`estimate`], combining the estimates as `how` says.
-pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle], how: Combine) -> Estimate {
+impl Default for Options {
+    fn default() -> Self {
+        Options { combine: Combine::Local, branching_loops: false, retire_window: 1 }
+    }
+}
+
+/// Estimates every block and edge frequency of `g`.
+pub fn estimate(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]) -> Estimate {
+    estimate_with(g, c, s, m, loops, &[], Options::default())
+}
+
+/// [`estimate`] with `branching` innermost loops, as `opt` says.
+pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle], branching: &[Cycle], opt: Options) -> Estimate {
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); c.count];
     for (b, cl) in c.block.iter().enumerate() {
         if let Some(cl) = cl {
             members[*cl].push(b);
         }
     }
-    let mut direct: Vec<Option<Freq>> = members.iter().map(|bs| estimate_class(g, bs, s, m)).collect();
+    let mut direct: Vec<Option<Freq>> = members.iter().map(|bs| estimate_class(g, bs, s, m, opt.retire_window)).collect();
     let per_class = direct.clone();
     for l in loops {
         loop_estimate(g, c, &members, s, m, l, &per_class, &mut direct);
     }
-    // Sure estimates first; ΣS/ΣM ones only where propagation finds nothing better.
-    let mut class_f: Vec<Option<Freq>> = direct.iter().map(|d| d.filter(|f| f.how != How::SampleSum)).collect();
-    propagate(g, c, &mut class_f);
-    for (k, d) in direct.iter().enumerate() {
-        if class_f[k].is_none() {
-            class_f[k] = *d;
+    let mut class_f = combine_locally(g, c, &direct);
+    if opt.branching_loops && !branching.is_empty() {
+        let local = class_f.clone();
+        for l in branching {
+            branching_loop_estimate(g, c, &members, s, m, l, &per_class, &local, &mut direct);
         }
+        class_f = combine_locally(g, c, &direct);
     }
-    propagate(g, c, &mut class_f);
-    if how == Combine::Global {
+    if opt.combine == Combine::Global {
         let samples: Vec<f64> =
             members.iter().map(|bs| bs.iter().flat_map(|&b| g.blocks[b].first..g.blocks[b].end).map(|i| s[i]).sum()).collect();
         class_f = crate::solve::solve(&direct, &samples, &flow_equations(g, c), &class_f);
@@ -126,6 +147,77 @@ pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]
         block: c.block.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
         edge: c.edge.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
     }
+}
+
+/// Local propagation from the classes' own estimates: sure estimates
+/// first, ΣS/ΣM ones only where propagation finds nothing better.
+fn combine_locally(g: &Cfg, c: &Classes, direct: &[Option<Freq>]) -> Vec<Option<Freq>> {
+    let mut class_f: Vec<Option<Freq>> = direct.iter().map(|d| d.filter(|f| f.how != How::SampleSum)).collect();
+    propagate(g, c, &mut class_f);
+    for (k, d) in direct.iter().enumerate() {
+        if class_f[k].is_none() {
+            class_f[k] = *d;
+        }
+    }
+    propagate(g, c, &mut class_f);
+    class_f
+}
+
+/// An innermost loop whose body branches: the local estimates `local`
+/// give the path shape (block b runs r_b = est_b / est_header times per
+/// iteration), and the loop's samples fix the level, the header's
+/// H = ΣS over the loop / Σ_b M_b r_b (M_b the block's best-case cycles):
+/// the loop's samples equal its estimated cycles, as for a simple loop,
+/// wherever skid moved them between its blocks. Every class wholly inside
+/// the loop gets H r_b. Same plausibility rules and label as
+/// [`loop_estimate`].
+#[allow(clippy::too_many_arguments)]
+fn branching_loop_estimate(
+    g: &Cfg,
+    c: &Classes,
+    members: &[Vec<usize>],
+    s: &[f64],
+    m: &[f64],
+    l: &Cycle,
+    per_class: &[Option<Freq>],
+    local: &[Option<Freq>],
+    direct: &mut [Option<Freq>],
+) {
+    let est = |b: usize| c.block[b].and_then(|k| local[k]).map(|x| x.f);
+    let Some(head) = est(l.blocks[0]).filter(|&h| h > 0.0) else { return };
+    // A block no estimate reaches (no samples, no flow constraint) counts as not run.
+    let r: Vec<f64> = l.blocks.iter().map(|&b| est(b).map_or(0.0, |e| e / head)).collect();
+    let block_sm = |b: usize| (g.blocks[b].first..g.blocks[b].end).fold((0.0, 0.0), |(x, y), i| (x + s[i], y + m[i]));
+    let (samples, weighted) = l.blocks.iter().zip(&r).fold((0.0, 0.0), |(a, w), (&b, &rb)| {
+        let (bs, bm) = block_sm(b);
+        (a + bs, w + bm * rb)
+    });
+    if samples < FEW_SAMPLES || weighted <= 0.0 {
+        return;
+    }
+    let h = samples / weighted;
+    let entries = entries_of(g, c, l, per_class);
+    let regular = regular_loads(g, l);
+    let plausible = regular && entries <= MAX_ENTRIES * h && samples >= 100.0;
+    let how = How::LoopShape { blocks: l.blocks.len(), regular, plausible };
+    for (&b, &rb) in l.blocks.iter().zip(&r) {
+        let Some(cl) = c.block[b].filter(|&k| local[k].is_some()) else { continue };
+        if members[cl].iter().all(|x| l.blocks.contains(x)) {
+            direct[cl] = Some(Freq { f: h * rb, confidence: Confidence::Low, how });
+        }
+    }
+}
+
+/// Executions per period of the edges into loop `l` from outside it, by
+/// the per-class estimates of the blocks they leave.
+fn entries_of(g: &Cfg, c: &Classes, l: &Cycle, per_class: &[Option<Freq>]) -> f64 {
+    l.blocks
+        .iter()
+        .flat_map(|&b| g.blocks[b].preds.iter().map(|&e| g.edges[e].from))
+        .filter(|p| !l.blocks.contains(p))
+        .filter_map(|p| c.block[p].and_then(|k| per_class[k]))
+        .map(|x| x.f)
+        .sum()
 }
 
 /// A loop's frequency, ΣS/ΣM over all its blocks, given to every class
@@ -153,14 +245,7 @@ fn loop_estimate(
         return;
     }
     let f = samples / cycles;
-    let entries: f64 = l
-        .blocks
-        .iter()
-        .flat_map(|&b| g.blocks[b].preds.iter().map(|&e| g.edges[e].from))
-        .filter(|p| !l.blocks.contains(p))
-        .filter_map(|p| c.block[p].and_then(|k| per_class[k]))
-        .map(|x| x.f)
-        .sum();
+    let entries = entries_of(g, c, l, per_class);
     // Every block of the body runs every iteration: one the model gives
     // half a cycle or more (or none, when unsampled blocks go unscheduled)
     // but with almost no samples says the loop rarely
@@ -209,7 +294,24 @@ pub fn regular_loads(g: &Cfg, l: &Cycle) -> bool {
     })
 }
 
-fn estimate_class(g: &Cfg, blocks: &[usize], s: &[f64], m: &[f64]) -> Option<Freq> {
+/// The issue points of a class as (ΣS, ΣM) pairs. With `window` 1, each
+/// instruction with M_i >= [`MIN_ISSUE`] over DCPI's dependence window;
+/// with a larger window, each run of up to `window` consecutive
+/// instructions of a block (from its head) counts as one point: on an
+/// out-of-order core the instructions retired in one group with a stalled
+/// one get few samples, and alone they look like stall-free issue points.
+pub fn issue_points(g: &Cfg, blocks: &[usize], s: &[f64], m: &[f64], window: usize) -> Vec<(f64, f64)> {
+    if window <= 1 {
+        let insns = blocks.iter().flat_map(|&b| g.blocks[b].first..g.blocks[b].end);
+        return insns.filter(|&i| m[i] >= MIN_ISSUE).map(|i| issue_ratio(g, s, m, i)).filter(|(_, wm)| *wm > 0.0).collect();
+    }
+    let runs = blocks
+        .iter()
+        .flat_map(|&b| (g.blocks[b].first..g.blocks[b].end).step_by(window).map(move |k| k..(k + window).min(g.blocks[b].end)));
+    runs.map(|r| r.fold((0.0, 0.0), |(a, w), k| (a + s[k], w + m[k]))).filter(|(_, wm)| *wm >= MIN_ISSUE).collect()
+}
+
+fn estimate_class(g: &Cfg, blocks: &[usize], s: &[f64], m: &[f64], window: usize) -> Option<Freq> {
     let insns: Vec<usize> = blocks.iter().flat_map(|&b| g.blocks[b].first..g.blocks[b].end).collect();
     if insns.is_empty() {
         return None;
@@ -220,13 +322,7 @@ fn estimate_class(g: &Cfg, blocks: &[usize], s: &[f64], m: &[f64]) -> Option<Fre
     if total_s < FEW_SAMPLES {
         return sum;
     }
-    let mut ratios: Vec<(f64, f64, f64)> = insns
-        .iter()
-        .filter(|&&i| m[i] >= MIN_ISSUE)
-        .map(|&i| issue_ratio(g, s, m, i))
-        .filter(|(_, wm)| *wm > 0.0)
-        .map(|(ws, wm)| (ws / wm, ws, wm))
-        .collect();
+    let mut ratios: Vec<(f64, f64, f64)> = issue_points(g, blocks, s, m, window).into_iter().map(|(ws, wm)| (ws / wm, ws, wm)).collect();
     ratios.sort_by(|a, b| a.0.total_cmp(&b.0));
     let n = ratios.len();
     let need = ((n as f64 * MIN_FRACTION).ceil() as usize).max(2).min(n);
@@ -417,5 +513,46 @@ mod tests {
         let e = estimate(&g, &c, &s, &m, &[]);
         let els = e.block[2].unwrap();
         assert_eq!((els.f, els.how, els.confidence), (0.0, How::SampleSum, Confidence::Low));
+    }
+
+    #[test]
+    fn retire_window_takes_a_retire_group_as_one_issue_point() {
+        // Checks window 2 on four independent movs retired in pairs, samples on each pair's first:
+        // alone the starved points give F = 5; as two points of (105, 2 cycles) F = 210/4 = 52.5.
+        // mov $1,%eax; mov $2,%ecx; mov $3,%edx; mov $4,%esi; ret
+        let bytes = [0xb8, 1, 0, 0, 0, 0xb9, 2, 0, 0, 0, 0xba, 3, 0, 0, 0, 0xbe, 4, 0, 0, 0, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let c = classes(&g);
+        let (s, m) = ([100.0, 5.0, 100.0, 5.0, 0.0], [1.0, 1.0, 1.0, 1.0, 0.0]);
+        assert_eq!(issue_points(&g, &[0], &s, &m, 2), vec![(105.0, 2.0), (105.0, 2.0)], "the ret alone has no cycles");
+        let one = estimate(&g, &c, &s, &m, &[]).block[0].unwrap();
+        assert!((one.f - 5.0).abs() < 1e-9, "{one:?}");
+        let opt = Options { retire_window: 2, ..Options::default() };
+        let two = estimate_with(&g, &c, &s, &m, &[], &[], opt).block[0].unwrap();
+        assert!((two.f - 52.5).abs() < 1e-9, "{two:?}");
+    }
+
+    #[test]
+    fn branching_loop_keeps_the_local_shape_and_takes_the_level_from_all_its_samples() {
+        // Checks idea 1 on an if inside a loop: locally header 10 and arm 4 (r = 0.4); the loop's 66 samples over
+        // Σ M_b r_b = 2 + 0.4 + 2 = 4.4 cycles give header 15 and arm 6; the skipping edge is then 15 - 6 = 9.
+        // 0: test %edi,%edi ; je 6 | 4: inc %eax | 6: dec %edi ; jne 0 | a: ret
+        let bytes = [0x85, 0xff, 0x74, 0x02, 0xff, 0xc0, 0xff, 0xcf, 0x75, 0xf6, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let c = classes(&g);
+        // insns: 0 test, 1 je, 2 inc, 3 dec, 4 jne (a stalled issue point), 5 ret
+        let s = [10.0, 10.0, 4.0, 10.0, 32.0, 0.0];
+        let m = [1.0; 6];
+        let loops = crate::loops::branching_loops(&g);
+        let local = estimate_with(&g, &c, &s, &m, &[], &loops, Options::default());
+        let near = |x: Option<Freq>, want: f64| x.is_some_and(|x| (x.f - want).abs() < 1e-9);
+        assert!(near(local.block[0], 10.0) && near(local.block[1], 4.0), "{:?}", local.block);
+        let opt = Options { branching_loops: true, ..Options::default() };
+        let e = estimate_with(&g, &c, &s, &m, &[], &loops, opt);
+        assert!(near(e.block[0], 15.0) && near(e.block[2], 15.0) && near(e.block[1], 6.0), "{:?}", e.block);
+        let skip = g.edges.iter().position(|x| (g.start(x.from), g.start(x.to)) == (0, 6)).unwrap();
+        assert!(near(e.edge[skip], 9.0), "{:?}", e.edge[skip]);
+        let f = e.block[1].unwrap();
+        assert_eq!((f.confidence, f.how), (Confidence::Low, How::LoopShape { blocks: 3, regular: true, plausible: false }));
     }
 }

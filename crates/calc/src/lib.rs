@@ -134,10 +134,10 @@ pub fn analyze(
     model: &mut dyn mca::MachineModel,
     mem: &dyn cfg::Memory,
 ) -> Result<Calc, String> {
-    analyze_with(start, bytes, samples, period_cycles, model, mem, estimate::Combine::default())
+    analyze_with(start, bytes, samples, period_cycles, model, mem, estimate::Options::default())
 }
 
-/// [`analyze`], combining the classes' estimates as `combine` says.
+/// [`analyze`], estimating as `opt` says.
 pub fn analyze_with(
     start: u64,
     bytes: &[u8],
@@ -145,7 +145,7 @@ pub fn analyze_with(
     period_cycles: f64,
     model: &mut dyn mca::MachineModel,
     mem: &dyn cfg::Memory,
-    combine: estimate::Combine,
+    opt: estimate::Options,
 ) -> Result<Calc, String> {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let classes = equiv::classes(&g);
@@ -159,12 +159,12 @@ pub fn analyze_with(
         }
     }
     let wanted: Vec<bool> = (0..g.blocks.len()).map(|b| g.blocks[b].reachable && classes.block[b].is_some_and(|c| class_hot[c])).collect();
-    let hot_loops: Vec<loops::Cycle> = loops::simple_cycles(&g, 2)
-        .into_iter()
-        .filter(|c| c.blocks.iter().any(|&b| (g.blocks[b].first..g.blocks[b].end).any(|i| s[i] > 0.0)))
-        .collect();
+    let hot = |c: &loops::Cycle| c.blocks.iter().any(|&b| (g.blocks[b].first..g.blocks[b].end).any(|i| s[i] > 0.0));
+    let hot_loops: Vec<loops::Cycle> = loops::simple_cycles(&g, 2).into_iter().filter(hot).collect();
+    let branching: Vec<loops::Cycle> =
+        if opt.branching_loops { loops::branching_loops(&g).into_iter().filter(hot).collect() } else { Vec::new() };
     let m = min_cycles(&g, &wanted, model)?;
-    let est = estimate::estimate_with(&g, &classes, &s, &m, &hot_loops, combine);
+    let est = estimate::estimate_with(&g, &classes, &s, &m, &hot_loops, &branching, opt);
     let instructions: Vec<InsnReport> = (0..g.insns.len()).map(|i| insn_report(&g, i, &s, &m, &est, period_cycles)).collect();
     let blocks = (0..g.blocks.len())
         .map(|b| {

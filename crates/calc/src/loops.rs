@@ -24,21 +24,36 @@ pub struct Cycle {
 /// inside the loop, so the body has no branch and no inner loop. Each
 /// cycle starts at its header.
 pub fn simple_cycles(g: &Cfg, min_blocks: usize) -> Vec<Cycle> {
-    let all: Vec<bool> = g.blocks.iter().map(|b| b.reachable).collect();
-    let mut out = Vec::new();
-    for set in cyclic_components(g, &all) {
-        nest(g, set, min_blocks.max(1), &mut out);
-    }
-    out
+    innermost(g, min_blocks).0
 }
 
-/// Looks for simple cycles in the loop `set` (a strongly connected set).
-fn nest(g: &Cfg, set: Vec<usize>, min_blocks: usize, out: &mut Vec<Cycle>) {
+/// The innermost loops of `g` whose body branches (an if/else, a
+/// `switch` dispatch): loops of the same nest decomposition as
+/// [`simple_cycles`] in which some block has two successors inside the
+/// loop, and no inner loop remains once the header is removed. Each
+/// starts at its header; the other blocks follow in address order.
+pub fn branching_loops(g: &Cfg) -> Vec<Cycle> {
+    innermost(g, 1).1
+}
+
+/// (simple cycles of at least `min_blocks` blocks, branching innermost loops).
+fn innermost(g: &Cfg, min_blocks: usize) -> (Vec<Cycle>, Vec<Cycle>) {
+    let all: Vec<bool> = g.blocks.iter().map(|b| b.reachable).collect();
+    let (mut simple, mut branching) = (Vec::new(), Vec::new());
+    for set in cyclic_components(g, &all) {
+        nest(g, set, min_blocks.max(1), &mut simple, &mut branching);
+    }
+    (simple, branching)
+}
+
+/// Looks for innermost loops in the loop `set` (a strongly connected set).
+fn nest(g: &Cfg, set: Vec<usize>, min_blocks: usize, simple: &mut Vec<Cycle>, branching: &mut Vec<Cycle>) {
     let mut inside = vec![false; g.blocks.len()];
     for &b in &set {
         inside[b] = true;
     }
-    let entered_from_outside = |b: usize| g.blocks[b].preds.iter().any(|&e| !inside[g.edges[e].from]);
+    // Unreachable code (alignment padding falling through into the loop) does not enter it.
+    let entered_from_outside = |b: usize| g.blocks[b].preds.iter().map(|&e| g.edges[e].from).any(|p| !inside[p] && g.blocks[p].reachable);
     let header = set.iter().copied().find(|&b| entered_from_outside(b)).unwrap_or(set[0]);
     let next: Vec<Vec<usize>> = set
         .iter()
@@ -59,13 +74,18 @@ fn nest(g: &Cfg, set: Vec<usize>, min_blocks: usize, out: &mut Vec<Cycle>) {
             b = at(b);
         }
         if order.len() == set.len() && set.len() >= min_blocks {
-            out.push(Cycle { blocks: order });
+            simple.push(Cycle { blocks: order });
         }
         return;
     }
     inside[header] = false;
-    for inner in cyclic_components(g, &inside) {
-        nest(g, inner, min_blocks, out);
+    let inner = cyclic_components(g, &inside);
+    if inner.is_empty() {
+        let blocks = std::iter::once(header).chain(set.iter().copied().filter(|&b| b != header)).collect();
+        branching.push(Cycle { blocks });
+    }
+    for inner in inner {
+        nest(g, inner, min_blocks, simple, branching);
     }
 }
 
@@ -191,5 +211,37 @@ mod tests {
         let g = build(decode(0, &bytes), &NoMemory);
         assert_eq!(simple_cycles(&g, 1), vec![Cycle { blocks: vec![0] }]);
         assert!(simple_cycles(&g, 2).is_empty());
+    }
+
+    #[test]
+    fn loop_with_an_if_inside_is_a_branching_loop_from_its_header() {
+        // Checks that the if-in-a-loop body above is one branching loop: header 0, then the arm 4 and the latch 6.
+        // 0: test %edi,%edi ; je 6 | 4: inc %eax | 6: dec %edi ; jne 0 | a: ret
+        let bytes = [0x85, 0xff, 0x74, 0x02, 0xff, 0xc0, 0xff, 0xcf, 0x75, 0xf6, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let loops = branching_loops(&g);
+        let starts: Vec<Vec<u64>> = loops.iter().map(|c| c.blocks.iter().map(|&b| g.start(b)).collect()).collect();
+        assert_eq!(starts, vec![vec![0, 4, 6]], "{g:?}");
+    }
+
+    #[test]
+    fn outer_loop_around_a_simple_inner_loop_is_not_branching_innermost() {
+        // Checks that a nest whose inner loop is simple yields no branching loop (the outer one is not innermost).
+        // 0: jmp 4 | 2: dec %eax | 4: cmp %ecx,%eax ; jg 2 | 8: dec %edi ; jne 0 | c: ret
+        let bytes = [0xeb, 0x02, 0xff, 0xc8, 0x39, 0xc8, 0x7f, 0xfa, 0xff, 0xcf, 0x75, 0xf2, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        assert!(branching_loops(&g).is_empty(), "{g:?}");
+    }
+
+    #[test]
+    fn padding_that_falls_into_a_loop_does_not_make_its_header() {
+        // Checks that the header is the block entered by reachable code (gcc's rotated loops put an
+        // unreachable nop before the body): the cycle starts at the jump's target 5, not at 3.
+        // 0: jmp 5 | 2: nop (unreachable) | 3: inc %eax | 5: dec %edi ; jne 3 | 9: ret
+        let bytes = [0xeb, 0x03, 0x90, 0xff, 0xc0, 0xff, 0xcf, 0x75, 0xfa, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let cycles = simple_cycles(&g, 2);
+        let starts: Vec<Vec<u64>> = cycles.iter().map(|c| c.blocks.iter().map(|&b| g.start(b)).collect()).collect();
+        assert_eq!(starts, vec![vec![5, 3]], "{g:?}");
     }
 }

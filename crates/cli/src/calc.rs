@@ -6,7 +6,7 @@ use crate::machine::{measure_ghz, LlvmMca};
 use crate::procedure::{find_procedure, load, symbolizer, Filter, Selected};
 use anyhow::{anyhow, bail, Result};
 use loupe_calc::culprit::Cause;
-use loupe_calc::estimate::Combine;
+use loupe_calc::estimate::{Combine, Options};
 use loupe_calc::hwbound::{self, Bound, EventSamples, HwEvents, Penalties};
 use loupe_calc::mca::MachineModel;
 use loupe_calc::{analyze_with, Calc};
@@ -62,8 +62,8 @@ pub fn run(a: CalcArgs) -> Result<u8> {
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
     let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
     let combine = if a.solver == "global" { Combine::Global } else { Combine::Local };
-    let mut calc =
-        analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), combine).map_err(|e| anyhow!("{e}"))?;
+    let opt = Options { combine, branching_loops: a.branching_loops == "on", retire_window: a.retire_window as usize };
+    let mut calc = analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), opt).map_err(|e| anyhow!("{e}"))?;
     // Software events (clocks, faults, switches) are not hardware evidence; names perf does not know here (raw PMU events) may be.
     let hw: Vec<&str> = sel
         .samples

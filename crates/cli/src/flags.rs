@@ -492,6 +492,14 @@ pub struct CalcArgs {
     /// `global`, a non-negative weighted least-squares fit of all classes.
     #[arg(long, value_name = "HOW", default_value = "local", value_parser = ["local", "global"])]
     pub solver: String,
+    /// Innermost loops whose body branches: `on` keeps the blocks' relative frequencies from their local
+    /// estimates and sets the level so that the loop's samples equal its estimated cycles; `off` leaves them
+    /// to the per-class estimates.
+    #[arg(long, value_name = "ON|OFF", default_value = "off", value_parser = ["on", "off"])]
+    pub branching_loops: String,
+    /// Consecutive instructions of a block taken as one issue point (1: each instruction alone, DCPI's rule).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub retire_window: u32,
     /// Latency of a fill from main memory in ns, the most a cache or TLB miss event is charged when hardware
     /// event samples bound the culprits (default: 100 ns, a published typical figure; raise it for remote NUMA memory).
     #[arg(long, value_name = "NS", default_value_t = loupe_calc::hwbound::MEMORY_NS)]
