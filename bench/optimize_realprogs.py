@@ -18,6 +18,9 @@ a PIE build):
   loupe-Nk-noskid     the largest density's profile without the skid correction (--no-skid)
   instr               base-default + llvm-bolt, profile = `llvm-bolt -instrument`
                       runs of the same training inputs, merged with merge-fdata
+  P@aN                with --bolt-layouts P: profile P's BOLT run again with hot functions
+                      aligned at N = 16, 32, 128, 256 bytes (BOLT's default 64 is P itself):
+                      five layouts of the same optimization, reported as one median
 
 Each round runs every binary once on the test input, order rotated per
 round; the figure is the child's user+system CPU time (wait4 rusage).
@@ -28,6 +31,8 @@ and reports only that (no timing: usable on a loaded machine).
 Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--densities 2000,10000,30000] [--workdir DIR] [PROGRAM...]
        bench/optimize_realprogs.py --prepare-only --workdir DIR PROGRAM   (then, on a quiet machine:)
        bench/optimize_realprogs.py --measure-only --rounds 30 --workdir DIR PROGRAM
+       bench/optimize_realprogs.py --measure-only --bolt-layouts loupe-30k,instr \
+           --binaries base-default,base-a1,base-a8,base-a32,base-a64,loupe-30k,instr --rounds 20 --workdir DIR PROGRAM
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
@@ -66,8 +71,8 @@ def build(prog, out, align):
     return os.path.join(out, prog)
 
 
-def bolt(base, fdata, out):
-    log = sh([BOLT, base, "-o", out, f"-data={fdata}"] + BOLT_OPTS)
+def bolt(base, fdata, out, extra=()):
+    log = sh([BOLT, base, "-o", out, f"-data={fdata}"] + BOLT_OPTS + list(extra))
     keep = ("have non-empty execution profile", "objects was ignored", "splitting separates")
     return "; ".join(l.strip().replace("BOLT-INFO: ", "") for l in (log.stdout + log.stderr).splitlines() if any(k in l for k in keep))
 
@@ -157,6 +162,24 @@ def prepare(prog, d):
     return bins, info, matched
 
 
+# BOLT's own layout varied without changing what the profile decides: hot functions aligned at these
+# boundaries instead of BOLT's default 64 (with as much padding as that takes). Each optimized binary is one
+# draw of layout luck, like each baseline layout; five draws per profile let its median be compared with the
+# baselines' median instead of one lucky or unlucky binary.
+BOLT_ALIGNS = [16, 32, 128, 256]
+
+
+def bolt_layouts(d, bins, matched, profiles):
+    base = bins["base-default"]
+    for p in profiles:
+        fdata = os.path.join(d, f"{p}.fdata")
+        for a in BOLT_ALIGNS:
+            name, out = f"{p}@a{a}", os.path.join(d, f"{p}-a{a}-bolt")
+            if name not in bins or not os.path.exists(out):
+                matched[name] = bolt(base, fdata, out, [f"-align-functions={a}", f"-align-functions-max-bytes={a}"])
+                bins[name] = out
+
+
 def measure(prog, bins, rounds):
     test = PROGRAMS[prog]["test"]
     names = list(bins)
@@ -191,16 +214,33 @@ def report(prog, times, info, matched):
     for n, v in times.items():
         print(f"{n:<17} {med[n]:8.3f} {min(v):8.3f} {max(v):8.3f} {100 * (med[n] / bm - 1):+18.1f}%")
     print(f"baseline layouts: median of medians {bm:.3f} s, spread {min(base_meds):.3f}-{max(base_meds):.3f} s ({spread:.1f}%)")
-    opt = list(info) + ["instr"]
+    opt = [n for n in list(info) + ["instr"] if n in med]
     gain = {n: 100 * (1 - med[n] / bm) for n in opt}
     vs_default = {n: 100 * (1 - med[n] / med["base-default"]) for n in opt}
     for n in opt:
         below = sum(1 for b in base_meds if med[n] < b)
         print(f"{n}: {gain[n]:+.1f}% vs baseline median, {vs_default[n]:+.1f}% vs base-default; faster than {below} of {len(base_meds)} layouts")
-    if gain["instr"] > 0:
-        for n in info:
-            print(f"{prog}: {n} reaches {100 * gain[n] / gain['instr']:.0f}% of the instrumented profile's gain")
-    return {"median": med, "baseline_median": bm, "spread_pct": spread, "gain_pct": gain, "gain_vs_default_pct": vs_default, "loupe": info}
+    if "instr" in gain and gain["instr"] > 0:
+        for n in opt:
+            if n != "instr":
+                print(f"{prog}: {n} reaches {100 * gain[n] / gain['instr']:.0f}% of the instrumented profile's gain")
+    # Profiles BOLTed at several layouts: the median over their layouts against the baselines' median.
+    groups = {n: [n] + [m for m in med if m.startswith(n + "@")] for n in opt}
+    groups = {n: g for n, g in groups.items() if len(g) > 1}
+    layout_gain = {}
+    for n, g in groups.items():
+        ms = [med[m] for m in g]
+        gm = statistics.median(ms)
+        layout_gain[n] = 100 * (1 - gm / bm)
+        below = sum(1 for b in base_meds if gm < b)
+        print(f"{n} over {len(g)} BOLT layouts: median of medians {gm:.3f} s ({min(ms):.3f}-{max(ms):.3f}, "
+              f"{100 * (max(ms) / min(ms) - 1):.1f}%), {layout_gain[n]:+.1f}% vs baseline median; faster than {below} of {len(base_meds)} layouts")
+    if layout_gain.get("instr", 0) > 0:
+        for n in layout_gain:
+            if n != "instr":
+                print(f"{prog}: {n} over its layouts reaches {100 * layout_gain[n] / layout_gain['instr']:.0f}% of the instrumented profile's gain over its layouts")
+    return {"median": med, "baseline_median": bm, "spread_pct": spread, "gain_pct": gain, "gain_vs_default_pct": vs_default,
+            "layout_gain_pct": layout_gain, "loupe": info}
 
 
 def main():
@@ -212,6 +252,9 @@ def main():
     ap.add_argument("--workdir", help="reuse this directory (its builds are kept when their flags match)")
     ap.add_argument("--prepare-only", action="store_true", help="build, train and BOLT, save the list in WORKDIR/prepared.json, do not time")
     ap.add_argument("--measure-only", action="store_true", help="time the binaries listed in WORKDIR/prepared.json (from --prepare-only)")
+    ap.add_argument("--bolt-layouts", default="", help="profiles (e.g. loupe-30k,instr) also BOLTed with functions aligned at "
+                    + ", ".join(map(str, BOLT_ALIGNS)) + " bytes (BOLT's default: 64), reported as one median over the layouts")
+    ap.add_argument("--binaries", default="", help="time only these (comma-separated names; NAME also selects NAME@aN)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
     TRAIN_REPEAT = a.repeat
@@ -231,6 +274,13 @@ def main():
             bins, info, matched = prepare(prog, d)
             with open(saved, "w") as f:
                 json.dump([bins, info, matched], f)
+        if a.bolt_layouts:
+            bolt_layouts(d, bins, matched, a.bolt_layouts.split(","))
+            with open(saved, "w") as f:
+                json.dump([bins, info, matched], f)
+        if a.binaries:
+            keep = set(a.binaries.split(","))
+            bins = {n: b for n, b in bins.items() if n in keep or n.split("@")[0] in keep}
         if a.prepare_only:
             print(f"## {prog}: prepared in {d}: " + json.dumps(info))
             continue
