@@ -329,17 +329,26 @@ impl Translator {
     /// jump BOLT inserted (or a branch it resized) before `addr` gives None
     /// instead of a guess.
     pub fn branch_end_to_original(&self, addr: u64) -> Option<u64> {
+        match self.entry_before(addr)? {
+            Entry::Unmoved(o) => Some(o),
+            Entry::At { base, orig } => (base == addr || self.decodes_alike(base, addr, orig)).then_some(orig + (addr - base)),
+        }
+    }
+
+    /// Where optimized `addr` stands: in a function BOLT left in place (its
+    /// original address), or after the table entry at `base` (which maps to
+    /// `orig`).
+    fn entry_before(&self, addr: u64) -> Option<Entry> {
         let i = self.optimized.partition_point(|f| f.1 <= addr).checked_sub(1)?;
         let (_, fstart, size) = &self.optimized[i];
         if addr >= fstart + size {
             return None;
         }
-        let Some(f) = self.bat.fragments.get(fstart) else { return self.to_original(addr) };
+        let Some(f) = self.bat.fragments.get(fstart) else { return self.to_original(addr).map(Entry::Unmoved) };
         let off = addr - fstart;
         let k = f.entries.partition_point(|e| u64::from(e.0) <= off).checked_sub(1)?;
         let base = fstart + u64::from(f.entries[k].0);
-        let orig = self.to_original(base)?;
-        (base == addr || self.decodes_alike(base, addr, orig)).then_some(orig + (addr - base))
+        Some(Entry::At { base, orig: self.to_original(base)? })
     }
 
     /// The original's address of a PC sample at optimized `addr`: exact
@@ -350,17 +359,10 @@ impl Translator {
     /// Never an address inside an original instruction, as the entry's
     /// offset alone would give on such code.
     pub fn sample_to_original(&self, addr: u64) -> Option<u64> {
-        let i = self.optimized.partition_point(|f| f.1 <= addr).checked_sub(1)?;
-        let (_, fstart, size) = &self.optimized[i];
-        if addr >= fstart + size {
-            return None;
+        match self.entry_before(addr)? {
+            Entry::Unmoved(o) => Some(o),
+            Entry::At { base, orig } => Some(self.last_alike(base, addr, orig)),
         }
-        let Some(f) = self.bat.fragments.get(fstart) else { return self.to_original(addr) };
-        let off = addr - fstart;
-        let k = f.entries.partition_point(|e| u64::from(e.0) <= off).checked_sub(1)?;
-        let base = fstart + u64::from(f.entries[k].0);
-        let orig = self.to_original(base)?;
-        Some(self.last_alike(base, addr, orig))
     }
 
     /// The original's address of the last instruction, at or before
@@ -400,6 +402,12 @@ impl Translator {
         }
         false
     }
+}
+
+/// See [`Translator::entry_before`].
+enum Entry {
+    Unmoved(u64),
+    At { base: u64, orig: u64 },
 }
 
 fn unique_by_name(funcs: &[Func]) -> HashMap<&str, u64> {
