@@ -127,14 +127,15 @@ pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]
     }
     let mut direct: Vec<Option<Freq>> = members.iter().map(|bs| estimate_class(g, bs, s, m, opt.retire_window)).collect();
     let per_class = direct.clone();
+    let x = LoopInputs { g, c, members: &members, s, m, per_class: &per_class };
     for l in loops {
-        loop_estimate(g, c, &members, s, m, l, &per_class, &mut direct);
+        loop_estimate(&x, l, &mut direct);
     }
     let mut class_f = combine_locally(g, c, &direct);
     if opt.branching_loops && !branching.is_empty() {
         let local = class_f.clone();
         for l in branching {
-            branching_loop_estimate(g, c, &members, s, m, l, &per_class, &local, &mut direct);
+            branching_loop_estimate(&x, l, &local, &mut direct);
         }
         class_f = combine_locally(g, c, &direct);
     }
@@ -163,6 +164,26 @@ fn combine_locally(g: &Cfg, c: &Classes, direct: &[Option<Freq>]) -> Vec<Option<
     class_f
 }
 
+/// What the loop estimates read: the graph, its classes and each class's
+/// blocks, samples S and best-case cycles M per instruction, and the
+/// per-class estimates made before any loop was looked at.
+#[derive(Clone, Copy)]
+struct LoopInputs<'a> {
+    g: &'a Cfg,
+    c: &'a Classes,
+    members: &'a [Vec<usize>],
+    s: &'a [f64],
+    m: &'a [f64],
+    per_class: &'a [Option<Freq>],
+}
+
+impl LoopInputs<'_> {
+    /// A block's (ΣS, ΣM).
+    fn block_sm(&self, b: usize) -> (f64, f64) {
+        (self.g.blocks[b].first..self.g.blocks[b].end).fold((0.0, 0.0), |(x, y), i| (x + self.s[i], y + self.m[i]))
+    }
+}
+
 /// An innermost loop whose body branches: the local estimates `local`
 /// give the path shape (block b runs r_b = est_b / est_header times per
 /// iteration), and the loop's samples fix the level, the header's
@@ -171,25 +192,14 @@ fn combine_locally(g: &Cfg, c: &Classes, direct: &[Option<Freq>]) -> Vec<Option<
 /// wherever skid moved them between its blocks. Every class wholly inside
 /// the loop gets H r_b. Same plausibility rules and label as
 /// [`loop_estimate`].
-#[allow(clippy::too_many_arguments)]
-fn branching_loop_estimate(
-    g: &Cfg,
-    c: &Classes,
-    members: &[Vec<usize>],
-    s: &[f64],
-    m: &[f64],
-    l: &Cycle,
-    per_class: &[Option<Freq>],
-    local: &[Option<Freq>],
-    direct: &mut [Option<Freq>],
-) {
+fn branching_loop_estimate(x: &LoopInputs, l: &Cycle, local: &[Option<Freq>], direct: &mut [Option<Freq>]) {
+    let LoopInputs { g, c, members, per_class, .. } = *x;
     let est = |b: usize| c.block[b].and_then(|k| local[k]).map(|x| x.f);
     let Some(head) = est(l.blocks[0]).filter(|&h| h > 0.0) else { return };
     // A block no estimate reaches (no samples, no flow constraint) counts as not run.
     let r: Vec<f64> = l.blocks.iter().map(|&b| est(b).map_or(0.0, |e| e / head)).collect();
-    let block_sm = |b: usize| (g.blocks[b].first..g.blocks[b].end).fold((0.0, 0.0), |(x, y), i| (x + s[i], y + m[i]));
     let (samples, weighted) = l.blocks.iter().zip(&r).fold((0.0, 0.0), |(a, w), (&b, &rb)| {
-        let (bs, bm) = block_sm(b);
+        let (bs, bm) = x.block_sm(b);
         (a + bs, w + bm * rb)
     });
     if samples < FEW_SAMPLES || weighted <= 0.0 {
@@ -228,17 +238,8 @@ fn entries_of(g: &Cfg, c: &Classes, l: &Cycle, per_class: &[Option<Freq>]) -> f6
 /// frequency by the loop's entries and exits: the estimate is only trusted
 /// when the entries (the per-class estimates of the blocks outside that
 /// branch into it, `per_class`) are few beside the iterations.
-#[allow(clippy::too_many_arguments)]
-fn loop_estimate(
-    g: &Cfg,
-    c: &Classes,
-    members: &[Vec<usize>],
-    s: &[f64],
-    m: &[f64],
-    l: &Cycle,
-    per_class: &[Option<Freq>],
-    direct: &mut [Option<Freq>],
-) {
+fn loop_estimate(x: &LoopInputs, l: &Cycle, direct: &mut [Option<Freq>]) {
+    let LoopInputs { g, c, members, s, m, per_class } = *x;
     let insns = || l.blocks.iter().flat_map(|&b| g.blocks[b].first..g.blocks[b].end);
     let (samples, cycles): (f64, f64) = insns().fold((0.0, 0.0), |(a, b), i| (a + s[i], b + m[i]));
     if samples < FEW_SAMPLES || cycles <= 0.0 {
@@ -253,8 +254,7 @@ fn loop_estimate(
     // varint loop: 9,822 samples on the first block's exit, none on the
     // back edge's block, +12,000%). Skid moves samples between blocks by a
     // factor of 2-4 (isort), not 10.
-    let block_sm = |b: usize| (g.blocks[b].first..g.blocks[b].end).fold((0.0, 0.0), |(x, y), i| (x + s[i], y + m[i]));
-    let goes_round = l.blocks.iter().map(|&b| block_sm(b)).all(|(bs, bm)| bs > 0.0 && (bm < 0.5 || bs >= 0.1 * f * bm));
+    let goes_round = l.blocks.iter().map(|&b| x.block_sm(b)).all(|(bs, bm)| bs > 0.0 && (bm < 0.5 || bs >= 0.1 * f * bm));
     let regular = regular_loads(g, l);
     let plausible = regular && goes_round && entries <= MAX_ENTRIES * f && samples >= 100.0;
     // Low even when plausible: on the quiet machine (2026-11-22 23:40) insertion sort's plausible loop

@@ -11,6 +11,7 @@ use loupe_model::{BuildId, EventName, ImageId, ImageOffset};
 use loupe_symbolize::{Symbolizer, SymbolizerOptions};
 use std::collections::BTreeSet;
 use std::process::Command;
+use util::optimize::*;
 use util::*;
 
 const BOLT: &str = "/usr/lib/llvm-19/bin/llvm-bolt";
@@ -239,26 +240,11 @@ fn calls_in(code: &loupe_symbolize::Code, caller: &loupe_symbolize::ProcedureRan
 /// Installs a BOLT output (with its address table) of the `layout` copy at `bin` as Loupe would: original kept
 /// at `bin`.loupe-orig, the decision log recording Loupe made it. Returns (original's, optimized's build-id).
 fn install_bolted_layout(dir: &std::path::Path, db: &std::path::Path, bin: &std::path::Path) -> (String, String) {
-    use loupe_optimize::{manage, tool};
     let cand = dir.join("layout.loupe-bolt");
-    let fdata = dir.join("p.fdata");
-    std::fs::write(&fdata, "no_lbr loupe-block-counts\n1 run 0 1000\n1 mix 0 500\n1 step 0 500\n1 main 0 10\n").unwrap();
-    tool::run_bolt(&tool::find_bolt(None).unwrap(), bin, &fdata, &cand).unwrap();
-    let hex = |p: &std::path::Path| BuildId(loupe_optimize::identity::read_build_id(p).unwrap()).to_hex();
-    let (orig, opt) = (hex(bin), hex(&cand));
-    manage::install(bin, &cand).unwrap();
-    let d = manage::Decision {
-        unix_time: 0,
-        image: bin.display().to_string(),
-        build_id: orig.clone(),
-        candidate_build_id: Some(opt.clone()),
-        replaces: None,
-        action: "installed".into(),
-        reason: "test".into(),
-        measurement: None,
-    };
-    std::fs::create_dir_all(db.join("optimize")).unwrap();
-    std::fs::write(db.join("optimize/decisions.jsonl"), serde_json::to_string(&d).unwrap() + "\n").unwrap();
+    bolt_layout(dir, bin, &cand);
+    let (orig, opt) = (build_id_hex(bin), build_id_hex(&cand));
+    loupe_optimize::manage::install(bin, &cand).unwrap();
+    log_decision(db, bin, "installed", &orig, &opt);
     (orig, opt)
 }
 

@@ -7,6 +7,7 @@
 mod util;
 use std::path::Path;
 use std::process::Command;
+use util::optimize::*;
 use util::*;
 
 const BOLT: &str = "/usr/lib/llvm-19/bin/llvm-bolt";
@@ -182,28 +183,9 @@ fn daemon_optimizes_installs_and_rolls_back_by_itself() {
         ]
     });
     std::fs::write(&cfg, conf.to_string()).unwrap();
-    let daemon = loupe()
-        // Flat profiles are all the manager reads: without stacks the samples are aggregated in the kernel, and a
-        // loaded machine does not lose them (with stacks, 31,550 records were lost in one loaded run).
-        .args(["daemon", "--no-stacks", "--flush-every", "1", "--max-overhead", "off", "--db"])
-        .arg(&db)
-        .arg("--optimize")
-        .arg(&cfg)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Killed (with its manager) if the test fails before stopping it.
-    struct Stop(Option<std::process::Child>);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            if let Some(c) = self.0.as_mut() {
-                // SAFETY: SIGTERM to our own child; the daemon then stops its manager.
-                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-                let _ = c.wait();
-            }
-        }
-    }
-    let mut daemon = Stop(Some(daemon));
+    // Flat profiles are all the manager reads: without stacks the samples are aggregated in the kernel, and a
+    // loaded machine does not lose them (with stacks, 31,550 records were lost in one loaded run).
+    let daemon = OptimizeDaemon::spawn(&db, &cfg, &[]);
     // Run both programs until the manager has installed `good`, rolled back `slow` and discarded its candidate.
     let done = || {
         decision(&db, &good, "installed").is_some()
@@ -223,11 +205,7 @@ fn daemon_optimizes_installs_and_rolls_back_by_itself() {
         checksum(&good, "3000");
     }
     run_ok(loupe().args(["flush", "--db"]).arg(&db));
-    let d = daemon.0.take().unwrap();
-    // SAFETY: SIGTERM to our own child.
-    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
-    let out = d.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    let log = daemon.stop();
     assert!(done(), "the manager did not finish in time:\n{log}");
 
     let inst = decision(&db, &good, "installed").unwrap();
@@ -261,34 +239,19 @@ fn optimized_binarys_samples_feed_the_originals_profile() {
     if !require_root() {
         return;
     }
-    use loupe_optimize::{bolt_names, identity, manage, tool};
+    use loupe_optimize::bolt_names;
     let dir = tempfile::tempdir().unwrap();
     let (db, bin, cand) = (dir.path().join("db"), dir.path().join("layout"), dir.path().join("layout.loupe-bolt"));
     std::fs::copy(workloads().join("layout"), &bin).unwrap();
-    // The interpreter and its helpers are hot, as `optimize export` writes them for this workload.
-    let fdata = dir.path().join("p.fdata");
-    std::fs::write(&fdata, "no_lbr loupe-block-counts\n1 run 0 1000\n1 mix 0 500\n1 step 0 500\n1 main 0 10\n").unwrap();
-    tool::run_bolt(&tool::find_bolt(None).unwrap(), &bin, &fdata, &cand).unwrap();
-    let hex = |p: &Path| identity::read_build_id(p).unwrap().iter().map(|b| format!("{b:02x}")).collect::<String>();
+    bolt_layout(dir.path(), &bin, &cand);
     run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(&cand).arg("8000"));
 
     let out = loupe().args(["optimize", "export", "--format", "json", "--db"]).arg(&db).arg(&bin).output().unwrap();
     assert!(!out.status.success(), "samples of a binary Loupe has no record of making were used");
 
-    let d = manage::Decision {
-        unix_time: 0,
-        image: bin.display().to_string(),
-        build_id: hex(&bin),
-        candidate_build_id: Some(hex(&cand)),
-        replaces: None,
-        action: "accepted".into(),
-        reason: "test".into(),
-        measurement: None,
-    };
-    std::fs::create_dir_all(db.join("optimize")).unwrap();
-    std::fs::write(db.join("optimize/decisions.jsonl"), serde_json::to_string(&d).unwrap() + "\n").unwrap();
+    log_decision(&db, &bin, "accepted", &build_id_hex(&bin), &build_id_hex(&cand));
     let json = json(&run_ok(loupe().args(["optimize", "export", "--format", "json", "--db"]).arg(&db).arg(&bin)));
-    assert_eq!(json["build_id"], hex(&bin));
+    assert_eq!(json["build_id"], build_id_hex(&bin));
     let orig: std::collections::HashMap<String, u64> =
         bolt_names::read_symbols(&bin).unwrap().into_iter().map(|s| (s.name, s.address)).collect();
     let opt: std::collections::HashMap<String, u64> =
@@ -312,10 +275,6 @@ const MODE_B: [&str; 3] = ["run_b", "fold_b", "twist_b"];
 /// Function name -> address in an ELF file's symbol table.
 fn symbols(bin: &Path) -> std::collections::HashMap<String, u64> {
     loupe_optimize::bolt_names::read_symbols(bin).unwrap().into_iter().map(|s| (s.name, s.address)).collect()
-}
-
-fn build_id_hex(bin: &Path) -> String {
-    loupe_optimize::identity::read_build_id(bin).unwrap().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[test]
@@ -349,18 +308,7 @@ fn installed_builds_samples_feed_the_saved_originals_profile() {
     manage::install(&bin, &cand).unwrap();
     let saved = manage::saved_original(&bin);
     assert_eq!((build_id_hex(&saved), build_id_hex(&bin)), (orig_bid.clone(), cand_bid.clone()));
-    let d = manage::Decision {
-        unix_time: 0,
-        image: bin.display().to_string(),
-        build_id: orig_bid.clone(),
-        candidate_build_id: Some(cand_bid.clone()),
-        replaces: None,
-        action: "installed".into(),
-        reason: "test".into(),
-        measurement: None,
-    };
-    std::fs::create_dir_all(db.join("optimize")).unwrap();
-    std::fs::write(db.join("optimize/decisions.jsonl"), serde_json::to_string(&d).unwrap() + "\n").unwrap();
+    log_decision(&db, &bin, "installed", &orig_bid, &cand_bid);
     run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(&bin).args(["6000", "1"]));
 
     let out = run_ok(loupe().args(["optimize", "export", "--format", "json", "--db"]).arg(&db).arg(&saved));
@@ -486,25 +434,7 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
         "programs": [{"path": bin, "check": "{} 300 0 && {} 300 1", "bench": "{} 2500 0", "rounds": 12}]
     });
     std::fs::write(&cfg, conf.to_string()).unwrap();
-    let daemon = loupe()
-        .args(["daemon", "--no-stacks", "--freq", "4000", "--flush-every", "1", "--max-overhead", "off", "--db"])
-        .arg(&db)
-        .arg("--optimize")
-        .arg(&cfg)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    struct Stop(Option<std::process::Child>);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            if let Some(c) = self.0.as_mut() {
-                // SAFETY: SIGTERM to our own child; the daemon then stops its manager.
-                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-                let _ = c.wait();
-            }
-        }
-    }
-    let mut daemon = Stop(Some(daemon));
+    let daemon = OptimizeDaemon::spawn(&db, &cfg, &["--freq", "4000"]);
     let installed = || decisions(&db, &bin).into_iter().filter(|d| d["action"] == "installed").collect::<Vec<_>>();
     let deadline = 100;
     // Phase 1: mode 0 only, until the first optimized version is installed.
@@ -523,10 +453,7 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     at_path.insert(build_id_hex(&bin));
-    let d = daemon.0.take().unwrap();
-    // SAFETY: SIGTERM to our own child.
-    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
-    let log = String::from_utf8_lossy(&d.wait_with_output().unwrap().stderr).to_string();
+    let log = daemon.stop();
     let all = decisions(&db, &bin);
     let summary: Vec<String> = all.iter().map(|d| format!("  {} {}: {}", d["action"], d["candidate_build_id"], d["reason"])).collect();
     let summary = summary.join("\n");
@@ -588,18 +515,7 @@ fn unmappable_installed_version_falls_back_to_reprofiling() {
     manage::install(&bin, &cand).unwrap();
     // Usage now: mode 1 only, on the installed file.
     run_ok(loupe().args(["record", "--freq", "4000", "--db"]).arg(&db).arg("--").arg(&bin).args(["4000", "1"]));
-    let d = manage::Decision {
-        unix_time: 0,
-        image: bin.display().to_string(),
-        build_id: orig_bid.clone(),
-        candidate_build_id: Some(cand_bid.clone()),
-        replaces: None,
-        action: "installed".into(),
-        reason: "test".into(),
-        measurement: None,
-    };
-    std::fs::create_dir_all(db.join("optimize")).unwrap();
-    std::fs::write(db.join("optimize/decisions.jsonl"), serde_json::to_string(&d).unwrap() + "\n").unwrap();
+    log_decision(&db, &bin, "installed", &orig_bid, &cand_bid);
     // The manager's memory of it: verified just now, built from a mode-0 profile.
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     let state = serde_json::json!({ bin.display().to_string(): {

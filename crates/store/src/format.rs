@@ -76,6 +76,12 @@ pub(crate) fn kind_from(c: u8) -> Option<ImageKind> {
     })
 }
 
+/// An event name as it stands in file names: anything but ASCII letters,
+/// digits and `-` becomes `_`.
+pub(crate) fn event_key(event: &EventName) -> String {
+    event.0.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
 /// A new file: magic, version and kind.
 pub(crate) fn begin_file(kind: u16, capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(capacity);
@@ -173,6 +179,13 @@ impl<'a> Reader<'a> {
         }
         Ok(n as usize)
     }
+    /// Checks the body was read to its end: bytes left over mean a damaged or foreign file.
+    pub(crate) fn finish(&self) -> Result<(), FormatError> {
+        if self.at != self.b.len() {
+            return Err(FormatError::Invalid(self.at, "trailing bytes"));
+        }
+        Ok(())
+    }
     pub(crate) fn string(&mut self) -> Result<String, FormatError> {
         let n = self.len()?;
         let at = self.at;
@@ -243,14 +256,12 @@ fn decode_body(r: &mut Reader) -> Result<Profile, FormatError> {
         let n = r.varint()?;
         p.entries.insert((pi as u32, ImageOffset(off)), n);
     }
-    if r.at != r.b.len() {
-        return Err(FormatError::Invalid(r.at, "trailing bytes"));
-    }
+    r.finish()?;
     Ok(p)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn sample() -> Profile {
@@ -273,13 +284,23 @@ mod tests {
         assert_eq!(decode(&encode(&empty)).unwrap(), empty);
     }
 
+    /// Asserts every truncation of `good` and every flip of `mask` at each byte is an error, never a panic.
+    pub(crate) fn assert_damage_detected<T: std::fmt::Debug>(good: &[u8], mask: u8, decode: fn(&[u8]) -> Result<T, FormatError>) {
+        for n in 0..good.len() {
+            assert!(decode(&good[..n]).is_err(), "truncation to {n} bytes went unnoticed");
+        }
+        for at in 0..good.len() {
+            let mut b = good.to_vec();
+            b[at] ^= mask;
+            assert!(decode(&b).is_err(), "flip at {at} went unnoticed");
+        }
+    }
+
     #[test]
     fn corruption_is_detected_and_never_panics() {
         // Checks truncation, bit flips and random bytes: errors, never panics, never a wrong profile.
         let good = encode(&sample());
-        for n in 0..good.len() {
-            assert!(decode(&good[..n]).is_err());
-        }
+        assert_damage_detected(&good, 0x01, decode);
         let mut rng = 0x1234_5678u64;
         for i in 0..5000 {
             rng ^= rng << 13;

@@ -172,6 +172,16 @@ pub struct MergeReport {
     pub problems: Vec<FileProblem>,
 }
 
+impl MergeReport {
+    /// Replaces `path` with `bytes` atomically and counts the write.
+    fn write(&mut self, path: &Path, bytes: &[u8]) -> Result<(), Error> {
+        write_atomic(path, bytes)?;
+        self.files_written += 1;
+        self.bytes_written += bytes.len() as u64;
+        Ok(())
+    }
+}
+
 pub struct Database {
     root: PathBuf,
 }
@@ -259,6 +269,16 @@ impl Database {
         Lock::take(&self.root.join("lock"))
     }
 
+    /// The lock merges hold, and the epoch's directory, created if new.
+    fn lock_for_merge(&self, epoch: EpochId) -> Result<(Lock, PathBuf), Error> {
+        let lock = self.lock()?;
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            self.start_epoch(epoch)?;
+        }
+        Ok((lock, dir))
+    }
+
     /// The current epoch; creates epoch 1 in a new database.
     pub fn current_epoch(&self) -> Result<EpochId, Error> {
         let path = self.root.join("CURRENT");
@@ -327,18 +347,13 @@ impl Database {
 
     /// File name of an (image, event) profile.
     pub fn file_name(image: &ImageId, event: &EventName) -> String {
-        let ev: String = event.0.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-        format!("{}.{}.prof", image.file_key(), ev)
+        format!("{}.{}.prof", image.file_key(), format::event_key(event))
     }
 
     /// Adds `profiles` into the epoch: each (image, event) file is read,
     /// summed and replaced atomically, then the index is rewritten.
     pub fn merge(&self, epoch: EpochId, profiles: &[Profile]) -> Result<MergeReport, Error> {
-        let _lock = self.lock()?;
-        let dir = self.epoch_dir(epoch);
-        if !dir.is_dir() {
-            self.start_epoch(epoch)?;
-        }
+        let (_lock, dir) = self.lock_for_merge(epoch)?;
         let mut grouped: BTreeMap<String, Profile> = BTreeMap::new();
         let mut refused = Vec::new();
         for p in profiles {
@@ -372,21 +387,12 @@ impl Database {
                     Ok(old)
                 }) {
                     Ok(merged) => p = merged,
-                    Err(reason) => {
-                        let aside = path.with_extension("prof.corrupt");
-                        let _ = fs::rename(&path, &aside);
-                        report
-                            .problems
-                            .push(FileProblem { path: path.clone(), reason: format!("{reason}; moved aside to {}", aside.display()) });
-                    }
+                    Err(reason) => move_aside(&path, reason, &mut report.problems),
                 },
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io(&path, e)),
             }
-            let bytes = format::encode(&p);
-            write_atomic(&path, &bytes)?;
-            report.files_written += 1;
-            report.bytes_written += bytes.len() as u64;
+            report.write(&path, &format::encode(&p))?;
             entries.insert(name.clone(), IndexEntry::of(&name, &p));
         }
         self.write_index(epoch, entries.into_values().collect())?;
@@ -462,101 +468,40 @@ impl Database {
     /// and replaced atomically like the flat profiles; a corrupt one is
     /// moved aside and started anew.
     pub fn merge_stacks(&self, epoch: EpochId, profiles: &[StackProfile]) -> Result<MergeReport, Error> {
-        let _lock = self.lock()?;
-        let dir = self.epoch_dir(epoch);
-        if !dir.is_dir() {
-            self.start_epoch(epoch)?;
-        }
+        let (_lock, dir) = self.lock_for_merge(epoch)?;
         let mut report = MergeReport::default();
         for p in profiles.iter().filter(|p| !p.counts.is_empty()) {
             let path = dir.join(stacks::file_name(&p.event));
-            let mut merged = match fs::read(&path) {
-                Ok(bytes) => match stacks::decode(&bytes) {
-                    Ok(old) => old,
-                    Err(reason) => {
-                        let aside = path.with_extension("stacks.corrupt");
-                        let _ = fs::rename(&path, &aside);
-                        report
-                            .problems
-                            .push(FileProblem { path: path.clone(), reason: format!("{reason}; moved aside to {}", aside.display()) });
-                        StackProfile::new(p.event.clone())
-                    }
-                },
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => StackProfile::new(p.event.clone()),
-                Err(e) => return Err(Error::io(&path, e)),
-            };
+            let mut merged = read_for_merge(&path, stacks::decode, || StackProfile::new(p.event.clone()), &mut report.problems)?;
             merged.merge(p).map_err(|e| Error::new(ErrorKind::Io, &path, e))?;
             report.samples_added += p.total_samples();
-            let bytes = stacks::encode(&merged);
-            write_atomic(&path, &bytes)?;
-            report.files_written += 1;
-            report.bytes_written += bytes.len() as u64;
+            report.write(&path, &stacks::encode(&merged))?;
         }
         Ok(report)
     }
 
     /// The epoch's stack tables, one per event; corrupt files are named and skipped.
     pub fn load_stacks(&self, epoch: EpochId) -> Result<(Vec<StackProfile>, Vec<FileProblem>), Error> {
-        let dir = self.epoch_dir(epoch);
-        if !dir.is_dir() {
-            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
-        }
-        let mut names: Vec<String> = fs::read_dir(&dir)
-            .map_err(|e| Error::io(&dir, e))?
-            .flatten()
-            .filter_map(|d| d.file_name().into_string().ok())
-            .filter(|n| n.starts_with("stacks.") && n.ends_with(".stacks"))
-            .collect();
-        names.sort();
-        let (mut out, mut problems) = (Vec::new(), Vec::new());
-        for name in names {
-            let path = dir.join(&name);
-            match fs::read(&path).map_err(|e| e.to_string()).and_then(|b| stacks::decode(&b).map_err(|e| e.to_string())) {
-                Ok(p) => out.push(p),
-                Err(reason) => problems.push(FileProblem { path, reason }),
-            }
-        }
-        Ok((out, problems))
+        self.load_files(epoch, |n| n.starts_with("stacks.") && n.ends_with(".stacks"), stacks::decode)
     }
 
     /// Adds branch records into the epoch: one file per (image, event),
     /// read, summed and replaced atomically; a corrupt one is moved aside
     /// (named in the report) and started anew.
     pub fn merge_branches(&self, epoch: EpochId, profiles: &[BranchProfile]) -> Result<MergeReport, Error> {
-        let _lock = self.lock()?;
-        let dir = self.epoch_dir(epoch);
-        if !dir.is_dir() {
-            self.start_epoch(epoch)?;
-        }
+        let (_lock, dir) = self.lock_for_merge(epoch)?;
         let mut report = MergeReport::default();
         for p in profiles.iter().filter(|p| !p.records.is_empty()) {
             let path = dir.join(branches::file_name(&p.image, &p.event));
             let fresh = || BranchProfile::new(p.image.clone(), p.event.clone());
-            let mut merged = match fs::read(&path) {
-                Ok(bytes) => match branches::decode(&bytes) {
-                    Ok(old) => old,
-                    Err(reason) => {
-                        let aside = path.with_extension("branches.corrupt");
-                        let _ = fs::rename(&path, &aside);
-                        report
-                            .problems
-                            .push(FileProblem { path: path.clone(), reason: format!("{reason}; moved aside to {}", aside.display()) });
-                        fresh()
-                    }
-                },
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => fresh(),
-                Err(e) => return Err(Error::io(&path, e)),
-            };
+            let mut merged = read_for_merge(&path, branches::decode, fresh, &mut report.problems)?;
             if let Err(e) = merged.merge(p) {
                 // Two identities whose file keys collide: say so, keep the rest.
                 report.problems.push(FileProblem { path, reason: format!("{e}; {} branch records not stored", p.total_taken()) });
                 continue;
             }
             report.samples_added += p.total_taken();
-            let bytes = branches::encode(&merged);
-            write_atomic(&path, &bytes)?;
-            report.files_written += 1;
-            report.bytes_written += bytes.len() as u64;
+            report.write(&path, &branches::encode(&merged))?;
         }
         Ok(report)
     }
@@ -568,6 +513,19 @@ impl Database {
         epoch: EpochId,
         select: &dyn Fn(&ImageId) -> bool,
     ) -> Result<(Vec<BranchProfile>, Vec<FileProblem>), Error> {
+        let (mut out, problems) = self.load_files(epoch, |n| n.ends_with(".branches"), branches::decode)?;
+        out.retain(|p| select(&p.image));
+        Ok((out, problems))
+    }
+
+    /// Decodes every file of the epoch whose name `keep` accepts, in name
+    /// order; unreadable and corrupt ones are named in the problems and skipped.
+    fn load_files<T>(
+        &self,
+        epoch: EpochId,
+        keep: fn(&str) -> bool,
+        decode: fn(&[u8]) -> Result<T, format::FormatError>,
+    ) -> Result<(Vec<T>, Vec<FileProblem>), Error> {
         let dir = self.epoch_dir(epoch);
         if !dir.is_dir() {
             return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
@@ -576,15 +534,14 @@ impl Database {
             .map_err(|e| Error::io(&dir, e))?
             .flatten()
             .filter_map(|d| d.file_name().into_string().ok())
-            .filter(|n| n.ends_with(".branches"))
+            .filter(|n| keep(n))
             .collect();
         names.sort();
         let (mut out, mut problems) = (Vec::new(), Vec::new());
         for name in names {
             let path = dir.join(&name);
-            match fs::read(&path).map_err(|e| e.to_string()).and_then(|b| branches::decode(&b).map_err(|e| e.to_string())) {
-                Ok(p) if select(&p.image) => out.push(p),
-                Ok(_) => {}
+            match fs::read(&path).map_err(|e| e.to_string()).and_then(|b| decode(&b).map_err(|e| e.to_string())) {
+                Ok(p) => out.push(p),
                 Err(reason) => problems.push(FileProblem { path, reason }),
             }
         }
@@ -594,6 +551,34 @@ impl Database {
     pub fn read_profile_file(path: &Path) -> Result<Profile, Error> {
         let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
         format::decode(&bytes).map_err(|e| Error::new(ErrorKind::Corrupt, path, e))
+    }
+}
+
+/// Moves a corrupt file aside (`<name>.corrupt`) so a merge can start it
+/// anew without losing the evidence, and names it in `problems`.
+fn move_aside(path: &Path, reason: impl fmt::Display, problems: &mut Vec<FileProblem>) {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".corrupt");
+    let aside = PathBuf::from(aside);
+    let _ = fs::rename(path, &aside);
+    problems.push(FileProblem { path: path.to_path_buf(), reason: format!("{reason}; moved aside to {}", aside.display()) });
+}
+
+/// The current contents of a file about to be merged into: `fresh()` when
+/// it does not exist yet or is corrupt (then moved aside and named).
+fn read_for_merge<T>(
+    path: &Path,
+    decode: fn(&[u8]) -> Result<T, format::FormatError>,
+    fresh: impl FnOnce() -> T,
+    problems: &mut Vec<FileProblem>,
+) -> Result<T, Error> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(decode(&bytes).unwrap_or_else(|reason| {
+            move_aside(path, reason, problems);
+            fresh()
+        })),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(fresh()),
+        Err(e) => Err(Error::io(path, e)),
     }
 }
 
