@@ -31,6 +31,7 @@ and reports only that (no timing: usable on a loaded machine).
 Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--densities 2000,10000,30000] [--workdir DIR] [PROGRAM...]
        bench/optimize_realprogs.py --prepare-only --workdir DIR PROGRAM   (then, on a quiet machine:)
        bench/optimize_realprogs.py --measure-only --rounds 30 --workdir DIR PROGRAM
+       bench/optimize_realprogs.py --measure-only --densify 300000 --train-hz 10000 --rounds 0 --workdir DIR PROGRAM
        bench/optimize_realprogs.py --measure-only --bolt-layouts loupe-30k,instr \
            --binaries base-default,base-a1,base-a8,base-a32,base-a64,loupe-30k,instr --rounds 20 --workdir DIR PROGRAM
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
@@ -137,6 +138,29 @@ def train_loupe(spec, d, base):
     plateau = next((a[0] for a, b in zip(curve, curve[1:]) if b[1] < 1.05 * a[1]), None)
     print(f"#   coverage per training pass (samples, sampled functions): {curve}; plateau from {plateau} samples")
     return bins, matched, info
+
+
+def densify(prog, d, bins, info, matched, target, freq):
+    """More training passes into the prepared database until it holds `target` samples (at `freq` Hz: the
+    same profile a daemon at Morph's 1000 Hz collects over target/1000 s of the program's CPU, in less wall
+    time), then that profile's BOLT build, as `densities` does."""
+    spec, base, db = PROGRAMS[prog], bins["base-default"], os.path.join(d, "db")
+    name = density_name(target)
+    last = info[max(info, key=lambda n: info[n]["samples"])]
+    samples, passes = last["samples"], last["passes"]
+    while samples < target:
+        for args in spec["train"]:
+            sh([LOUPE, "record", "--db", db, "--freq", str(freq), "--", base] + args)
+        passes += 1
+        prof = json.loads(sh([LOUPE, "optimize", "export", "--format", "json", "--db", db, base]).stdout)
+        samples = prof["raw_samples"]
+    fdata = os.path.join(d, f"{name}.fdata")
+    sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", db, base, "-o", fdata])
+    bins[name] = os.path.join(d, f"{name}-bolt")
+    matched[name] = bolt(base, fdata, bins[name])
+    info[name] = {"samples": samples, "passes": passes, "functions": len(prof["functions"]), "train_hz": freq,
+                  "branch_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata)}
+    print(f"# {prog}: {name}: {info[name]}")
 
 
 def prepare(prog, d):
@@ -254,6 +278,8 @@ def main():
     ap.add_argument("--measure-only", action="store_true", help="time the binaries listed in WORKDIR/prepared.json (from --prepare-only)")
     ap.add_argument("--bolt-layouts", default="", help="profiles (e.g. loupe-30k,instr) also BOLTed with functions aligned at "
                     + ", ".join(map(str, BOLT_ALIGNS)) + " bytes (BOLT's default: 64), reported as one median over the layouts")
+    ap.add_argument("--densify", type=int, default=0, help="with --measure-only: train the prepared database on to this many samples first")
+    ap.add_argument("--train-hz", type=int, default=1000, help="sampling rate of --densify's training passes")
     ap.add_argument("--binaries", default="", help="time only these (comma-separated names; NAME also selects NAME@aN)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
@@ -272,6 +298,10 @@ def main():
             for sub in ["db", "instr"]:
                 shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
             bins, info, matched = prepare(prog, d)
+            with open(saved, "w") as f:
+                json.dump([bins, info, matched], f)
+        if a.densify:
+            densify(prog, d, bins, info, matched, a.densify, a.train_hz)
             with open(saved, "w") as f:
                 json.dump([bins, info, matched], f)
         if a.bolt_layouts:
