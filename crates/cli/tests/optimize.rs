@@ -173,7 +173,7 @@ fn daemon_optimizes_installs_and_rolls_back_by_itself() {
     let cfg = dir.path().join("optimize.json");
     let conf = serde_json::json!({
         // Niceness 0: on a loaded test machine a niced manager may not get the CPU to finish in time.
-        "interval": 1, "min_share": 0.002, "min_samples": 2000, "half_life": 0, "nice": 0,
+        "interval": 1, "min_share": 0.002, "min_samples": 2000, "half_life": 0, "nice": 0, "regrow_factor": 0,
         "programs": [
             // 12 rounds: significance needs 10 faster (sign test p = 0.019), so one or two rounds lost to a loaded
             // machine do not discard a good candidate, as 6 rounds (all 6 needed) did at load 8.
@@ -428,7 +428,7 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
         // Niceness 0: on a loaded test machine a niced manager may not get the CPU to finish in time.
         // 8000 samples (at 4000/s): BOLT's layouts from 2000 were hit or miss (candidates from 0.955 to 0.64 of the
         // original's time), so validations failed and retries ran past the time limit.
-        "interval": 1, "min_share": 0.002, "min_samples": 8000, "max_drift": 0.25, "half_life": 0, "nice": 0,
+        "interval": 1, "min_share": 0.002, "min_samples": 8000, "max_drift": 0.25, "half_life": 0, "nice": 0, "regrow_factor": 0,
         // The check covers both modes, the bench mode 0. 12 rounds: 10 faster needed (sign test p = 0.019), so a
         // round or two lost to a loaded machine is no harm.
         "programs": [{"path": bin, "check": "{} 300 0 && {} 300 1", "bench": "{} 2500 0", "rounds": 12}]
@@ -524,7 +524,7 @@ fn unmappable_installed_version_falls_back_to_reprofiling() {
                       "fingerprint": {"run_a": 0.8, "mix_a": 0.1, "step_a": 0.1}}}});
     std::fs::write(db.join("optimize/state.json"), state.to_string()).unwrap();
     let cfg = dir.path().join("optimize.json");
-    let conf = serde_json::json!({"min_share": 0.002, "min_samples": 300, "nice": 0,
+    let conf = serde_json::json!({"min_share": 0.002, "min_samples": 300, "nice": 0, "regrow_factor": 0,
         "programs": [{"path": bin, "check": "{} 300 0", "bench": "{} 2500 0"}]});
     std::fs::write(&cfg, conf.to_string()).unwrap();
     run_ok(loupe().args(["optimize", "manage", "--once", "--db"]).arg(&db).arg("--config").arg(&cfg));
