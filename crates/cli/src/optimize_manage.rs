@@ -67,7 +67,7 @@ pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/o
 loupe daemon --optimize /etc/loupe/optimize.json\n\n\
 Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
 {\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 30000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
-\"retry_factor\": 2, \"regrow_factor\": 10, \"half_life\": 604800, \"cold_fraction\": 0.01, \"nice\": 19,\n   \
+\"retry_factor\": 2, \"regrow_factor\": 0, \"half_life\": 604800, \"cold_fraction\": 0.01, \"nice\": 19,\n   \
 \"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
 \"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\
 A program is optimized once it has min_share of the sampled time and min_samples (aged) samples; the candidate \
@@ -78,8 +78,9 @@ functions since the profile behind the installed version), the installed version
 it was installed are mapped back to the original through BOLT's address table, and a candidate built from them \
 (checked and measured against the original) replaces it. When they cannot be mapped (no table, or a version Loupe \
 did not make), the original is put back and a fresh profile collected. Without drift, once that mapped profile \
-holds regrow_factor times the samples the installed version was built from (0: never), a candidate from it must \
-beat the installed version itself to replace it.";
+holds regrow_factor times the samples the installed version was built from (0, the default: never; candidates \
+from mapped profiles have not yet beaten the version they were to replace, see BENCHMARKS.md), a candidate from \
+it must beat the installed version itself to replace it.";
 
 fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())

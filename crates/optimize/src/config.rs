@@ -151,13 +151,13 @@ mod tests {
         assert_eq!(c.interval, 60.0);
         assert_eq!((c.programs[0].rounds, c.programs[0].min_gain), (10, 0.01));
         assert!(c.programs[0].bolt_opts.is_none());
-        assert_eq!(c.regrow_factor, 10.0);
+        assert_eq!(c.regrow_factor, 0.0);
         assert_eq!(
-            Config::parse(r#"{"regrow_factor": 0, "programs": [{"path": "/x", "check": "", "bench": ""}]}"#)
+            Config::parse(r#"{"regrow_factor": 10, "programs": [{"path": "/x", "check": "", "bench": ""}]}"#)
                 .unwrap()
                 .policy()
                 .regrow_factor,
-            0.0
+            10.0
         );
     }
 

@@ -35,7 +35,7 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { min_share: 0.05, min_samples: 30000.0, max_drift: 0.25, recheck_secs: 86400.0, retry_factor: 2.0, regrow_factor: 10.0 }
+        Policy { min_share: 0.05, min_samples: 30000.0, max_drift: 0.25, recheck_secs: 86400.0, retry_factor: 2.0, regrow_factor: 0.0 }
     }
 }
 
