@@ -67,7 +67,7 @@ pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/o
 loupe daemon --optimize /etc/loupe/optimize.json\n\n\
 Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
 {\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 30000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
-\"retry_factor\": 2, \"half_life\": 604800, \"cold_fraction\": 0.01, \"nice\": 19,\n   \
+\"retry_factor\": 2, \"regrow_factor\": 0, \"half_life\": 604800, \"cold_fraction\": 0.01, \"nice\": 19,\n   \
 \"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
 \"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\
 A program is optimized once it has min_share of the sampled time and min_samples (aged) samples; the candidate \
@@ -77,7 +77,10 @@ against the original and rolled back unless faster. When usage drifts (max_drift
 functions since the profile behind the installed version), the installed version keeps running: its samples since \
 it was installed are mapped back to the original through BOLT's address table, and a candidate built from them \
 (checked and measured against the original) replaces it. When they cannot be mapped (no table, or a version Loupe \
-did not make), the original is put back and a fresh profile collected.";
+did not make), the original is put back and a fresh profile collected. Without drift, once that mapped profile \
+holds regrow_factor times the samples the installed version was built from (0, the default: never; candidates \
+from mapped profiles have not yet beaten the version they were to replace, see BENCHMARKS.md), a candidate from \
+it must beat the installed version itself to replace it.";
 
 fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -240,6 +243,7 @@ impl Manager {
                     verified_unix: None,
                     fingerprint: BTreeMap::new(),
                     since_epoch: st.from_epoch,
+                    built_from_samples: None,
                 });
             }
             Some(_) => {}
@@ -292,7 +296,7 @@ impl Manager {
             Action::Guard => self.guard(prog, image, st, &v.reason),
             Action::Reprofile => self.reprofile(image, st, &v.reason),
             Action::Reoptimize => match mapped {
-                Some(profile) => self.reoptimize(prog, image, st, profile, &v.reason, &mut syms),
+                Some(profile) => self.reoptimize(prog, image, st, profile, &v, &mut syms),
                 None => Ok(()),
             },
             Action::Wait => Ok(()),
@@ -323,7 +327,12 @@ impl Manager {
         let since = sample_sets(&db, &since_epochs, &path, &|b| b == inst.build || b == orig, syms)?;
         let (inst_sets, orig_sets): (Vec<SampleSet>, Vec<SampleSet>) = since.into_iter().partition(|s| s.build_id == inst.build);
         let recent = combine(&inst.build, &inst_sets, self.cfg.half_life);
-        let mut out = policy::Installed { verified_unix: inst.verified_unix, fingerprint: inst.fingerprint.clone(), no_mapping: None };
+        let mut out = policy::Installed {
+            verified_unix: inst.verified_unix,
+            fingerprint: inst.fingerprint.clone(),
+            no_mapping: None,
+            built_from_samples: inst.built_from_samples,
+        };
         if recent.total() <= 0.0 {
             return Ok((out, None));
         }
@@ -378,32 +387,39 @@ impl Manager {
     ) -> Result<()> {
         let path = image.display().to_string();
         self.log(&path, &st.original_build, "optimize", why.to_string(), None, None);
-        self.attempt(prog, image, image, st, combined, None, syms)
+        self.attempt(prog, image, image, st, combined, None, false, syms)
     }
 
-    /// Usage drifted from the installed version and its samples map back
-    /// to the original: a new candidate is built from the original (at
-    /// PATH.loupe-orig) with that profile, validated against the original,
-    /// and renamed over the installed version, which runs until then.
+    /// Usage drifted from the installed version (or its mapped profile grew
+    /// `regrow_factor` times denser than the one it was built from) and its
+    /// samples map back to the original: a new candidate is built from the
+    /// original (at PATH.loupe-orig) with that profile, validated against the
+    /// original (after a regrow: against the installed version, which it
+    /// must beat), and renamed over the installed version, which runs until then.
     fn reoptimize(
         &mut self,
         prog: &Program,
         image: &Path,
         st: &mut ProgramState,
         profile: Combined,
-        why: &str,
+        v: &policy::Verdict,
         syms: &mut Symbolizer,
     ) -> Result<()> {
         let path = image.display().to_string();
         let old = st.installed.as_ref().map(|i| i.build.clone());
-        self.log_replacing(&path, &st.original_build, "reoptimize", why.to_string(), None, old.clone(), None);
-        self.attempt(prog, image, &manage::saved_original(image), st, profile, old, syms)
+        let (kind, why) = match v.regrow_from {
+            Some(n0) => ("regrow", format!("from {n0:.0} to {:.0} samples: {}", profile.total(), v.reason)),
+            None => ("reoptimize", v.reason.clone()),
+        };
+        self.log_replacing(&path, &st.original_build, kind, why, None, old.clone(), None);
+        self.attempt(prog, image, &manage::saved_original(image), st, profile, old, v.regrow_from.is_some(), syms)
     }
 
     /// BOLT on `original` (the original build's file: the image itself, or
     /// its saved copy when an optimized version is installed) with
     /// `combined` (a profile at its addresses); the candidate must pass the
-    /// check and be faster than `original`, and is then renamed over the
+    /// check and be faster than `original` (with `against_installed`: than
+    /// the installed version at the image), and is then renamed over the
     /// image. `replaces` is the installed build it would replace.
     #[allow(clippy::too_many_arguments)]
     fn attempt(
@@ -414,10 +430,13 @@ impl Manager {
         st: &mut ProgramState,
         combined: Combined,
         replaces: Option<String>,
+        against_installed: bool,
         syms: &mut Symbolizer,
     ) -> Result<()> {
         let path = image.display().to_string();
         let samples = combined.total();
+        // The build the candidate is timed against: what runs now.
+        let (baseline, baseline_name) = if against_installed { (image, "the installed version") } else { (original, "the original") };
         let ip = profile_from(
             original,
             original,
@@ -454,7 +473,7 @@ impl Manager {
                 eprintln!("loupe: manage {path}: skipped {s}");
             }
             manage::check(&prog.check, original, &cand).map_err(|e| (e, None))?;
-            let m = manage::measure(&prog.bench, original, &cand, prog.rounds).map_err(|e| (e, None))?;
+            let m = manage::measure(&prog.bench, baseline, &cand, prog.rounds).map_err(|e| (e, None))?;
             manage::decide(&m, prog.min_gain, 0.05).map_err(|e| (e, Some(m.clone())))?;
             Ok(m)
         })();
@@ -471,7 +490,7 @@ impl Manager {
                     None => String::new(),
                 };
                 let reason = format!(
-                    "{:.1}% faster than the original (median of {} alternating rounds, {} faster, p = {:.4}; profile of {samples:.0} samples, given to BOLT as {form}); renamed over {path}{replacing}, original at {}",
+                    "{:.1}% faster than {baseline_name} (median of {} alternating rounds, {} faster, p = {:.4}; profile of {samples:.0} samples, given to BOLT as {form}); renamed over {path}{replacing}, original at {}",
                     (1.0 - m.ratio_median) * 100.0,
                     m.rounds,
                     m.wins,
@@ -485,13 +504,22 @@ impl Manager {
                         st.from_epoch = prev.since_epoch;
                     }
                 }
-                st.installed = Some(InstalledState { build: bid, verified_unix: Some(now_unix()), fingerprint, since_epoch: since });
+                st.installed = Some(InstalledState {
+                    build: bid,
+                    verified_unix: Some(now_unix()),
+                    fingerprint,
+                    since_epoch: since,
+                    built_from_samples: Some(samples),
+                });
                 st.last_discard_samples = None;
             }
             Err((why, m)) => {
                 let _ = std::fs::remove_file(&cand);
                 st.last_discard_samples = Some(samples);
                 let why = match &replaces {
+                    Some(old) if against_installed => {
+                        format!("{why} (measured against the installed version); installed build {old} stays")
+                    }
                     Some(old) => format!("{why}; installed build {old} stays"),
                     None => why,
                 } + &format!(" (profile given to BOLT as {form})");

@@ -173,7 +173,7 @@ fn daemon_optimizes_installs_and_rolls_back_by_itself() {
     let cfg = dir.path().join("optimize.json");
     let conf = serde_json::json!({
         // Niceness 0: on a loaded test machine a niced manager may not get the CPU to finish in time.
-        "interval": 1, "min_share": 0.002, "min_samples": 2000, "half_life": 0, "nice": 0,
+        "interval": 1, "min_share": 0.002, "min_samples": 2000, "half_life": 0, "nice": 0, "regrow_factor": 0,
         "programs": [
             // 12 rounds: significance needs 10 faster (sign test p = 0.019), so one or two rounds lost to a loaded
             // machine do not discard a good candidate, as 6 rounds (all 6 needed) did at load 8.
@@ -428,7 +428,7 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
         // Niceness 0: on a loaded test machine a niced manager may not get the CPU to finish in time.
         // 8000 samples (at 4000/s): BOLT's layouts from 2000 were hit or miss (candidates from 0.955 to 0.64 of the
         // original's time), so validations failed and retries ran past the time limit.
-        "interval": 1, "min_share": 0.002, "min_samples": 8000, "max_drift": 0.25, "half_life": 0, "nice": 0,
+        "interval": 1, "min_share": 0.002, "min_samples": 8000, "max_drift": 0.25, "half_life": 0, "nice": 0, "regrow_factor": 0,
         // The check covers both modes, the bench mode 0. 12 rounds: 10 faster needed (sign test p = 0.019), so a
         // round or two lost to a loaded machine is no harm.
         "programs": [{"path": bin, "check": "{} 300 0 && {} 300 1", "bench": "{} 2500 0", "rounds": 12}]
@@ -486,6 +486,67 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
     eprintln!("first version after {phase1:.1} s, second after {:.1} s; decisions:\n{summary}", t0.elapsed().as_secs_f64());
 }
 
+#[test]
+fn regrown_profile_reoptimizes_against_the_installed_version() {
+    // Checks the regrow rule end to end: `modes` runs in mode 0 only, so usage never drifts; once the installed
+    // build's samples mapped back to the original hold regrow_factor (3) times the 4000 its version was built
+    // from, the manager logs a regrow from the recorded count and times a new candidate against the INSTALLED
+    // version. Whichever way that goes (an optimized build is hard to beat with the same workload), the outcome
+    // names the installed version as the baseline, and a discarded candidate leaves it at PATH.
+    if !require_root() {
+        return;
+    }
+    let _one = serial();
+    let t0 = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, bin) = (dir.path().join("db"), dir.path().join("modes"));
+    std::fs::copy(workloads().join("modes"), &bin).unwrap();
+    let cfg = dir.path().join("optimize.json");
+    let conf = serde_json::json!({
+        "interval": 1, "min_share": 0.002, "min_samples": 4000, "max_drift": 0.25, "half_life": 0, "nice": 0, "regrow_factor": 3,
+        "programs": [{"path": bin, "check": "{} 300 0", "bench": "{} 2500 0", "rounds": 8}]
+    });
+    std::fs::write(&cfg, conf.to_string()).unwrap();
+    let daemon = OptimizeDaemon::spawn(&db, &cfg, &["--freq", "4000"]);
+    let deadline = 110;
+    let acted = |d: &serde_json::Value| d["action"] == "installed" || d["action"] == "discarded";
+    // Done once the regrow's attempt has an outcome.
+    let done = || {
+        let all = decisions(&db, &bin);
+        all.iter().position(|d| d["action"] == "regrow").is_some_and(|i| all[i..].iter().any(acted))
+    };
+    while !done() && t0.elapsed().as_secs() < deadline {
+        let _ = Command::new(&bin).args(["2000", "0"]).output();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let log = daemon.stop();
+    let all = decisions(&db, &bin);
+    let summary: Vec<String> = all.iter().map(|d| format!("  {} {}: {}", d["action"], d["candidate_build_id"], d["reason"])).collect();
+    let summary = summary.join("\n");
+    let first = all.iter().find(|d| d["action"] == "installed").unwrap_or_else(|| panic!("nothing installed:\n{summary}\n{log}"));
+    let a = first["candidate_build_id"].as_str().unwrap();
+    let i = all.iter().position(|d| d["action"] == "regrow").unwrap_or_else(|| panic!("no regrow within {deadline} s:\n{summary}\n{log}"));
+    // The first version's profile: the count the regrow starts from, and 3x that mapped back at least.
+    let n0 = first["reason"].as_str().unwrap().split("profile of ").nth(1).and_then(|r| r.split(' ').next()).unwrap().to_string();
+    let why = all[i]["reason"].as_str().unwrap();
+    assert!(why.starts_with(&format!("from {n0} to ")) && why.contains("profile grew") && all[i]["replaces"] == a, "{summary}");
+    assert!(all.iter().all(|d| d["action"] != "reoptimize" && d["action"] != "reprofile"), "no drift expected:\n{summary}");
+    let outcome = all[i..].iter().find(|d| acted(d)).unwrap();
+    assert_eq!(outcome["replaces"], a, "{summary}");
+    let reason = outcome["reason"].as_str().unwrap();
+    if outcome["action"] == "installed" {
+        assert!(reason.contains("faster than the installed version"), "{summary}");
+        assert_eq!(build_id_hex(&bin), outcome["candidate_build_id"].as_str().unwrap());
+    } else {
+        assert!(
+            reason.contains("measured against the installed version") && reason.contains(&format!("installed build {a} stays")),
+            "{summary}"
+        );
+        assert_eq!(build_id_hex(&bin), a);
+    }
+    eprintln!("regrow outcome after {:.1} s; decisions:\n{summary}", t0.elapsed().as_secs_f64());
+}
+
 fn manage_saved(bin: &Path) -> std::path::PathBuf {
     loupe_optimize::manage::saved_original(bin)
 }
@@ -524,7 +585,7 @@ fn unmappable_installed_version_falls_back_to_reprofiling() {
                       "fingerprint": {"run_a": 0.8, "mix_a": 0.1, "step_a": 0.1}}}});
     std::fs::write(db.join("optimize/state.json"), state.to_string()).unwrap();
     let cfg = dir.path().join("optimize.json");
-    let conf = serde_json::json!({"min_share": 0.002, "min_samples": 300, "nice": 0,
+    let conf = serde_json::json!({"min_share": 0.002, "min_samples": 300, "nice": 0, "regrow_factor": 0,
         "programs": [{"path": bin, "check": "{} 300 0", "bench": "{} 2500 0"}]});
     std::fs::write(&cfg, conf.to_string()).unwrap();
     run_ok(loupe().args(["optimize", "manage", "--once", "--db"]).arg(&db).arg("--config").arg(&cfg));

@@ -15,6 +15,7 @@ pub struct Config {
     pub max_drift: f64,
     pub recheck_secs: f64,
     pub retry_factor: f64,
+    pub regrow_factor: f64,
     /// Age in seconds at which an epoch's samples count half (0: no aging).
     pub half_life: f64,
     pub cold_fraction: f64,
@@ -33,6 +34,7 @@ impl Default for Config {
             max_drift: p.max_drift,
             recheck_secs: p.recheck_secs,
             retry_factor: p.retry_factor,
+            regrow_factor: p.regrow_factor,
             half_life: 7.0 * 86400.0,
             cold_fraction: 0.01,
             nice: 19,
@@ -49,6 +51,7 @@ impl Config {
             max_drift: self.max_drift,
             recheck_secs: self.recheck_secs,
             retry_factor: self.retry_factor,
+            regrow_factor: self.regrow_factor,
         }
     }
 
@@ -122,6 +125,10 @@ pub struct InstalledState {
     pub fingerprint: BTreeMap<String, f64>,
     /// Samples of the installed build are counted from this epoch on.
     pub since_epoch: u32,
+    /// Samples of the profile it was built from (absent in older state
+    /// files and for versions installed by someone else: no regrow).
+    #[serde(default)]
+    pub built_from_samples: Option<f64>,
 }
 
 pub type State = BTreeMap<String, ProgramState>;
@@ -144,6 +151,22 @@ mod tests {
         assert_eq!(c.interval, 60.0);
         assert_eq!((c.programs[0].rounds, c.programs[0].min_gain), (10, 0.01));
         assert!(c.programs[0].bolt_opts.is_none());
+        assert_eq!(c.regrow_factor, 0.0);
+        assert_eq!(
+            Config::parse(r#"{"regrow_factor": 10, "programs": [{"path": "/x", "check": "", "bench": ""}]}"#)
+                .unwrap()
+                .policy()
+                .regrow_factor,
+            10.0
+        );
+    }
+
+    // A state file written before `built_from_samples` existed still reads (no count: no regrow).
+    #[test]
+    fn old_state_reads() {
+        let s: InstalledState =
+            serde_json::from_str(r#"{"build": "ab", "verified_unix": 5, "fingerprint": {}, "since_epoch": 3}"#).unwrap();
+        assert_eq!((s.since_epoch, s.built_from_samples), (3, None));
     }
 
     // Bad files are refused with the reason: relative path, too few rounds, unknown key, no programs.
