@@ -411,9 +411,12 @@ fn decisions(db: &Path, image: &Path) -> Vec<serde_json::Value> {
 fn drift_reoptimizes_from_the_installed_builds_samples() {
     // Checks Morph's loop without putting the original back: `modes` runs in mode 0 until the manager installs
     // a version optimized for it; then usage switches to mostly mode 1. The manager must see the drift in the
-    // installed build's samples mapped back to the original, build a second version from them, validate it
-    // against the original and rename it over the first: PATH never holds the original's build again and no
-    // decision restores it.
+    // installed build's samples mapped back to the original and build a second version from them (its profile
+    // holds mode 1's functions, which only the installed build ran), validated against the original: installed
+    // over the first when significantly faster, else discarded with the first left running. Either way PATH
+    // never holds the original's build again and no decision restores it. (Whether the second version wins is
+    // not asserted: profiles mapped back from an optimized build are distorted by its layout, see DESIGN.md's
+    // regrow_factor note; in the 2026-11-23 runs 4 of 5 installed one.)
     if !require_root() {
         return;
     }
@@ -443,9 +446,11 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     let phase1 = t0.elapsed().as_secs_f64();
-    // Phase 2: mostly mode 1, until a second version replaces the first. The file at PATH is read each round.
+    // Phase 2: mostly mode 1, until a second version replaces the first or two re-optimizations were discarded.
+    // The file at PATH is read each round.
     let mut at_path = std::collections::BTreeSet::new();
-    while !installed().is_empty() && installed().len() < 2 && t0.elapsed().as_secs() < deadline {
+    let discarded = || decisions(&db, &bin).into_iter().filter(|d| d["action"] == "discarded").count();
+    while !installed().is_empty() && installed().len() < 2 && discarded() < 2 && t0.elapsed().as_secs() < deadline {
         at_path.insert(build_id_hex(&bin));
         // About a quarter of the time in mode 0, which the bench measures.
         let _ = Command::new(&bin).args(["1500", "0"]).output();
@@ -458,7 +463,27 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
     let summary: Vec<String> = all.iter().map(|d| format!("  {} {}: {}", d["action"], d["candidate_build_id"], d["reason"])).collect();
     let summary = summary.join("\n");
     let inst = installed();
-    assert!(inst.len() >= 2, "no second version installed within {deadline} s (first after {phase1:.0} s):\n{summary}\n{log}");
+    assert!(!inst.is_empty(), "no first version installed within {deadline} s:\n{summary}\n{log}");
+    let a = inst[0]["candidate_build_id"].as_str().unwrap();
+    // The original was never put back: no such decision, and PATH never held it after the first install.
+    assert!(all.iter().all(|d| d["action"] != "rolled-back" && d["action"] != "reprofile"), "{summary}");
+    assert!(!at_path.contains(&orig_bid) && at_path.contains(a), "builds seen at PATH: {at_path:?}");
+    assert_eq!(build_id_hex(&manage_saved(&bin)), orig_bid);
+    let why = all.iter().find(|d| d["action"] == "reoptimize").map(|d| d["reason"].as_str().unwrap().to_string());
+    assert!(why.as_deref().is_some_and(|w| w.contains("usage drifted") && w.contains("mapped back")), "{summary}\n{log}");
+    // The re-optimization's profile holds mode 1's interpreter, at the original's names. It is built from the
+    // epochs since the first installation, in which only the installed build ran mode 1 (the original ran it
+    // before, in the manager's check, and after only at PATH.loupe-orig): it came through the table.
+    let fdata = std::fs::read_to_string(db.join(format!("optimize/work/{orig_bid}.fdata"))).unwrap();
+    assert!(fdata.contains("1 run_b ") && fdata.contains("1 run_a "), "{fdata}");
+    if inst.len() < 2 {
+        // Discarded: measured against the original and not significantly faster; the first version still runs.
+        let d: Vec<_> = all.iter().filter(|d| d["action"] == "discarded").collect();
+        assert!(!d.is_empty() && d.iter().all(|d| d["reason"].as_str().unwrap().contains("not significantly faster")), "{summary}");
+        assert_eq!(build_id_hex(&bin), a);
+        eprintln!("first version after {phase1:.1} s; its re-optimizations were discarded; decisions:\n{summary}");
+        return;
+    }
 
     let (first, second) = (&inst[0], &inst[1]);
     let (a, b) = (first["candidate_build_id"].as_str().unwrap(), second["candidate_build_id"].as_str().unwrap());
@@ -467,18 +492,7 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
     // Validated against the original: significantly faster.
     let m = &second["measurement"];
     assert!(m["ratio_median"].as_f64().unwrap() < 1.0 && m["p_value"].as_f64().unwrap() < 0.05, "{second}");
-    // The original was never put back: no such decision, and PATH never held it after the first install.
-    assert!(all.iter().all(|d| d["action"] != "rolled-back" && d["action"] != "reprofile"), "{summary}");
-    assert!(!at_path.contains(&orig_bid) && at_path.contains(a), "builds seen at PATH: {at_path:?}");
     assert_eq!(build_id_hex(&bin), b);
-    assert_eq!(build_id_hex(&manage_saved(&bin)), orig_bid);
-    let why = all.iter().find(|d| d["action"] == "reoptimize").map(|d| d["reason"].as_str().unwrap().to_string());
-    assert!(why.as_deref().is_some_and(|w| w.contains("usage drifted") && w.contains("mapped back")), "{summary}");
-    // The second version's profile holds mode 1's interpreter, at the original's names. It is built from the
-    // epochs since the first installation, in which only the installed build ran mode 1 (the original ran it
-    // before, in the manager's check, and after only at PATH.loupe-orig): it came through the table.
-    let fdata = std::fs::read_to_string(db.join(format!("optimize/work/{orig_bid}.fdata"))).unwrap();
-    assert!(fdata.contains("1 run_b ") && fdata.contains("1 run_a "), "{fdata}");
     // Same results as the original in both modes.
     for mode in ["0", "1"] {
         assert_eq!(checksum_mode(&bin, mode), checksum_mode(&manage_saved(&bin), mode));
