@@ -58,8 +58,13 @@ fn diff_ranks_the_doubled_procedure_first_and_leaves_the_others_insignificant() 
     new_epoch(&db);
     let t2 = record(&db, &["grow=200"]);
     record(&db2, &[]);
-    let cpu_ratio = t2["procedures"]["grow"].as_f64().unwrap() / t1["procedures"]["grow"].as_f64().unwrap();
-    assert!((cpu_ratio - 2.0).abs() < 0.2, "the workload itself did not double grow: {cpu_ratio}");
+    // The expected score is what the workload measured, not the 2 of its units: on this VM a procedure's CPU time per
+    // unit moves between runs (steal and clock changes count as its CPU time; one CI run measured grow at 1.78x).
+    let cpu = |t: &serde_json::Value, p: &str| t["procedures"][p].as_f64().unwrap();
+    let mut steady: Vec<f64> = STEADY.iter().map(|p| cpu(&t2, p) / cpu(&t1, p)).collect();
+    steady.sort_by(f64::total_cmp);
+    let expected = cpu(&t2, "grow") / cpu(&t1, "grow") / steady[1];
+    assert!(expected > 1.4, "the workload itself did not grow `grow` against the others: {expected} ({t1} / {t2})");
     let db = path(&db);
     // Two epochs of one database; the expected ratio of unchanged buckets is estimated (median of ratios).
     let d = diff_json(&format!("{db}:1"), &format!("{db}:2"), &[]);
@@ -68,7 +73,7 @@ fn diff_ranks_the_doubled_procedure_first_and_leaves_the_others_insignificant() 
     assert_eq!(first["procedure"], "grow", "{d}");
     assert!(first["significant"].as_bool().unwrap() && first["p_value"].as_f64().unwrap() < 1e-6);
     let ratio = first["score"].as_f64().unwrap();
-    assert!((1.6..2.5).contains(&ratio), "grow's sample ratio {ratio}");
+    assert!((ratio / expected - 1.0).abs() < 0.25, "grow's sample ratio {ratio}, its measured CPU ratio {expected}");
     for p in STEADY {
         assert_eq!(row(&d, p)["significant"], false, "{p} did not change: {d}");
     }
