@@ -199,13 +199,10 @@ pub(crate) fn sample_sets(
     wanted: &dyn Fn(&str) -> bool,
     syms: &mut Symbolizer,
 ) -> Result<Vec<SampleSet>> {
-    let all = db.epochs()?;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let want = std::fs::canonicalize(path).map(|p| p.display().to_string()).unwrap_or(path.to_string());
     let mut sets = Vec::new();
     let mut code_images: HashMap<ImageId, ImageId> = HashMap::new();
-    for &e in epochs {
-        let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
+    for (e, age) in epoch_ages(db, epochs)? {
         let (profiles, bad) = db.load(e, &|x| x.image.kind == ImageKind::Elf && (x.image.path == want || x.image.path == path))?;
         for p in &bad {
             eprintln!("loupe: skipping corrupt profile {p}");
@@ -222,10 +219,28 @@ pub(crate) fn sample_sets(
                     }
                 }
             }
-            sets.push(SampleSet { build_id: bid, age_secs: now.saturating_sub(end) as f64, samples });
+            sets.push(SampleSet { build_id: bid, age_secs: age, samples });
         }
     }
     Ok(sets)
+}
+
+pub(crate) fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Each of `epochs` with the age its samples are weighted by: seconds since
+/// it ended (the next epoch's start; the newest has not ended: 0).
+pub(crate) fn epoch_ages(db: &Database, epochs: &[loupe_store::EpochId]) -> Result<Vec<(loupe_store::EpochId, f64)>> {
+    let all = db.epochs()?;
+    let now = now_unix();
+    Ok(epochs
+        .iter()
+        .map(|&e| {
+            let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
+            (e, now.saturating_sub(end) as f64)
+        })
+        .collect())
 }
 
 /// Where the code of build `bid`, sampled at `path`, is read: the file at
@@ -467,7 +482,7 @@ fn optimize(a: RunArgs) -> Result<u8> {
         None => Some(tool::find_bolt(a.bolt.as_deref()).map_err(|e| anyhow!(e))?),
     };
     let mut decision = Decision {
-        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        unix_time: now_unix(),
         image: p.image.display().to_string(),
         build_id: ip.build_id.clone(),
         candidate_build_id: None,
@@ -548,7 +563,7 @@ fn status(a: StatusArgs) -> Result<u8> {
 fn rollback(a: StatusArgs) -> Result<u8> {
     manage::rollback(&a.image).map_err(|e| anyhow!(e))?;
     let d = Decision {
-        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        unix_time: now_unix(),
         image: a.image.display().to_string(),
         build_id: build_id_of(&a.image)?,
         candidate_build_id: None,

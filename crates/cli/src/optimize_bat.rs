@@ -81,6 +81,21 @@ pub(crate) fn build_file(db_dir: &Path, image: &Path, bid: &str) -> Option<PathB
     on_disk.or_else(|| Some(db_dir.join("images").join(bid)).filter(|p| p.is_file()))
 }
 
+/// Every optimized build Loupe made from build `orig_bid` of `image` whose
+/// file can be found, with its translator to the original's ELF file
+/// `original`; a build whose file has no usable table is named and left out.
+pub(crate) fn translators(db_dir: &Path, image: &Path, original: &Path, orig_bid: &str) -> Vec<(String, Translator)> {
+    let mut out = Vec::new();
+    for bid in made_from(db_dir, orig_bid) {
+        let Some(file) = build_file(db_dir, image, &bid) else { continue };
+        match Translator::open(&file, original) {
+            Ok(t) => out.push((bid, t)),
+            Err(e) => eprintln!("loupe: cannot map what {} recorded back: {e}", file.display()),
+        }
+    }
+    out
+}
+
 /// Sample sets of the optimized builds of `image` (build `orig_bid`, whose
 /// ELF file is `original`), translated to `image`'s addresses and filed
 /// under `orig_bid`.
@@ -94,15 +109,7 @@ pub(crate) fn optimized_sets(
     syms: &mut Symbolizer,
 ) -> Result<Vec<SampleSet>> {
     let mut out = Vec::new();
-    for bid in made_from(db_dir, orig_bid) {
-        let Some(file) = build_file(db_dir, image, &bid) else { continue };
-        let t = match Translator::open(&file, original) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("loupe: cannot map samples of {} back: {e}", file.display());
-                continue;
-            }
-        };
+    for (bid, t) in translators(db_dir, image, original, orig_bid) {
         let (mut mapped, mut lost) = (0u64, 0u64);
         for at in candidate_files(image) {
             let sets = sample_sets(db, epochs, &at.display().to_string(), &|b| b.eq_ignore_ascii_case(&bid), syms)?;

@@ -7,8 +7,8 @@
 //! through BOLT's address table, both ends, and folded in (a record with an
 //! end the table cannot map is counted and left out, never guessed).
 
-use crate::optimize::{build_id_of, code_image, db_image, ProfileArgs};
-use crate::optimize_bat::{build_file, candidate_files, installed_path, made_from};
+use crate::optimize::{build_id_of, code_image, db_image, epoch_ages, ProfileArgs};
+use crate::optimize_bat::{candidate_files, installed_path, made_from, translators};
 use anyhow::{anyhow, Result};
 use loupe_model::branches::BranchProfile;
 use loupe_model::ImageKind;
@@ -45,13 +45,14 @@ struct Folded {
 }
 
 impl Acc {
-    /// Adds the records of build `bid` filed under `path` in `epochs`,
-    /// their ends mapped through `t` when given (an optimized build).
+    /// Adds the records of build `bid` filed under `path` in the epochs of
+    /// `ages` (each with its age), their ends mapped through `t` when given
+    /// (an optimized build).
     #[allow(clippy::too_many_arguments)]
     fn fold(
         &mut self,
         db: &Database,
-        epochs: &[EpochId],
+        ages: &[(EpochId, f64)],
         path: &Path,
         bid: &str,
         others: &dyn Fn(&str) -> bool,
@@ -61,11 +62,8 @@ impl Acc {
     ) -> Result<Folded> {
         let s = path.display().to_string();
         let want = std::fs::canonicalize(path).map(|x| x.display().to_string()).unwrap_or(s.clone());
-        let all = db.epochs()?;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let mut out = Folded::default();
-        for &e in epochs {
-            let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
+        for &(e, age) in ages {
             let (profiles, bad) = db.load_branches(e, &|i| i.kind == ImageKind::Elf && (i.path == want || i.path == s))?;
             for b in &bad {
                 eprintln!("loupe: skipping corrupt branch records {b}");
@@ -76,7 +74,7 @@ impl Acc {
                     self.refused += usize::from(!others(&pb));
                     continue;
                 }
-                let w = age_weight(now.saturating_sub(end) as f64, half_life);
+                let w = age_weight(age, half_life);
                 let f = self.add(&bp, path, bid, t, w, syms)?;
                 (out.mapped, out.lost) = (out.mapped + f.mapped, out.lost + f.lost);
             }
@@ -141,22 +139,15 @@ pub(crate) fn lbr_fdata_of(
     }
     let made = made_from(db_dir, &file_bid);
     let ours = |b: &str| made.contains(&b.to_ascii_lowercase());
+    let ages = epoch_ages(&db, epochs)?;
     let mut acc = Acc::default();
     for at in std::iter::once(image.to_path_buf()).chain(installed_path(image)) {
-        acc.fold(&db, epochs, &at, &file_bid, &ours, None, half_life, syms)?;
+        acc.fold(&db, &ages, &at, &file_bid, &ours, None, half_life, syms)?;
     }
-    for bid in &made {
-        let Some(opt) = build_file(db_dir, image, bid) else { continue };
-        let t = match Translator::open(&opt, file) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("loupe: cannot map branch records of {} back: {e}", opt.display());
-                continue;
-            }
-        };
+    for (bid, t) in translators(db_dir, image, file, &file_bid) {
         let mut f = Folded::default();
         for at in candidate_files(image) {
-            let g = acc.fold(&db, epochs, &at, bid, &|_| true, Some(&t), half_life, syms)?;
+            let g = acc.fold(&db, &ages, &at, &bid, &|_| true, Some(&t), half_life, syms)?;
             (f.mapped, f.lost) = (f.mapped + g.mapped, f.lost + g.lost);
         }
         if f.mapped + f.lost > 0 {

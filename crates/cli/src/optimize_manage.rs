@@ -17,7 +17,7 @@
 //! database's image cache so samples of either can still be symbolized.
 
 use crate::flags::DbArg;
-use crate::optimize::{build_id_of, db_image, log_decision, profile_from, sample_sets};
+use crate::optimize::{build_id_of, db_image, epoch_ages, log_decision, now_unix, profile_from, sample_sets};
 use crate::procedure::symbolizer;
 use anyhow::{anyhow, Context, Result};
 use clap::Args;
@@ -81,10 +81,6 @@ did not make), the original is put back and a fresh profile collected. Without d
 holds regrow_factor times the samples the installed version was built from (0, the default: never; candidates \
 from mapped profiles have not yet beaten the version they were to replace, see BENCHMARKS.md), a candidate from \
 it must beat the installed version itself to replace it.";
-
-fn now_unix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
 
 struct Manager {
     db: PathBuf,
@@ -358,13 +354,10 @@ impl Manager {
 
     /// Share of all samples (aged per epoch) that the program's path took.
     fn share(&self, db: &Database, epochs: &[EpochId], image: &Path) -> Result<f64> {
-        let all = db.epochs()?;
-        let now = now_unix();
         let want = std::fs::canonicalize(image).map_or(image.display().to_string(), |p| p.display().to_string());
         let (mut mine, mut total) = (0.0, 0.0);
-        for &e in epochs {
-            let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
-            let w = age_weight(now.saturating_sub(end) as f64, self.cfg.half_life);
+        for (e, age) in epoch_ages(db, epochs)? {
+            let w = age_weight(age, self.cfg.half_life);
             let (idx, _) = db.index(e)?;
             for x in &idx.entries {
                 total += w * x.total_samples as f64;
