@@ -18,9 +18,10 @@ a PIE build):
   loupe-Nk-noskid     the largest density's profile without the skid correction (--no-skid)
   instr               base-default + llvm-bolt, profile = `llvm-bolt -instrument`
                       runs of the same training inputs, merged with merge-fdata
-  P@aN                with --bolt-layouts P: profile P's BOLT run again with hot functions
-                      aligned at N = 16, 32, 128, 256 bytes (BOLT's default 64 is P itself):
-                      five layouts of the same optimization, reported as one median
+  P@V                 with --bolt-layouts P: profile P's BOLT run again in layout variant V
+                      (a16/a32: hot functions aligned at 16/32 bytes instead of 64; b16/b32:
+                      hot blocks aligned at 16/32, see BOLT_VARIANTS): five layouts of the
+                      same optimization, reported as one median
 
 Each round runs every binary once on the test input, order rotated per
 round; the figure is the child's user+system CPU time (wait4 rusage).
@@ -186,21 +187,29 @@ def prepare(prog, d):
     return bins, info, matched
 
 
-# BOLT's own layout varied without changing what the profile decides: hot functions aligned at these
-# boundaries instead of BOLT's default 64 (with as much padding as that takes). Each optimized binary is one
-# draw of layout luck, like each baseline layout; five draws per profile let its median be compared with the
-# baselines' median instead of one lucky or unlucky binary.
-BOLT_ALIGNS = [16, 32, 128, 256]
+# BOLT's own layout varied without changing what the profile decides: each optimized binary is one draw
+# of layout luck, like each baseline layout; five draws per profile let its median be compared with the
+# baselines' median instead of one lucky or unlucky binary. Hot functions aligned at 16 or 32 bytes instead
+# of BOLT's 64 move every function's code within its cache lines; aligning hot blocks (BOLT's
+# -align-blocks, at 16 or 32) moves the code inside functions, as -falign-loops does for the baselines.
+# (Alignments of 128 or 256 bytes, used before 2026-11-23 06:50, leave every function where 64 does modulo
+# 64 bytes: three of those five draws were nearly one.)
+BOLT_VARIANTS = {
+    "a16": ["-align-functions=16", "-align-functions-max-bytes=16"],
+    "a32": ["-align-functions=32", "-align-functions-max-bytes=32"],
+    "b16": ["-align-blocks", "-block-alignment=16"],
+    "b32": ["-align-blocks", "-block-alignment=32"],
+}
 
 
 def bolt_layouts(d, bins, matched, profiles):
     base = bins["base-default"]
     for p in profiles:
         fdata = os.path.join(d, f"{p}.fdata")
-        for a in BOLT_ALIGNS:
-            name, out = f"{p}@a{a}", os.path.join(d, f"{p}-a{a}-bolt")
+        for v, opts in BOLT_VARIANTS.items():
+            name, out = f"{p}@{v}", os.path.join(d, f"{p}-{v}-bolt")
             if name not in bins or not os.path.exists(out):
-                matched[name] = bolt(base, fdata, out, [f"-align-functions={a}", f"-align-functions-max-bytes={a}"])
+                matched[name] = bolt(base, fdata, out, opts)
                 bins[name] = out
 
 
@@ -232,13 +241,16 @@ def report(prog, times, info, matched):
         extra = ""
         if k in info:
             i = info[k]
-            extra = f" [{i['samples']} samples, {i['passes']} training passes, branch agreement {i['branch_agreement_pct']:.1f}%]"
+            passes = f", {i['passes']} training passes" if "passes" in i else ""
+            extra = f" [{i['samples']} samples{passes}, branch agreement {i['branch_agreement_pct']:.1f}%]"
         print(f"#   {k}{extra}: {v}")
     print(f"{'binary':<17} {'median':>8} {'min':>8} {'max':>8} {'vs baseline median':>19}")
     for n, v in times.items():
         print(f"{n:<17} {med[n]:8.3f} {min(v):8.3f} {max(v):8.3f} {100 * (med[n] / bm - 1):+18.1f}%")
     print(f"baseline layouts: median of medians {bm:.3f} s, spread {min(base_meds):.3f}-{max(base_meds):.3f} s ({spread:.1f}%)")
-    opt = [n for n in list(info) + ["instr"] if n in med]
+    # Every optimized binary timed: Loupe's densities, the complete profile, and any other profile
+    # BOLTed into this workdir by hand (e.g. an export with other options).
+    opt = [n for n in med if n not in LAYOUTS and "@" not in n]
     gain = {n: 100 * (1 - med[n] / bm) for n in opt}
     vs_default = {n: 100 * (1 - med[n] / med["base-default"]) for n in opt}
     for n in opt:
@@ -276,11 +288,11 @@ def main():
     ap.add_argument("--workdir", help="reuse this directory (its builds are kept when their flags match)")
     ap.add_argument("--prepare-only", action="store_true", help="build, train and BOLT, save the list in WORKDIR/prepared.json, do not time")
     ap.add_argument("--measure-only", action="store_true", help="time the binaries listed in WORKDIR/prepared.json (from --prepare-only)")
-    ap.add_argument("--bolt-layouts", default="", help="profiles (e.g. loupe-30k,instr) also BOLTed with functions aligned at "
-                    + ", ".join(map(str, BOLT_ALIGNS)) + " bytes (BOLT's default: 64), reported as one median over the layouts")
+    ap.add_argument("--bolt-layouts", default="", help="profiles (e.g. loupe-30k,instr) also BOLTed in the layout variants "
+                    + ", ".join(BOLT_VARIANTS) + " (see BOLT_VARIANTS), reported as one median over the layouts")
     ap.add_argument("--densify", type=int, default=0, help="with --measure-only: train the prepared database on to this many samples first")
     ap.add_argument("--train-hz", type=int, default=1000, help="sampling rate of --densify's training passes")
-    ap.add_argument("--binaries", default="", help="time only these (comma-separated names; NAME also selects NAME@aN)")
+    ap.add_argument("--binaries", default="", help="time only these (comma-separated names; NAME also selects NAME@V for V in BOLT_VARIANTS)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
     TRAIN_REPEAT = a.repeat
@@ -310,7 +322,7 @@ def main():
                 json.dump([bins, info, matched], f)
         if a.binaries:
             keep = set(a.binaries.split(","))
-            bins = {n: b for n, b in bins.items() if n in keep or n.split("@")[0] in keep}
+            bins = {n: b for n, b in bins.items() if n in keep or (n.split("@")[0] in keep and n.split("@")[1] in BOLT_VARIANTS)}
         if a.prepare_only:
             print(f"## {prog}: prepared in {d}: " + json.dumps(info))
             continue

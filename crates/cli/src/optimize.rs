@@ -71,6 +71,10 @@ pub struct ProfileArgs {
     /// predecessor's samples onto a block's first instruction).
     #[arg(long)]
     pub no_skid: bool,
+    /// Make block and edge counts flow-consistent by minimum-cost flow (LLVM's profi method): a
+    /// chain of blocks that must run equally often gets the median of their estimates.
+    #[arg(long)]
+    pub infer: bool,
     /// The ELF file of the build profiled, when it is no longer at `image`
     /// (`export --build-id`: its copy in the database's image cache).
     #[arg(skip)]
@@ -288,7 +292,14 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
     if combined.refused > 0 {
         eprintln!("loupe: left out {} sample set(s) of other builds of {path}", combined.refused);
     }
-    profile_from(&p.image, p.file(), &file_bid, combined, ColdPolicy { cold_fraction: p.cold_fraction, skid: !p.no_skid }, syms)
+    profile_from(
+        &p.image,
+        p.file(),
+        &file_bid,
+        combined,
+        ColdPolicy { cold_fraction: p.cold_fraction, skid: !p.no_skid, infer: p.infer },
+        syms,
+    )
 }
 
 /// Block profiles of every sampled function of build `bid` of the program

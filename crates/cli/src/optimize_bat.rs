@@ -15,6 +15,8 @@ use loupe_store::{Database, EpochId};
 use loupe_symbolize::Symbolizer;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 /// Candidate build-ids the decision log records as made from `orig_bid`.
 pub(crate) fn made_from(db_dir: &Path, orig_bid: &str) -> BTreeSet<String> {
@@ -44,11 +46,43 @@ pub(crate) fn installed_path(image: &Path) -> Option<PathBuf> {
 /// The translator from build `bid` (the file `file`) to the original
 /// `original` (build `orig_bid`), or why there is none: only builds the
 /// decision log says Loupe made from this very original are mapped.
-pub(crate) fn mapping(db_dir: &Path, file: &Path, original: &Path, orig_bid: &str, bid: &str) -> Result<Translator, String> {
+pub(crate) fn mapping(db_dir: &Path, file: &Path, original: &Path, orig_bid: &str, bid: &str) -> Result<Arc<Translator>, String> {
     if !made_from(db_dir, orig_bid).contains(&bid.to_ascii_lowercase()) {
         return Err(format!("no decision records Loupe making build {bid} from {orig_bid}"));
     }
-    Translator::open(file, original)
+    open_translator(file, original)
+}
+
+/// Which version of a file a cached translator was read from.
+type FileStamp = (u64, u64, SystemTime);
+
+fn stamp(p: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).ok()?;
+    Some((m.ino(), m.len(), m.modified().ok()?))
+}
+
+/// `Translator::open`, remembered per pair of files for as long as neither
+/// changes: the manager maps an installed version's samples on every pass
+/// (default every 60 s), and reading both ELF files and BOLT's table each
+/// time was its largest fixed cost.
+pub(crate) fn open_translator(file: &Path, original: &Path) -> Result<Arc<Translator>, String> {
+    type Cache = HashMap<(PathBuf, PathBuf), (FileStamp, FileStamp, Arc<Translator>)>;
+    static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+    let key = (file.to_path_buf(), original.to_path_buf());
+    let now = (stamp(file), stamp(original));
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let (Some(f), Some(o), Some((cf, co, t))) = (now.0, now.1, cache.get(&key)) {
+        if f == *cf && o == *co {
+            return Ok(Arc::clone(t));
+        }
+    }
+    let t = Arc::new(Translator::open(file, original)?);
+    if let (Some(f), Some(o)) = now {
+        cache.insert(key, (f, o, Arc::clone(&t)));
+    }
+    Ok(t)
 }
 
 /// Sets of an optimized build translated to the original's addresses and
@@ -84,11 +118,11 @@ pub(crate) fn build_file(db_dir: &Path, image: &Path, bid: &str) -> Option<PathB
 /// Every optimized build Loupe made from build `orig_bid` of `image` whose
 /// file can be found, with its translator to the original's ELF file
 /// `original`; a build whose file has no usable table is named and left out.
-pub(crate) fn translators(db_dir: &Path, image: &Path, original: &Path, orig_bid: &str) -> Vec<(String, Translator)> {
+pub(crate) fn translators(db_dir: &Path, image: &Path, original: &Path, orig_bid: &str) -> Vec<(String, Arc<Translator>)> {
     let mut out = Vec::new();
     for bid in made_from(db_dir, orig_bid) {
         let Some(file) = build_file(db_dir, image, &bid) else { continue };
-        match Translator::open(&file, original) {
+        match open_translator(&file, original) {
             Ok(t) => out.push((bid, t)),
             Err(e) => eprintln!("loupe: cannot map what {} recorded back: {e}", file.display()),
         }

@@ -70,6 +70,57 @@ fn export_bolt_and_validate() {
 }
 
 #[test]
+fn inferred_counts_conserve_flow_and_leave_the_cold_cases_out() {
+    // `--infer` (minimum-cost flow): in `run`, every block's count equals the flow into it and out of it, no
+    // call to a never-run `cold_*` function carries a count (they run 0 times by construction), and BOLT
+    // accepts the edge profile with an unchanged result.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (db, bin) = (dir.path().join("db"), dir.path().join("layout"));
+    std::fs::copy(workloads().join("layout"), &bin).unwrap();
+    run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(&bin).arg("8000"));
+    let json = json(&run_ok(loupe().args(["optimize", "export", "--format", "json", "--infer", "--db"]).arg(&db).arg(&bin)));
+    let run = json["functions"].as_array().unwrap().iter().find(|f| f["name"] == "run").unwrap();
+    let blocks = run["blocks"].as_array().unwrap();
+    let edges = run["edges"].as_array().unwrap();
+    let top = blocks.iter().map(|b| b["count"].as_f64().unwrap()).fold(0.0, f64::max);
+    assert!(top > 0.0, "{run}");
+    for (k, b) in blocks.iter().enumerate() {
+        let (off, count) = (b["offset"].as_u64().unwrap(), b["count"].as_f64().unwrap());
+        let into: f64 = edges.iter().filter(|e| e["to"] == off).map(|e| e["count"].as_f64().unwrap()).sum();
+        let out: f64 = edges.iter().filter(|e| e["from"] == off).map(|e| e["count"].as_f64().unwrap()).sum();
+        let has_out = edges.iter().any(|e| e["from"] == off);
+        // Entry and exits meet the outside; escapes off the graph are allowed but must be rare.
+        if k > 0 {
+            assert!((into - count).abs() <= 0.02 * top, "block {off:#x}: count {count}, flow in {into}");
+        }
+        if has_out {
+            assert!((out - count).abs() <= 0.02 * top, "block {off:#x}: count {count}, flow out {out}");
+        }
+    }
+    let syms = symbols(&bin);
+    let cold: Vec<u64> = syms.iter().filter(|(n, _)| n.starts_with("cold_")).map(|(_, &a)| a).collect();
+    assert!(!cold.is_empty());
+    for c in run["calls"].as_array().unwrap() {
+        assert!(!cold.contains(&c["target"].as_u64().unwrap()), "a never-run cold_* call got a count: {c}");
+    }
+    assert!(blocks.iter().any(|b| b["cold"] == true), "no block of run is confidently cold");
+
+    let fdata = dir.path().join("layout.fdata");
+    run_ok(loupe().args(["optimize", "export", "--format", "bolt-edges", "--infer", "--db"]).arg(&db).arg(&bin).arg("-o").arg(&fdata));
+    let out = dir.path().join("layout.bolt");
+    run_ok(Command::new(BOLT).arg(&bin).arg("-o").arg(&out).arg(format!("-data={}", fdata.display())).args([
+        "-reorder-blocks=ext-tsp",
+        "-split-functions",
+        "-split-all-cold",
+        "-reorder-functions=hfsort",
+    ]));
+    assert_eq!(checksum(&out, "3000"), checksum(&bin, "3000"));
+}
+
+#[test]
 fn refuses_profile_of_another_build() {
     // Checks that samples of one build are never applied to a different binary at the same path.
     if !require_root() {

@@ -14,6 +14,7 @@
 //! of its own: short blocks (a lone `jmp`, a `mov` before a call) catch
 //! few samples however often they run.
 
+use crate::infer;
 use crate::stats::poisson_upper;
 use loupe_calc::cfg::{self, Memory};
 use loupe_calc::decode::{self, Flow};
@@ -32,11 +33,14 @@ pub struct ColdPolicy {
     /// branch agreement with the complete profile): Lua 50.4% -> 68.2%,
     /// zstd 84.5% both ways, SQLite 73.6% -> 75.3%.
     pub skid: bool,
+    /// Make counts flow-consistent by minimum-cost flow (`infer`) instead
+    /// of raising counts along forced chains and splitting edges by ratio.
+    pub infer: bool,
 }
 
 impl Default for ColdPolicy {
     fn default() -> Self {
-        ColdPolicy { cold_fraction: 0.01, skid: true }
+        ColdPolicy { cold_fraction: 0.01, skid: true, infer: false }
     }
 }
 
@@ -109,6 +113,22 @@ pub fn function_profile(
 ) -> FunctionProfile {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let end = start + bytes.len() as u64;
+    // Per block: its samples net of skid and the instructions they were
+    // counted from; 0 instructions when nothing is left (a lone
+    // instruction holds only its predecessor's samples): unknown, to be
+    // filled in from flow, never called cold.
+    let own: Vec<(f64, usize)> = (0..g.blocks.len())
+        .map(|b| {
+            let blk = &g.blocks[b];
+            let all: f64 = samples.range(g.start(b)..g.last(b).end()).map(|(_, w)| w).sum();
+            let n = blk.end - blk.first;
+            match (policy.skid, own_samples(&g, b, samples)) {
+                (true, Some(own)) => own,
+                _ if policy.infer && n == 1 && all == 0.0 => (0.0, 0),
+                _ => (all, n),
+            }
+        })
+        .collect();
     let mut blocks: Vec<BlockCount> = g
         .blocks
         .iter()
@@ -116,26 +136,43 @@ pub fn function_profile(
         .map(|(b, blk)| {
             let lo = g.start(b);
             let hi = g.last(b).end();
-            let s: f64 = samples.range(lo..hi).map(|(_, w)| w).sum();
-            let n = (blk.end - blk.first).max(1);
-            let (own, k) =
-                if policy.skid && n > 1 { (samples.range(g.insns[blk.first + 1].addr..hi).map(|(_, w)| w).sum(), n - 1) } else { (s, n) };
+            let (o, k) = own[b];
+            let per = |x: f64| if k > 0 { x / k as f64 } else { 0.0 };
             BlockCount {
                 offset: lo - start,
-                insns: n,
-                samples: s,
-                count: own / k as f64,
-                upper: poisson_upper(own) / k as f64,
+                insns: (blk.end - blk.first).max(1),
+                samples: samples.range(lo..hi).map(|(_, w)| w).sum(),
+                count: per(o),
+                upper: per(poisson_upper(o)),
                 cold: false,
             }
         })
         .collect();
-    propagate_flow(&g, &mut blocks);
+    let edges = if policy.infer {
+        let evidence: Vec<usize> = own.iter().map(|&(_, k)| k).collect();
+        let estimate: Vec<f64> = blocks.iter().map(|b| b.count).collect();
+        let flow = infer::infer(&g, &estimate, &evidence);
+        for (b, &c) in blocks.iter_mut().zip(&flow.blocks) {
+            b.count = c;
+            b.upper = b.upper.max(c);
+        }
+        g.edges
+            .iter()
+            .zip(&flow.edges)
+            .map(|(e, &count)| {
+                let last = g.last(e.from);
+                let branch = matches!(last.flow, Flow::Jump(_) | Flow::Branch(_) | Flow::IndirectJump).then(|| last.addr - start);
+                EdgeCount { from: blocks[e.from].offset, branch, to: g.start(e.to) - start, count }
+            })
+            .collect()
+    } else {
+        propagate_flow(&g, &mut blocks);
+        synthesize_edges(&g, &blocks, start)
+    };
     let hottest = blocks.iter().map(|b| b.count).fold(0.0, f64::max);
-    for b in &mut blocks {
-        b.cold = b.count == 0.0 && b.upper < policy.cold_fraction * hottest;
+    for (b, &(_, k)) in blocks.iter_mut().zip(&own) {
+        b.cold = k > 0 && b.count == 0.0 && b.upper < policy.cold_fraction * hottest;
     }
-    let edges = synthesize_edges(&g, &blocks, start);
     let calls = calls_out(&g, &blocks, start, end, bytes);
     let total = samples.range(start..end).map(|(_, w)| w).sum();
     FunctionProfile {
@@ -149,6 +186,15 @@ pub fn function_profile(
         calls,
         bolt_name: name.to_string(),
     }
+}
+
+/// A block's samples without the timer's skid, and the instructions they
+/// were counted from: a block's first instruction holds its predecessor's
+/// samples. `None` for a lone instruction.
+fn own_samples(g: &cfg::Cfg, b: usize, samples: &BTreeMap<u64, f64>) -> Option<(f64, usize)> {
+    let blk = &g.blocks[b];
+    let from = blk.first + 1;
+    (from < blk.end).then(|| (samples.range(g.insns[from].addr..g.insns[blk.end - 1].end()).map(|(_, w)| w).sum(), blk.end - from))
 }
 
 /// Flow-implied counts: a block runs at least as often as the sum of its
@@ -299,6 +345,27 @@ mod tests {
         // Entry (2 insns, 50 per insn) always jumps to L: L runs 50 times though unsampled; the nop never runs.
         assert_eq!(c, vec![(0, 50.0), (7, 0.0), (8, 50.0)]);
         assert!(!p.blocks[2].cold);
+    }
+
+    // With `infer`, a lone instruction without samples is unknown, not
+    // cold: the return here (two predecessors) takes the entry's count from
+    // flow, while the unsampled three-instruction block beside it is
+    // confidently cold.
+    #[test]
+    fn lone_unsampled_instruction_is_not_cold() {
+        let inferred = function_profile(
+            "f",
+            0x1000,
+            &CODE,
+            &at(&[(0x1000, 1000.0), (0x1003, 1000.0)]),
+            &NoMemory,
+            ColdPolicy { infer: true, ..ColdPolicy::default() },
+        );
+        // Flow: the entry's count leaves through the return, the only exit.
+        assert_eq!(
+            inferred.blocks.iter().map(|b| (b.cold, b.count.round())).collect::<Vec<_>>(),
+            vec![(false, 1000.0), (true, 0.0), (false, 1000.0)]
+        );
     }
 
     // Calls: `call rel32` to the callee's address, counted with its block.
