@@ -12,6 +12,16 @@ use util::*;
 
 const BOLT: &str = "/usr/lib/llvm-19/bin/llvm-bolt";
 
+/// llvm-bolt with Loupe's usual layout options and the profile `fdata`.
+fn bolt_with(bin: &Path, fdata: &Path, out: &Path) -> std::process::Output {
+    run_ok(Command::new(BOLT).arg(bin).arg("-o").arg(out).arg(format!("-data={}", fdata.display())).args([
+        "-reorder-blocks=ext-tsp",
+        "-split-functions",
+        "-split-all-cold",
+        "-reorder-functions=hfsort",
+    ]))
+}
+
 fn checksum(bin: &Path, iters: &str) -> String {
     String::from_utf8(run_ok(Command::new(bin).arg(iters)).stdout).unwrap()
 }
@@ -57,12 +67,7 @@ fn export_bolt_and_validate() {
     assert!(run_lines.iter().any(|&o| (3..=17).contains(&o)), "{run_lines:?}");
 
     let out = dir.path().join("layout.bolt");
-    let bolt = run_ok(Command::new(BOLT).arg(&bin).arg("-o").arg(&out).arg(format!("-data={}", fdata.display())).args([
-        "-reorder-blocks=ext-tsp",
-        "-split-functions",
-        "-split-all-cold",
-        "-reorder-functions=hfsort",
-    ]));
+    let bolt = bolt_with(&bin, &fdata, &out);
     let log = String::from_utf8_lossy(&bolt.stdout).to_string() + &String::from_utf8_lossy(&bolt.stderr);
     assert!(log.contains("enabling relocation mode"), "{log}");
     assert!(log.contains(&format!("{} out of", funcs.len())), "BOLT did not match every profiled function: {log}");
@@ -111,12 +116,7 @@ fn inferred_counts_conserve_flow_and_leave_the_cold_cases_out() {
     let fdata = dir.path().join("layout.fdata");
     run_ok(loupe().args(["optimize", "export", "--format", "bolt-edges", "--infer", "--db"]).arg(&db).arg(&bin).arg("-o").arg(&fdata));
     let out = dir.path().join("layout.bolt");
-    run_ok(Command::new(BOLT).arg(&bin).arg("-o").arg(&out).arg(format!("-data={}", fdata.display())).args([
-        "-reorder-blocks=ext-tsp",
-        "-split-functions",
-        "-split-all-cold",
-        "-reorder-functions=hfsort",
-    ]));
+    bolt_with(&bin, &fdata, &out);
     assert_eq!(checksum(&out, "3000"), checksum(&bin, "3000"));
 }
 
