@@ -35,6 +35,9 @@ Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--densities 2000,1
        bench/optimize_realprogs.py --measure-only --densify 300000 --train-hz 10000 --rounds 0 --workdir DIR PROGRAM
        bench/optimize_realprogs.py --measure-only --bolt-layouts loupe-30k,instr \
            --binaries base-default,base-a1,base-a8,base-a32,base-a64,loupe-30k,instr --rounds 20 --workdir DIR PROGRAM
+       bench/optimize_realprogs.py --measure-only --runs 3 --train-hz 10000 --rounds 0 --workdir DIR PROGRAM   (then time
+           --binaries base-default,base-a1,base-a8,base-a32,base-a64,instr,r1-ratio,r1-infer,... on a quiet machine)
+       bench/optimize_realprogs.py --measure-only --hybrids loupe-300k --rounds 0 --workdir DIR PROGRAM
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
@@ -52,8 +55,9 @@ PROGRAMS = {
     "lua": {
         "train": [[f"{LUA}/fib.lua", "35"], [f"{LUA}/sort.lua", "300000"], [f"{LUA}/strings.lua", "300000"]],
         "test": [f"{LUA}/nbody.lua", "300000"],
+        "loop": "luaV_execute",  # the interpreter loop, for --hybrids
     },
-    "sqlite-bench": {"train": [["insert", "800"], ["mixed", "600"], ["query", "60"]], "test": ["query", "150"]},
+    "sqlite-bench": {"train": [["insert", "800"], ["mixed", "600"], ["query", "60"]], "test": ["query", "150"], "loop": "sqlite3VdbeExec"},
     "zstd-bench": {"train": [["3", "48", "1"], ["3", "48", "3"], ["1", "48", "5"]], "test": ["3", "32", "2"]},
 }
 # Each training input runs this many times for the instrumented profile (Morph repeated its training inputs too).
@@ -213,6 +217,86 @@ def bolt_layouts(d, bins, matched, profiles):
                 bins[name] = out
 
 
+def conditional_agreement(ref_fdata, fdata):
+    """`agreement` over two-target branches only (conditional branches; indirect jumps, whose most frequent
+    target rarely matters to the layout and is often a near tie, left out)."""
+    ref, ours = branches(ref_fdata), branches(fdata)
+    total = agree = 0
+    for k, t in ref.items():
+        if len(t) != 2:
+            continue
+        total += sum(t.values())
+        o = ours.get(k)
+        if o and max(o, key=o.get) == max(t, key=t.get):
+            agree += sum(t.values())
+    return 100 * agree / total if total else 0.0
+
+
+def train_to(prog, db, base, target, freq):
+    """Training passes into `db` until it holds `target` samples (none when it already does); returns the count."""
+    def held():
+        r = subprocess.run([LOUPE, "optimize", "export", "--format", "json", "--db", db, base], capture_output=True, text=True)
+        return json.loads(r.stdout)["raw_samples"] if r.returncode == 0 else 0
+    samples = held() if os.path.isdir(db) else 0
+    while samples < target:
+        for args in PROGRAMS[prog]["train"]:
+            sh([LOUPE, "record", "--db", db, "--freq", str(freq), "--", base] + args)
+        samples = json.loads(sh([LOUPE, "optimize", "export", "--format", "json", "--db", db, base]).stdout)["raw_samples"]
+    return samples
+
+
+# Export methods compared over independent training runs (--runs): name -> extra `optimize export` options.
+METHODS = {"ratio": [], "infer": ["--infer"]}
+
+
+def independent_runs(prog, d, bins, info, matched, runs, target, freq):
+    """`runs` databases, each trained from empty to `target` samples (kept and reused by later calls), each
+    exported by every method in METHODS and BOLTed at the five layouts: rR-METHOD. One database is one draw of
+    which samples the profile happened to get; a method is judged over several draws (BENCHMARKS.md, sixth pass:
+    the default export of six 300k Lua databases reached 0-76% of the complete profile's gain)."""
+    base = bins["base-default"]
+    for r in range(1, runs + 1):
+        db = os.path.join(d, f"db-r{r}")
+        samples = train_to(prog, db, base, target, freq)
+        for m, extra in METHODS.items():
+            name = f"r{r}-{m}"
+            fdata = os.path.join(d, f"{name}.fdata")
+            sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", db, base, "-o", fdata] + extra)
+            bins[name] = os.path.join(d, f"{name}-bolt")
+            matched[name] = bolt(base, fdata, bins[name])
+            info[name] = {"samples": samples, "train_hz": freq, "branch_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata),
+                          "conditional_agreement_pct": conditional_agreement(os.path.join(d, "instr.fdata"), fdata)}
+            bolt_layouts(d, bins, matched, [name])
+            print(f"# {prog}: {name}: {info[name]}", flush=True)
+
+
+def hybrids(prog, d, bins, matched, profile):
+    """Record-level mixtures of Loupe's profile `profile` and the complete one, to locate what the sampled
+    profile gets wrong: hcov = the complete profile cut to the functions `profile` has; hvm / hivm = one
+    profile with the interpreter loop's records of the other; hintraI / hintraL = one profile's records inside
+    functions with the other's calls between them."""
+    def recs(name):
+        with open(os.path.join(d, f"{name}.fdata")) as f:
+            return [l.split() for l in f if len(l.split()) == 8]
+    L, I = recs(profile), recs("instr")
+    have = {r[1] for r in L} | {r[4] for r in L}
+    intra = lambda r: r[1] == r[4]
+    mix = {"hcov": [r for r in I if r[1] in have and r[4] in have],
+           "hintraI": [r for r in I if intra(r)] + [r for r in L if not intra(r)],
+           "hintraL": [r for r in L if intra(r)] + [r for r in I if not intra(r)]}
+    loop = PROGRAMS[prog].get("loop")
+    if loop:
+        mix["hvm"] = [r for r in L if r[1] != loop] + [r for r in I if r[1] == loop]
+        mix["hivm"] = [r for r in I if r[1] != loop] + [r for r in L if r[1] == loop]
+    for name, rs in mix.items():
+        fdata = os.path.join(d, f"{name}.fdata")
+        with open(fdata, "w") as f:
+            f.writelines(" ".join(r) + "\n" for r in rs)
+        bins[name] = os.path.join(d, f"{name}-bolt")
+        matched[name] = bolt(bins["base-default"], fdata, bins[name])
+    bolt_layouts(d, bins, matched, list(mix))
+
+
 def measure(prog, bins, rounds):
     test = PROGRAMS[prog]["test"]
     names = list(bins)
@@ -292,6 +376,10 @@ def main():
                     + ", ".join(BOLT_VARIANTS) + " (see BOLT_VARIANTS), reported as one median over the layouts")
     ap.add_argument("--densify", type=int, default=0, help="with --measure-only: train the prepared database on to this many samples first")
     ap.add_argument("--train-hz", type=int, default=1000, help="sampling rate of --densify's training passes")
+    ap.add_argument("--runs", type=int, default=0, help="with --measure-only: N independent databases, each trained from empty to "
+                    "--densify samples (default 300000) at --train-hz and exported by every method (rR-ratio, rR-infer), five layouts each")
+    ap.add_argument("--hybrids", default="", help="with --measure-only: mixtures of this Loupe profile (e.g. loupe-300k) and the complete one "
+                    "(hcov, hvm, hivm, hintraI, hintraL; see `hybrids`), five layouts each")
     ap.add_argument("--binaries", default="", help="time only these (comma-separated names; NAME also selects NAME@V for V in BOLT_VARIANTS)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
@@ -312,12 +400,20 @@ def main():
             bins, info, matched = prepare(prog, d)
             with open(saved, "w") as f:
                 json.dump([bins, info, matched], f)
-        if a.densify:
+        if a.densify and not a.runs:
             densify(prog, d, bins, info, matched, a.densify, a.train_hz)
             with open(saved, "w") as f:
                 json.dump([bins, info, matched], f)
         if a.bolt_layouts:
             bolt_layouts(d, bins, matched, a.bolt_layouts.split(","))
+            with open(saved, "w") as f:
+                json.dump([bins, info, matched], f)
+        if a.runs:
+            independent_runs(prog, d, bins, info, matched, a.runs, a.densify or 300000, a.train_hz)
+            with open(saved, "w") as f:
+                json.dump([bins, info, matched], f)
+        if a.hybrids:
+            hybrids(prog, d, bins, matched, a.hybrids)
             with open(saved, "w") as f:
                 json.dump([bins, info, matched], f)
         if a.binaries:
