@@ -15,8 +15,7 @@ use loupe_store::{Database, EpochId};
 use loupe_symbolize::Symbolizer;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 /// Candidate build-ids the decision log records as made from `orig_bid`.
 pub(crate) fn made_from(db_dir: &Path, orig_bid: &str) -> BTreeSet<String> {
@@ -50,39 +49,7 @@ pub(crate) fn mapping(db_dir: &Path, file: &Path, original: &Path, orig_bid: &st
     if !made_from(db_dir, orig_bid).contains(&bid.to_ascii_lowercase()) {
         return Err(format!("no decision records Loupe making build {bid} from {orig_bid}"));
     }
-    open_translator(file, original)
-}
-
-/// Which version of a file a cached translator was read from.
-type FileStamp = (u64, u64, SystemTime);
-
-fn stamp(p: &Path) -> Option<FileStamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(p).ok()?;
-    Some((m.ino(), m.len(), m.modified().ok()?))
-}
-
-/// `Translator::open`, remembered per pair of files for as long as neither
-/// changes: the manager maps an installed version's samples on every pass
-/// (default every 60 s), and reading both ELF files and BOLT's table each
-/// time was its largest fixed cost.
-pub(crate) fn open_translator(file: &Path, original: &Path) -> Result<Arc<Translator>, String> {
-    type Cache = HashMap<(PathBuf, PathBuf), (FileStamp, FileStamp, Arc<Translator>)>;
-    static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
-    let key = (file.to_path_buf(), original.to_path_buf());
-    let now = (stamp(file), stamp(original));
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let cache = cache.get_or_insert_with(HashMap::new);
-    if let (Some(f), Some(o), Some((cf, co, t))) = (now.0, now.1, cache.get(&key)) {
-        if f == *cf && o == *co {
-            return Ok(Arc::clone(t));
-        }
-    }
-    let t = Arc::new(Translator::open(file, original)?);
-    if let (Some(f), Some(o)) = now {
-        cache.insert(key, (f, o, Arc::clone(&t)));
-    }
-    Ok(t)
+    Translator::open_cached(file, original)
 }
 
 /// Sets of an optimized build translated to the original's addresses and
@@ -122,7 +89,7 @@ pub(crate) fn translators(db_dir: &Path, image: &Path, original: &Path, orig_bid
     let mut out = Vec::new();
     for bid in made_from(db_dir, orig_bid) {
         let Some(file) = build_file(db_dir, image, &bid) else { continue };
-        match open_translator(&file, original) {
+        match Translator::open_cached(&file, original) {
             Ok(t) => out.push((bid, t)),
             Err(e) => eprintln!("loupe: cannot map what {} recorded back: {e}", file.display()),
         }

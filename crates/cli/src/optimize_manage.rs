@@ -67,7 +67,7 @@ pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/o
 loupe daemon --optimize /etc/loupe/optimize.json\n\n\
 Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
 {\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 30000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
-\"retry_factor\": 2, \"regrow_factor\": 0, \"half_life\": 604800, \"cold_fraction\": 0.01, \"nice\": 19,\n   \
+\"retry_factor\": 2, \"regrow_factor\": 0, \"half_life\": 604800, \"cold_fraction\": 0.01, \"infer\": false,\n   \"nice\": 19, \
 \"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
 \"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\
 A program is optimized once it has min_share of the sampled time and min_samples (aged) samples; the candidate \
@@ -435,7 +435,7 @@ impl Manager {
             original,
             &st.original_build,
             combined,
-            ColdPolicy { cold_fraction: self.cfg.cold_fraction, ..ColdPolicy::default() },
+            ColdPolicy { cold_fraction: self.cfg.cold_fraction, infer: self.cfg.infer, ..ColdPolicy::default() },
             syms,
         )?;
         let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {}: {r}", original.display()))?;

@@ -24,7 +24,18 @@
 
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// Which version of a file a cached translator was read from.
+type FileStamp = (u64, u64, SystemTime);
+
+fn stamp(p: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).ok()?;
+    Some((m.ino(), m.len(), m.modified().ok()?))
+}
 
 /// The section's name.
 pub const SECTION: &str = ".note.bolt_bat";
@@ -241,6 +252,30 @@ pub struct Translator {
 
 impl Translator {
     /// Reads the table of `optimized` and the symbols of both files.
+    /// `open`, remembered per pair of files for as long as neither changes
+    /// (same inode, size and modification time): the manager maps an
+    /// installed version's samples on every pass (default every 60 s), and
+    /// reading both ELF files and BOLT's table each time was its largest
+    /// fixed cost.
+    pub fn open_cached(optimized: &Path, original: &Path) -> Result<Arc<Translator>, String> {
+        type Cache = HashMap<(PathBuf, PathBuf), (FileStamp, FileStamp, Arc<Translator>)>;
+        static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+        let key = (optimized.to_path_buf(), original.to_path_buf());
+        let now = (stamp(optimized), stamp(original));
+        let mut guard = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        let cache = guard.get_or_insert_with(HashMap::new);
+        if let (Some(f), Some(o), Some((cf, co, t))) = (now.0, now.1, cache.get(&key)) {
+            if f == *cf && o == *co {
+                return Ok(Arc::clone(t));
+            }
+        }
+        let t = Arc::new(Translator::open(optimized, original)?);
+        if let (Some(f), Some(o)) = now {
+            cache.insert(key, (f, o, Arc::clone(&t)));
+        }
+        Ok(t)
+    }
+
     pub fn open(optimized: &Path, original: &Path) -> Result<Translator, String> {
         let data = std::fs::read(optimized).map_err(|e| format!("cannot read {}: {e}", optimized.display()))?;
         let (file, mut opt_funcs) = functions(&data, optimized)?;
@@ -589,6 +624,25 @@ mod tests {
     // NAME, cold: NAME.cold.N), each hot start maps to the same-named original function's start, and every
     // table entry maps inside that original function's bounds; a straight run inside one entry maps to a run
     // of the same instructions in the original.
+    // The cache hands out the same translator while the files stay as they
+    // are, and reads again once the optimized file is replaced (a new
+    // version renamed over the path, as the manager installs one).
+    #[test]
+    fn cached_translator_follows_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (orig, out) = bolt_layout(dir.path());
+        let a = Translator::open_cached(&out, &orig).unwrap();
+        let b = Translator::open_cached(&out, &orig).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let copy = dir.path().join("layout.bolt.new");
+        std::fs::copy(&out, &copy).unwrap();
+        std::fs::rename(&copy, &out).unwrap();
+        let c = Translator::open_cached(&out, &orig).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(Arc::ptr_eq(&c, &Translator::open_cached(&out, &orig).unwrap()));
+        assert!(Translator::open_cached(&orig, &orig).is_err(), "a file without BOLT's table is refused, not cached");
+    }
+
     #[test]
     fn real_bolt_output_maps_to_original_functions() {
         let dir = tempfile::tempdir().unwrap();

@@ -19,6 +19,8 @@ pub struct Config {
     /// Age in seconds at which an epoch's samples count half (0: no aging).
     pub half_life: f64,
     pub cold_fraction: f64,
+    /// Block counts by minimum-cost flow (`optimize export --infer`).
+    pub infer: bool,
     /// Niceness of the manager and of everything it runs (19: only idle time).
     pub nice: i32,
     pub programs: Vec<Program>,
@@ -37,6 +39,7 @@ impl Default for Config {
             regrow_factor: p.regrow_factor,
             half_life: 7.0 * 86400.0,
             cold_fraction: 0.01,
+            infer: false,
             nice: 19,
             programs: Vec::new(),
         }
@@ -152,6 +155,8 @@ mod tests {
         assert_eq!((c.programs[0].rounds, c.programs[0].min_gain), (10, 0.01));
         assert!(c.programs[0].bolt_opts.is_none());
         assert_eq!(c.regrow_factor, 0.0);
+        assert!(!c.infer);
+        assert!(Config::parse(r#"{"infer": true, "programs": [{"path": "/x", "check": "", "bench": ""}]}"#).unwrap().infer);
         assert_eq!(
             Config::parse(r#"{"regrow_factor": 10, "programs": [{"path": "/x", "check": "", "bench": ""}]}"#)
                 .unwrap()
