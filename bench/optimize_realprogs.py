@@ -94,13 +94,15 @@ def branches(fdata):
     return d
 
 
-def agreement(ref_fdata, fdata):
+def agreement(ref_fdata, fdata, conditional_only=False):
     """Share of the complete profile's branch executions (branches with two or more targets) whose most
-    frequent target the sampled profile also ranks first: a deterministic measure of the profile's accuracy."""
+    frequent target the sampled profile also ranks first: a deterministic measure of the profile's accuracy.
+    `conditional_only`: two-target branches only (indirect jumps, whose most frequent target rarely matters to
+    the layout and is often a near tie, left out)."""
     ref, ours = branches(ref_fdata), branches(fdata)
     total = agree = 0
     for k, t in ref.items():
-        if len(t) < 2:
+        if len(t) < 2 or (conditional_only and len(t) != 2):
             continue
         total += sum(t.values())
         o = ours.get(k)
@@ -217,21 +219,6 @@ def bolt_layouts(d, bins, matched, profiles):
                 bins[name] = out
 
 
-def conditional_agreement(ref_fdata, fdata):
-    """`agreement` over two-target branches only (conditional branches; indirect jumps, whose most frequent
-    target rarely matters to the layout and is often a near tie, left out)."""
-    ref, ours = branches(ref_fdata), branches(fdata)
-    total = agree = 0
-    for k, t in ref.items():
-        if len(t) != 2:
-            continue
-        total += sum(t.values())
-        o = ours.get(k)
-        if o and max(o, key=o.get) == max(t, key=t.get):
-            agree += sum(t.values())
-    return 100 * agree / total if total else 0.0
-
-
 def train_to(prog, db, base, target, freq):
     """Training passes into `db` until it holds `target` samples (none when it already does); returns the count."""
     def held():
@@ -265,7 +252,7 @@ def independent_runs(prog, d, bins, info, matched, runs, target, freq):
             bins[name] = os.path.join(d, f"{name}-bolt")
             matched[name] = bolt(base, fdata, bins[name])
             info[name] = {"samples": samples, "train_hz": freq, "branch_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata),
-                          "conditional_agreement_pct": conditional_agreement(os.path.join(d, "instr.fdata"), fdata)}
+                          "conditional_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata, conditional_only=True)}
             bolt_layouts(d, bins, matched, [name])
             print(f"# {prog}: {name}: {info[name]}", flush=True)
 
