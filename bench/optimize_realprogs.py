@@ -125,7 +125,7 @@ def train_loupe(spec, d, base):
             for args in spec["train"]:
                 sh([LOUPE, "record", "--db", db, "--freq", "1000", "--", base] + args)
             passes += 1
-            prof = json.loads(sh([LOUPE, "optimize", "export", "--format", "json", "--db", db, base]).stdout)
+            prof = exported(db, base)
             samples = prof["raw_samples"]
             curve.append((samples, len(prof["functions"])))
         name = density_name(target)
@@ -151,16 +151,12 @@ def densify(prog, d, bins, info, matched, target, freq):
     """More training passes into the prepared database until it holds `target` samples (at `freq` Hz: the
     same profile a daemon at Morph's 1000 Hz collects over target/1000 s of the program's CPU, in less wall
     time), then that profile's BOLT build, as `densities` does."""
-    spec, base, db = PROGRAMS[prog], bins["base-default"], os.path.join(d, "db")
+    base, db = bins["base-default"], os.path.join(d, "db")
     name = density_name(target)
-    last = info[max(info, key=lambda n: info[n]["samples"])]
-    samples, passes = last["samples"], last["passes"]
-    while samples < target:
-        for args in spec["train"]:
-            sh([LOUPE, "record", "--db", db, "--freq", str(freq), "--", base] + args)
-        passes += 1
-        prof = json.loads(sh([LOUPE, "optimize", "export", "--format", "json", "--db", db, base]).stdout)
-        samples = prof["raw_samples"]
+    # The main database's densest profile so far (--runs profiles come from databases of their own).
+    last = max((v for v in info.values() if "passes" in v), key=lambda v: v["samples"])
+    prof, more = train_to(prog, db, base, target, freq)
+    samples, passes = prof["raw_samples"], last["passes"] + more
     fdata = os.path.join(d, f"{name}.fdata")
     sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", db, base, "-o", fdata])
     bins[name] = os.path.join(d, f"{name}-bolt")
@@ -219,17 +215,23 @@ def bolt_layouts(d, bins, matched, profiles):
                 bins[name] = out
 
 
+def exported(db, base, check=True):
+    """`loupe optimize export --format json` of `base`'s profile in `db`; None when there is none and not `check`."""
+    r = subprocess.run([LOUPE, "optimize", "export", "--format", "json", "--db", db, base], capture_output=True, text=True, check=check)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
 def train_to(prog, db, base, target, freq):
-    """Training passes into `db` until it holds `target` samples (none when it already does); returns the count."""
-    def held():
-        r = subprocess.run([LOUPE, "optimize", "export", "--format", "json", "--db", db, base], capture_output=True, text=True)
-        return json.loads(r.stdout)["raw_samples"] if r.returncode == 0 else 0
-    samples = held() if os.path.isdir(db) else 0
-    while samples < target:
+    """Training passes at `freq` Hz into `db` until it holds `target` samples (none when it already does);
+    returns its exported profile and the passes run."""
+    prof = exported(db, base, check=False) if os.path.isdir(db) else None
+    passes = 0
+    while (prof["raw_samples"] if prof else 0) < target:
         for args in PROGRAMS[prog]["train"]:
             sh([LOUPE, "record", "--db", db, "--freq", str(freq), "--", base] + args)
-        samples = json.loads(sh([LOUPE, "optimize", "export", "--format", "json", "--db", db, base]).stdout)["raw_samples"]
-    return samples
+        passes += 1
+        prof = exported(db, base)
+    return prof, passes
 
 
 # Export methods compared over independent training runs (--runs): name -> extra `optimize export` options.
@@ -244,7 +246,7 @@ def independent_runs(prog, d, bins, info, matched, runs, target, freq):
     base = bins["base-default"]
     for r in range(1, runs + 1):
         db = os.path.join(d, f"db-r{r}")
-        samples = train_to(prog, db, base, target, freq)
+        samples = train_to(prog, db, base, target, freq)[0]["raw_samples"]
         for m, extra in METHODS.items():
             name = f"r{r}-{m}"
             fdata = os.path.join(d, f"{name}.fdata")

@@ -113,20 +113,26 @@ pub fn function_profile(
 ) -> FunctionProfile {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let end = start + bytes.len() as u64;
-    // Per block: its samples net of skid and the instructions they were
-    // counted from; 0 instructions when nothing is left (a lone
-    // instruction holds only its predecessor's samples): unknown, to be
-    // filled in from flow, never called cold.
-    let own: Vec<(f64, usize)> = (0..g.blocks.len())
+    // Per block: all its samples, and those net of skid with the
+    // instructions they were counted from. A lone instruction has only its
+    // predecessor's skid and is counted from that; with `infer`, one
+    // without samples is unknown (0 instructions): filled in from flow and
+    // never called cold, since one instruction that retires beside others
+    // may go unsampled however often it runs (Lua: 48% of the executions
+    // of one-instruction blocks had no sample at 300k). Without `infer`
+    // such a block counts 0, as before: the rule alone measured slower
+    // (BENCHMARKS.md, sixth pass).
+    let own: Vec<(f64, f64, usize)> = (0..g.blocks.len())
         .map(|b| {
             let blk = &g.blocks[b];
             let all: f64 = samples.range(g.start(b)..g.last(b).end()).map(|(_, w)| w).sum();
             let n = blk.end - blk.first;
-            match (policy.skid, own_samples(&g, b, samples)) {
+            let (o, k) = match (policy.skid, own_samples(&g, b, samples)) {
                 (true, Some(own)) => own,
                 _ if policy.infer && n == 1 && all == 0.0 => (0.0, 0),
                 _ => (all, n),
-            }
+            };
+            (all, o, k)
         })
         .collect();
     let mut blocks: Vec<BlockCount> = g
@@ -134,14 +140,12 @@ pub fn function_profile(
         .iter()
         .enumerate()
         .map(|(b, blk)| {
-            let lo = g.start(b);
-            let hi = g.last(b).end();
-            let (o, k) = own[b];
+            let (all, o, k) = own[b];
             let per = |x: f64| if k > 0 { x / k as f64 } else { 0.0 };
             BlockCount {
-                offset: lo - start,
+                offset: g.start(b) - start,
                 insns: (blk.end - blk.first).max(1),
-                samples: samples.range(lo..hi).map(|(_, w)| w).sum(),
+                samples: all,
                 count: per(o),
                 upper: per(poisson_upper(o)),
                 cold: false,
@@ -149,7 +153,7 @@ pub fn function_profile(
         })
         .collect();
     let edges = if policy.infer {
-        let evidence: Vec<usize> = own.iter().map(|&(_, k)| k).collect();
+        let evidence: Vec<usize> = own.iter().map(|&(_, _, k)| k).collect();
         let estimate: Vec<f64> = blocks.iter().map(|b| b.count).collect();
         let flow = infer::infer(&g, &estimate, &evidence);
         for (b, &c) in blocks.iter_mut().zip(&flow.blocks) {
@@ -159,10 +163,11 @@ pub fn function_profile(
         g.edges
             .iter()
             .zip(&flow.edges)
-            .map(|(e, &count)| {
-                let last = g.last(e.from);
-                let branch = matches!(last.flow, Flow::Jump(_) | Flow::Branch(_) | Flow::IndirectJump).then(|| last.addr - start);
-                EdgeCount { from: blocks[e.from].offset, branch, to: g.start(e.to) - start, count }
+            .map(|(e, &count)| EdgeCount {
+                from: blocks[e.from].offset,
+                branch: branch_of(&g, e.from, start),
+                to: g.start(e.to) - start,
+                count,
             })
             .collect()
     } else {
@@ -170,7 +175,7 @@ pub fn function_profile(
         synthesize_edges(&g, &blocks, start)
     };
     let hottest = blocks.iter().map(|b| b.count).fold(0.0, f64::max);
-    for (b, &(_, k)) in blocks.iter_mut().zip(&own) {
+    for (b, &(_, _, k)) in blocks.iter_mut().zip(&own) {
         b.cold = k > 0 && b.count == 0.0 && b.upper < policy.cold_fraction * hottest;
     }
     let calls = calls_out(&g, &blocks, start, end, bytes);
@@ -195,6 +200,13 @@ fn own_samples(g: &cfg::Cfg, b: usize, samples: &BTreeMap<u64, f64>) -> Option<(
     let blk = &g.blocks[b];
     let from = blk.first + 1;
     (from < blk.end).then(|| (samples.range(g.insns[from].addr..g.insns[blk.end - 1].end()).map(|(_, w)| w).sum(), blk.end - from))
+}
+
+/// Offset of block `b`'s last instruction when it is a jump or branch
+/// (BOLT's branch records start there); `None` when the block falls through.
+fn branch_of(g: &cfg::Cfg, b: usize, start: u64) -> Option<u64> {
+    let last = g.last(b);
+    matches!(last.flow, Flow::Jump(_) | Flow::Branch(_) | Flow::IndirectJump).then(|| last.addr - start)
 }
 
 /// Flow-implied counts: a block runs at least as often as the sum of its
@@ -261,9 +273,12 @@ fn synthesize_edges(g: &cfg::Cfg, blocks: &[BlockCount], start: u64) -> Vec<Edge
             let in_sum: f64 = preds.iter().map(|&p| blocks[p].count).sum();
             let forward = blocks[b].count * share(blocks[s].count, out_sum, succ.len());
             let backward = blocks[s].count * share(blocks[b].count, in_sum, preds.len());
-            let last = g.last(b);
-            let branch = matches!(last.flow, Flow::Jump(_) | Flow::Branch(_) | Flow::IndirectJump).then(|| last.addr - start);
-            out.push(EdgeCount { from: blocks[b].offset, branch, to: g.start(s) - start, count: forward.max(backward) });
+            out.push(EdgeCount {
+                from: blocks[b].offset,
+                branch: branch_of(g, b, start),
+                to: g.start(s) - start,
+                count: forward.max(backward),
+            });
         }
     }
     out
