@@ -458,6 +458,12 @@ fn decisions(db: &Path, image: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The manager's decisions, a line each, for assertion messages.
+fn summarize(all: &[serde_json::Value]) -> String {
+    let lines: Vec<String> = all.iter().map(|d| format!("  {} {}: {}", d["action"], d["candidate_build_id"], d["reason"])).collect();
+    lines.join("\n")
+}
+
 #[test]
 fn drift_reoptimizes_from_the_installed_builds_samples() {
     // Checks Morph's loop without putting the original back: `modes` runs in mode 0 until the manager installs
@@ -511,8 +517,7 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
     at_path.insert(build_id_hex(&bin));
     let log = daemon.stop();
     let all = decisions(&db, &bin);
-    let summary: Vec<String> = all.iter().map(|d| format!("  {} {}: {}", d["action"], d["candidate_build_id"], d["reason"])).collect();
-    let summary = summary.join("\n");
+    let summary = summarize(&all);
     let inst = installed();
     assert!(!inst.is_empty(), "no first version installed within {deadline} s:\n{summary}\n{log}");
     let a = inst[0]["candidate_build_id"].as_str().unwrap();
@@ -586,8 +591,7 @@ fn regrown_profile_reoptimizes_against_the_installed_version() {
     }
     let log = daemon.stop();
     let all = decisions(&db, &bin);
-    let summary: Vec<String> = all.iter().map(|d| format!("  {} {}: {}", d["action"], d["candidate_build_id"], d["reason"])).collect();
-    let summary = summary.join("\n");
+    let summary = summarize(&all);
     let first = all.iter().find(|d| d["action"] == "installed").unwrap_or_else(|| panic!("nothing installed:\n{summary}\n{log}"));
     let a = first["candidate_build_id"].as_str().unwrap();
     let i = all.iter().position(|d| d["action"] == "regrow").unwrap_or_else(|| panic!("no regrow within {deadline} s:\n{summary}\n{log}"));
