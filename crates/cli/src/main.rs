@@ -13,6 +13,7 @@ mod optimize;
 mod optimize_bat;
 mod optimize_lbr;
 mod optimize_manage;
+mod optimize_probe;
 mod procedure;
 mod stacks;
 mod symbols;

@@ -47,6 +47,10 @@ standard output as the original under --check, and be faster under --bench in a 
     Status(StatusArgs),
     /// Put the original binary back in place of the installed optimized one.
     Rollback(StatusArgs),
+    /// Count the hottest functions' blocks exactly with execute breakpoints (the debug registers), in short
+    /// windows on a running program: what timer samples cannot count without a branch stack.
+    #[command(after_help = crate::optimize_probe::HELP)]
+    Probe(crate::optimize_probe::ProbeArgs),
     /// Watch configured programs and re-optimize them by itself: decide, optimize at low priority within a CPU budget, validate, install, roll back.
     #[command(after_help = crate::optimize_manage::HELP)]
     Manage(crate::optimize_manage::ManageArgs),
@@ -75,6 +79,10 @@ pub struct ProfileArgs {
     /// chain of blocks that must run equally often gets the median of their estimates.
     #[arg(long)]
     pub infer: bool,
+    /// Leave out the block counts of `optimize probe` (execute breakpoints) even when the database has some
+    /// for this build.
+    #[arg(long)]
+    pub no_probes: bool,
     /// The ELF file of the build profiled, when it is no longer at `image`
     /// (`export --build-id`: its copy in the database's image cache).
     #[arg(skip)]
@@ -174,6 +182,7 @@ pub fn run(a: OptimizeArgs) -> Result<u8> {
         OptimizeCommand::Status(s) => status(s),
         OptimizeCommand::Rollback(s) => rollback(s),
         OptimizeCommand::Manage(m) => crate::optimize_manage::run(m),
+        OptimizeCommand::Probe(p) => crate::optimize_probe::probe(p),
     }
 }
 
@@ -268,7 +277,7 @@ impl loupe_calc::cfg::Memory for Mem<'_> {
     }
 }
 
-fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile> {
+pub(crate) fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile> {
     let db = Database::open(&p.db.db)?;
     let epochs = crate::top::select_epochs(&db, &p.epoch)?;
     let file_bid = build_id_of(p.file())?;
@@ -298,6 +307,7 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
         &file_bid,
         combined,
         ColdPolicy { cold_fraction: p.cold_fraction, skid: !p.no_skid, infer: p.infer },
+        (!p.no_probes).then_some(p.db.db.as_path()),
         syms,
     )
 }
@@ -305,17 +315,25 @@ fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile>
 /// Block profiles of every sampled function of build `bid` of the program
 /// at `path` (its code read from the file, or from the database's image
 /// cache when another build is at the path now); `file` is the build's ELF
-/// file when it is not at `path`, for BOLT's names.
+/// file when it is not at `path`, for BOLT's names. With `probes` (the
+/// database), blocks counted by `optimize probe` take those counts.
 pub(crate) fn profile_from(
     path: &Path,
     file: &Path,
     bid: &str,
     combined: Combined,
     policy: ColdPolicy,
+    probes: Option<&Path>,
     syms: &mut Symbolizer,
 ) -> Result<ImageProfile> {
     let image = db_image(path, bid);
     let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path.display()))?;
+    let ranges: Vec<(u64, u64)> = code.find("").into_iter().map(|f| (f.start, f.size)).collect();
+    let tally = probes.and_then(|db| crate::optimize_probe::tally_of(db, bid));
+    let measured = tally.as_ref().map(|t| crate::optimize_probe::measured_by_function(t, &ranges)).unwrap_or_default();
+    if !measured.is_empty() {
+        eprintln!("loupe: {} function(s) with blocks counted by execute breakpoints (optimize probe)", measured.len());
+    }
     let mut functions = Vec::new();
     let mut seen = std::collections::HashSet::new();
     // Every sized symbol (an empty name matches all); aliases once.
@@ -328,7 +346,7 @@ pub(crate) fn profile_from(
             continue;
         }
         let Some(bytes) = code.bytes(f.start, f.size) else { continue };
-        functions.push(function_profile(&f.name, f.start, bytes, &combined.samples, &Mem(&code), policy));
+        functions.push(function_profile(&f.name, f.start, bytes, &combined.samples, &Mem(&code), policy, measured.get(&f.start)));
     }
     // BOLT's names (NAME/N for static functions) from the file's symbol
     // table, when the file at the path is still this build.

@@ -436,6 +436,7 @@ impl Manager {
             &st.original_build,
             combined,
             ColdPolicy { cold_fraction: self.cfg.cold_fraction, infer: self.cfg.infer, ..ColdPolicy::default() },
+            Some(&self.db),
             syms,
         )?;
         let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {}: {r}", original.display()))?;

@@ -44,6 +44,19 @@ impl Default for ColdPolicy {
     }
 }
 
+/// Exact relative counts of some of a function's blocks (execute
+/// breakpoints, `loupe optimize probe`): per block's first address, its
+/// executions and those of the function's reference block in the same
+/// windows. The reference itself is in the map as `(n, n)`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Measured {
+    pub counts: BTreeMap<u64, (u64, u64)>,
+}
+
+/// Instructions of evidence a measured block's count stands for in flow
+/// inference: counted executions outweigh any sample estimate.
+const MEASURED_EVIDENCE: usize = 1000;
+
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct BlockCount {
     /// Offset of the block's first instruction from the function's start.
@@ -110,6 +123,7 @@ pub fn function_profile(
     samples: &BTreeMap<u64, f64>,
     mem: &dyn Memory,
     policy: ColdPolicy,
+    measured: Option<&Measured>,
 ) -> FunctionProfile {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let end = start + bytes.len() as u64;
@@ -152,7 +166,14 @@ pub fn function_profile(
             }
         })
         .collect();
-    let edges = if policy.infer {
+    // Measured blocks: their exact ratios, on the samples' scale; flow is
+    // then inferred around them (they hold, the estimates give way).
+    let measured = measured.filter(|m| !m.counts.is_empty());
+    let mut own = own;
+    if let Some(m) = measured {
+        apply_measured(&g, m, &mut blocks, &mut own);
+    }
+    let edges = if policy.infer || measured.is_some() {
         let evidence: Vec<usize> = own.iter().map(|&(_, _, k)| k).collect();
         let estimate: Vec<f64> = blocks.iter().map(|b| b.count).collect();
         let flow = infer::infer(&g, &estimate, &evidence);
@@ -190,6 +211,34 @@ pub fn function_profile(
         missing_edges: g.missing_edges,
         calls,
         bolt_name: name.to_string(),
+    }
+}
+
+/// Puts measured ratios on the samples' scale: the reference block's count
+/// is the one that makes the measured blocks' counts, times the
+/// instructions each was estimated from, add up to those blocks' own
+/// samples (a ratio of sums: long, well-sampled blocks carry the scale).
+/// Measured blocks then count as `MEASURED_EVIDENCE` instructions, with
+/// an upper bound from the count's Poisson bound.
+fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &mut [(f64, f64, usize)]) {
+    let ratio = |b: usize| m.counts.get(&g.start(b)).filter(|&&(_, r)| r > 0).map(|&(c, r)| (c as f64 / r as f64, c, r));
+    let (mut samples, mut weight) = (0.0, 0.0);
+    for (b, &(_, o, k)) in own.iter().enumerate() {
+        if let (Some((x, _, _)), true) = (ratio(b), k > 0) {
+            samples += o;
+            weight += x * k as f64;
+        }
+    }
+    let hottest = blocks.iter().map(|b| b.count).fold(0.0, f64::max);
+    // No sampled instruction among the measured blocks: the hottest
+    // estimate stands for the reference.
+    let scale = if weight > 0.0 && samples > 0.0 { samples / weight } else { hottest };
+    for b in 0..blocks.len() {
+        if let Some((x, c, r)) = ratio(b) {
+            blocks[b].count = scale * x;
+            blocks[b].upper = scale * poisson_upper(c as f64) / r as f64;
+            own[b].2 = MEASURED_EVIDENCE;
+        }
     }
 }
 
@@ -307,6 +356,7 @@ mod tests {
             &at(&[(0x1000, 60.0), (0x1003, 60.0), (0x1005, 60.0), (0x1008, 60.0), (0x100b, 60.0), (0x100e, 60.0)]),
             &NoMemory,
             ColdPolicy::default(),
+            None,
         );
         let offs: Vec<u64> = p.blocks.iter().map(|b| b.offset).collect();
         assert_eq!(offs, vec![0, 5, 14]);
@@ -327,9 +377,10 @@ mod tests {
             &at(&[(0x1000, 1000.0), (0x1003, 1000.0), (0x100e, 1000.0)]),
             &NoMemory,
             ColdPolicy::default(),
+            None,
         );
         assert_eq!(dense.blocks.iter().map(|b| b.cold).collect::<Vec<_>>(), vec![false, true, false]);
-        let sparse = function_profile("f", 0x1000, &CODE, &at(&[(0x1000, 2.0), (0x100e, 1.0)]), &NoMemory, ColdPolicy::default());
+        let sparse = function_profile("f", 0x1000, &CODE, &at(&[(0x1000, 2.0), (0x100e, 1.0)]), &NoMemory, ColdPolicy::default(), None);
         assert!(sparse.blocks.iter().all(|b| !b.cold));
     }
 
@@ -344,6 +395,7 @@ mod tests {
             &at(&[(0x1005, 100.0), (0x1008, 100.0), (0x100b, 100.0), (0x100e, 100.0)]),
             &NoMemory,
             ColdPolicy::default(),
+            None,
         );
         let e: Vec<(u64, u64, f64)> = p.edges.iter().map(|e| (e.from, e.to, e.count)).collect();
         assert!(e.contains(&(0, 5, 100.0)), "{e:?}");
@@ -355,7 +407,7 @@ mod tests {
     fn flow_implied_counts() {
         // mov $1,%eax; jmp L; nop; L: add $1,%eax; ret
         let code = [0xb8, 0x01, 0, 0, 0, 0xeb, 0x01, 0x90, 0x83, 0xc0, 0x01, 0xc3];
-        let p = function_profile("f", 0x1000, &code, &at(&[(0x1000, 50.0), (0x1005, 50.0)]), &NoMemory, ColdPolicy::default());
+        let p = function_profile("f", 0x1000, &code, &at(&[(0x1000, 50.0), (0x1005, 50.0)]), &NoMemory, ColdPolicy::default(), None);
         let c: Vec<(u64, f64)> = p.blocks.iter().map(|b| (b.offset, b.count)).collect();
         // Entry (2 insns, 50 per insn) always jumps to L: L runs 50 times though unsampled; the nop never runs.
         assert_eq!(c, vec![(0, 50.0), (7, 0.0), (8, 50.0)]);
@@ -375,6 +427,7 @@ mod tests {
             &at(&[(0x1000, 1000.0), (0x1003, 1000.0)]),
             &NoMemory,
             ColdPolicy { infer: true, ..ColdPolicy::default() },
+            None,
         );
         // Flow: the entry's count leaves through the return, the only exit.
         assert_eq!(
@@ -388,7 +441,7 @@ mod tests {
     fn direct_calls() {
         // call 0x2000; ret   (at 0x1000: rel32 = 0x2000 - 0x1005 = 0xffb)
         let code = [0xe8, 0xfb, 0x0f, 0, 0, 0xc3];
-        let p = function_profile("f", 0x1000, &code, &at(&[(0x1000, 8.0), (0x1005, 8.0)]), &NoMemory, ColdPolicy::default());
+        let p = function_profile("f", 0x1000, &code, &at(&[(0x1000, 8.0), (0x1005, 8.0)]), &NoMemory, ColdPolicy::default(), None);
         assert_eq!(p.calls, vec![CallCount { offset: 0, target: 0x2000, count: 8.0 }]);
     }
 
@@ -398,8 +451,8 @@ mod tests {
     #[test]
     fn skid_moves_head_samples_to_the_predecessor() {
         let s = at(&[(0x1000, 100.0), (0x1003, 100.0), (0x1005, 300.0)]);
-        let with = function_profile("f", 0x1000, &CODE, &s, &NoMemory, ColdPolicy::default());
-        let without = function_profile("f", 0x1000, &CODE, &s, &NoMemory, ColdPolicy { skid: false, ..ColdPolicy::default() });
+        let with = function_profile("f", 0x1000, &CODE, &s, &NoMemory, ColdPolicy::default(), None);
+        let without = function_profile("f", 0x1000, &CODE, &s, &NoMemory, ColdPolicy { skid: false, ..ColdPolicy::default() }, None);
         assert_eq!((with.blocks[0].count, with.blocks[1].count), (100.0, 0.0));
         assert_eq!((without.blocks[0].count, without.blocks[1].count), (100.0, 100.0));
     }
@@ -415,6 +468,7 @@ mod tests {
             &at(&[(0x1000, 1000.0), (0x1003, 1000.0), (0x100e, 1000.0)]),
             &NoMemory,
             ColdPolicy::default(),
+            None,
         );
         let e: Vec<(u64, u64, f64)> = p.edges.iter().map(|e| (e.from, e.to, e.count)).collect();
         assert!(e.contains(&(0, 14, 1000.0)));

@@ -1,0 +1,42 @@
+//! Exact relative block counts from execute breakpoints.
+//!
+//! Timer samples on an out-of-order core do not count executions: a short
+//! block that retires beside others may never be sampled however often it
+//! runs, and a block that stalls draws samples out of proportion. Without a
+//! branch stack (LBR) the only exact per-address counter left is the debug
+//! registers: an execute breakpoint traps on every execution. A trap costs
+//! about 10 µs in this VM, far too much to leave armed, so a [`Group`] of
+//! four breakpoints (one reference block and three others of the same
+//! function) is armed for a short window and read: within the window the
+//! program runs its normal path, trap by trap, so the counts' ratios are the
+//! blocks' relative execution frequencies. Windows at random times, rotated
+//! over the groups of a [`Plan`], average to the program's whole-run ratios
+//! ([`Tally`]); the traps cost the window's length, so the overhead is the
+//! duty cycle (window / period).
+//!
+//! ```no_run
+//! # fn main() -> std::io::Result<()> {
+//! use loupe_probe::{Group, RuntimeAddr};
+//! let g = Group::open(1234, &[RuntimeAddr(0x401560), RuntimeAddr(0x401668)])?;
+//! let counts = g.window(std::time::Duration::from_millis(1))?;
+//! println!("{counts:?}");
+//! # Ok(()) }
+//! ```
+
+mod group;
+mod maps;
+mod plan;
+mod tally;
+
+pub use group::{Group, SLOTS};
+pub use maps::{load_bias, parse_maps, runtime, segments, Mapping};
+pub use plan::{Plan, PlannedGroup};
+pub use tally::{Pair, Tally};
+
+/// An address in a running process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RuntimeAddr(pub u64);
+
+/// An ELF virtual address of the image (what profiles and BOLT use).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct ElfAddr(pub u64);
