@@ -36,7 +36,8 @@ Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--densities 2000,1
        bench/optimize_realprogs.py --measure-only --bolt-layouts loupe-30k,instr \
            --binaries base-default,base-a1,base-a8,base-a32,base-a64,loupe-30k,instr --rounds 20 --workdir DIR PROGRAM
        bench/optimize_realprogs.py --measure-only --runs 3 --train-hz 10000 --rounds 0 --workdir DIR PROGRAM   (then time
-           --binaries base-default,base-a1,base-a8,base-a32,base-a64,instr,r1-ratio,r1-infer,... on a quiet machine)
+           --binaries base-default,base-a1,base-a8,base-a32,base-a64,instr,r1-ratio,r1-infer,... on a quiet machine;
+           --paired when the host's speed drifts: each binary against a base-default run right before it)
        bench/optimize_realprogs.py --measure-only --hybrids loupe-300k --rounds 0 --workdir DIR PROGRAM
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
@@ -235,10 +236,25 @@ def train_to(prog, db, base, target, freq):
 
 
 # Export methods compared over independent training runs (--runs): name -> extra `optimize export` options.
-METHODS = {"ratio": [], "infer": ["--infer"]}
+METHODS = {"ratio": ["--no-probes"], "infer": ["--infer", "--no-probes"]}
+# With --probe-seconds: the profile with the blocks `loupe optimize probe` counted (execute breakpoints).
+PROBE_METHOD = {"probe": []}
 
 
-def independent_runs(prog, d, bins, info, matched, runs, target, freq):
+def probe_to(prog, db, base, seconds, period_ms, functions):
+    """`loupe optimize probe` over the training inputs, repeated until `seconds` of probing; none when the
+    database already has probe counts. Returns the seconds probed."""
+    if os.path.isdir(os.path.join(db, "probes")):
+        return 0.0
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        for args in PROGRAMS[prog]["train"]:
+            sh([LOUPE, "optimize", "probe", "--db", db, "--half-life", "0", "--period-ms", str(period_ms), "--functions",
+                str(functions), base, "--", base] + args)
+    return time.time() - t0
+
+
+def independent_runs(prog, d, bins, info, matched, runs, target, freq, probe=None):
     """`runs` databases, each trained from empty to `target` samples (kept and reused by later calls), each
     exported by every method in METHODS and BOLTed at the five layouts: rR-METHOD. One database is one draw of
     which samples the profile happened to get; a method is judged over several draws (BENCHMARKS.md, sixth pass:
@@ -247,7 +263,12 @@ def independent_runs(prog, d, bins, info, matched, runs, target, freq):
     for r in range(1, runs + 1):
         db = os.path.join(d, f"db-r{r}")
         samples = train_to(prog, db, base, target, freq)[0]["raw_samples"]
-        for m, extra in METHODS.items():
+        methods = dict(METHODS)
+        if probe:
+            probed = probe_to(prog, db, base, *probe)
+            print(f"# {prog}: db-r{r}: probed {probed:.0f} s", flush=True)
+            methods.update(PROBE_METHOD)
+        for m, extra in methods.items():
             name = f"r{r}-{m}"
             fdata = os.path.join(d, f"{name}.fdata")
             sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", db, base, "-o", fdata] + extra)
@@ -304,6 +325,30 @@ def measure(prog, bins, rounds):
     return times
 
 
+def measure_paired(prog, bins, rounds):
+    """Like `measure`, but every binary's figure is its CPU time over base-default's in a run right before it
+    (base-default's own figure is 1.0): the host's speed here drifts between phases up to 1.7x apart (0.51 and
+    0.86 s for the same Lua run within minutes, BENCHMARKS.md seventh pass), slower than one pair but faster
+    than one round over every binary, so only adjacent runs compare."""
+    test = PROGRAMS[prog]["test"]
+    names = [n for n in bins if n != "base-default"]
+    ratios = {n: [] for n in ["base-default"] + names}
+    outputs = {}
+    for n in ["base-default"] + names:
+        cpu_time([bins[n]] + test)
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            b, bout = cpu_time([bins["base-default"]] + test)
+            t, out = cpu_time([bins[n]] + test)
+            ratios[n].append(t / b)
+            ratios["base-default"].append(1.0)
+            outputs.setdefault(n, out)
+            outputs.setdefault("base-default", bout)
+    if len(set(outputs.values())) != 1:
+        sys.exit(f"{prog}: outputs differ: {outputs}")
+    return ratios
+
+
 def report(prog, times, info, matched):
     med = {n: statistics.median(v) for n, v in times.items()}
     base_meds = [med[n] for n in LAYOUTS]
@@ -315,7 +360,8 @@ def report(prog, times, info, matched):
         if k in info:
             i = info[k]
             passes = f", {i['passes']} training passes" if "passes" in i else ""
-            extra = f" [{i['samples']} samples{passes}, branch agreement {i['branch_agreement_pct']:.1f}%]"
+            samples = f"{i['samples']} samples" if "samples" in i else "samples not recorded"
+            extra = f" [{samples}{passes}, branch agreement {i.get('branch_agreement_pct', float('nan')):.1f}%]"
         print(f"#   {k}{extra}: {v}")
     print(f"{'binary':<17} {'median':>8} {'min':>8} {'max':>8} {'vs baseline median':>19}")
     for n, v in times.items():
@@ -369,6 +415,12 @@ def main():
                     "--densify samples (default 300000) at --train-hz and exported by every method (rR-ratio, rR-infer), five layouts each")
     ap.add_argument("--hybrids", default="", help="with --measure-only: mixtures of this Loupe profile (e.g. loupe-300k) and the complete one "
                     "(hcov, hvm, hivm, hintraI, hintraL; see `hybrids`), five layouts each")
+    ap.add_argument("--probe-seconds", type=float, default=0, help="with --runs: also probe each database's blocks "
+                    "(`loupe optimize probe`, execute breakpoints) over the training inputs for this long, and export rR-probe")
+    ap.add_argument("--probe-period-ms", type=int, default=5, help="mean time between 1 ms probe windows (training: the slowdown does not matter)")
+    ap.add_argument("--probe-functions", type=int, default=24, help="hottest functions probed")
+    ap.add_argument("--paired", action="store_true", help="time each binary right after a run of base-default and "
+                    "report the ratios (figures in the table are then ratios to base-default, not seconds)")
     ap.add_argument("--binaries", default="", help="time only these (comma-separated names; NAME also selects NAME@V for V in BOLT_VARIANTS)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
@@ -398,7 +450,8 @@ def main():
             with open(saved, "w") as f:
                 json.dump([bins, info, matched], f)
         if a.runs:
-            independent_runs(prog, d, bins, info, matched, a.runs, a.densify or 300000, a.train_hz)
+            probe = (a.probe_seconds, a.probe_period_ms, a.probe_functions) if a.probe_seconds else None
+            independent_runs(prog, d, bins, info, matched, a.runs, a.densify or 300000, a.train_hz, probe)
             with open(saved, "w") as f:
                 json.dump([bins, info, matched], f)
         if a.hybrids:
@@ -415,7 +468,11 @@ def main():
             print(f"## {prog}: " + json.dumps({"profiles": info, "bolt": matched}))
             results[prog] = {"loupe": info, "bolt": matched}
             continue
-        times = measure(prog, bins, a.rounds)
+        times = (measure_paired if a.paired else measure)(prog, bins, a.rounds)
+        # The raw times first: a report that fails must not lose a quarter of an hour of timing.
+        os.makedirs(os.path.join(ROOT, "bench/results"), exist_ok=True)
+        with open(os.path.join(ROOT, "bench/results", time.strftime(f"optimize-realprogs-{prog}-times-%Y%m%d-%H%M%S.json")), "w") as f:
+            json.dump({"rounds": a.rounds, "times": times, "profiles": info}, f)
         results[prog] = dict(report(prog, times, info, matched), times=times)
         sys.stdout.flush()
     if a.prepare_only:

@@ -8,7 +8,7 @@ use crate::procedure::symbolizer;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use loupe_optimize::blocks::Measured;
-use loupe_probe::{ElfAddr, Group, Plan, Tally};
+use loupe_probe::{ElfAddr, Group, Plan, Run, Sampler, Tally};
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -22,10 +22,13 @@ them. The debug registers can: an execute breakpoint traps on every execution. P
 function's reference block and three others) on a thread running IMAGE for --window-us, reads the counts and \
 moves on; their ratios are exact relative execution counts of that stretch of the run, and windows at random \
 times average to the whole run's. Blocks are those of the --functions hottest functions of the profile already in \
-the database (record first). Every armed execution traps (about 10 us in a VM), so the program's slowdown is \
-about the duty cycle, window / period. Counts add up across runs in DB/probes/BUILD.json; `optimize export`, \
-`run` and the manager then take the measured blocks' counts from there, scaled to the samples, and infer the \
-rest of the function's counts by minimum-cost flow around them.";
+the database (record first); each function's reference is the most executed of its four most-sampled blocks, \
+found by counting them against each other first. Every armed execution traps (about 10 us in a VM), so the \
+program's slowdown is about the duty cycle, window / period (2% at the defaults), plus the timer samples taken \
+between windows (--sample-hz), which weigh each run's ratios by how often its references ran. Counts add up \
+across runs in DB/probes/BUILD.json; `optimize export`, `run` and the manager then take the measured blocks' \
+counts from there, scaled to the samples, and infer the rest of each function's counts by minimum-cost flow \
+around them (--no-probes: without them).";
 
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
@@ -41,10 +44,15 @@ pub struct ProbeArgs {
     /// period of the program).
     #[arg(long, default_value_t = 50)]
     pub period_ms: u64,
+    /// Timer samples per second of a probed thread's CPU, taken between windows: how often each reference block
+    /// ran in this run, to weigh this run's ratios against other runs' (0: runs are summed unweighted).
+    #[arg(long, default_value_t = 2000)]
+    pub sample_hz: u64,
     /// How many of the profile's hottest functions to probe.
     #[arg(long, default_value_t = 16)]
     pub functions: usize,
-    /// The command to run and probe (after --); without one, running processes of IMAGE are probed.
+    /// The command to run and probe (after --): the processes of IMAGE among it and its descendants; without
+    /// one, every running process of IMAGE is probed.
     #[arg(last = true)]
     pub command: Vec<String>,
 }
@@ -72,11 +80,15 @@ pub fn measured_by_function(t: &Tally, functions: &[(u64, u64)]) -> HashMap<u64,
     let mut out = HashMap::new();
     for &(start, size) in functions {
         let refs = by.range(ElfAddr(start)..ElfAddr(start + size));
-        let best = refs.max_by_key(|(_, blocks)| blocks.values().map(|&(_, r)| r).sum::<u64>());
+        // The reference chosen by calibration, else the one counted most.
+        let best = match t.references.get(&start).and_then(|r| by.get_key_value(r)) {
+            Some(kv) => Some(kv),
+            None => refs.max_by_key(|(_, blocks)| blocks.values().map(|&(_, r)| r).sum::<u64>()),
+        };
         if let Some((r, blocks)) = best {
-            let mut counts: BTreeMap<u64, (u64, u64)> = blocks.iter().map(|(b, &c)| (b.0, c)).collect();
+            let mut counts: BTreeMap<u64, (f64, u64)> = blocks.iter().map(|(b, &c)| (b.0, c)).collect();
             let most = blocks.values().map(|&(_, rc)| rc).max().unwrap_or(0);
-            counts.insert(r.0, (most, most));
+            counts.insert(r.0, (1.0, most));
             out.insert(start, Measured { counts });
         }
     }
@@ -90,14 +102,32 @@ struct Target {
     bias: i64,
 }
 
-/// Threads of the processes (all, or `only`) that map the file with inode `inode`.
-fn targets(inode: u64, segments: &[(u64, u64, u64)], probe: ElfAddr, only: Option<u32>) -> Vec<Target> {
-    let pids: Vec<u32> = match only {
-        Some(p) => vec![p],
-        None => std::fs::read_dir("/proc").map_or(vec![], |d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()),
-    };
+/// The parent of process `pid`, from /proc/PID/stat (after the command name, which may hold spaces).
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` is `root` or one of its descendants.
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        if pid == root {
+            return true;
+        }
+        match parent(pid) {
+            Some(p) if p > 1 => pid = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Threads of the processes (all, or `root` and its descendants) that map the file with inode `inode`.
+fn targets(inode: u64, segments: &[(u64, u64, u64)], probe: ElfAddr, root: Option<u32>) -> Vec<Target> {
+    let all: Vec<u32> =
+        std::fs::read_dir("/proc").map_or(vec![], |d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect());
     let mut out = Vec::new();
-    for pid in pids {
+    for pid in all.into_iter().filter(|&p| root.is_none_or(|r| descends_from(p, r))) {
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
         let Some(bias) = loupe_probe::load_bias(&loupe_probe::parse_maps(&maps), inode, segments, probe) else { continue };
         let tids = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -119,42 +149,153 @@ impl Jitter {
     }
 }
 
-pub fn probe(a: ProbeArgs) -> Result<u8> {
-    let mut syms = symbolizer(&a.profile.db.db);
-    let ip = image_profile(&a.profile, &mut syms).context("probing needs the image's profile to choose blocks: record it first")?;
-    let mut plan = Plan::default();
-    for f in ip.functions.iter().take(a.functions) {
-        let Some(reference) = f.blocks.iter().max_by(|x, y| x.count.total_cmp(&y.count)) else { continue };
-        let blocks: Vec<ElfAddr> = f.blocks.iter().map(|b| ElfAddr(f.start + b.offset)).collect();
-        plan.add_function(ElfAddr(f.start + reference.offset), &blocks);
+/// Files the samplers' instruction pointers under the block holding them.
+fn drain(
+    samplers: &mut HashMap<u32, (Sampler, i64)>,
+    extents: &BTreeMap<u64, u64>,
+    into: &mut HashMap<u64, u64>,
+    ips: &mut Vec<loupe_probe::RuntimeAddr>,
+) {
+    for (s, bias) in samplers.values_mut() {
+        ips.clear();
+        s.drain(ips);
+        for ip in ips.iter() {
+            let va = (ip.0 as i64 - *bias) as u64;
+            if let Some((&start, &end)) = extents.range(..=va).next_back() {
+                if va < end {
+                    *into.entry(start).or_default() += 1;
+                }
+            }
+        }
     }
-    if plan.groups.is_empty() {
+}
+
+/// Windows each candidate reference block of a function is counted in
+/// before the most executed one is kept.
+const CALIBRATION_WINDOWS: u64 = 4;
+
+/// What the next window arms: a function's candidate references against
+/// each other, or a planned group.
+struct Schedule {
+    /// Functions whose reference is not chosen yet: (start, candidates, all blocks).
+    calibrating: Vec<(u64, Vec<ElfAddr>, Vec<ElfAddr>)>,
+    plan: Plan,
+    next: usize,
+}
+
+impl Schedule {
+    fn next_group(&mut self) -> Option<(Option<u64>, Vec<ElfAddr>)> {
+        if let Some((start, cands, _)) = self.calibrating.first() {
+            return Some((Some(*start), cands.clone()));
+        }
+        let n = self.plan.groups.len();
+        (n > 0).then(|| {
+            self.next += 1;
+            (None, self.plan.groups[self.next % n].addrs())
+        })
+    }
+
+    /// After a calibration window of `start`: once it has enough, its
+    /// reference is the candidate counted most and its groups join the plan.
+    fn calibrated(&mut self, start: u64, run: &Run, tally: &mut Tally) {
+        let Some(i) = self.calibrating.iter().position(|c| c.0 == start) else { return };
+        let first = self.calibrating[i].1[0];
+        let pairs: Vec<&loupe_probe::Pair> =
+            run.pairs.iter().filter(|p| p.reference == first && self.calibrating[i].1.contains(&p.block)).collect();
+        let done = self.calibrating[i].1.len() == 1 || pairs.iter().all(|p| p.windows >= CALIBRATION_WINDOWS);
+        if !done {
+            return;
+        }
+        let rc = pairs.first().map_or(0, |p| p.reference_count);
+        let best = pairs.iter().filter(|p| p.count > rc).max_by_key(|p| p.count).map_or(first, |p| p.block);
+        let (start, _, blocks) = self.calibrating.remove(i);
+        tally.references.insert(start, best);
+        self.plan.add_function(best, &blocks);
+    }
+}
+
+pub fn probe(a: ProbeArgs) -> Result<u8> {
+    eprintln!("loupe: {}", run_probe(a)?);
+    Ok(0)
+}
+
+/// `seconds` of probing every running process of `image` (the build at the
+/// path, its samples in `db`) at the default window, period and sample
+/// rate: what the manager does before a build's first candidate.
+pub fn probe_running(db: &Path, image: &Path, seconds: f64, half_life: f64) -> Result<String> {
+    let profile = ProfileArgs {
+        db: crate::flags::DbArg { db: db.to_path_buf() },
+        image: image.to_path_buf(),
+        epoch: "all".into(),
+        half_life,
+        cold_fraction: 0.01,
+        no_skid: false,
+        infer: false,
+        no_probes: true,
+        file: None,
+    };
+    run_probe(ProbeArgs { profile, seconds, window_us: 1000, period_ms: 50, sample_hz: 2000, functions: 16, command: vec![] })
+}
+
+/// Probes as `a` says and adds the counts to the build's tally; returns the summary.
+fn run_probe(mut a: ProbeArgs) -> Result<String> {
+    let mut syms = symbolizer(&a.profile.db.db);
+    // Blocks and candidate references from the samples alone: the same every run, whatever earlier probes counted.
+    a.profile.no_probes = true;
+    let ip = image_profile(&a.profile, &mut syms).context("probing needs the image's profile to choose blocks: record it first")?;
+    let db = a.profile.db.db.clone();
+    let mut tally = tally_of(&db, &ip.build_id).unwrap_or_else(|| Tally { build_id: ip.build_id.clone(), ..Default::default() });
+    let armed0 = tally.armed_secs;
+    let mut run = Run::default();
+    // Every block of the probed functions by its first address, to file the samples taken between windows.
+    let mut extents: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut sched = Schedule { calibrating: vec![], plan: Plan::default(), next: 0 };
+    let chosen = ip.functions.iter().take(a.functions).filter(|f| !f.blocks.is_empty()).collect::<Vec<_>>();
+    for f in &chosen {
+        let blocks: Vec<ElfAddr> = f.blocks.iter().map(|b| ElfAddr(f.start + b.offset)).collect();
+        for (i, b) in blocks.iter().enumerate() {
+            extents.insert(b.0, blocks.get(i + 1).map_or(f.start + f.size, |n| n.0));
+        }
+        // The reference should be the function's most executed block, so that every window counts it often;
+        // samples do not say which that is, so the four blocks with the most are counted against each other.
+        let mut by_count: Vec<&loupe_optimize::blocks::BlockCount> = f.blocks.iter().collect();
+        by_count.sort_by(|x, y| y.count.total_cmp(&x.count));
+        let candidates: Vec<ElfAddr> = by_count.iter().take(loupe_probe::SLOTS).map(|b| ElfAddr(f.start + b.offset)).collect();
+        match tally.references.get(&f.start) {
+            Some(&r) => sched.plan.add_function(r, &blocks),
+            None => sched.calibrating.push((f.start, candidates, blocks)),
+        }
+    }
+    if chosen.is_empty() {
         bail!("no sampled function of {} to probe", a.profile.image.display());
     }
     let file = a.profile.file();
     let inode = std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?.ino();
     let segments = loupe_probe::segments(file).with_context(|| format!("cannot read the segments of {}", file.display()))?;
-    let probe_at = plan.groups[0].reference;
+    let probe_at = ElfAddr(chosen[0].start);
     let mut child = match a.command.split_first() {
         Some((cmd, args)) => Some(std::process::Command::new(cmd).args(args).spawn().with_context(|| format!("cannot run {cmd}"))?),
         None => None,
     };
     let only = child.as_ref().map(|c| c.id());
+    let blocks: usize = chosen.iter().map(|f| f.blocks.len()).sum();
     eprintln!(
-        "loupe: probing {} blocks of {} functions of {} in {} groups: {} us windows every {} ms on average",
-        plan.breakpoints(),
-        a.functions.min(ip.functions.len()),
+        "loupe: probing {blocks} blocks of {} functions of {} ({} references still to choose): {} us windows every {} ms on average",
+        chosen.len(),
         a.profile.image.display(),
-        plan.groups.len(),
+        sched.calibrating.len(),
         a.window_us,
         a.period_ms
     );
-    let mut tally = Tally { build_id: ip.build_id.clone(), ..Default::default() };
     let (t0, mut jitter) = (Instant::now(), Jitter(t0_seed() | 1));
-    let (mut next, mut turn, mut windows, mut failed) = (0usize, 0usize, 0u64, 0u64);
-    let mut counted = vec![false; plan.groups.len()];
+    // A random first group: short runs probed one after another still cover every group.
+    sched.next = (jitter.next() * 1e9) as usize;
+    let (mut turn, mut windows, mut failed) = (0usize, 0u64, 0u64);
     let mut found: Vec<Target> = vec![];
     let mut scanned = Instant::now() - Duration::from_secs(10);
+    let mut samplers: HashMap<u32, (Sampler, i64)> = HashMap::new();
+    let mut block_samples: HashMap<u64, u64> = HashMap::new();
+    let mut ips = Vec::new();
     loop {
         if let Some(c) = child.as_mut() {
             if c.try_wait()?.is_some() {
@@ -166,19 +307,32 @@ pub fn probe(a: ProbeArgs) -> Result<u8> {
         if scanned.elapsed() > Duration::from_secs(1) || found.is_empty() {
             found = targets(inode, &segments, probe_at, only);
             scanned = Instant::now();
+            for t in &found {
+                if let (std::collections::hash_map::Entry::Vacant(v), true) = (samplers.entry(t.tid), a.sample_hz > 0) {
+                    if let Ok(s) = Sampler::open(t.tid, 1_000_000_000 / a.sample_hz) {
+                        let _ = s.enable();
+                        v.insert((s, t.bias));
+                    }
+                }
+            }
+            drain(&mut samplers, &extents, &mut block_samples, &mut ips);
         }
-        if let Some(t) = found.get(turn % found.len().max(1)).copied() {
-            let g = &plan.groups[next % plan.groups.len()];
-            let addrs = g.addrs();
+        if let (Some(t), Some((calibrating, addrs))) = (found.get(turn % found.len().max(1)).copied(), sched.next_group()) {
             let rt: Vec<_> = addrs.iter().map(|&va| loupe_probe::runtime(va, t.bias)).collect();
             let w0 = Instant::now();
-            match Group::open(t.tid, &rt).and_then(|grp| grp.window(Duration::from_micros(a.window_us))) {
+            // No timer samples of the thread while its breakpoints trap.
+            let sampler = samplers.get(&t.tid).map(|(s, _)| s);
+            let _ = sampler.map(Sampler::disable);
+            let counted = Group::open(t.tid, &rt).and_then(|grp| grp.window(Duration::from_micros(a.window_us)));
+            let _ = sampler.map(Sampler::enable);
+            match counted {
                 Ok(counts) => {
-                    tally.add_window(&addrs, &counts);
-                    counted[next % plan.groups.len()] = true;
+                    run.add_window(&addrs, &counts);
                     tally.armed_secs += w0.elapsed().as_secs_f64();
                     windows += 1;
-                    next += 1;
+                    if let Some(start) = calibrating {
+                        sched.calibrated(start, &run, &mut tally);
+                    }
                 }
                 // The thread ended, or its debug registers are taken (a debugger): look again.
                 Err(_) => {
@@ -196,23 +350,28 @@ pub fn probe(a: ProbeArgs) -> Result<u8> {
             eprintln!("loupe: the probed command exited with {st}");
         }
     }
+    drain(&mut samplers, &extents, &mut block_samples, &mut ips);
+    let mut refs: Vec<ElfAddr> = tally.references.values().copied().chain(sched.calibrating.iter().map(|c| c.1[0])).collect();
+    refs.sort();
+    refs.dedup();
+    run.reference_samples = refs.into_iter().map(|r| (r, block_samples.get(&r.0).copied().unwrap_or(0))).collect();
+    let sampled: u64 = run.reference_samples.iter().map(|&(_, n)| n).sum();
     if windows == 0 {
         bail!("no window was counted: no thread running {} was found ({failed} failed attempts)", a.profile.image.display());
     }
-    let path = tally_path(&a.profile.db.db, &ip.build_id);
-    let mut all = tally_of(&a.profile.db.db, &ip.build_id).unwrap_or_else(|| Tally { build_id: ip.build_id.clone(), ..Default::default() });
-    all.merge(&tally);
-    all.save(&path).map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
-    let traps: u64 = tally.pairs.iter().map(|p| p.count).sum();
-    eprintln!(
-        "loupe: {windows} windows over {:.1} s ({} of {} groups counted at least once, {traps} block executions counted), armed {:.1}% of the time; counts in {}",
-        t0.elapsed().as_secs_f64(),
-        counted.iter().filter(|&&c| c).count(),
-        plan.groups.len(),
-        100.0 * tally.armed_secs / t0.elapsed().as_secs_f64(),
+    let counted: u64 = run.pairs.iter().map(|p| p.windows).sum();
+    tally.runs.push(run);
+    let path = tally_path(&db, &ip.build_id);
+    tally.save(&path).map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
+    let wall = t0.elapsed().as_secs_f64();
+    Ok(format!(
+        "{windows} windows over {wall:.1} s ({counted} block counts against a reference), armed {:.1}% of the time; \
+         {} of {} references chosen, {sampled} timer samples in them between windows; counts in {}",
+        100.0 * (tally.armed_secs - armed0) / wall,
+        chosen.len() - sched.calibrating.len(),
+        chosen.len(),
         path.display()
-    );
-    Ok(0)
+    ))
 }
 
 fn t0_seed() -> u64 {

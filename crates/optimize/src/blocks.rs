@@ -46,16 +46,20 @@ impl Default for ColdPolicy {
 
 /// Exact relative counts of some of a function's blocks (execute
 /// breakpoints, `loupe optimize probe`): per block's first address, its
-/// executions and those of the function's reference block in the same
-/// windows. The reference itself is in the map as `(n, n)`.
+/// executions per execution of the function's reference block, and how
+/// many of the reference's executions that was counted over. The
+/// reference itself is in the map as `(1.0, n)`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Measured {
-    pub counts: BTreeMap<u64, (u64, u64)>,
+    pub counts: BTreeMap<u64, (f64, u64)>,
 }
 
 /// Instructions of evidence a measured block's count stands for in flow
 /// inference: counted executions outweigh any sample estimate.
 const MEASURED_EVIDENCE: usize = 1000;
+/// A block's ratio is used once its reference ran this often in its
+/// windows (the ratio then has a resolution of a few percent).
+const MIN_REFERENCE: u64 = 30;
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct BlockCount {
@@ -221,7 +225,7 @@ pub fn function_profile(
 /// Measured blocks then count as `MEASURED_EVIDENCE` instructions, with
 /// an upper bound from the count's Poisson bound.
 fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &mut [(f64, f64, usize)]) {
-    let ratio = |b: usize| m.counts.get(&g.start(b)).filter(|&&(_, r)| r > 0).map(|&(c, r)| (c as f64 / r as f64, c, r));
+    let ratio = |b: usize| m.counts.get(&g.start(b)).filter(|&&(_, r)| r >= MIN_REFERENCE).map(|&(x, r)| (x, x * r as f64, r));
     let (mut samples, mut weight) = (0.0, 0.0);
     for (b, &(_, o, k)) in own.iter().enumerate() {
         if let (Some((x, _, _)), true) = (ratio(b), k > 0) {
@@ -236,7 +240,7 @@ fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &m
     for b in 0..blocks.len() {
         if let Some((x, c, r)) = ratio(b) {
             blocks[b].count = scale * x;
-            blocks[b].upper = scale * poisson_upper(c as f64) / r as f64;
+            blocks[b].upper = scale * poisson_upper(c) / r as f64;
             own[b].2 = MEASURED_EVIDENCE;
         }
     }
@@ -382,6 +386,32 @@ mod tests {
         assert_eq!(dense.blocks.iter().map(|b| b.cold).collect::<Vec<_>>(), vec![false, true, false]);
         let sparse = function_profile("f", 0x1000, &CODE, &at(&[(0x1000, 2.0), (0x100e, 1.0)]), &NoMemory, ColdPolicy::default(), None);
         assert!(sparse.blocks.iter().all(|b| !b.cold));
+    }
+
+    // Measured ratios override the samples: the samples put all weight on
+    // the branch's fall-through (0x1005) and none on the exit (0x100e), the
+    // breakpoints counted the fall-through at 1/4 of the entry (40 of 160
+    // over the same windows), the exit at every entry. Counts follow the
+    // ratios on the samples' scale (the measured blocks' own samples over
+    // their ratio-weighted instructions), and the edges follow flow.
+    #[test]
+    fn measured_ratios_replace_sample_estimates() {
+        let s = at(&[(0x1000, 10.0), (0x1003, 50.0), (0x1005, 5.0), (0x1008, 100.0), (0x100b, 100.0)]);
+        let m = Measured { counts: [(0x1000, (1.0, 160)), (0x1005, (0.25, 160)), (0x100e, (1.0, 160))].into_iter().collect() };
+        let p = function_profile("f", 0x1000, &CODE, &s, &NoMemory, ColdPolicy::default(), Some(&m));
+        let c: Vec<f64> = p.blocks.iter().map(|b| b.count).collect();
+        // Own samples (skid: instructions 2..n; the lone `ret` counts from itself) 50 + 200 + 0 over
+        // 1*1 + 2*0.25 + 1*1 instructions.
+        let scale = 250.0 / 2.5;
+        let want = [scale, scale * 0.25, scale];
+        assert!(c.iter().zip(want).all(|(x, w)| (x - w).abs() < 1e-3 * w), "{c:?} vs {want:?}");
+        let e: Vec<(u64, u64, f64)> = p.edges.iter().map(|e| (e.from, e.to, (e.count / scale * 100.0).round())).collect();
+        assert!(e.contains(&(0, 5, 25.0)) && e.contains(&(0, 14, 75.0)) && e.contains(&(5, 14, 25.0)), "{e:?}");
+        // Too few reference executions: the samples' estimate stands.
+        let weak = Measured { counts: [(0x1000, (1.0, 20)), (0x1005, (0.25, 20))].into_iter().collect() };
+        let q = function_profile("f", 0x1000, &CODE, &s, &NoMemory, ColdPolicy { infer: true, ..ColdPolicy::default() }, Some(&weak));
+        let r = function_profile("f", 0x1000, &CODE, &s, &NoMemory, ColdPolicy { infer: true, ..ColdPolicy::default() }, None);
+        assert_eq!(q.blocks, r.blocks);
     }
 
     // An unsampled source block (too short to catch samples) still passes

@@ -21,6 +21,10 @@ pub struct Config {
     pub cold_fraction: f64,
     /// Block counts by minimum-cost flow (`optimize export --infer`).
     pub infer: bool,
+    /// Seconds of `optimize probe` (execute breakpoints) on the program's
+    /// running processes before the first candidate of a build is built,
+    /// when the database has no probe counts of it yet (0: never).
+    pub probe_seconds: f64,
     /// Niceness of the manager and of everything it runs (19: only idle time).
     pub nice: i32,
     pub programs: Vec<Program>,
@@ -40,6 +44,7 @@ impl Default for Config {
             half_life: 7.0 * 86400.0,
             cold_fraction: 0.01,
             infer: false,
+            probe_seconds: 0.0,
             nice: 19,
             programs: Vec::new(),
         }
@@ -157,6 +162,8 @@ mod tests {
         assert_eq!(c.regrow_factor, 0.0);
         assert!(!c.infer);
         assert!(Config::parse(r#"{"infer": true, "programs": [{"path": "/x", "check": "", "bench": ""}]}"#).unwrap().infer);
+        let probing = Config::parse(r#"{"probe_seconds": 5, "programs": [{"path": "/x", "check": "", "bench": ""}]}"#).unwrap();
+        assert_eq!(probing.probe_seconds, 5.0);
         assert_eq!(
             Config::parse(r#"{"regrow_factor": 10, "programs": [{"path": "/x", "check": "", "bench": ""}]}"#)
                 .unwrap()

@@ -26,12 +26,14 @@
 mod group;
 mod maps;
 mod plan;
+mod sampler;
 mod tally;
 
 pub use group::{Group, SLOTS};
 pub use maps::{load_bias, parse_maps, runtime, segments, Mapping};
 pub use plan::{Plan, PlannedGroup};
-pub use tally::{Pair, Tally};
+pub use sampler::Sampler;
+pub use tally::{Pair, Run, Tally};
 
 /// An address in a running process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,6 +1,14 @@
-//! Counts summed over windows, per block and reference, kept in a JSON
+//! Counts summed over windows, per run, block and reference, kept in a JSON
 //! file per build (written whole to a temporary name and renamed, so a
 //! crash leaves the previous tally).
+//!
+//! Windows are spread over time, but each saturates with traps, so a
+//! window covers far less of the run where its blocks are hot: a ratio
+//! summed over windows weights the run's phases by time, not by how often
+//! the reference ran in them. Each run therefore also keeps the timer
+//! samples its reference blocks drew between windows; a block's ratio is
+//! the runs' ratios weighted by those (a block's samples per execution vary
+//! between blocks, not between runs of the same block).
 
 use crate::ElfAddr;
 use serde::{Deserialize, Serialize};
@@ -18,15 +26,28 @@ pub struct Pair {
     pub windows: u64,
 }
 
+/// One probing run (one `optimize probe`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub pairs: Vec<Pair>,
+    /// Timer samples in each reference block between windows: how often it ran in this run, up to a factor
+    /// of the block's own.
+    pub reference_samples: Vec<(ElfAddr, u64)>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Tally {
     pub build_id: String,
     /// Window time the breakpoints were armed, summed (what the traps cost).
     pub armed_secs: f64,
-    pub pairs: Vec<Pair>,
+    pub runs: Vec<Run>,
+    /// Per function (its first address), the reference block its other
+    /// blocks are counted against: the one calibration found most executed.
+    #[serde(default)]
+    pub references: BTreeMap<u64, ElfAddr>,
 }
 
-impl Tally {
+impl Run {
     /// Adds one window's counts of `addrs` (the reference first).
     pub fn add_window(&mut self, addrs: &[ElfAddr], counts: &[u64]) {
         let (Some(&reference), Some(&rc)) = (addrs.first(), counts.first()) else { return };
@@ -43,32 +64,46 @@ impl Tally {
         }
     }
 
+    fn samples_of(&self, r: ElfAddr) -> u64 {
+        self.reference_samples.iter().find(|(a, _)| *a == r).map_or(0, |&(_, n)| n)
+    }
+}
+
+impl Tally {
     /// Adds another tally of the same build.
     pub fn merge(&mut self, other: &Tally) {
         self.armed_secs += other.armed_secs;
-        for o in &other.pairs {
-            match self.pairs.iter_mut().find(|p| p.block == o.block && p.reference == o.reference) {
-                Some(p) => {
-                    (p.count, p.reference_count, p.windows) =
-                        (p.count + o.count, p.reference_count + o.reference_count, p.windows + o.windows)
-                }
-                None => self.pairs.push(*o),
-            }
+        self.runs.extend(other.runs.iter().cloned());
+        for (f, r) in &other.references {
+            self.references.entry(*f).or_insert(*r);
         }
     }
 
     /// Per reference, each block's executions per execution of the
-    /// reference (`count`, `reference_count`), for the pairs whose
-    /// reference ran in their windows.
-    pub fn by_reference(&self) -> BTreeMap<ElfAddr, BTreeMap<ElfAddr, (u64, u64)>> {
-        let mut out: BTreeMap<ElfAddr, BTreeMap<ElfAddr, (u64, u64)>> = BTreeMap::new();
-        for p in self.pairs.iter().filter(|p| p.reference_count > 0) {
-            out.entry(p.reference).or_default().insert(p.block, (p.count, p.reference_count));
+    /// reference, and the reference's executions they were counted over
+    /// (all runs). A run's ratio weighs by its reference's samples; when no
+    /// run has any, the counts are summed over runs.
+    pub fn by_reference(&self) -> BTreeMap<ElfAddr, BTreeMap<ElfAddr, (f64, u64)>> {
+        let mut acc: BTreeMap<(ElfAddr, ElfAddr), (f64, f64, u64, u64)> = BTreeMap::new();
+        for run in &self.runs {
+            for p in run.pairs.iter().filter(|p| p.reference_count > 0) {
+                let w = run.samples_of(p.reference) as f64;
+                let a = acc.entry((p.reference, p.block)).or_default();
+                a.0 += w * p.count as f64 / p.reference_count as f64;
+                a.1 += w;
+                a.2 += p.count;
+                a.3 += p.reference_count;
+            }
+        }
+        let mut out: BTreeMap<ElfAddr, BTreeMap<ElfAddr, (f64, u64)>> = BTreeMap::new();
+        for ((r, b), (weighted, w, c, rc)) in acc {
+            let ratio = if w > 0.0 { weighted / w } else { c as f64 / rc as f64 };
+            out.entry(r).or_default().insert(b, (ratio, rc));
         }
         out
     }
 
-    /// The tally at `path`; an absent file is an empty tally, a corrupt one an error naming it.
+    /// The tally at `path`; an absent file is `None`, a corrupt one an error naming it.
     pub fn load(path: &Path) -> io::Result<Option<Tally>> {
         match std::fs::read(path) {
             Ok(b) => serde_json::from_slice(&b)
@@ -94,20 +129,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn windows_sum_per_pair_and_merge_adds() {
-        // Checks that counts add per (block, reference) over windows and tallies, and a reference that never ran is left out.
+    fn runs_weigh_by_their_reference_samples() {
+        // Checks the weighting: run 1 (reference sampled 300 times) has block a at 0.1 per reference execution,
+        // run 2 (100 samples) at 0.5, so a is (300*0.1 + 100*0.5) / 400 = 0.2, not the summed 0.3 of equal
+        // windows; without samples the counts are summed; a reference that never ran is left out.
         let (r, a, b) = (ElfAddr(0x10), ElfAddr(0x20), ElfAddr(0x30));
-        let mut t = Tally { build_id: "ab".into(), ..Default::default() };
-        t.add_window(&[r, a, b], &[70, 10, 0]);
-        t.add_window(&[r, a, b], &[70, 9, 1]);
-        let mut u = Tally::default();
-        u.add_window(&[r, a], &[7, 1]);
-        u.add_window(&[ElfAddr(0x40), a], &[0, 5]);
-        t.merge(&u);
+        let mut one = Run { reference_samples: vec![(r, 300)], ..Default::default() };
+        one.add_window(&[r, a, b], &[50, 5, 0]);
+        one.add_window(&[r, a, b], &[50, 5, 2]);
+        let mut two = Run { reference_samples: vec![(r, 100)], ..Default::default() };
+        two.add_window(&[r, a], &[100, 50]);
+        two.add_window(&[ElfAddr(0x40), a], &[0, 5]);
+        let mut t = Tally { build_id: "ab".into(), runs: vec![one.clone()], ..Default::default() };
+        t.merge(&Tally { runs: vec![two.clone()], ..Default::default() });
         let by = t.by_reference();
-        assert_eq!(by[&r][&a], (20, 147));
-        assert_eq!(by[&r][&b], (1, 140));
+        assert!((by[&r][&a].0 - 0.2).abs() < 1e-12 && by[&r][&a].1 == 200, "{by:?}");
+        assert!((by[&r][&b].0 - 0.02).abs() < 1e-12, "{by:?}");
         assert!(!by.contains_key(&ElfAddr(0x40)));
+        one.reference_samples.clear();
+        two.reference_samples.clear();
+        let plain = Tally { runs: vec![one, two], ..Default::default() }.by_reference();
+        assert!((plain[&r][&a].0 - 0.3).abs() < 1e-12, "{plain:?}");
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("p/ab.json");
         t.save(&f).unwrap();
