@@ -246,7 +246,7 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
     let db = a.profile.db.db.clone();
     let mut tally = tally_of(&db, &ip.build_id).unwrap_or_else(|| Tally { build_id: ip.build_id.clone(), ..Default::default() });
     let armed0 = tally.armed_secs;
-    let mut run = Run::default();
+    let mut run = Run { label: if a.command.is_empty() { "running".into() } else { a.command.join(" ") }, ..Default::default() };
     // Every block of the probed functions by its first address, to file the samples taken between windows.
     let mut extents: BTreeMap<u64, u64> = BTreeMap::new();
     let mut sched = Schedule { calibrating: vec![], plan: Plan::default(), next: 0 };

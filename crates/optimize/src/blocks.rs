@@ -55,7 +55,11 @@ pub struct Measured {
 }
 
 /// Instructions of evidence a measured block's count stands for in flow
-/// inference: counted executions outweigh any sample estimate.
+/// inference, per reference execution counted beside it: a ratio over
+/// 30 reference executions (0 counted: up to 10% of the reference) weighs
+/// as 3 sampled instructions, one over 10,000 outweighs any sample
+/// estimate (capped at `MEASURED_EVIDENCE`).
+const EVIDENCE_PER_REFERENCE: f64 = 0.1;
 const MEASURED_EVIDENCE: usize = 1000;
 /// A block's ratio is used once its reference ran this often in its
 /// windows (the ratio then has a resolution of a few percent).
@@ -222,8 +226,9 @@ pub fn function_profile(
 /// is the one that makes the measured blocks' counts, times the
 /// instructions each was estimated from, add up to those blocks' own
 /// samples (a ratio of sums: long, well-sampled blocks carry the scale).
-/// Measured blocks then count as `MEASURED_EVIDENCE` instructions, with
-/// an upper bound from the count's Poisson bound.
+/// Measured blocks then weigh by how many reference executions their
+/// ratio was counted over, with an upper bound from the count's Poisson
+/// bound.
 fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &mut [(f64, f64, usize)]) {
     let ratio = |b: usize| m.counts.get(&g.start(b)).filter(|&&(_, r)| r >= MIN_REFERENCE).map(|&(x, r)| (x, x * r as f64, r));
     let (mut samples, mut weight) = (0.0, 0.0);
@@ -241,7 +246,7 @@ fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &m
         if let Some((x, c, r)) = ratio(b) {
             blocks[b].count = scale * x;
             blocks[b].upper = scale * poisson_upper(c) / r as f64;
-            own[b].2 = MEASURED_EVIDENCE;
+            own[b].2 = ((r as f64 * EVIDENCE_PER_REFERENCE) as usize).clamp(1, MEASURED_EVIDENCE);
         }
     }
 }

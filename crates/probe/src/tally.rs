@@ -29,6 +29,10 @@ pub struct Pair {
 /// One probing run (one `optimize probe`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Run {
+    /// What ran: the command line probed (runs of the same command are
+    /// pooled, so a group missed in one run is counted from the others).
+    #[serde(default)]
+    pub label: String,
     pub pairs: Vec<Pair>,
     /// Timer samples in each reference block between windows: how often it ran in this run, up to a factor
     /// of the block's own.
@@ -63,10 +67,6 @@ impl Run {
             (p.count, p.reference_count, p.windows) = (p.count + count, p.reference_count + rc, p.windows + 1);
         }
     }
-
-    fn samples_of(&self, r: ElfAddr) -> u64 {
-        self.reference_samples.iter().find(|(a, _)| *a == r).map_or(0, |&(_, n)| n)
-    }
 }
 
 impl Tally {
@@ -81,19 +81,29 @@ impl Tally {
 
     /// Per reference, each block's executions per execution of the
     /// reference, and the reference's executions they were counted over
-    /// (all runs). A run's ratio weighs by its reference's samples; when no
-    /// run has any, the counts are summed over runs.
+    /// (all runs). Runs of one command are pooled: its ratio is its counts
+    /// summed, its weight its runs' samples of the reference (all of them:
+    /// how often the reference ran under that command). Commands' ratios
+    /// are averaged by weight; when no command has a sample of the
+    /// reference, counts are summed over all runs.
     pub fn by_reference(&self) -> BTreeMap<ElfAddr, BTreeMap<ElfAddr, (f64, u64)>> {
-        let mut acc: BTreeMap<(ElfAddr, ElfAddr), (f64, f64, u64, u64)> = BTreeMap::new();
+        let mut weight: BTreeMap<(&str, ElfAddr), f64> = BTreeMap::new();
+        let mut pooled: BTreeMap<(ElfAddr, ElfAddr, &str), (u64, u64)> = BTreeMap::new();
         for run in &self.runs {
-            for p in run.pairs.iter().filter(|p| p.reference_count > 0) {
-                let w = run.samples_of(p.reference) as f64;
-                let a = acc.entry((p.reference, p.block)).or_default();
-                a.0 += w * p.count as f64 / p.reference_count as f64;
-                a.1 += w;
-                a.2 += p.count;
-                a.3 += p.reference_count;
+            for &(r, n) in &run.reference_samples {
+                *weight.entry((run.label.as_str(), r)).or_default() += n as f64;
             }
+            for p in &run.pairs {
+                let a = pooled.entry((p.reference, p.block, run.label.as_str())).or_default();
+                (a.0, a.1) = (a.0 + p.count, a.1 + p.reference_count);
+            }
+        }
+        // (weighted ratios, weights, counts, reference counts) per (reference, block).
+        let mut acc: BTreeMap<(ElfAddr, ElfAddr), (f64, f64, u64, u64)> = BTreeMap::new();
+        for ((r, b, label), (c, rc)) in pooled.into_iter().filter(|(_, (_, rc))| *rc > 0) {
+            let w = weight.get(&(label, r)).copied().unwrap_or(0.0);
+            let a = acc.entry((r, b)).or_default();
+            (a.0, a.1, a.2, a.3) = (a.0 + w * c as f64 / rc as f64, a.1 + w, a.2 + c, a.3 + rc);
         }
         let mut out: BTreeMap<ElfAddr, BTreeMap<ElfAddr, (f64, u64)>> = BTreeMap::new();
         for ((r, b), (weighted, w, c, rc)) in acc {
@@ -132,12 +142,14 @@ mod tests {
     fn runs_weigh_by_their_reference_samples() {
         // Checks the weighting: run 1 (reference sampled 300 times) has block a at 0.1 per reference execution,
         // run 2 (100 samples) at 0.5, so a is (300*0.1 + 100*0.5) / 400 = 0.2, not the summed 0.3 of equal
-        // windows; without samples the counts are summed; a reference that never ran is left out.
+        // windows; without samples the counts are summed; a reference that never ran is left out. A third run
+        // of run 1's command that counted b once more pools with run 1 (b's 3 in 150), and its 60 samples of
+        // the reference add to that command's weight although it did not count a.
         let (r, a, b) = (ElfAddr(0x10), ElfAddr(0x20), ElfAddr(0x30));
-        let mut one = Run { reference_samples: vec![(r, 300)], ..Default::default() };
+        let mut one = Run { label: "one".into(), reference_samples: vec![(r, 300)], ..Default::default() };
         one.add_window(&[r, a, b], &[50, 5, 0]);
         one.add_window(&[r, a, b], &[50, 5, 2]);
-        let mut two = Run { reference_samples: vec![(r, 100)], ..Default::default() };
+        let mut two = Run { label: "two".into(), reference_samples: vec![(r, 100)], ..Default::default() };
         two.add_window(&[r, a], &[100, 50]);
         two.add_window(&[ElfAddr(0x40), a], &[0, 5]);
         let mut t = Tally { build_id: "ab".into(), runs: vec![one.clone()], ..Default::default() };
@@ -146,6 +158,12 @@ mod tests {
         assert!((by[&r][&a].0 - 0.2).abs() < 1e-12 && by[&r][&a].1 == 200, "{by:?}");
         assert!((by[&r][&b].0 - 0.02).abs() < 1e-12, "{by:?}");
         assert!(!by.contains_key(&ElfAddr(0x40)));
+        let mut three = Run { label: "one".into(), reference_samples: vec![(r, 60)], ..Default::default() };
+        three.add_window(&[r, b], &[50, 1]);
+        let mut pooled = t.clone();
+        pooled.runs.push(three);
+        let p = pooled.by_reference();
+        assert!((p[&r][&b].0 - 3.0 / 150.0).abs() < 1e-12 && (p[&r][&a].0 - (360.0 * 0.1 + 100.0 * 0.5) / 460.0).abs() < 1e-12, "{p:?}");
         one.reference_samples.clear();
         two.reference_samples.clear();
         let plain = Tally { runs: vec![one, two], ..Default::default() }.by_reference();
