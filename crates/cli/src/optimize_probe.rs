@@ -57,6 +57,10 @@ pub struct ProbeArgs {
     pub command: Vec<String>,
 }
 
+/// Share of the reference's runs a block's ratio must have been counted
+/// beside to be used.
+const MIN_COVERAGE: f64 = 0.9;
+
 /// Where a build's probe counts are kept.
 pub fn tally_path(db: &Path, bid: &str) -> PathBuf {
     db.join("probes").join(format!("{bid}.json"))
@@ -83,11 +87,14 @@ pub fn measured_by_function(t: &Tally, functions: &[(u64, u64)]) -> HashMap<u64,
         // The reference chosen by calibration, else the one counted most.
         let best = match t.references.get(&start).and_then(|r| by.get_key_value(r)) {
             Some(kv) => Some(kv),
-            None => refs.max_by_key(|(_, blocks)| blocks.values().map(|&(_, r)| r).sum::<u64>()),
+            None => refs.max_by_key(|(_, blocks)| blocks.values().map(|x| x.reference_count).sum::<u64>()),
         };
         if let Some((r, blocks)) = best {
-            let mut counts: BTreeMap<u64, (f64, u64)> = blocks.iter().map(|(b, &c)| (b.0, c)).collect();
-            let most = blocks.values().map(|&(_, rc)| rc).max().unwrap_or(0);
+            // A ratio counted beside only part of what the reference ran (a command under which the block's
+            // group was never armed) may miss where the block runs: left to the samples.
+            let mut counts: BTreeMap<u64, (f64, u64)> =
+                blocks.iter().filter(|(_, x)| x.coverage >= MIN_COVERAGE).map(|(b, x)| (b.0, (x.ratio, x.reference_count))).collect();
+            let most = blocks.values().map(|x| x.reference_count).max().unwrap_or(0);
             counts.insert(r.0, (1.0, most));
             out.insert(start, Measured { counts });
         }

@@ -33,7 +33,7 @@ pub use group::{Group, SLOTS};
 pub use maps::{load_bias, parse_maps, runtime, segments, Mapping};
 pub use plan::{Plan, PlannedGroup};
 pub use sampler::Sampler;
-pub use tally::{Pair, Run, Tally};
+pub use tally::{Pair, Ratio, Run, Tally};
 
 /// An address in a running process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -26,6 +26,18 @@ pub struct Pair {
     pub windows: u64,
 }
 
+/// A block's executions per execution of its reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ratio {
+    pub ratio: f64,
+    /// The reference's executions it was counted over (all runs).
+    pub reference_count: u64,
+    /// Share of the reference's samples (of all commands probed) that fell
+    /// in commands under which this block was counted: below 1, some of
+    /// what the reference ran was never seen beside this block.
+    pub coverage: f64,
+}
+
 /// One probing run (one `optimize probe`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Run {
@@ -79,14 +91,13 @@ impl Tally {
         }
     }
 
-    /// Per reference, each block's executions per execution of the
-    /// reference, and the reference's executions they were counted over
-    /// (all runs). Runs of one command are pooled: its ratio is its counts
-    /// summed, its weight its runs' samples of the reference (all of them:
-    /// how often the reference ran under that command). Commands' ratios
-    /// are averaged by weight; when no command has a sample of the
-    /// reference, counts are summed over all runs.
-    pub fn by_reference(&self) -> BTreeMap<ElfAddr, BTreeMap<ElfAddr, (f64, u64)>> {
+    /// Per reference, each block's [`Ratio`]. Runs of one command are
+    /// pooled: its ratio is its counts summed, its weight its runs' samples
+    /// of the reference (all of them: how often the reference ran under
+    /// that command). Commands' ratios are averaged by weight; when no
+    /// command has a sample of the reference, counts are summed over all
+    /// runs.
+    pub fn by_reference(&self) -> BTreeMap<ElfAddr, BTreeMap<ElfAddr, Ratio>> {
         let mut weight: BTreeMap<(&str, ElfAddr), f64> = BTreeMap::new();
         let mut pooled: BTreeMap<(ElfAddr, ElfAddr, &str), (u64, u64)> = BTreeMap::new();
         for run in &self.runs {
@@ -105,10 +116,16 @@ impl Tally {
             let a = acc.entry((r, b)).or_default();
             (a.0, a.1, a.2, a.3) = (a.0 + w * c as f64 / rc as f64, a.1 + w, a.2 + c, a.3 + rc);
         }
-        let mut out: BTreeMap<ElfAddr, BTreeMap<ElfAddr, (f64, u64)>> = BTreeMap::new();
+        let mut total: BTreeMap<ElfAddr, f64> = BTreeMap::new();
+        for ((_, r), w) in &weight {
+            *total.entry(*r).or_default() += w;
+        }
+        let mut out: BTreeMap<ElfAddr, BTreeMap<ElfAddr, Ratio>> = BTreeMap::new();
         for ((r, b), (weighted, w, c, rc)) in acc {
+            let all = total.get(&r).copied().unwrap_or(0.0);
             let ratio = if w > 0.0 { weighted / w } else { c as f64 / rc as f64 };
-            out.entry(r).or_default().insert(b, (ratio, rc));
+            let coverage = if all > 0.0 { w / all } else { 1.0 };
+            out.entry(r).or_default().insert(b, Ratio { ratio, reference_count: rc, coverage });
         }
         out
     }
@@ -155,19 +172,24 @@ mod tests {
         let mut t = Tally { build_id: "ab".into(), runs: vec![one.clone()], ..Default::default() };
         t.merge(&Tally { runs: vec![two.clone()], ..Default::default() });
         let by = t.by_reference();
-        assert!((by[&r][&a].0 - 0.2).abs() < 1e-12 && by[&r][&a].1 == 200, "{by:?}");
-        assert!((by[&r][&b].0 - 0.02).abs() < 1e-12, "{by:?}");
+        assert!((by[&r][&a].ratio - 0.2).abs() < 1e-12 && by[&r][&a].reference_count == 200, "{by:?}");
+        assert!((by[&r][&b].ratio - 0.02).abs() < 1e-12, "{by:?}");
         assert!(!by.contains_key(&ElfAddr(0x40)));
         let mut three = Run { label: "one".into(), reference_samples: vec![(r, 60)], ..Default::default() };
         three.add_window(&[r, b], &[50, 1]);
         let mut pooled = t.clone();
         pooled.runs.push(three);
         let p = pooled.by_reference();
-        assert!((p[&r][&b].0 - 3.0 / 150.0).abs() < 1e-12 && (p[&r][&a].0 - (360.0 * 0.1 + 100.0 * 0.5) / 460.0).abs() < 1e-12, "{p:?}");
+        // b was counted only under "one": 360 of the 460 samples of the reference.
+        assert!((p[&r][&b].coverage - 360.0 / 460.0).abs() < 1e-12 && p[&r][&a].coverage == 1.0, "{p:?}");
+        assert!(
+            (p[&r][&b].ratio - 3.0 / 150.0).abs() < 1e-12 && (p[&r][&a].ratio - (360.0 * 0.1 + 100.0 * 0.5) / 460.0).abs() < 1e-12,
+            "{p:?}"
+        );
         one.reference_samples.clear();
         two.reference_samples.clear();
         let plain = Tally { runs: vec![one, two], ..Default::default() }.by_reference();
-        assert!((plain[&r][&a].0 - 0.3).abs() < 1e-12, "{plain:?}");
+        assert!((plain[&r][&a].ratio - 0.3).abs() < 1e-12, "{plain:?}");
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("p/ab.json");
         t.save(&f).unwrap();
