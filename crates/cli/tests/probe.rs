@@ -36,6 +36,16 @@ fn export(db: &std::path::Path, bin: &std::path::Path, extra: &[&str]) -> serde_
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A copy of `modes` in `dir` and a database there with about 2,600 samples of it in mode 0.
+fn recorded_modes(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (db, bin) = (dir.join("db"), dir.join("modes"));
+    std::fs::copy(workloads().join("modes"), &bin).unwrap();
+    for _ in 0..3 {
+        run_ok(loupe().args(["record", "--no-stacks", "--freq", "4000", "--db"]).arg(&db).arg("--").arg(&bin).args(["2000", "0"]));
+    }
+    (db, bin)
+}
+
 #[test]
 fn breakpoint_counts_give_jump_table_targets_their_true_ratios() {
     // Checks the probe end to end: after probing, the five once-per-iteration targets are within 20% of their
@@ -44,11 +54,7 @@ fn breakpoint_counts_give_jump_table_targets_their_true_ratios() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (db, bin) = (dir.path().join("db"), dir.path().join("modes"));
-    std::fs::copy(workloads().join("modes"), &bin).unwrap();
-    for _ in 0..3 {
-        run_ok(loupe().args(["record", "--no-stacks", "--freq", "4000", "--db"]).arg(&db).arg("--").arg(&bin).args(["2000", "0"]));
-    }
+    let (db, bin) = recorded_modes(dir.path());
     let before = dispatch(&export(&db, &bin, &[]));
     let probe = run_ok(
         loupe()
@@ -96,11 +102,7 @@ fn the_manager_probes_a_running_program_before_its_first_candidate() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (db, bin) = (dir.path().join("db"), dir.path().join("modes"));
-    std::fs::copy(workloads().join("modes"), &bin).unwrap();
-    for _ in 0..3 {
-        run_ok(loupe().args(["record", "--no-stacks", "--freq", "4000", "--db"]).arg(&db).arg("--").arg(&bin).args(["2000", "0"]));
-    }
+    let (db, bin) = recorded_modes(dir.path());
     let cfg = dir.path().join("optimize.json");
     let conf = serde_json::json!({"min_share": 0.002, "min_samples": 1000, "half_life": 0, "nice": 0, "probe_seconds": 3,
         "programs": [{"path": bin, "check": "{} 300 0", "bench": "{} 1500 0", "rounds": 6}]});
