@@ -328,7 +328,8 @@ pub(crate) fn profile_from(
 ) -> Result<ImageProfile> {
     let image = db_image(path, bid);
     let code = syms.code(&image).map_err(|r| anyhow!("cannot read {}: {r}", path.display()))?;
-    let ranges: Vec<(u64, u64)> = code.find("").into_iter().map(|f| (f.start, f.size)).collect();
+    let symbols = code.find("");
+    let ranges: Vec<(u64, u64)> = symbols.iter().map(|f| (f.start, f.size)).collect();
     let tally = probes.and_then(|db| crate::optimize_probe::tally_of(db, bid));
     let measured = tally.as_ref().map(|t| crate::optimize_probe::measured_by_function(t, &ranges)).unwrap_or_default();
     if !measured.is_empty() {
@@ -337,7 +338,7 @@ pub(crate) fn profile_from(
     let mut functions = Vec::new();
     let mut seen = std::collections::HashSet::new();
     // Every sized symbol (an empty name matches all); aliases once.
-    for f in code.find("") {
+    for f in symbols {
         if !seen.insert(f.start) {
             continue;
         }

@@ -129,31 +129,20 @@ fn descends_from(mut pid: u32, root: u32) -> bool {
     false
 }
 
-/// Threads of the processes (all, or `root` and its descendants) that map the file with inode `inode`.
-fn targets(inode: u64, segments: &[(u64, u64, u64)], probe: ElfAddr, root: Option<u32>) -> Vec<Target> {
-    let all: Vec<u32> =
-        std::fs::read_dir("/proc").map_or(vec![], |d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect());
-    let mut out = Vec::new();
-    for pid in all.into_iter().filter(|&p| root.is_none_or(|r| descends_from(p, r))) {
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
-        let Some(bias) = loupe_probe::load_bias(&loupe_probe::parse_maps(&maps), inode, segments, probe) else { continue };
-        let tids = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map_or(vec![], |d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect());
-        out.extend(tids.into_iter().map(|tid| Target { tid, bias }));
-    }
-    out
+/// The numbered entries of a /proc directory (processes, or a process's threads).
+fn ids(dir: &str) -> Vec<u32> {
+    std::fs::read_dir(dir).map_or(vec![], |d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
 }
 
-/// xorshift64*: the windows' random spacing.
-struct Jitter(u64);
-
-impl Jitter {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+/// Threads of the processes (all, or `root` and its descendants) that map the file with inode `inode`.
+fn targets(inode: u64, segments: &[(u64, u64, u64)], probe: ElfAddr, root: Option<u32>) -> Vec<Target> {
+    let mut out = Vec::new();
+    for pid in ids("/proc").into_iter().filter(|&p| root.is_none_or(|r| descends_from(p, r))) {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+        let Some(bias) = loupe_probe::load_bias(&loupe_model::maps::parse_maps(&maps), inode, segments, probe) else { continue };
+        out.extend(ids(&format!("/proc/{pid}/task")).into_iter().map(|tid| Target { tid, bias }));
     }
+    out
 }
 
 /// Files the samplers' instruction pointers under the block holding them.
@@ -294,9 +283,9 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
         a.window_us,
         a.period_ms
     );
-    let (t0, mut jitter) = (Instant::now(), Jitter(t0_seed() | 1));
+    let (t0, mut rng) = (Instant::now(), t0_seed());
     // A random first group: short runs probed one after another still cover every group.
-    sched.next = (jitter.next() * 1e9) as usize;
+    sched.next = rng as usize;
     let (mut turn, mut windows, mut failed) = (0usize, 0u64, 0u64);
     let mut found: Vec<Target> = vec![];
     let mut scanned = Instant::now() - Duration::from_secs(10);
@@ -349,7 +338,7 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
             }
             turn += 1;
         }
-        std::thread::sleep(Duration::from_secs_f64(a.period_ms as f64 * 1e-3 * (0.5 + jitter.next())));
+        std::thread::sleep(Duration::from_micros(loupe_perf::jittered(a.period_ms * 1000, 0.5, &mut rng)));
     }
     if let Some(mut c) = child {
         let st = c.wait()?;

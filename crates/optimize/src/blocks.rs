@@ -144,7 +144,7 @@ pub fn function_profile(
     // of one-instruction blocks had no sample at 300k). Without `infer`
     // such a block counts 0, as before: the rule alone measured slower
     // (BENCHMARKS.md, sixth pass).
-    let own: Vec<(f64, f64, usize)> = (0..g.blocks.len())
+    let mut own: Vec<(f64, f64, usize)> = (0..g.blocks.len())
         .map(|b| {
             let blk = &g.blocks[b];
             let all: f64 = samples.range(g.start(b)..g.last(b).end()).map(|(_, w)| w).sum();
@@ -177,7 +177,6 @@ pub fn function_profile(
     // Measured blocks: their exact ratios, on the samples' scale; flow is
     // then inferred around them (they hold, the estimates give way).
     let measured = measured.filter(|m| !m.counts.is_empty());
-    let mut own = own;
     if let Some(m) = measured {
         apply_measured(&g, m, &mut blocks, &mut own);
     }

@@ -30,7 +30,7 @@ mod sampler;
 mod tally;
 
 pub use group::{Group, SLOTS};
-pub use maps::{load_bias, parse_maps, runtime, segments, Mapping};
+pub use maps::{load_bias, runtime, segments};
 pub use plan::{Plan, PlannedGroup};
 pub use sampler::Sampler;
 pub use tally::{Pair, Ratio, Run, Tally};

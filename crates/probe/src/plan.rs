@@ -33,10 +33,6 @@ impl Plan {
             self.groups.push(PlannedGroup { reference, blocks: chunk.to_vec() });
         }
     }
-
-    pub fn breakpoints(&self) -> usize {
-        self.groups.iter().map(|g| g.blocks.len()).sum()
-    }
 }
 
 #[cfg(test)]
@@ -53,6 +49,5 @@ mod tests {
         assert_eq!(sizes, vec![3, 3, 1]);
         assert!(p.groups.iter().all(|g| g.reference == ElfAddr(0x1010) && !g.blocks.contains(&ElfAddr(0x1010))));
         assert_eq!(p.groups[0].addrs()[0], ElfAddr(0x1010));
-        assert_eq!(p.breakpoints(), 7);
     }
 }

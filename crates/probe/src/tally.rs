@@ -82,15 +82,6 @@ impl Run {
 }
 
 impl Tally {
-    /// Adds another tally of the same build.
-    pub fn merge(&mut self, other: &Tally) {
-        self.armed_secs += other.armed_secs;
-        self.runs.extend(other.runs.iter().cloned());
-        for (f, r) in &other.references {
-            self.references.entry(*f).or_insert(*r);
-        }
-    }
-
     /// Per reference, each block's [`Ratio`]. Runs of one command are
     /// pooled: its ratio is its counts summed, its weight its runs' samples
     /// of the reference (all of them: how often the reference ran under
@@ -169,8 +160,7 @@ mod tests {
         let mut two = Run { label: "two".into(), reference_samples: vec![(r, 100)], ..Default::default() };
         two.add_window(&[r, a], &[100, 50]);
         two.add_window(&[ElfAddr(0x40), a], &[0, 5]);
-        let mut t = Tally { build_id: "ab".into(), runs: vec![one.clone()], ..Default::default() };
-        t.merge(&Tally { runs: vec![two.clone()], ..Default::default() });
+        let t = Tally { build_id: "ab".into(), runs: vec![one.clone(), two.clone()], ..Default::default() };
         let by = t.by_reference();
         assert!((by[&r][&a].ratio - 0.2).abs() < 1e-12 && by[&r][&a].reference_count == 200, "{by:?}");
         assert!((by[&r][&b].ratio - 0.02).abs() < 1e-12, "{by:?}");
