@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Taken jumps of BOLTed binaries, counted exactly by valgrind's callgrind:
+the deterministic side of Morph's Figure 3 (bench/optimize_realprogs.py),
+free of this host's timing noise.
+
+Block reordering and hot/cold splitting exist to turn taken branches into
+fall-throughs; how many taken jumps (unconditional + taken conditional) a
+binary executes on the test input is what a layout changed, counted, where
+its run time also carries the layout's luck. The figure per profile is the
+share of the complete (instrumented) profile's reduction it reaches:
+(base - profile) / (base - instr).
+
+Reads WORKDIR/prepared.json (from optimize_realprogs.py --prepare-only and
+--runs); times nothing. Test inputs are the timed ones, made smaller for
+callgrind's 50x slowdown. Runs are made repeatable: Lua seeds its string
+hashes from time() and heap addresses, which moved the same binary's count
+by 20% between runs (34-41 M), so time() is pinned by a preloaded shim and
+address randomization is off (setarch -R).
+
+Usage: bench/taken_jumps.py --workdir DIR [--binaries base-default,instr,r1-ratio,...] PROGRAM
+Writes bench/results/taken-jumps-PROGRAM-DATE.json.
+"""
+import argparse, json, os, subprocess, sys, tempfile, time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LUA = os.path.join(ROOT, "testdata/realprogs/lua")
+TEST = {"lua": [f"{LUA}/nbody.lua", "20000"], "sqlite-bench": ["query", "40"], "zstd-bench": ["3", "4", "2"]}
+
+
+FIXED_TIME = "#include <time.h>\ntime_t time(time_t *t) { if (t) *t = 1000000000; return 1000000000; }\n"
+
+
+def fixed_time_shim(d):
+    """A shared object whose time() always returns the same second."""
+    src, so = os.path.join(d, "fixtime.c"), os.path.join(d, "fixtime.so")
+    with open(src, "w") as f:
+        f.write(FIXED_TIME)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", so, src], check=True)
+    return so
+
+
+def function_of(name):
+    """A callgrind function name without its recursion depth (`f'2`) or BOLT fragment suffix (`f.cold.0`)."""
+    return name.split("'")[0].split(".cold")[0]
+
+
+def taken_jumps(binary, args, shim):
+    """(taken jumps, per function) of one run under callgrind, from its --collect-jumps records: `jump=N` is
+    an unconditional jump taken N times, `jcnd=T/E` a conditional one taken T times of E."""
+    with tempfile.NamedTemporaryFile(suffix=".cg") as out:
+        subprocess.run(["setarch", "-R", "env", f"LD_PRELOAD={shim}", "valgrind", "--tool=callgrind", "--collect-jumps=yes", "--dump-instr=yes",
+                        f"--callgrind-out-file={out.name}", binary] + args,
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        total, per_fn, fn, names = 0, {}, "?", {}
+        for line in open(out.name, errors="replace"):
+            if line.startswith(("fn=", "cfn=")):
+                # Compressed names: "fn=(12) name" defines id 12 (so may a call's "cfn="), "fn=(12)" refers to it.
+                ref = line.split("=", 1)[1].strip()
+                if ref.startswith("("):
+                    key, _, name = ref.partition(")")
+                    ref = names.setdefault(key, name.strip() or key)
+                if line.startswith("fn="):
+                    fn = function_of(ref)
+            elif line.startswith("jump="):
+                n = int(line[5:].split()[0])
+                total += n
+                per_fn[fn] = per_fn.get(fn, 0) + n
+            elif line.startswith("jcnd="):
+                n = int(line[5:].split("/")[0])
+                total += n
+                per_fn[fn] = per_fn.get(fn, 0) + n
+        return total, per_fn
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--binaries", default="", help="comma-separated names from prepared.json (default: every binary at BOLT's own layout)")
+    ap.add_argument("--top", type=int, default=5, help="functions listed per binary where it differs most from the complete profile")
+    ap.add_argument("program", choices=sorted(TEST))
+    a = ap.parse_args()
+    with open(os.path.join(a.workdir, "prepared.json")) as f:
+        bins = json.load(f)[0]
+    names = a.binaries.split(",") if a.binaries else [n for n in bins if "@" not in n]
+    missing = [n for n in names if n not in bins]
+    if missing:
+        sys.exit(f"taken_jumps: not in {a.workdir}/prepared.json: {', '.join(missing)}")
+    for need in ["base-default", "instr"]:
+        if need not in names:
+            names.insert(0, need)
+    with tempfile.TemporaryDirectory() as d, ThreadPoolExecutor(os.cpu_count()) as ex:
+        shim = fixed_time_shim(d)
+        res = dict(zip(names, ex.map(lambda n: taken_jumps(bins[n], TEST[a.program], shim), names)))
+    base, full = res["base-default"][0], res["instr"][0]
+    print(f"## {a.program}: taken jumps (millions) of {' '.join(os.path.basename(x) for x in TEST[a.program])}; "
+          f"share of the complete profile's reduction ({base / 1e6:.1f} -> {full / 1e6:.1f} M)")
+    rows = {}
+    for n in names:
+        t, per_fn = res[n]
+        share = 100 * (base - t) / (base - full) if base != full else float("nan")
+        rows[n] = {"taken_jumps": t, "share_pct": share}
+        worst = sorted(per_fn, key=lambda f: per_fn[f] - res["instr"][1].get(f, 0), reverse=True)[: a.top]
+        extra = "" if n in ("base-default", "instr") else "  most over the complete profile: " + ", ".join(
+            f"{f} +{(per_fn[f] - res['instr'][1].get(f, 0)) / 1e6:.1f}" for f in worst)
+        print(f"{n:<16} {t / 1e6:8.1f} {share:7.0f}%{extra}")
+    os.makedirs(os.path.join(ROOT, "bench/results"), exist_ok=True)
+    out = os.path.join(ROOT, "bench/results", time.strftime(f"taken-jumps-{a.program}-%Y%m%d-%H%M%S.json"))
+    with open(out, "w") as f:
+        json.dump({"program": a.program, "test": TEST[a.program], "binaries": rows}, f, indent=1)
+    print(f"# written {out}")
+
+
+if __name__ == "__main__":
+    main()
