@@ -8,7 +8,7 @@ use crate::procedure::symbolizer;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use loupe_optimize::blocks::Measured;
-use loupe_probe::{ElfAddr, Group, Plan, Run, Sampler, Tally};
+use loupe_probe::{ElfAddr, Group, Plan, Pooled, Run, Sampler, Tally};
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -177,6 +177,9 @@ struct Schedule {
     calibrating: Vec<(u64, Vec<ElfAddr>, Vec<ElfAddr>)>,
     plan: Plan,
     next: usize,
+    /// This command's counts so far (earlier runs of it and this one): groups whose blocks are settled give
+    /// their windows to the others.
+    seen: Pooled,
 }
 
 impl Schedule {
@@ -184,11 +187,17 @@ impl Schedule {
         if let Some((start, cands, _)) = self.calibrating.first() {
             return Some((Some(*start), cands.clone()));
         }
-        let n = self.plan.groups.len();
-        (n > 0).then(|| {
-            self.next += 1;
-            (None, self.plan.groups[self.next % n].addrs())
-        })
+        self.next = self.plan.next_unsettled(self.next, &self.seen)?;
+        Some((None, self.plan.groups[self.next].addrs()))
+    }
+
+    /// Adds one window's counts of `addrs` (the reference first) to what decides which groups are settled.
+    fn counted(&mut self, addrs: &[ElfAddr], counts: &[u64]) {
+        let (Some(&r), Some(&rc)) = (addrs.first(), counts.first()) else { return };
+        for (&b, &c) in addrs.iter().zip(counts).skip(1) {
+            let a = self.seen.entry((r, b)).or_default();
+            (a.0, a.1) = (a.0 + c, a.1 + rc);
+        }
     }
 
     /// After a calibration window of `start`: once it has enough, its
@@ -245,7 +254,8 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
     let mut run = Run { label: if a.command.is_empty() { "running".into() } else { a.command.join(" ") }, ..Default::default() };
     // Every block of the probed functions by its first address, to file the samples taken between windows.
     let mut extents: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut sched = Schedule { calibrating: vec![], plan: Plan::default(), next: 0 };
+    let seen = tally.pooled(&run.label);
+    let mut sched = Schedule { calibrating: vec![], plan: Plan::default(), next: 0, seen };
     let chosen = ip.functions.iter().take(a.functions).filter(|f| !f.blocks.is_empty()).collect::<Vec<_>>();
     for f in &chosen {
         let blocks: Vec<ElfAddr> = f.blocks.iter().map(|b| ElfAddr(f.start + b.offset)).collect();
@@ -324,6 +334,7 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
             match counted {
                 Ok(counts) => {
                     run.add_window(&addrs, &counts);
+                    sched.counted(&addrs, &counts);
                     tally.armed_secs += w0.elapsed().as_secs_f64();
                     windows += 1;
                     if let Some(start) = calibrating {

@@ -33,7 +33,7 @@ pub use group::{Group, SLOTS};
 pub use maps::{load_bias, runtime, segments};
 pub use plan::{Plan, PlannedGroup};
 pub use sampler::Sampler;
-pub use tally::{Pair, Ratio, Run, Tally};
+pub use tally::{settled, Pair, Pooled, Ratio, Run, Tally, SETTLED_COUNT, SETTLED_REFERENCE};
 
 /// An address in a running process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

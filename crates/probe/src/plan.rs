@@ -1,7 +1,7 @@
 //! Which breakpoints go together: per function, its reference block and
 //! three more at a time.
 
-use crate::{ElfAddr, SLOTS};
+use crate::{settled, ElfAddr, Pooled, SLOTS};
 
 /// Breakpoints armed together: `blocks` counted against `reference`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +33,19 @@ impl Plan {
             self.groups.push(PlannedGroup { reference, blocks: chunk.to_vec() });
         }
     }
+
+    /// The first group after index `after` (cyclically) with a block whose
+    /// count is not yet settled in `seen`; when every group is settled, the
+    /// next one (windows keep refining). Hot blocks settle within a few
+    /// windows, so the windows go to the rare blocks whose counts decide
+    /// what is cold: round-robin over SQLite's 1,937-block interpreter
+    /// loop left blocks run millions of times at 0.
+    pub fn next_unsettled(&self, after: usize, seen: &Pooled) -> Option<usize> {
+        let n = self.groups.len();
+        let open = |g: &PlannedGroup| g.blocks.iter().any(|&b| !settled(seen.get(&(g.reference, b)).copied().unwrap_or((0, 0))));
+        let after = after % n.max(1);
+        (n > 0).then(|| (1..=n).map(|k| (after + k) % n).find(|&i| open(&self.groups[i])).unwrap_or((after + 1) % n))
+    }
 }
 
 #[cfg(test)]
@@ -49,5 +62,28 @@ mod tests {
         assert_eq!(sizes, vec![3, 3, 1]);
         assert!(p.groups.iter().all(|g| g.reference == ElfAddr(0x1010) && !g.blocks.contains(&ElfAddr(0x1010))));
         assert_eq!(p.groups[0].addrs()[0], ElfAddr(0x1010));
+    }
+
+    #[test]
+    fn settled_groups_are_skipped_until_all_are() {
+        // Checks the rotation: group 1's blocks are all settled (one by its own count, one by its reference's,
+        // one by both), so after group 0 comes group 2, and after group 2 group 0 (a reference count of 1999
+        // settles nothing); all settled: plain round robin.
+        let mut p = Plan::default();
+        let r = ElfAddr(0x1000);
+        let blocks: Vec<ElfAddr> = (1..=9).map(|i| ElfAddr(0x1000 + i * 16)).collect();
+        p.add_function(r, &blocks);
+        let mut seen = Pooled::new();
+        seen.insert((r, blocks[3]), (crate::SETTLED_COUNT, 10));
+        seen.insert((r, blocks[4]), (0, crate::SETTLED_REFERENCE));
+        seen.insert((r, blocks[5]), (500, 5000));
+        assert_eq!(p.next_unsettled(0, &seen), Some(2));
+        seen.insert((r, blocks[2]), (0, 1999));
+        assert_eq!(p.next_unsettled(2, &seen), Some(0));
+        for &b in &blocks {
+            seen.insert((r, b), (0, crate::SETTLED_REFERENCE));
+        }
+        assert_eq!(p.next_unsettled(0, &seen), Some(1));
+        assert_eq!(Plan::default().next_unsettled(0, &seen), None);
     }
 }

@@ -63,6 +63,22 @@ pub struct Tally {
     pub references: BTreeMap<u64, ElfAddr>,
 }
 
+/// A block's count against its reference is settled, and its group's
+/// windows better spent elsewhere, once the block itself was counted
+/// [`SETTLED_COUNT`] times (its ratio known to about +-22%) or its
+/// reference [`SETTLED_REFERENCE`] times (a block never counted in those
+/// runs less than once per 650 of the reference, at 95%).
+pub const SETTLED_COUNT: u64 = 20;
+pub const SETTLED_REFERENCE: u64 = 2000;
+
+/// Counts of (reference, block) pooled over windows: (block count, reference count).
+pub type Pooled = std::collections::HashMap<(ElfAddr, ElfAddr), (u64, u64)>;
+
+/// Whether a pooled (block count, reference count) needs no more windows.
+pub fn settled((count, reference_count): (u64, u64)) -> bool {
+    count >= SETTLED_COUNT || reference_count >= SETTLED_REFERENCE
+}
+
 impl Run {
     /// Adds one window's counts of `addrs` (the reference first).
     pub fn add_window(&mut self, addrs: &[ElfAddr], counts: &[u64]) {
@@ -82,6 +98,17 @@ impl Run {
 }
 
 impl Tally {
+    /// Counts of the runs labelled `label` (one command's), pooled as
+    /// [`Tally::by_reference`] pools them.
+    pub fn pooled(&self, label: &str) -> Pooled {
+        let mut out = Pooled::new();
+        for p in self.runs.iter().filter(|r| r.label == label).flat_map(|r| &r.pairs) {
+            let a = out.entry((p.reference, p.block)).or_default();
+            (a.0, a.1) = (a.0 + p.count, a.1 + p.reference_count);
+        }
+        out
+    }
+
     /// Per reference, each block's [`Ratio`]. Runs of one command are
     /// pooled: its ratio is its counts summed, its weight its runs' samples
     /// of the reference (all of them: how often the reference ran under
