@@ -37,11 +37,14 @@ Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--densities 2000,1
            --binaries base-default,base-a1,base-a8,base-a32,base-a64,loupe-30k,instr --rounds 20 --workdir DIR PROGRAM
        bench/optimize_realprogs.py --measure-only --runs 3 --train-hz 10000 --rounds 0 --workdir DIR PROGRAM   (then time
            --binaries base-default,base-a1,base-a8,base-a32,base-a64,instr,r1-ratio,r1-infer,... on a quiet machine;
-           --paired when the host's speed drifts: each binary against a base-default run right before it)
+           --paired when the host's speed drifts: each binary against a base-default run right before it;
+           --fixed-env to pin the runs to a CPU, without ASLR, time() fixed)
+Every timing ends with 95% intervals from resampling rounds: per profile over its layouts, and per export
+method over every independent run's layouts (all-ratio, all-infer, all-probe).
        bench/optimize_realprogs.py --measure-only --hybrids loupe-300k --rounds 0 --workdir DIR PROGRAM
 Environment: LOUPE (default target/release/loupe), BOLT (default /usr/lib/llvm-19/bin/llvm-bolt).
 """
-import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile, time
 from common import cpu_time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -307,6 +310,21 @@ def hybrids(prog, d, bins, matched, profile):
     bolt_layouts(d, bins, matched, list(mix))
 
 
+# How timed runs are made (--fixed-env sets it): cpu_time's cpu, no_aslr and env.
+RUN = {}
+
+
+def fixed_env(d):
+    """Timed runs made repeatable: the child pinned to the last CPU (this script to the first), no address
+    randomization, time() pinned by a preloaded shim (Lua seeds its string hashes from time() and heap
+    addresses: the same binary's taken jumps moved 34-41 M between runs, bench/taken_jumps.py). What is left
+    between runs of one binary is the host; between binaries, the code's layout."""
+    from taken_jumps import fixed_time_shim
+    last = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))} if last > 0 else {last})
+    return {"cpu": last, "no_aslr": True, "env": dict(os.environ, LD_PRELOAD=fixed_time_shim(d))}
+
+
 def measure(prog, bins, rounds):
     test = PROGRAMS[prog]["test"]
     names = list(bins)
@@ -314,10 +332,10 @@ def measure(prog, bins, rounds):
     outputs = {}
     # One untimed run of each binary first: the first run after a build or BOLT pays for page-cache misses.
     for n in names:
-        cpu_time([bins[n]] + test)
+        cpu_time([bins[n]] + test, **RUN)
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            t, out = cpu_time([bins[n]] + test)
+            t, out = cpu_time([bins[n]] + test, **RUN)
             times[n].append(t)
             outputs.setdefault(n, out)
     if len(set(outputs.values())) != 1:
@@ -335,11 +353,11 @@ def measure_paired(prog, bins, rounds):
     ratios = {n: [] for n in ["base-default"] + names}
     outputs = {}
     for n in ["base-default"] + names:
-        cpu_time([bins[n]] + test)
+        cpu_time([bins[n]] + test, **RUN)
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            b, bout = cpu_time([bins["base-default"]] + test)
-            t, out = cpu_time([bins[n]] + test)
+            b, bout = cpu_time([bins["base-default"]] + test, **RUN)
+            t, out = cpu_time([bins[n]] + test, **RUN)
             ratios[n].append(t / b)
             ratios["base-default"].append(1.0)
             outputs.setdefault(n, out)
@@ -380,8 +398,8 @@ def report(prog, times, info, matched):
             if n != "instr":
                 print(f"{prog}: {n} reaches {100 * gain[n] / gain['instr']:.0f}% of the instrumented profile's gain")
     # Profiles BOLTed at several layouts: the median over their layouts against the baselines' median.
-    groups = {n: [n] + [m for m in med if m.startswith(n + "@")] for n in opt}
-    groups = {n: g for n, g in groups.items() if len(g) > 1}
+    every = {n: [n] + [m for m in med if m.startswith(n + "@")] for n in opt}
+    groups = {n: g for n, g in every.items() if len(g) > 1}
     layout_gain = {}
     for n, g in groups.items():
         ms = [med[m] for m in g]
@@ -394,8 +412,46 @@ def report(prog, times, info, matched):
         for n in layout_gain:
             if n != "instr":
                 print(f"{prog}: {n} over its layouts reaches {100 * layout_gain[n] / layout_gain['instr']:.0f}% of the instrumented profile's gain over its layouts")
-    return {"median": med, "baseline_median": bm, "spread_pct": spread, "gain_pct": gain, "gain_vs_default_pct": vs_default,
+    boot = bootstrap(times, every)
+    for g, b in boot.items():
+        share = f", share of the complete gain {b['share_pct']:.0f}% (95% CI {b['share_ci'][0]:.0f} to {b['share_ci'][1]:.0f}%)" if "share_pct" in b else ""
+        print(f"{prog}: {g} ({b['binaries']} binaries): gain {b['gain_pct']:+.1f}% (95% CI {b['gain_ci'][0]:+.1f} to {b['gain_ci'][1]:+.1f}%){share}")
+    return {"bootstrap": boot, "median": med, "baseline_median": bm, "spread_pct": spread, "gain_pct": gain, "gain_vs_default_pct": vs_default,
             "layout_gain_pct": layout_gain, "loupe": info}
+
+
+def bootstrap(times, groups, resamples=2000, seed=1):
+    """Gains of each profile over its layouts, and of each export method over all its independent training runs'
+    layouts (`all-METHOD` = every rN-METHOD binary), against the baselines' median of medians, with 95%
+    intervals from resampling whole rounds (a round's runs share the host's state, so they are drawn
+    together); shares of the complete profile's gain the same way. Deterministic (fixed seed)."""
+    import random
+    rounds = min(len(v) for v in times.values())
+    groups = dict(groups)
+    for n in list(groups):
+        if (m := re.fullmatch(r"r\d+-(\w+)", n)):
+            groups.setdefault(f"all-{m.group(1)}", []).extend(groups[n])
+
+    def gains(idx):
+        # base-default's paired figures are all 1.0, one per pair, not per round.
+        med = {n: statistics.median([v[i] for i in idx] if len(v) == rounds else v) for n, v in times.items()}
+        bm = statistics.median(med[n] for n in LAYOUTS)
+        return {g: 100 * (1 - statistics.median(med[m] for m in ms) / bm) for g, ms in groups.items()}
+
+    rng = random.Random(seed)
+    point = gains(range(rounds))
+    draws = [gains([rng.randrange(rounds) for _ in range(rounds)]) for _ in range(resamples)]
+    def ci(xs):
+        xs = sorted(x for x in xs if x == x)  # a draw whose complete profile gained nothing has no share
+        return (xs[int(0.025 * len(xs))], xs[int(0.975 * len(xs)) - 1]) if xs else (float("nan"), float("nan"))
+
+    out = {}
+    for g in groups:
+        out[g] = {"binaries": len(groups[g]), "gain_pct": point[g], "gain_ci": ci([d[g] for d in draws])}
+        if "instr" in groups and g != "instr" and point["instr"] > 0:
+            out[g]["share_pct"] = 100 * point[g] / point["instr"]
+            out[g]["share_ci"] = ci([100 * d[g] / d["instr"] if d["instr"] > 0 else float("nan") for d in draws])
+    return out
 
 
 def main():
@@ -421,12 +477,16 @@ def main():
     ap.add_argument("--probe-functions", type=int, default=24, help="hottest functions probed")
     ap.add_argument("--paired", action="store_true", help="time each binary right after a run of base-default and "
                     "report the ratios (figures in the table are then ratios to base-default, not seconds)")
+    ap.add_argument("--fixed-env", action="store_true", help="timed runs pinned to the last CPU, without address "
+                    "randomization, time() pinned (see fixed_env)")
     ap.add_argument("--binaries", default="", help="time only these (comma-separated names; NAME also selects NAME@V for V in BOLT_VARIANTS)")
     ap.add_argument("programs", nargs="*", default=list(PROGRAMS))
     a = ap.parse_args()
     TRAIN_REPEAT = a.repeat
     DENSITIES = sorted(int(x) for x in a.densities.split(","))
     results = {}
+    if a.fixed_env:
+        RUN.update(fixed_env(tempfile.mkdtemp(prefix="loupe-fixed-env-")))
     if (a.prepare_only or a.measure_only) and not a.workdir:
         sys.exit("--prepare-only and --measure-only need --workdir")
     for prog in a.programs:
