@@ -231,8 +231,10 @@ pub fn function_profile(
 fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &mut [(f64, f64, usize)]) {
     let ratio = |b: usize| m.counts.get(&g.start(b)).filter(|&&(_, r)| r >= MIN_REFERENCE).map(|&(x, r)| (x, x * r as f64, r));
     let (mut samples, mut weight) = (0.0, 0.0);
+    // Blocks measured at 0 carry no weight, so their samples (which a block
+    // that never ran would not have) would only inflate the scale.
     for (b, &(_, o, k)) in own.iter().enumerate() {
-        if let (Some((x, _, _)), true) = (ratio(b), k > 0) {
+        if let (Some((x, _, _)), true) = (ratio(b), k > 0 && ratio(b).is_some_and(|(x, _, _)| x > 0.0)) {
             samples += o;
             weight += x * k as f64;
         }

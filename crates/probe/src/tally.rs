@@ -36,6 +36,12 @@ pub struct Ratio {
     /// in commands under which this block was counted: below 1, some of
     /// what the reference ran was never seen beside this block.
     pub coverage: f64,
+    /// Fewest windows it was counted in under any one command: a window
+    /// sees one short stretch of a run (about a hundred executions of a hot
+    /// reference), so a block that runs in one phase only is 0 in every
+    /// window that misses the phase, however many reference executions
+    /// those windows counted.
+    pub min_windows: u64,
 }
 
 /// One probing run (one `optimize probe`).
@@ -97,6 +103,18 @@ impl Run {
     }
 }
 
+/// One (reference, block) pair over the commands that counted it: their
+/// ratios weighted by their reference samples, those weights, the summed
+/// counts and the fewest windows of any one command.
+#[derive(Default)]
+struct Commands {
+    weighted: f64,
+    weight: f64,
+    count: u64,
+    reference_count: u64,
+    min_windows: u64,
+}
+
 impl Tally {
     /// Counts of the runs labelled `label` (one command's), pooled as
     /// [`Tally::by_reference`] pools them.
@@ -117,33 +135,34 @@ impl Tally {
     /// runs.
     pub fn by_reference(&self) -> BTreeMap<ElfAddr, BTreeMap<ElfAddr, Ratio>> {
         let mut weight: BTreeMap<(&str, ElfAddr), f64> = BTreeMap::new();
-        let mut pooled: BTreeMap<(ElfAddr, ElfAddr, &str), (u64, u64)> = BTreeMap::new();
+        let mut pooled: BTreeMap<(ElfAddr, ElfAddr, &str), (u64, u64, u64)> = BTreeMap::new();
         for run in &self.runs {
             for &(r, n) in &run.reference_samples {
                 *weight.entry((run.label.as_str(), r)).or_default() += n as f64;
             }
             for p in &run.pairs {
                 let a = pooled.entry((p.reference, p.block, run.label.as_str())).or_default();
-                (a.0, a.1) = (a.0 + p.count, a.1 + p.reference_count);
+                (a.0, a.1, a.2) = (a.0 + p.count, a.1 + p.reference_count, a.2 + p.windows);
             }
         }
-        // (weighted ratios, weights, counts, reference counts) per (reference, block).
-        let mut acc: BTreeMap<(ElfAddr, ElfAddr), (f64, f64, u64, u64)> = BTreeMap::new();
-        for ((r, b, label), (c, rc)) in pooled.into_iter().filter(|(_, (_, rc))| *rc > 0) {
+        let mut acc: BTreeMap<(ElfAddr, ElfAddr), Commands> = BTreeMap::new();
+        for ((r, b, label), (c, rc, n)) in pooled.into_iter().filter(|(_, (_, rc, _))| *rc > 0) {
             let w = weight.get(&(label, r)).copied().unwrap_or(0.0);
-            let a = acc.entry((r, b)).or_default();
-            (a.0, a.1, a.2, a.3) = (a.0 + w * c as f64 / rc as f64, a.1 + w, a.2 + c, a.3 + rc);
+            let a = acc.entry((r, b)).or_insert(Commands { min_windows: u64::MAX, ..Default::default() });
+            a.weighted += w * c as f64 / rc as f64;
+            a.weight += w;
+            (a.count, a.reference_count, a.min_windows) = (a.count + c, a.reference_count + rc, a.min_windows.min(n));
         }
         let mut total: BTreeMap<ElfAddr, f64> = BTreeMap::new();
         for ((_, r), w) in &weight {
             *total.entry(*r).or_default() += w;
         }
         let mut out: BTreeMap<ElfAddr, BTreeMap<ElfAddr, Ratio>> = BTreeMap::new();
-        for ((r, b), (weighted, w, c, rc)) in acc {
+        for ((r, b), a) in acc {
             let all = total.get(&r).copied().unwrap_or(0.0);
-            let ratio = if w > 0.0 { weighted / w } else { c as f64 / rc as f64 };
-            let coverage = if all > 0.0 { w / all } else { 1.0 };
-            out.entry(r).or_default().insert(b, Ratio { ratio, reference_count: rc, coverage });
+            let ratio = if a.weight > 0.0 { a.weighted / a.weight } else { a.count as f64 / a.reference_count as f64 };
+            let coverage = if all > 0.0 { a.weight / all } else { 1.0 };
+            out.entry(r).or_default().insert(b, Ratio { ratio, reference_count: a.reference_count, coverage, min_windows: a.min_windows });
         }
         out
     }
@@ -192,6 +211,8 @@ mod tests {
         assert!((by[&r][&a].ratio - 0.2).abs() < 1e-12 && by[&r][&a].reference_count == 200, "{by:?}");
         assert!((by[&r][&b].ratio - 0.02).abs() < 1e-12, "{by:?}");
         assert!(!by.contains_key(&ElfAddr(0x40)));
+        // a: two windows under "one", one under "two"; b: counted under "one" only, in two windows.
+        assert_eq!((by[&r][&a].min_windows, by[&r][&b].min_windows), (1, 2));
         let mut three = Run { label: "one".into(), reference_samples: vec![(r, 60)], ..Default::default() };
         three.add_window(&[r, b], &[50, 1]);
         let mut pooled = t.clone();
