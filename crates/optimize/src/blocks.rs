@@ -88,6 +88,9 @@ pub struct EdgeCount {
     /// branch (BOLT's branch records start there); `None` for fall-through
     /// from a block that ends without one.
     pub branch: Option<u64>,
+    /// Offset of the source block's last instruction, whatever it is: a
+    /// plain fall-through's record starts there.
+    pub last: u64,
     pub to: u64,
     pub count: f64,
 }
@@ -194,6 +197,7 @@ pub fn function_profile(
             .map(|(e, &count)| EdgeCount {
                 from: blocks[e.from].offset,
                 branch: branch_of(&g, e.from, start),
+                last: g.last(e.from).addr - start,
                 to: g.start(e.to) - start,
                 count,
             })
@@ -335,6 +339,7 @@ fn synthesize_edges(g: &cfg::Cfg, blocks: &[BlockCount], start: u64) -> Vec<Edge
             out.push(EdgeCount {
                 from: blocks[b].offset,
                 branch: branch_of(g, b, start),
+                last: g.last(b).addr - start,
                 to: g.start(s) - start,
                 count: forward.max(backward),
             });

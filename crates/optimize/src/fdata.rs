@@ -40,8 +40,13 @@ pub fn write_no_lbr(funcs: &[FunctionProfile]) -> String {
 
 /// BOLT's branch-record fdata from the edge counts synthesized from block
 /// counts (what BOLT's instrumentation writes, with estimated counts):
-/// `1 F BRANCH 1 F TARGET 0 COUNT` for every edge that leaves a block by a
-/// jump or branch; BOLT infers the plain fall-throughs. Edges into cold
+/// `1 F FROM 1 F TARGET 0 COUNT` for every edge, FROM being the source
+/// block's last instruction: the branch, or for a plain fall-through
+/// whatever instruction ends the block, as BOLT's instrumentation writes
+/// it. BOLT does not infer a plain fall-through's count from branch
+/// records: it counts the blocks but leaves the edge at 0, and ext-tsp
+/// then breaks it (on SQLite's sqlite3VdbeExec, edges run 60-68 M times
+/// in training laid out as jumps). Edges into cold
 /// blocks are left out; others get at least 1. Calls between profiled
 /// functions are written as `1 CALLER OFFSET 1 CALLEE 0 0 COUNT`, which
 /// BOLT's function ordering (hfsort) clusters by; calls into functions
@@ -53,7 +58,7 @@ pub fn write_edges(funcs: &[FunctionProfile]) -> String {
     let callee: std::collections::HashMap<u64, &str> = funcs.iter().filter(ok).map(|f| (f.start, f.bolt_name.as_str())).collect();
     for f in funcs.iter().filter(ok) {
         for e in &f.edges {
-            let Some(br) = e.branch else { continue };
+            let br = e.branch.unwrap_or(e.last);
             if f.blocks.iter().any(|b| b.offset == e.to && b.cold) {
                 continue;
             }
@@ -101,16 +106,17 @@ mod tests {
         assert_eq!(text, "no_lbr loupe-block-counts\n1 run 0 1250\n1 run 1a 1\n");
     }
 
-    // Branch records: from the branch instruction, cold targets and
-    // fall-through-only edges left out, warm unsampled targets kept at 1.
+    // Branch records: from the branch instruction (a plain fall-through
+    // from the block's last instruction), cold targets left out, warm
+    // unsampled targets kept at 1.
     #[test]
     fn writes_edge_records() {
         use crate::blocks::EdgeCount;
         let edges = vec![
-            EdgeCount { from: 0, branch: Some(3), to: 0x10, count: 7.5 },
-            EdgeCount { from: 0, branch: Some(3), to: 0x20, count: 0.0 },
-            EdgeCount { from: 0x10, branch: None, to: 0x20, count: 7.5 },
-            EdgeCount { from: 0x20, branch: Some(0x22), to: 0x30, count: 0.0 },
+            EdgeCount { from: 0, branch: Some(3), last: 3, to: 0x10, count: 7.5 },
+            EdgeCount { from: 0, branch: Some(3), last: 3, to: 0x20, count: 0.0 },
+            EdgeCount { from: 0x10, branch: None, last: 0x1c, to: 0x20, count: 7.5 },
+            EdgeCount { from: 0x20, branch: Some(0x22), last: 0x22, to: 0x30, count: 0.0 },
         ];
         let f = FunctionProfile {
             name: "g".into(),
@@ -137,7 +143,10 @@ mod tests {
             ..f.clone()
         };
         // Written under BOLT's name g/2; the call into h (profiled) is kept, the one to 0x2000 (no profile) is not.
-        assert_eq!(write_edges(&[f, callee]), "1 g/2 3 1 g/2 10 0 750\n1 g/2 3 1 g/2 20 0 1\n1 g/2 12 1 h 0 0 250\n");
+        assert_eq!(
+            write_edges(&[f, callee]),
+            "1 g/2 3 1 g/2 10 0 750\n1 g/2 3 1 g/2 20 0 1\n1 g/2 1c 1 g/2 20 0 750\n1 g/2 12 1 h 0 0 250\n"
+        );
     }
 
     // The header must not make BOLT divide by block length a second time.
