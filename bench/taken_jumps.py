@@ -15,7 +15,8 @@ Reads WORKDIR/prepared.json (from optimize_realprogs.py --prepare-only and
 callgrind's 50x slowdown. Runs are made repeatable: Lua seeds its string
 hashes from time() and heap addresses, which moved the same binary's count
 by 20% between runs (34-41 M), so time() is pinned by a preloaded shim and
-address randomization is off (setarch -R).
+address randomization is off (setarch -R). CPython runs with the
+environment optimize_realprogs.py gives it (its stdlib, PYTHONHASHSEED=0).
 
 Usage: bench/taken_jumps.py --workdir DIR [--binaries base-default,instr,r1-ratio,...] PROGRAM
 Writes bench/results/taken-jumps-PROGRAM-DATE.json.

@@ -18,6 +18,8 @@
 # Prints the directory of the binaries on its last line. Rebuilds only what is older than its sources
 # or was built with other flags.
 set -euo pipefail
+# The bench's PYTHONHOME/PYTHONPATH (for running the built CPython) must not steer this script's Pythons.
+unset PYTHONHOME PYTHONPATH
 root=$(cd "$(dirname "$0")/.." && pwd)
 here=$root/testdata/realprogs
 out=$here/build/default
@@ -86,7 +88,7 @@ build_cpython() {
     if [ ! -f "$src/configure" ]; then
         if ! echo "$CPYTHON_SHA256  $tarball" | sha256sum -c --quiet 2>/dev/null; then
             echo "realprogs: fetching $CPYTHON_URL" >&2
-            curl -fsSL -o "$tarball.part" "$CPYTHON_URL"
+            python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$CPYTHON_URL" "$tarball.part"
             echo "$CPYTHON_SHA256  $tarball.part" | sha256sum -c --quiet
             mv "$tarball.part" "$tarball"
         fi
@@ -96,8 +98,7 @@ build_cpython() {
     fi
     rm -rf "$objdir" && mkdir -p "$objdir"
     echo "realprogs: building cpython ($cc $cflags $ldflags)" >&2
-    # The bench's PYTHONHOME/PYTHONPATH (for running the result) must not steer the build's own Pythons.
-    (unset PYTHONHOME PYTHONPATH && cd "$objdir" &&
+    (cd "$objdir" &&
         OPT="-DNDEBUG -fwrapv -Wall" "$src/configure" CC="$cc" CFLAGS="$cflags" LDFLAGS="$ldflags" >configure.log 2>&1 &&
         make -j"$jobs" python >make.log 2>&1) ||
         { echo "realprogs: cpython build failed, see $objdir/configure.log and make.log" >&2; exit 1; }
