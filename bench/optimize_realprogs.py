@@ -98,7 +98,9 @@ def build(prog, out, align):
 
 def bolt(base, fdata, out, extra=()):
     log = sh([BOLT, base, "-o", out, f"-data={fdata}"] + BOLT_OPTS + list(extra))
-    keep = ("have non-empty execution profile", "objects was ignored", "splitting separates")
+    # Profiles BOLT drops (a branch it cannot match: "stale") or cannot use (functions it cannot rewrite): say so.
+    keep = ("have non-empty execution profile", "objects was ignored", "splitting separates", "invalid (possibly stale) profile",
+            "with profile could not be optimized")
     return "; ".join(l.strip().replace("BOLT-INFO: ", "") for l in (log.stdout + log.stderr).splitlines() if any(k in l for k in keep))
 
 
