@@ -86,7 +86,7 @@ build_cpython() {
     fi
     mkdir -p "$here/build"
     if [ ! -f "$src/configure" ]; then
-        if ! echo "$CPYTHON_SHA256  $tarball" | sha256sum -c --quiet 2>/dev/null; then
+        if ! echo "$CPYTHON_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
             echo "realprogs: fetching $CPYTHON_URL" >&2
             python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$CPYTHON_URL" "$tarball.part"
             echo "$CPYTHON_SHA256  $tarball.part" | sha256sum -c --quiet
