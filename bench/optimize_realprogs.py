@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Morph's Figure 3 on three real programs built from source (Lua 5.4,
-SQLite, zstd; scripts/realprogs.sh): speedup of the test input after
+"""Morph's Figure 3 on real programs built from source (Lua 5.4, SQLite,
+zstd, CPython 3.11; scripts/realprogs.sh): speedup of the test input after
 llvm-bolt with Loupe's sampled profile of the training inputs, beside
 llvm-bolt with BOLT's own instrumented (complete) profile of the same
 training inputs, judged against five differently laid-out baseline builds.
@@ -10,6 +10,8 @@ needs relocations to move functions, and cannot rewrite switch dispatch in
 a PIE build):
   base-default        gcc's default alignment: the binary that is optimized
   base-a1 .. base-a64 -falign-functions=N -falign-loops=N, N = 1, 8, 32, 64
+                      (cpython: five full builds too, each with -fno-reorder-blocks-and-partition:
+                      gcc's .cold fragments make BOLT 19 ignore _PyEval_EvalFrameDefault)
   loupe-Nk            base-default + llvm-bolt, profile = `loupe optimize export
                       --format bolt-edges` after `loupe record` (cpu-clock, 1000 Hz, Morph's
                       rate) of training passes into one database (runs combined directly),
@@ -52,6 +54,14 @@ LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
 BOLT = os.environ.get("BOLT", "/usr/lib/llvm-19/bin/llvm-bolt")
 MERGE = "/usr/lib/llvm-19/bin/merge-fdata"
 LUA = os.path.join(ROOT, "testdata/realprogs/lua")
+PY = os.path.join(ROOT, "testdata/realprogs/python")
+# CPython's binaries run away from their build tree (BOLT writes them into the workdir), so the stdlib comes
+# from the unpacked source tree realprogs.sh keeps: PYTHONHOME there (no prefix search, no warnings) and its
+# Lib on PYTHONPATH; -S (in the arguments) skips site. The workloads use only built-in modules. A fixed
+# hash seed and no .pyc writes make every run do the same work.
+CPYTHON_SRC = os.path.join(ROOT, "testdata/realprogs/build/Python-3.11.2")
+CPYTHON_ENV = {"PYTHONHOME": CPYTHON_SRC, "PYTHONPATH": os.path.join(CPYTHON_SRC, "Lib"), "PYTHONHASHSEED": "0",
+               "PYTHONDONTWRITEBYTECODE": "1"}
 BOLT_OPTS = ["-reorder-blocks=ext-tsp", "-split-functions", "-split-all-cold", "-reorder-functions=hfsort"]
 
 # Training inputs and a different test input per program.
@@ -63,6 +73,13 @@ PROGRAMS = {
     },
     "sqlite-bench": {"train": [["insert", "800"], ["mixed", "600"], ["query", "60"]], "test": ["query", "150"], "loop": "sqlite3VdbeExec"},
     "zstd-bench": {"train": [["3", "48", "1"], ["3", "48", "3"], ["1", "48", "5"]], "test": ["3", "32", "2"]},
+    "cpython": {
+        "train": [["-S", f"{PY}/sched.py", "12000"], ["-S", f"{PY}/text.py", "40000"], ["-S", f"{PY}/recur.py", "9"]],
+        "test": ["-S", f"{PY}/raytrace.py", "240"],
+        "loop": "_PyEval_EvalFrameDefault",
+        "cflags": "-fno-reorder-blocks-and-partition",
+        "env": CPYTHON_ENV,
+    },
 }
 # Each training input runs this many times for the instrumented profile (Morph repeated its training inputs too).
 TRAIN_REPEAT = 2  # --repeat
@@ -76,14 +93,17 @@ def sh(args, **kw):
 
 
 def build(prog, out, align):
-    cflags = "-O2 -g -fno-pie" + (f" -falign-functions={align} -falign-loops={align}" if align else "")
+    cflags = " ".join(filter(None, ["-O2 -g -fno-pie", PROGRAMS[prog].get("cflags", "")]))
+    cflags += f" -falign-functions={align} -falign-loops={align}" if align else ""
     sh([os.path.join(ROOT, "scripts/realprogs.sh"), "--out", out, "--cflags", cflags, "--ldflags", "-no-pie -Wl,--emit-relocs", prog])
     return os.path.join(out, prog)
 
 
 def bolt(base, fdata, out, extra=()):
     log = sh([BOLT, base, "-o", out, f"-data={fdata}"] + BOLT_OPTS + list(extra))
-    keep = ("have non-empty execution profile", "objects was ignored", "splitting separates")
+    # Profiles BOLT drops (a branch it cannot match: "stale") or cannot use (functions it cannot rewrite): say so.
+    keep = ("have non-empty execution profile", "objects was ignored", "splitting separates", "invalid (possibly stale) profile",
+            "with profile could not be optimized")
     return "; ".join(l.strip().replace("BOLT-INFO: ", "") for l in (log.stdout + log.stderr).splitlines() if any(k in l for k in keep))
 
 
@@ -490,6 +510,10 @@ def main():
     if (a.prepare_only or a.measure_only) and not a.workdir:
         sys.exit("--prepare-only and --measure-only need --workdir")
     for prog in a.programs:
+        # Every child (loupe record and probe, the instrumented runs, the timed runs) inherits the program's environment.
+        for k in set().union(*(p.get("env", {}) for p in PROGRAMS.values())):
+            os.environ.pop(k, None)
+        os.environ.update(PROGRAMS[prog].get("env", {}))
         d = a.workdir or tempfile.mkdtemp(prefix=f"loupe-fig3-{prog}-")
         saved = os.path.join(d, "prepared.json")
         if a.measure_only:

@@ -15,17 +15,21 @@ Reads WORKDIR/prepared.json (from optimize_realprogs.py --prepare-only and
 callgrind's 50x slowdown. Runs are made repeatable: Lua seeds its string
 hashes from time() and heap addresses, which moved the same binary's count
 by 20% between runs (34-41 M), so time() is pinned by a preloaded shim and
-address randomization is off (setarch -R).
+address randomization is off (setarch -R). CPython runs with the
+environment optimize_realprogs.py gives it (its stdlib, PYTHONHASHSEED=0).
 
 Usage: bench/taken_jumps.py --workdir DIR [--binaries base-default,instr,r1-ratio,...] PROGRAM
 Writes bench/results/taken-jumps-PROGRAM-DATE.json.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
+from optimize_realprogs import PROGRAMS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LUA = os.path.join(ROOT, "testdata/realprogs/lua")
-TEST = {"lua": [f"{LUA}/nbody.lua", "20000"], "sqlite-bench": ["query", "40"], "zstd-bench": ["3", "4", "2"]}
+PY = os.path.join(ROOT, "testdata/realprogs/python")
+TEST = {"lua": [f"{LUA}/nbody.lua", "20000"], "sqlite-bench": ["query", "40"], "zstd-bench": ["3", "4", "2"],
+        "cpython": ["-S", f"{PY}/raytrace.py", "80"]}
 
 
 FIXED_TIME = "#include <time.h>\ntime_t time(time_t *t) { if (t) *t = 1000000000; return 1000000000; }\n"
@@ -80,6 +84,7 @@ def main():
     ap.add_argument("--top", type=int, default=5, help="functions listed per binary where it differs most from the complete profile")
     ap.add_argument("program", choices=sorted(TEST))
     a = ap.parse_args()
+    os.environ.update(PROGRAMS[a.program].get("env", {}))  # CPython's stdlib and hash seed
     with open(os.path.join(a.workdir, "prepared.json")) as f:
         bins = json.load(f)[0]
     names = a.binaries.split(",") if a.binaries else [n for n in bins if "@" not in n]

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# Builds three real programs from source for the accuracy and optimization benchmarks:
+# Builds four real programs from source for the accuracy and optimization benchmarks:
 #   lua           Lua 5.4.7 interpreter (testdata/realprogs/lua_main.c + the Lua library)
 #   sqlite-bench  SQLite 3 amalgamation + testdata/realprogs/sqlite_bench.c (in-memory SQL workloads)
 #   zstd-bench    zstd 1.5.7 library + testdata/realprogs/zstd_bench.c (compress/decompress a corpus)
-# The C sources come from crates.io's vendored-source crates (lua-src, libsqlite3-sys, zstd-sys) through
-# `cargo fetch`, since crates.io is the only source registry these machines reach.
+#   cpython       CPython 3.11.2's `python` (static libpython, no PGO/LTO), from Debian's upstream tarball
+# The first three's C sources come from crates.io's vendored-source crates (lua-src, libsqlite3-sys, zstd-sys)
+# through `cargo fetch`; CPython's tarball from deb.debian.org's pool (checked against its sha256), unpacked
+# once into testdata/realprogs/build/Python-3.11.2 and built out of tree. Run it with that tree's Lib:
+# PYTHONHOME=<tree> PYTHONPATH=<tree>/Lib python -S SCRIPT (bench/optimize_realprogs.py does).
 #
 # Usage: scripts/realprogs.sh [--out DIR] [--cflags "FLAGS"] [--ldflags "FLAGS"] [PROGRAM...]
 #   --out DIR       where the binaries go (default testdata/realprogs/build/default)
 #   --cflags FLAGS  compiler flags (default "-O2 -g"); e.g. "-O2 -g -falign-functions=64"
 #   --ldflags FLAGS linker flags (default none); e.g. "-no-pie -Wl,--emit-relocs" for llvm-bolt
 #   --cc CC         compiler (default gcc; clang-19 for -fprofile-sample-use rebuilds)
-#   PROGRAM         any of lua, sqlite-bench, zstd-bench (default all three)
+#   PROGRAM         any of lua, sqlite-bench, zstd-bench, cpython (default the first three)
 # Prints the directory of the binaries on its last line. Rebuilds only what is older than its sources
 # or was built with other flags.
 set -euo pipefail
+# The bench's PYTHONHOME/PYTHONPATH (for running the built CPython) must not steer this script's Pythons.
+unset PYTHONHOME PYTHONPATH
 root=$(cd "$(dirname "$0")/.." && pwd)
 here=$root/testdata/realprogs
 out=$here/build/default
@@ -28,8 +33,8 @@ while [ $# -gt 0 ]; do
         --cflags) cflags=$2; shift 2 ;;
         --ldflags) ldflags=$2; shift 2 ;;
         --cc) cc=$2; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        lua|sqlite-bench|zstd-bench) progs+=("$1"); shift ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        lua|sqlite-bench|zstd-bench|cpython) progs+=("$1"); shift ;;
         *) echo "realprogs.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -39,7 +44,7 @@ out=$(cd "$out" && pwd)
 
 # Where cargo unpacked each crate: ask cargo, not a guessed $CARGO_HOME layout.
 manifest=$here/sources/Cargo.toml
-cargo fetch --quiet --manifest-path "$manifest"
+case " ${progs[*]} " in *" lua "*|*" sqlite-bench "*|*" zstd-bench "*) cargo fetch --quiet --manifest-path "$manifest" ;; esac
 crate_dir() {
     cargo metadata --quiet --format-version 1 --manifest-path "$manifest" |
         python3 -c "import json,sys,os; m=json.load(sys.stdin); print(next(os.path.dirname(p['manifest_path']) for p in m['packages'] if p['name']=='$1'))"
@@ -68,6 +73,39 @@ build() {
     echo "$stamp" > "$out/$name.flags"
 }
 
+# CPython 3.11.2: Debian's copy of the upstream tarball, verified, unpacked once (kept pristine for
+# out-of-tree builds), then configure + `make python` per flag set. OPT keeps -DNDEBUG and -fwrapv but drops
+# configure's -O3, so --cflags decides the optimization level.
+CPYTHON_URL=http://deb.debian.org/debian/pool/main/p/python3.11/python3.11_3.11.2.orig.tar.gz
+CPYTHON_SHA256=2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849
+build_cpython() {
+    local tarball=$here/build/$(basename "$CPYTHON_URL") src=$here/build/Python-3.11.2 objdir=$out/obj-cpython
+    if [ -x "$out/cpython" ] && [ "$(cat "$out/cpython.flags" 2>/dev/null)" = "$stamp" ]; then
+        echo "realprogs: cpython up to date" >&2
+        return
+    fi
+    mkdir -p "$here/build"
+    if [ ! -f "$src/configure" ]; then
+        if ! echo "$CPYTHON_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
+            echo "realprogs: fetching $CPYTHON_URL" >&2
+            python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$CPYTHON_URL" "$tarball.part"
+            echo "$CPYTHON_SHA256  $tarball.part" | sha256sum -c --quiet
+            mv "$tarball.part" "$tarball"
+        fi
+        rm -rf "$src.part" && mkdir -p "$src.part"
+        tar -xzf "$tarball" -C "$src.part" --strip-components=1
+        mv "$src.part" "$src"
+    fi
+    rm -rf "$objdir" && mkdir -p "$objdir"
+    echo "realprogs: building cpython ($cc $cflags $ldflags)" >&2
+    (cd "$objdir" &&
+        OPT="-DNDEBUG -fwrapv -Wall" "$src/configure" CC="$cc" CFLAGS="$cflags" LDFLAGS="$ldflags" >configure.log 2>&1 &&
+        make -j"$jobs" python >make.log 2>&1) ||
+        { echo "realprogs: cpython build failed, see $objdir/configure.log and make.log" >&2; exit 1; }
+    cp "$objdir/python" "$out/cpython"
+    echo "$stamp" > "$out/cpython.flags"
+}
+
 for prog in "${progs[@]}"; do
     case $prog in
         lua)
@@ -83,6 +121,9 @@ for prog in "${progs[@]}"; do
             src=$(crate_dir zstd-sys)/zstd/lib
             build zstd-bench "$here/zstd_bench.c" $(ls "$src"/common/*.c "$src"/compress/*.c "$src"/decompress/*.c) -- \
                 -I"$src" -DZSTD_DISABLE_ASM
+            ;;
+        cpython)
+            build_cpython
             ;;
     esac
 done
