@@ -79,11 +79,15 @@ pub fn build(insns: Vec<Insn>, mem: &dyn Memory) -> Cfg {
     let index: HashMap<u64, usize> = insns.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
     let mut tables: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut leaders: BTreeSet<usize> = BTreeSet::from([0]);
+    let table_addrs: Vec<u64> = (0..insns.len())
+        .filter(|&i| matches!(insns[i].flow, Flow::IndirectJump))
+        .filter_map(|i| locate_table(&insns, i).map(|t| t.addr))
+        .collect();
     for (i, x) in insns.iter().enumerate() {
         let targets: Vec<u64> = match x.flow {
             Flow::Jump(t) | Flow::Branch(t) => vec![t],
             Flow::IndirectJump => {
-                let t = jump_table(&insns, i, mem, &inside);
+                let t = jump_table(&insns, i, mem, &inside, &table_addrs);
                 if let Some(t) = &t {
                     let idx: Vec<usize> = t.iter().filter_map(|a| index.get(a).copied()).collect();
                     tables.insert(i, idx);
@@ -206,7 +210,31 @@ fn mark_reachable(blocks: &mut [Block], edges: &[Edge]) {
 /// movslq (%b,%r,4),%x; add %b,%x; jmp *%x` (entries relative to T). The
 /// entry count comes from the `cmp $N, %r; ja default` guarding it, else
 /// entries are read while they land inside the procedure.
-fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) -> bool) -> Option<Vec<u64>> {
+/// Where the jump at `at` reads its table: address, entry size, and the
+/// entry count its guard gives.
+#[derive(Clone, Copy)]
+struct Table {
+    addr: u64,
+    size: usize,
+    bound: Option<u64>,
+}
+
+/// The targets of the jump table read by the indirect jump at `at`.
+/// `others`: every table address found in the function; a table without
+/// a guard (`cmp $N; ja`) ends where the next one starts (CPython's
+/// `long_richcompare` switches over a compared-op value checked earlier;
+/// read until a target left the function, its first table took the next
+/// two's 12 entries, and BOLT rejected the profile as stale).
+fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) -> bool, others: &[u64]) -> Option<Vec<u64>> {
+    let t = locate_table(insns, at)?;
+    let next = others.iter().filter(|&&o| o > t.addr).min();
+    let bound = t.bound.or_else(|| next.map(|n| (n - t.addr) / t.size as u64));
+    let relative = t.size == 4;
+    let read = |raw: u64, base: u64| if relative { base.wrapping_add(raw as u32 as i32 as i64 as u64) } else { raw };
+    read_entries(mem, t.addr, t.size, bound, t.bound.is_some(), inside, read)
+}
+
+fn locate_table(insns: &[Insn], at: usize) -> Option<Table> {
     let window = &insns[at.saturating_sub(16)..at];
     let bound = table_bound(window);
     let jmp = &insns[at];
@@ -216,11 +244,11 @@ fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) 
         x.mem
     };
     if let Some(m) = jmp.mem.or_else(loaded).filter(|m| m.index != Register::None && m.scale == 8) {
-        let table = match m.base {
+        let addr = match m.base {
             Register::None => m.disp,
             b => register_table(insns, at, b)?.wrapping_add(m.disp),
         };
-        return read_entries(mem, table, 8, bound, inside, |raw, _| raw);
+        return Some(Table { addr, size: 8, bound });
     }
     // Relative table: the last RIP-relative lea before the jump names it.
     let movslq = window.iter().rev().find(|x| x.mnemonic == Mnemonic::Movsxd && x.mem.is_some_and(|m| m.scale == 4))?;
@@ -231,11 +259,11 @@ fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) 
     let bit = crate::decode::reg_bit(base_reg);
     let wide = &insns[at.saturating_sub(48)..at];
     let k = wide.iter().rposition(|x| x.lea_target.is_some_and(|(_, r)| r == base_reg))?;
-    let (table, _) = wide[k].lea_target?;
+    let (addr, _) = wide[k].lea_target?;
     if bit == 0 || wide[k + 1..].iter().any(|x| x.writes & bit != 0) {
         return None;
     }
-    read_entries(mem, table, 4, bound, inside, |raw, t| t.wrapping_add(raw as u32 as i32 as i64 as u64))
+    Some(Table { addr, size: 4, bound })
 }
 
 /// The table a threaded interpreter keeps in a register for the whole
@@ -257,11 +285,13 @@ fn table_bound(window: &[Insn]) -> Option<u64> {
     Some(if window[k].mnemonic == Mnemonic::Ja { n + 1 } else { n })
 }
 
+/// `guarded`: the bound is the guard's, so every entry must be a target.
 fn read_entries(
     mem: &dyn Memory,
     table: u64,
     size: usize,
     bound: Option<u64>,
+    guarded: bool,
     inside: &dyn Fn(u64) -> bool,
     target: impl Fn(u64, u64) -> u64,
 ) -> Option<Vec<u64>> {
@@ -272,7 +302,7 @@ fn read_entries(
         let v = raw.iter().rev().fold(0u64, |a, b| (a << 8) | *b as u64);
         let t = target(v, table);
         if !inside(t) {
-            if bound.is_some() {
+            if guarded {
                 return None; // the guard promised more entries: not a table we understand
             }
             break;
@@ -384,6 +414,28 @@ mod tests {
         let mut to: Vec<u64> = g.blocks[jmp].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
         to.sort();
         assert_eq!(to, vec![0x10, 0x13]);
+    }
+
+    #[test]
+    fn unguarded_table_ends_where_the_next_one_starts() {
+        // Checks CPython's long_richcompare shape: two `jmp *T(,%rdx,8)` over tables at 0x100 and 0x110, the
+        // first without a `cmp; ja` guard. Its targets are its own two entries, not the second table's 7.
+        // 0: jmp *0x100(,%rdx,8) | 7: jmp *0x110(,%rdx,8) | 0xe: xor %eax,%eax; ret | 0x11: mov $1,%eax; ret
+        let code = decode(
+            0,
+            &[0xff, 0x24, 0xd5, 0x00, 0x01, 0, 0, 0xff, 0x24, 0xd5, 0x10, 0x01, 0, 0, 0x31, 0xc0, 0xc3, 0xb8, 0x01, 0, 0, 0, 0xc3],
+        );
+        let entries: Vec<u8> = [0xe_u64, 0x11, 0x11, 0x7].iter().flat_map(|t| t.to_le_bytes()).collect();
+        let g = build(code, &Bytes(0x100, entries));
+        let targets = |at: u64| {
+            let b = (0..g.blocks.len()).find(|&b| g.start(b) == at).unwrap();
+            let mut to: Vec<u64> = g.blocks[b].succs.iter().map(|&e| g.start(g.edges[e].to)).collect();
+            to.sort();
+            to.dedup();
+            to
+        };
+        assert_eq!(targets(0), vec![0xe, 0x11]);
+        assert_eq!(targets(7), vec![0x7, 0x11]);
     }
 
     #[test]
