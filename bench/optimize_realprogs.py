@@ -330,7 +330,7 @@ def hybrids(prog, d, bins, matched, profile):
     bolt_layouts(d, bins, matched, list(mix))
 
 
-# How timed runs are made (--fixed-env sets it): cpu_time's cpu, no_aslr and env.
+# How timed runs are made (--fixed-env sets it): cpu_time's cpu and no_aslr, and a time() shim to preload.
 RUN = {}
 
 
@@ -342,7 +342,15 @@ def fixed_env(d):
     from taken_jumps import fixed_time_shim
     last = max(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))} if last > 0 else {last})
-    return {"cpu": last, "no_aslr": True, "env": dict(os.environ, LD_PRELOAD=fixed_time_shim(d))}
+    return {"cpu": last, "no_aslr": True, "preload": fixed_time_shim(d)}
+
+
+def run_args():
+    """cpu_time's keyword arguments for a timed run: RUN's, with the environment taken now (each program sets its own)."""
+    kw = {k: v for k, v in RUN.items() if k != "preload"}
+    if "preload" in RUN:
+        kw["env"] = dict(os.environ, LD_PRELOAD=RUN["preload"])
+    return kw
 
 
 def measure(prog, bins, rounds):
@@ -352,10 +360,10 @@ def measure(prog, bins, rounds):
     outputs = {}
     # One untimed run of each binary first: the first run after a build or BOLT pays for page-cache misses.
     for n in names:
-        cpu_time([bins[n]] + test, **RUN)
+        cpu_time([bins[n]] + test, **run_args())
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            t, out = cpu_time([bins[n]] + test, **RUN)
+            t, out = cpu_time([bins[n]] + test, **run_args())
             times[n].append(t)
             outputs.setdefault(n, out)
     if len(set(outputs.values())) != 1:
@@ -373,11 +381,11 @@ def measure_paired(prog, bins, rounds):
     ratios = {n: [] for n in ["base-default"] + names}
     outputs = {}
     for n in ["base-default"] + names:
-        cpu_time([bins[n]] + test, **RUN)
+        cpu_time([bins[n]] + test, **run_args())
     for r in range(rounds):
         for n in names[r % len(names):] + names[:r % len(names)]:
-            b, bout = cpu_time([bins["base-default"]] + test, **RUN)
-            t, out = cpu_time([bins[n]] + test, **RUN)
+            b, bout = cpu_time([bins["base-default"]] + test, **run_args())
+            t, out = cpu_time([bins[n]] + test, **run_args())
             ratios[n].append(t / b)
             ratios["base-default"].append(1.0)
             outputs.setdefault(n, out)
