@@ -507,7 +507,10 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
     // The file at PATH is read each round.
     let mut at_path = std::collections::BTreeSet::new();
     let discarded = || decisions(&db, &bin).into_iter().filter(|d| d["action"] == "discarded").count();
-    while !installed().is_empty() && installed().len() < 2 && discarded() < 2 && t0.elapsed().as_secs() < deadline {
+    // Discards of first candidates do not count: on 2026-11-26 two of them (0.97 and 0.91 of the original, not
+    // significant) ended phase 2 as soon as it began, before any drift could be seen.
+    let before = discarded();
+    while !installed().is_empty() && installed().len() < 2 && discarded() - before < 2 && t0.elapsed().as_secs() < deadline {
         at_path.insert(build_id_hex(&bin));
         // About a quarter of the time in mode 0, which the bench measures.
         let _ = Command::new(&bin).args(["1500", "0"]).output();
