@@ -32,9 +32,15 @@ PERIODS_MS = [50, 5]
 
 
 def wall(cmd):
-    """The wall seconds /usr/bin/time printed last on stderr."""
+    """The wall seconds /usr/bin/time printed on stderr (the last line that is a number: under the probe, loupe's
+    summary follows it)."""
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return float(r.stderr.strip().splitlines()[-1])
+    for line in reversed(r.stderr.strip().splitlines()):
+        try:
+            return float(line)
+        except ValueError:
+            continue
+    sys.exit(f"probe_overhead: no time in {cmd}'s output: {r.stderr}")
 
 
 def main():
