@@ -79,15 +79,17 @@ pub fn build(insns: Vec<Insn>, mem: &dyn Memory) -> Cfg {
     let index: HashMap<u64, usize> = insns.iter().enumerate().map(|(i, x)| (x.addr, i)).collect();
     let mut tables: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut leaders: BTreeSet<usize> = BTreeSet::from([0]);
-    let table_addrs: Vec<u64> = (0..insns.len())
+    // Every table first: an unguarded one ends where the next begins.
+    let located: HashMap<usize, Table> = (0..insns.len())
         .filter(|&i| matches!(insns[i].flow, Flow::IndirectJump))
-        .filter_map(|i| locate_table(&insns, i).map(|t| t.addr))
+        .filter_map(|i| locate_table(&insns, i).map(|t| (i, t)))
         .collect();
+    let table_addrs: Vec<u64> = located.values().map(|t| t.addr).collect();
     for (i, x) in insns.iter().enumerate() {
         let targets: Vec<u64> = match x.flow {
             Flow::Jump(t) | Flow::Branch(t) => vec![t],
             Flow::IndirectJump => {
-                let t = jump_table(&insns, i, mem, &inside, &table_addrs);
+                let t = located.get(&i).and_then(|&t| jump_table(t, mem, &inside, &table_addrs));
                 if let Some(t) = &t {
                     let idx: Vec<usize> = t.iter().filter_map(|a| index.get(a).copied()).collect();
                     tables.insert(i, idx);
@@ -205,13 +207,9 @@ fn mark_reachable(blocks: &mut [Block], edges: &[Edge]) {
     }
 }
 
-/// Targets of the indirect jump at `at`, when it reads a table GCC and
-/// Clang emit: `jmp *T(,%r,8)` (absolute entries) or `lea T(%rip),%b;
-/// movslq (%b,%r,4),%x; add %b,%x; jmp *%x` (entries relative to T). The
-/// entry count comes from the `cmp $N, %r; ja default` guarding it, else
-/// entries are read while they land inside the procedure.
-/// Where the jump at `at` reads its table: address, entry size, and the
-/// entry count its guard gives.
+/// Where an indirect jump reads its table: address, entry size (8:
+/// absolute entries, 4: entries relative to the table), and the entry
+/// count its guard gives.
 #[derive(Clone, Copy)]
 struct Table {
     addr: u64,
@@ -219,14 +217,14 @@ struct Table {
     bound: Option<u64>,
 }
 
-/// The targets of the jump table read by the indirect jump at `at`.
-/// `others`: every table address found in the function; a table without
-/// a guard (`cmp $N; ja`) ends where the next one starts (CPython's
-/// `long_richcompare` switches over a compared-op value checked earlier;
-/// read until a target left the function, its first table took the next
-/// two's 12 entries, and BOLT rejected the profile as stale).
-fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) -> bool, others: &[u64]) -> Option<Vec<u64>> {
-    let t = locate_table(insns, at)?;
+/// The targets listed in table `t`. `others`: every table address found
+/// in the function; a table without a guard (`cmp $N; ja`) ends where the
+/// next one starts, else entries are read while they land inside the
+/// procedure (CPython's `long_richcompare` switches over a compared-op
+/// value checked earlier; read until a target left the function, its first
+/// table took the next two's 12 entries, and BOLT rejected the profile as
+/// stale).
+fn jump_table(t: Table, mem: &dyn Memory, inside: &dyn Fn(u64) -> bool, others: &[u64]) -> Option<Vec<u64>> {
     let next = others.iter().filter(|&&o| o > t.addr).min();
     let bound = t.bound.or_else(|| next.map(|n| (n - t.addr) / t.size as u64));
     let relative = t.size == 4;
@@ -234,6 +232,10 @@ fn jump_table(insns: &[Insn], at: usize, mem: &dyn Memory, inside: &dyn Fn(u64) 
     read_entries(mem, t.addr, t.size, bound, t.bound.is_some(), inside, read)
 }
 
+/// The table of the indirect jump at `at`, when it reads one GCC and Clang
+/// emit: `jmp *T(,%r,8)` (absolute entries) or `lea T(%rip),%b; movslq
+/// (%b,%r,4),%x; add %b,%x; jmp *%x` (entries relative to T); the entry
+/// count from the `cmp $N, %r; ja default` guarding it.
 fn locate_table(insns: &[Insn], at: usize) -> Option<Table> {
     let window = &insns[at.saturating_sub(16)..at];
     let bound = table_bound(window);

@@ -85,11 +85,10 @@ pub struct EdgeCount {
     /// Offset of the source block's first instruction.
     pub from: u64,
     /// Offset of the source block's last instruction when it is a jump or
-    /// branch (BOLT's branch records start there); `None` for fall-through
-    /// from a block that ends without one.
+    /// branch; `None` for fall-through from a block that ends without one.
     pub branch: Option<u64>,
-    /// Offset of the source block's last instruction, whatever it is: a
-    /// plain fall-through's record starts there.
+    /// Offset of the source block's last instruction, whatever it is:
+    /// BOLT's records start there, a plain fall-through's included.
     pub last: u64,
     pub to: u64,
     pub count: f64,
@@ -238,7 +237,7 @@ fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &m
     // Blocks measured at 0 carry no weight, so their samples (which a block
     // that never ran would not have) would only inflate the scale.
     for (b, &(_, o, k)) in own.iter().enumerate() {
-        if let (Some((x, _, _)), true) = (ratio(b), k > 0 && ratio(b).is_some_and(|(x, _, _)| x > 0.0)) {
+        if let Some((x, _, _)) = ratio(b).filter(|&(x, _, _)| x > 0.0 && k > 0) {
             samples += o;
             weight += x * k as f64;
         }

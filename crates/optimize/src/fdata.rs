@@ -58,12 +58,11 @@ pub fn write_edges(funcs: &[FunctionProfile]) -> String {
     let callee: std::collections::HashMap<u64, &str> = funcs.iter().filter(ok).map(|f| (f.start, f.bolt_name.as_str())).collect();
     for f in funcs.iter().filter(ok) {
         for e in &f.edges {
-            let br = e.branch.unwrap_or(e.last);
             if f.blocks.iter().any(|b| b.offset == e.to && b.cold) {
                 continue;
             }
             let n = ((e.count * SCALE).round() as u64).max(1);
-            let _ = writeln!(out, "1 {0} {br:x} 1 {0} {1:x} 0 {n}", f.bolt_name, e.to);
+            let _ = writeln!(out, "1 {0} {1:x} 1 {0} {2:x} 0 {n}", f.bolt_name, e.last, e.to);
         }
         for c in &f.calls {
             if let Some(to) = callee.get(&c.target) {
