@@ -23,11 +23,7 @@ Writes bench/results/taken-jumps-PROGRAM-DATE.json.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
-from optimize_realprogs import PROGRAMS
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LUA = os.path.join(ROOT, "testdata/realprogs/lua")
-PY = os.path.join(ROOT, "testdata/realprogs/python")
+from optimize_realprogs import LUA, PROGRAMS, PY, ROOT
 TEST = {"lua": [f"{LUA}/nbody.lua", "20000"], "sqlite-bench": ["query", "40"], "zstd-bench": ["3", "4", "2"],
         "cpython": ["-S", f"{PY}/raytrace.py", "80"]}
 

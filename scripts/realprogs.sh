@@ -52,6 +52,10 @@ crate_dir() {
 
 jobs=$(nproc)
 stamp="$cc $cflags | $ldflags"
+# up_to_date NAME: NAME exists and was built with these flags (says so).
+up_to_date() {
+    [ -x "$out/$1" ] && [ "$(cat "$out/$1.flags" 2>/dev/null)" = "$stamp" ] && echo "realprogs: $1 up to date" >&2
+}
 # build NAME OBJDIR SOURCES... -- EXTRA_CFLAGS...: compiles each source to an object (in parallel), links NAME.
 build() {
     local name=$1 objdir=$out/obj-$1 srcs=() extra=()
@@ -59,10 +63,7 @@ build() {
     while [ "$1" != "--" ]; do srcs+=("$1"); shift; done
     shift
     extra=("$@")
-    if [ -x "$out/$name" ] && [ "$(cat "$out/$name.flags" 2>/dev/null)" = "$stamp" ]; then
-        echo "realprogs: $name up to date" >&2
-        return
-    fi
+    up_to_date "$name" && return
     rm -rf "$objdir" && mkdir -p "$objdir"
     echo "realprogs: building $name (${#srcs[@]} files, $cc $cflags $ldflags)" >&2
     printf '%s\n' "${srcs[@]}" | xargs -P "$jobs" -I{} sh -c \
@@ -80,10 +81,7 @@ CPYTHON_URL=http://deb.debian.org/debian/pool/main/p/python3.11/python3.11_3.11.
 CPYTHON_SHA256=2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849
 build_cpython() {
     local tarball=$here/build/$(basename "$CPYTHON_URL") src=$here/build/Python-3.11.2 objdir=$out/obj-cpython
-    if [ -x "$out/cpython" ] && [ "$(cat "$out/cpython.flags" 2>/dev/null)" = "$stamp" ]; then
-        echo "realprogs: cpython up to date" >&2
-        return
-    fi
+    up_to_date cpython && return
     mkdir -p "$here/build"
     if [ ! -f "$src/configure" ]; then
         if ! echo "$CPYTHON_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
