@@ -10,7 +10,7 @@
 
 use crate::cfg::Cfg;
 use crate::decode::{Flow, Unit};
-use crate::estimate::producer;
+use crate::estimate::{producer, steps_regularly};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -88,14 +88,21 @@ pub fn culprits(g: &Cfg, i: usize, stall: f64) -> Vec<Culprit> {
         out.push(Culprit { cause: Cause::Divider, at: Some(g.insns[k].addr) });
     }
     let load = find(&|k| g.insns[k].loads);
+    // A branch is the oldest instruction while it waits to resolve, the
+    // wrong path held behind it when it was mispredicted: its own
+    // mispredict is a suspect (AMD EPYC, 2026-11-26: calcwork's random
+    // `jne` drew a third of branchy's samples, its targets the rest).
+    let own = matches!(g.insns[i].flow, Flow::Branch(_) | Flow::IndirectJump);
     // The refetched block's head retires first; with skid its samples land on the next instruction.
     let after_refetch = head || g.blocks[b].first + 1 == i;
-    let branch = after_refetch.then(|| mispredicting_branch(g, b)).flatten();
+    let branch = if own { Some(g.insns[i].addr) } else { after_refetch.then(|| mispredicting_branch(g, b)).flatten() };
     let dcache = load.map(|k| Culprit { cause: Cause::DCache, at: Some(g.insns[k].addr) });
     let mispredict = branch.map(|a| Culprit { cause: Cause::BranchMispredict, at: Some(a) });
     // A load retiring just before i (skid) or feeding i is direct evidence; a
     // mispredict is only the head's position, and cannot explain a long stall.
-    let load_adjacent = load.is_some_and(|k| k != i);
+    // A load whose address steps regularly round its loop is prefetched and
+    // hits: feeding a branch, it says less than the branch itself.
+    let load_adjacent = load.is_some_and(|k| k != i && !(own && streams(g, k)));
     if stall <= MISPREDICT_BOUND && !load_adjacent {
         out.extend(mispredict.into_iter().chain(dcache));
     } else {
@@ -156,6 +163,29 @@ fn target_span(g: &Cfg, k: usize) -> u64 {
     starts().max().unwrap_or(0) - starts().min().unwrap_or(0)
 }
 
+/// Whether load `k` sits in a loop and its address steps regularly round
+/// it ([`steps_regularly`] over the blocks that both reach and are reached
+/// from its block).
+fn streams(g: &Cfg, k: usize) -> bool {
+    let b = g.block_of(k);
+    let reach = |next: &dyn Fn(usize) -> Vec<usize>| {
+        let (mut seen, mut todo) = (vec![false; g.blocks.len()], next(b));
+        while let Some(x) = todo.pop() {
+            if !std::mem::replace(&mut seen[x], true) {
+                todo.extend(next(x));
+            }
+        }
+        seen
+    };
+    let fwd = reach(&|x| g.blocks[x].succs.iter().map(|&e| g.edges[e].to).collect());
+    let back = reach(&|x| g.blocks[x].preds.iter().map(|&e| g.edges[e].from).collect());
+    if !fwd[b] {
+        return false;
+    }
+    let insns: Vec<usize> = (0..g.blocks.len()).filter(|&x| fwd[x] && back[x]).flat_map(|x| g.blocks[x].first..g.blocks[x].end).collect();
+    steps_regularly(g, &insns, k)
+}
+
 /// The conditional or indirect branch ending a predecessor of block `b`.
 fn mispredicting_branch(g: &Cfg, b: usize) -> Option<u64> {
     g.blocks[b]
@@ -195,6 +225,22 @@ mod tests {
         assert_eq!(c[0], Culprit { cause: Cause::DCache, at: Some(1) });
         assert!(c.iter().any(|c| c.cause == Cause::Dtlb));
         assert!(!c.iter().any(|c| c.cause == Cause::Divider || c.cause == Cause::StoreBuffer));
+    }
+
+    #[test]
+    fn short_stall_at_a_branch_fed_by_a_streaming_load_blames_the_branch() {
+        // Checks calcwork's branchy shape: a 5-cycle stall at `jne` fed by a load stepping through an array names
+        // the jne's own mispredict first; fed by a pointer chase, the same stall names D-cache at the load first.
+        // 0: testb $1,(%rdi,%rax) | 4: jne 0 | 6: add $1,%rax | 10: cmp %rax,%rsi | 13: jne 0 | 15: ret
+        let bytes = [0xf6, 0x04, 0x07, 0x01, 0x75, 0xfa, 0x48, 0x83, 0xc0, 0x01, 0x48, 0x39, 0xc6, 0x75, 0xf1, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let c = culprits(&g, 1, 5.0);
+        assert_eq!(&c[..2], &[Culprit { cause: Cause::BranchMispredict, at: Some(4) }, Culprit { cause: Cause::DCache, at: Some(0) }]);
+        // 0: mov (%rax),%rax | 3: test %rax,%rax | 6: jne 0 | 8: ret
+        let bytes = [0x48, 0x8b, 0x00, 0x48, 0x85, 0xc0, 0x75, 0xf8, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let c = culprits(&g, 2, 5.0);
+        assert_eq!(&c[..2], &[Culprit { cause: Cause::DCache, at: Some(0) }, Culprit { cause: Cause::BranchMispredict, at: Some(6) }]);
     }
 
     #[test]

@@ -31,10 +31,10 @@ fn hottest(calc: &serde_json::Value) -> serde_json::Value {
     calc["instructions"].as_array().unwrap().iter().max_by_key(|x| x["samples"].as_u64().unwrap()).unwrap().clone()
 }
 
-/// The most sampled instruction that calc names a culprit for. On the host of 2026-11-26 (AMD EPYC) branchy's
-/// samples piled on the data-dependent `jne` itself, which calc's model reads as executions (1.97 G estimated,
-/// 0.21 G true) with no stall and no culprit; its mispredict shows as a 5.8-cycle stall two instructions into the
-/// taken side, blamed on that `jne`. Elsewhere the two are the same instruction.
+/// The most sampled instruction that calc names a culprit for. On the AMD EPYC host of 2026-11-26 branchy's samples
+/// split between the data-dependent `jne` itself (waiting to resolve, a third) and the heads of its two targets
+/// (the refetch); depending on the run's frequency estimates, the `jne` shows a short stall of its own or none.
+/// Either way the mispredict named is that `jne`'s.
 fn hottest_stalled(calc: &serde_json::Value) -> serde_json::Value {
     let with_culprit = |x: &&serde_json::Value| x["culprits"].as_array().is_some_and(|c| !c.is_empty());
     let all = calc["instructions"].as_array().unwrap();
