@@ -17,10 +17,13 @@
 use crate::mcf::{Network, UNBOUNDED};
 use loupe_calc::cfg::Cfg;
 
-/// Cost per unit of count and per instruction of evidence for moving a
-/// block's count away from its estimate (either way: the median of a
-/// chain).
+/// Cost per unit of count and per instruction of evidence for lowering a
+/// block's count below its estimate.
 const COST_BLOCK: i64 = 10;
+/// The same for raising it, in units of `COST_BLOCK`.
+fn inc_factor() -> i64 {
+    std::env::var("LOUPE_INFER_INC").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+}
 /// Cost per unit of taking an edge: small, so flow does not circle.
 const COST_EDGE: i64 = 1;
 /// Cost per unit of entering or leaving the function anywhere but its
@@ -62,7 +65,7 @@ pub fn infer(g: &Cfg, estimate: &[f64], evidence: &[usize]) -> Inferred {
         let k = evidence[b] as i64;
         net.add(ss, o, w[b], 0);
         net.add(i, tt, w[b], 0);
-        inc.push(net.add(i, o, UNBOUNDED, COST_BLOCK * k));
+        inc.push(net.add(i, o, UNBOUNDED, COST_BLOCK * k * inc_factor()));
         dec.push(net.add(o, i, w[b], COST_BLOCK * k));
         let entry = b == 0 || blk.preds.is_empty();
         let exit = blk.exits || blk.unresolved || blk.succs.is_empty();
