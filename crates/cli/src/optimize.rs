@@ -76,8 +76,7 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub no_skid: bool,
     /// Make block and edge counts flow-consistent by minimum-cost flow (LLVM's profi method): a
-    /// chain of blocks that must run equally often takes a count near the lowest of their
-    /// estimates (samples over-count a block that stalls, so raising a count costs more than lowering it).
+    /// chain of blocks that must run equally often gets the median of their estimates.
     #[arg(long)]
     pub infer: bool,
     /// Leave out the block counts of `optimize probe` (execute breakpoints) even when the database has some
