@@ -18,7 +18,12 @@ by 20% between runs (34-41 M), so time() is pinned by a preloaded shim and
 address randomization is off (setarch -R). CPython runs with the
 environment optimize_realprogs.py gives it (its stdlib, PYTHONHASHSEED=0).
 
-Usage: bench/taken_jumps.py --workdir DIR [--binaries base-default,instr,r1-ratio,...] PROGRAM
+With --by-samples DB, each binary's excess over the complete profile is also
+grouped by how many timer samples each function has in the Loupe database DB
+(0, 1-99, 100-999, 1,000-9,999, 10,000 or more): where a sampled profile is
+too thin to lay a function out (BENCHMARKS.md, tenth pass).
+
+Usage: bench/taken_jumps.py --workdir DIR [--binaries base-default,instr,r1-ratio,...] [--by-samples DIR/db-r1] PROGRAM
 Writes bench/results/taken-jumps-PROGRAM-DATE.json.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
@@ -73,11 +78,34 @@ def taken_jumps(binary, args, shim):
         return total, per_fn
 
 
+BUCKETS = [(0, "0"), (1, "1-99"), (100, "100-999"), (1000, "1000-9999"), (10000, ">=10000")]
+
+
+def samples_per_function(db, binary):
+    """Timer samples per function of `binary` in Loupe database `db` (`loupe top --by procedure`)."""
+    from optimize_realprogs import LOUPE
+    out = subprocess.run([LOUPE, "top", "--db", db, "--by", "procedure", "--limit", "1000000", "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = json.loads(out)["rows"]
+    return {r["procedure"]: r["samples"] for r in rows if os.path.realpath(r["image"]) == os.path.realpath(binary)}
+
+
+def by_samples(per_fn, instr, samples):
+    """Taken jumps over the complete profile's, summed per bucket of the functions' sample counts."""
+    out = {name: 0 for _, name in BUCKETS}
+    for f in set(per_fn) | set(instr):
+        n = samples.get(f, 0)
+        name = [b for lo, b in BUCKETS if n >= lo][-1]
+        out[name] += per_fn.get(f, 0) - instr.get(f, 0)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--binaries", default="", help="comma-separated names from prepared.json (default: every binary at BOLT's own layout)")
     ap.add_argument("--top", type=int, default=5, help="functions listed per binary where it differs most from the complete profile")
+    ap.add_argument("--by-samples", metavar="DB", help="group each binary's excess by its functions' samples in this Loupe database")
     ap.add_argument("program", choices=sorted(TEST))
     a = ap.parse_args()
     os.environ.update(PROGRAMS[a.program].get("env", {}))  # CPython's stdlib and hash seed
@@ -96,6 +124,7 @@ def main():
     base, full = res["base-default"][0], res["instr"][0]
     print(f"## {a.program}: taken jumps (millions) of {' '.join(os.path.basename(x) for x in TEST[a.program])}; "
           f"share of the complete profile's reduction ({base / 1e6:.1f} -> {full / 1e6:.1f} M)")
+    samples = samples_per_function(a.by_samples, bins["base-default"]) if a.by_samples else None
     rows = {}
     for n in names:
         t, per_fn = res[n]
@@ -105,10 +134,14 @@ def main():
         extra = "" if n in ("base-default", "instr") else "  most over the complete profile: " + ", ".join(
             f"{f} +{(per_fn[f] - res['instr'][1].get(f, 0)) / 1e6:.1f}" for f in worst)
         print(f"{n:<16} {t / 1e6:8.1f} {share:7.0f}%{extra}")
+        if samples is not None and n != "instr":
+            rows[n]["over_complete_by_samples"] = b = by_samples(per_fn, res["instr"][1], samples)
+            print(" " * 17 + "over the complete profile by the function's samples: "
+                  + ", ".join(f"{k} {v / 1e6:+.2f} M" for k, v in b.items()))
     os.makedirs(os.path.join(ROOT, "bench/results"), exist_ok=True)
     out = os.path.join(ROOT, "bench/results", time.strftime(f"taken-jumps-{a.program}-%Y%m%d-%H%M%S.json"))
     with open(out, "w") as f:
-        json.dump({"program": a.program, "test": TEST[a.program], "binaries": rows}, f, indent=1)
+        json.dump({"program": a.program, "test": TEST[a.program], "by_samples_db": a.by_samples, "binaries": rows}, f, indent=1)
     print(f"# written {out}")
 
 
