@@ -28,7 +28,7 @@ Writes bench/results/taken-jumps-PROGRAM-DATE.json.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
-from optimize_realprogs import LUA, PROGRAMS, PY, ROOT
+from optimize_realprogs import LOUPE, LUA, PROGRAMS, PY, ROOT
 TEST = {"lua": [f"{LUA}/nbody.lua", "20000"], "sqlite-bench": ["query", "40"], "zstd-bench": ["3", "4", "2"],
         "cpython": ["-S", f"{PY}/raytrace.py", "80"]}
 
@@ -83,7 +83,6 @@ BUCKETS = [(0, "0"), (1, "1-99"), (100, "100-999"), (1000, "1000-9999"), (10000,
 
 def samples_per_function(db, binary):
     """Timer samples per function of `binary` in Loupe database `db` (`loupe top --by procedure`)."""
-    from optimize_realprogs import LOUPE
     out = subprocess.run([LOUPE, "top", "--db", db, "--by", "procedure", "--limit", "1000000", "--format", "json"],
                          capture_output=True, text=True, check=True).stdout
     rows = json.loads(out)["rows"]

@@ -11,6 +11,7 @@
 use crate::cfg::Cfg;
 use crate::decode::{Flow, Unit};
 use crate::estimate::{producer, steps_regularly};
+use crate::loops::enclosing_loop;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -164,25 +165,10 @@ fn target_span(g: &Cfg, k: usize) -> u64 {
 }
 
 /// Whether load `k` sits in a loop and its address steps regularly round
-/// it ([`steps_regularly`] over the blocks that both reach and are reached
-/// from its block).
+/// it ([`steps_regularly`] over the loop [`enclosing_loop`] finds).
 fn streams(g: &Cfg, k: usize) -> bool {
-    let b = g.block_of(k);
-    let reach = |next: &dyn Fn(usize) -> Vec<usize>| {
-        let (mut seen, mut todo) = (vec![false; g.blocks.len()], next(b));
-        while let Some(x) = todo.pop() {
-            if !std::mem::replace(&mut seen[x], true) {
-                todo.extend(next(x));
-            }
-        }
-        seen
-    };
-    let fwd = reach(&|x| g.blocks[x].succs.iter().map(|&e| g.edges[e].to).collect());
-    let back = reach(&|x| g.blocks[x].preds.iter().map(|&e| g.edges[e].from).collect());
-    if !fwd[b] {
-        return false;
-    }
-    let insns: Vec<usize> = (0..g.blocks.len()).filter(|&x| fwd[x] && back[x]).flat_map(|x| g.blocks[x].first..g.blocks[x].end).collect();
+    let Some(blocks) = enclosing_loop(g, g.block_of(k)) else { return false };
+    let insns: Vec<usize> = blocks.iter().flat_map(|&x| g.blocks[x].first..g.blocks[x].end).collect();
     steps_regularly(g, &insns, k)
 }
 

@@ -36,6 +36,12 @@ pub fn branching_loops(g: &Cfg) -> Vec<Cycle> {
     innermost(g, 1).1
 }
 
+/// The blocks of the loop (strongly connected set, whatever its nesting)
+/// that holds block `b`; `None` when `b` is in no cycle.
+pub fn enclosing_loop(g: &Cfg, b: usize) -> Option<Vec<usize>> {
+    cyclic_components(g, &vec![true; g.blocks.len()]).into_iter().find(|m| m.contains(&b))
+}
+
 /// (simple cycles of at least `min_blocks` blocks, branching innermost loops).
 fn innermost(g: &Cfg, min_blocks: usize) -> (Vec<Cycle>, Vec<Cycle>) {
     let all: Vec<bool> = g.blocks.iter().map(|b| b.reachable).collect();
