@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Morph's Figure 3 on real programs built from source (Lua 5.4, SQLite,
-zstd, CPython 3.11; scripts/realprogs.sh): speedup of the test input after
+zstd, CPython 3.11, gawk 5.2; scripts/realprogs.sh): speedup of the test input after
 llvm-bolt with Loupe's sampled profile of the training inputs, beside
 llvm-bolt with BOLT's own instrumented (complete) profile of the same
 training inputs, judged against five differently laid-out baseline builds.
@@ -10,8 +10,9 @@ needs relocations to move functions, and cannot rewrite switch dispatch in
 a PIE build):
   base-default        gcc's default alignment: the binary that is optimized
   base-a1 .. base-a64 -falign-functions=N -falign-loops=N, N = 1, 8, 32, 64
-                      (cpython: five full builds too, each with -fno-reorder-blocks-and-partition:
-                      gcc's .cold fragments make BOLT 19 ignore _PyEval_EvalFrameDefault)
+                      (cpython, gawk: five full builds too, each with -fno-reorder-blocks-and-partition:
+                      gcc's .cold fragments make BOLT 19 ignore _PyEval_EvalFrameDefault; gawk's two
+                      interpreters, r_interpret and h_interpret, each have an ambiguous r_interpret.cold/1)
   loupe-Nk            base-default + llvm-bolt, profile = `loupe optimize export
                       --format bolt-edges` after `loupe record` (cpu-clock, 1000 Hz, Morph's
                       rate) of training passes into one database (runs combined directly),
@@ -55,6 +56,7 @@ BOLT = os.environ.get("BOLT", "/usr/lib/llvm-19/bin/llvm-bolt")
 MERGE = "/usr/lib/llvm-19/bin/merge-fdata"
 LUA = os.path.join(ROOT, "testdata/realprogs/lua")
 PY = os.path.join(ROOT, "testdata/realprogs/python")
+AWK = os.path.join(ROOT, "testdata/realprogs/awk")
 # CPython's binaries run away from their build tree (BOLT writes them into the workdir), so the stdlib comes
 # from the unpacked source tree realprogs.sh keeps: PYTHONHOME there (no prefix search, no warnings) and its
 # Lib on PYTHONPATH; -S (in the arguments) skips site. The workloads use only built-in modules. A fixed
@@ -79,6 +81,15 @@ PROGRAMS = {
         "loop": "_PyEval_EvalFrameDefault",
         "cflags": "-fno-reorder-blocks-and-partition",
         "env": CPYTHON_ENV,
+    },
+    # The test script parses records with a field separator, sorts keys and formats a report; training
+    # exercises arrays, string functions and whitespace field splitting, each on its own.
+    "gawk": {
+        "train": [["-v", "n=1000000", "-f", f"{AWK}/arrays.awk"], ["-v", "n=300000", "-f", f"{AWK}/strings.awk"],
+                  ["-v", "n=300000", "-f", f"{AWK}/fields.awk"]],
+        "test": ["-v", "n=300000", "-f", f"{AWK}/report.awk"],
+        "loop": "r_interpret",
+        "cflags": "-fno-reorder-blocks-and-partition",
     },
 }
 # Each training input runs this many times for the instrumented profile (Morph repeated its training inputs too).

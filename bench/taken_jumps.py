@@ -28,9 +28,9 @@ Writes bench/results/taken-jumps-PROGRAM-DATE.json.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
-from optimize_realprogs import LOUPE, LUA, PROGRAMS, PY, ROOT
+from optimize_realprogs import AWK, LOUPE, LUA, PROGRAMS, PY, ROOT
 TEST = {"lua": [f"{LUA}/nbody.lua", "20000"], "sqlite-bench": ["query", "40"], "zstd-bench": ["3", "4", "2"],
-        "cpython": ["-S", f"{PY}/raytrace.py", "80"]}
+        "cpython": ["-S", f"{PY}/raytrace.py", "80"], "gawk": ["-v", "n=30000", "-f", f"{AWK}/report.awk"]}
 
 
 FIXED_TIME = "#include <time.h>\ntime_t time(time_t *t) { if (t) *t = 1000000000; return 1000000000; }\n"

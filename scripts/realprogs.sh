@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds four real programs from source for the accuracy and optimization benchmarks:
+# Builds five real programs from source for the accuracy and optimization benchmarks:
 #   lua           Lua 5.4.7 interpreter (testdata/realprogs/lua_main.c + the Lua library)
 #   sqlite-bench  SQLite 3 amalgamation + testdata/realprogs/sqlite_bench.c (in-memory SQL workloads)
 #   zstd-bench    zstd 1.5.7 library + testdata/realprogs/zstd_bench.c (compress/decompress a corpus)
 #   cpython       CPython 3.11.2's `python` (static libpython, no PGO/LTO), from Debian's upstream tarball
+#   gawk          GNU Awk 5.2.1 (no readline, NLS, MPFR, extensions or persistent memory), same source
 # The first three's C sources come from crates.io's vendored-source crates (lua-src, libsqlite3-sys, zstd-sys)
-# through `cargo fetch`; CPython's tarball from deb.debian.org's pool (checked against its sha256), unpacked
-# once into testdata/realprogs/build/Python-3.11.2 and built out of tree. Run it with that tree's Lib:
+# through `cargo fetch`; CPython's and gawk's tarballs from deb.debian.org's pool (checked against their sha256),
+# unpacked once into testdata/realprogs/build/ and built out of tree. Run it with that tree's Lib:
 # PYTHONHOME=<tree> PYTHONPATH=<tree>/Lib python -S SCRIPT (bench/optimize_realprogs.py does).
 #
 # Usage: scripts/realprogs.sh [--out DIR] [--cflags "FLAGS"] [--ldflags "FLAGS"] [PROGRAM...]
@@ -14,7 +15,7 @@
 #   --cflags FLAGS  compiler flags (default "-O2 -g"); e.g. "-O2 -g -falign-functions=64"
 #   --ldflags FLAGS linker flags (default none); e.g. "-no-pie -Wl,--emit-relocs" for llvm-bolt
 #   --cc CC         compiler (default gcc; clang-19 for -fprofile-sample-use rebuilds)
-#   PROGRAM         any of lua, sqlite-bench, zstd-bench, cpython (default the first three)
+#   PROGRAM         any of lua, sqlite-bench, zstd-bench, cpython, gawk (default the first three)
 # Prints the directory of the binaries on its last line. Rebuilds only what is older than its sources
 # or was built with other flags.
 set -euo pipefail
@@ -33,8 +34,8 @@ while [ $# -gt 0 ]; do
         --cflags) cflags=$2; shift 2 ;;
         --ldflags) ldflags=$2; shift 2 ;;
         --cc) cc=$2; shift 2 ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        lua|sqlite-bench|zstd-bench|cpython) progs+=("$1"); shift ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        lua|sqlite-bench|zstd-bench|cpython|gawk) progs+=("$1"); shift ;;
         *) echo "realprogs.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -74,34 +75,62 @@ build() {
     echo "$stamp" > "$out/$name.flags"
 }
 
-# CPython 3.11.2: Debian's copy of the upstream tarball, verified, unpacked once (kept pristine for
-# out-of-tree builds), then configure + `make python` per flag set. OPT keeps -DNDEBUG and -fwrapv but drops
-# configure's -O3, so --cflags decides the optimization level.
+# fetch_source URL SHA256 DIR: Debian's copy of an upstream tarball, verified, unpacked once into DIR (kept
+# pristine for out-of-tree builds).
+fetch_source() {
+    local url=$1 sha=$2 src=$3 tarball=$here/build/$(basename "$1")
+    [ -f "$src/configure" ] && return
+    mkdir -p "$here/build"
+    if ! echo "$sha  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
+        echo "realprogs: fetching $url" >&2
+        python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$url" "$tarball.part"
+        echo "$sha  $tarball.part" | sha256sum -c --quiet
+        mv "$tarball.part" "$tarball"
+    fi
+    rm -rf "$src.part" && mkdir -p "$src.part"
+    tar -xf "$tarball" -C "$src.part" --strip-components=1
+    mv "$src.part" "$src"
+}
+
+# configure_build NAME SRC CONFIGURE_ARGS... -- MAKE_TARGETS...: configure + make out of tree, copy BINARY=NAME's
+# product (the last make target) to $out/NAME.
+configure_build() {
+    local name=$1 src=$2 objdir=$out/obj-$1 conf=() targets=()
+    shift 2
+    while [ "$1" != "--" ]; do conf+=("$1"); shift; done
+    shift
+    targets=("$@")
+    rm -rf "$objdir" && mkdir -p "$objdir"
+    echo "realprogs: building $name ($cc $cflags $ldflags)" >&2
+    (cd "$objdir" &&
+        "$src/configure" CC="$cc" CFLAGS="$cflags" LDFLAGS="$ldflags" "${conf[@]}" >configure.log 2>&1 &&
+        for t in "${targets[@]}"; do make -j"$jobs" $t >>make.log 2>&1 || exit 1; done) ||
+        { echo "realprogs: $name build failed, see $objdir/configure.log and make.log" >&2; exit 1; }
+    cp "$objdir/$(basename "${targets[-1]}")" "$out/$name"
+    echo "$stamp" > "$out/$name.flags"
+}
+
+# CPython 3.11.2: configure + `make python` per flag set. OPT keeps -DNDEBUG and -fwrapv but drops configure's
+# -O3, so --cflags decides the optimization level.
 CPYTHON_URL=http://deb.debian.org/debian/pool/main/p/python3.11/python3.11_3.11.2.orig.tar.gz
 CPYTHON_SHA256=2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849
 build_cpython() {
-    local tarball=$here/build/$(basename "$CPYTHON_URL") src=$here/build/Python-3.11.2 objdir=$out/obj-cpython
+    local src=$here/build/Python-3.11.2
     up_to_date cpython && return
-    mkdir -p "$here/build"
-    if [ ! -f "$src/configure" ]; then
-        if ! echo "$CPYTHON_SHA256  $tarball" | sha256sum -c --quiet >/dev/null 2>&1; then
-            echo "realprogs: fetching $CPYTHON_URL" >&2
-            python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$CPYTHON_URL" "$tarball.part"
-            echo "$CPYTHON_SHA256  $tarball.part" | sha256sum -c --quiet
-            mv "$tarball.part" "$tarball"
-        fi
-        rm -rf "$src.part" && mkdir -p "$src.part"
-        tar -xzf "$tarball" -C "$src.part" --strip-components=1
-        mv "$src.part" "$src"
-    fi
-    rm -rf "$objdir" && mkdir -p "$objdir"
-    echo "realprogs: building cpython ($cc $cflags $ldflags)" >&2
-    (cd "$objdir" &&
-        OPT="-DNDEBUG -fwrapv -Wall" "$src/configure" CC="$cc" CFLAGS="$cflags" LDFLAGS="$ldflags" >configure.log 2>&1 &&
-        make -j"$jobs" python >make.log 2>&1) ||
-        { echo "realprogs: cpython build failed, see $objdir/configure.log and make.log" >&2; exit 1; }
-    cp "$objdir/python" "$out/cpython"
-    echo "$stamp" > "$out/cpython.flags"
+    fetch_source "$CPYTHON_URL" "$CPYTHON_SHA256" "$src"
+    OPT="-DNDEBUG -fwrapv -Wall" configure_build cpython "$src" -- python
+}
+
+# gawk 5.2.1: its configure honours CFLAGS as given. Optional libraries off, so the binary needs only libc
+# and libm, and the persistent-memory allocator off, so it is plain malloc.
+GAWK_URL=http://deb.debian.org/debian/pool/main/g/gawk/gawk_5.2.1.orig.tar.xz
+GAWK_SHA256=2337a0283b180ec1b9c727973a34781c6478b3ae9bcbdcca0a4dc49861d75a65
+build_gawk() {
+    local src=$here/build/gawk-5.2.1
+    up_to_date gawk && return
+    fetch_source "$GAWK_URL" "$GAWK_SHA256" "$src"
+    configure_build gawk "$src" --disable-nls --disable-extensions --disable-mpfr --disable-pma --without-readline \
+        -- "-C support libsupport.a" gawk
 }
 
 for prog in "${progs[@]}"; do
@@ -122,6 +151,9 @@ for prog in "${progs[@]}"; do
             ;;
         cpython)
             build_cpython
+            ;;
+        gawk)
+            build_gawk
             ;;
     esac
 done

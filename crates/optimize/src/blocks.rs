@@ -139,13 +139,11 @@ pub fn function_profile(
     let end = start + bytes.len() as u64;
     // Per block: all its samples, and those net of skid with the
     // instructions they were counted from. A lone instruction has only its
-    // predecessor's skid and is counted from that; with `infer`, one
-    // without samples is unknown (0 instructions): filled in from flow and
-    // never called cold, since one instruction that retires beside others
-    // may go unsampled however often it runs (Lua: 48% of the executions
-    // of one-instruction blocks had no sample at 300k). Without `infer`
-    // such a block counts 0, as before: the rule alone measured slower
-    // (BENCHMARKS.md, sixth pass).
+    // predecessor's skid and is counted from that; one without samples is
+    // unknown (0 instructions), never called cold, since one instruction
+    // that retires beside others may go unsampled however often it runs
+    // (at 300k samples, 59-72% of the executions of hot one-instruction
+    // blocks of Lua, CPython and gawk had none). See `fill_unknown`.
     let mut own: Vec<(f64, f64, usize)> = (0..g.blocks.len())
         .map(|b| {
             let blk = &g.blocks[b];
@@ -153,7 +151,7 @@ pub fn function_profile(
             let n = blk.end - blk.first;
             let (o, k) = match (policy.skid, own_samples(&g, b, samples)) {
                 (true, Some(own)) => own,
-                _ if policy.infer && n == 1 && all == 0.0 => (0.0, 0),
+                _ if n == 1 && all == 0.0 => (0.0, 0),
                 _ => (all, n),
             };
             (all, o, k)
@@ -176,6 +174,7 @@ pub fn function_profile(
             }
         })
         .collect();
+    fill_unknown(&g, &mut blocks, &own);
     // Measured blocks: their exact ratios, on the samples' scale; flow is
     // then inferred around them (they hold, the estimates give way).
     let measured = measured.filter(|m| !m.counts.is_empty());
@@ -252,6 +251,32 @@ fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &m
             blocks[b].upper = scale * poisson_upper(c) / r as f64;
             own[b].2 = ((r as f64 * EVIDENCE_PER_REFERENCE) as usize).clamp(1, MEASURED_EVIDENCE);
         }
+    }
+}
+
+/// Unknown blocks (no instruction to count them from) get the even split
+/// of their predecessors' counts: with no evidence either way, a branch
+/// into one is called 50:50, which keeps the compiler's layout of the
+/// branch (`if (x) y = z;` stays a fall-through chain) instead of moving
+/// the block out of line as if it never ran. Counted 0 instead, gawk's
+/// `r_interpret` lost a 170 M-execution store (`mov %eax,sourceline`,
+/// never sampled) to its cold end. Flow inference leaves them to flow (no
+/// evidence), and a block only flow reaches is raised there or by
+/// `propagate_flow`. BENCHMARKS.md, eleventh pass.
+fn fill_unknown(g: &cfg::Cfg, blocks: &mut [BlockCount], own: &[(f64, f64, usize)]) {
+    for b in 0..blocks.len() {
+        if own[b].2 != 0 {
+            continue;
+        }
+        let split: f64 = g.blocks[b]
+            .preds
+            .iter()
+            .map(|&e| g.edges[e].from)
+            .filter(|&p| p != b)
+            .map(|p| blocks[p].count / g.blocks[p].succs.len().max(1) as f64)
+            .sum();
+        blocks[b].count = split;
+        blocks[b].upper = blocks[b].upper.max(split);
     }
 }
 
@@ -410,9 +435,9 @@ mod tests {
         let m = Measured { counts: [(0x1000, (1.0, 160)), (0x1005, (0.25, 160)), (0x100e, (1.0, 160))].into_iter().collect() };
         let p = function_profile("f", 0x1000, &CODE, &s, &NoMemory, ColdPolicy::default(), Some(&m));
         let c: Vec<f64> = p.blocks.iter().map(|b| b.count).collect();
-        // Own samples (skid: instructions 2..n; the lone `ret` counts from itself) 50 + 200 + 0 over
-        // 1*1 + 2*0.25 + 1*1 instructions.
-        let scale = 250.0 / 2.5;
+        // Own samples (skid: instructions 2..n) 50 + 200 over 1*1 + 2*0.25 instructions; the lone `ret`
+        // has none, so it is unknown and carries no weight in the scale.
+        let scale = 250.0 / 1.5;
         let want = [scale, scale * 0.25, scale];
         assert!(c.iter().zip(want).all(|(x, w)| (x - w).abs() < 1e-3 * w), "{c:?} vs {want:?}");
         let e: Vec<(u64, u64, f64)> = p.edges.iter().map(|e| (e.from, e.to, (e.count / scale * 100.0).round())).collect();
@@ -452,6 +477,29 @@ mod tests {
         // Entry (2 insns, 50 per insn) always jumps to L: L runs 50 times though unsampled; the nop never runs.
         assert_eq!(c, vec![(0, 50.0), (7, 0.0), (8, 50.0)]);
         assert!(!p.blocks[2].cold);
+    }
+
+    // `if (x) y = z;`: a lone store between a branch and its join never
+    // caught a sample (it retires with the branch). It is unknown, not
+    // cold: the branch is called 50:50, so the store keeps its place
+    // between the two and both edges into the join keep a count.
+    #[test]
+    fn lone_unsampled_instruction_takes_an_even_split() {
+        // cmp $0,%edi; jle L; mov %edi,%eax; L: add $1,%eax; add $1,%eax; ret
+        let code = [0x83, 0xff, 0x00, 0x7e, 0x02, 0x89, 0xf8, 0x83, 0xc0, 0x01, 0x83, 0xc0, 0x01, 0xc3];
+        let p = function_profile(
+            "f",
+            0x1000,
+            &code,
+            &at(&[(0x1003, 1000.0), (0x100a, 1000.0), (0x100d, 1000.0)]),
+            &NoMemory,
+            ColdPolicy::default(),
+            None,
+        );
+        let c: Vec<(u64, f64, bool)> = p.blocks.iter().map(|b| (b.offset, b.count.round(), b.cold)).collect();
+        assert_eq!(c, vec![(0, 1000.0, false), (5, 500.0, false), (7, 1000.0, false)]);
+        let e: Vec<(u64, u64)> = p.edges.iter().filter(|e| e.count > 0.0).map(|e| (e.from, e.to)).collect();
+        assert!(e.contains(&(0, 5)) && e.contains(&(5, 7)) && e.contains(&(0, 7)), "{e:?}");
     }
 
     // With `infer`, a lone instruction without samples is unknown, not
