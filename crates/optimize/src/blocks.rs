@@ -142,8 +142,9 @@ pub fn function_profile(
     // predecessor's skid and is counted from that; one without samples is
     // unknown (0 instructions), never called cold, since one instruction
     // that retires beside others may go unsampled however often it runs
-    // (at 300k samples, 59-72% of the executions of hot one-instruction
-    // blocks of Lua, CPython and gawk had none). See `fill_unknown`.
+    // (at 300k samples, 58-77% of the executions of hot one-instruction
+    // blocks of Lua, SQLite, CPython and gawk had none;
+    // `bench/sample_yield.py`). See `fill_unknown`.
     let mut own: Vec<(f64, f64, usize)> = (0..g.blocks.len())
         .map(|b| {
             let blk = &g.blocks[b];
