@@ -92,8 +92,9 @@ fetch_source() {
     mv "$src.part" "$src"
 }
 
-# configure_build NAME SRC CONFIGURE_ARGS... -- MAKE_TARGETS...: configure + make out of tree, copy BINARY=NAME's
-# product (the last make target) to $out/NAME.
+# configure_build NAME SRC CONFIGURE_ARGS... -- MAKE_TARGETS...: configure + make out of tree, then copy the last
+# target's file to $out/NAME. Each target is one make invocation and is split into words on purpose, so a target
+# may carry make's own options ("-C support libsupport.a").
 configure_build() {
     local name=$1 src=$2 objdir=$out/obj-$1 conf=() targets=()
     shift 2
