@@ -46,8 +46,12 @@ pub fn write_no_lbr(funcs: &[FunctionProfile]) -> String {
 /// it. BOLT does not infer a plain fall-through's count from branch
 /// records: it counts the blocks but leaves the edge at 0, and ext-tsp
 /// then breaks it (on SQLite's sqlite3VdbeExec, edges run 60-68 M times
-/// in training laid out as jumps). Edges into cold
-/// blocks are left out; others get at least 1. Calls between profiled
+/// in training laid out as jumps). Edges into or out of cold blocks are
+/// left out; others get at least 1. BOLT counts a block by its edges, so
+/// an edge out of a cold block at 1 made the block warm: a cold block that
+/// jumps back into hot code stayed in the hot part, away from the cold
+/// blocks it falls through from (Lua's `luaV_execute`: 3.5 M taken jumps
+/// per such chain on the test input; BENCHMARKS.md, twelfth pass). Calls between profiled
 /// functions are written as `1 CALLER OFFSET 1 CALLEE 0 0 COUNT`, which
 /// BOLT's function ordering (hfsort) clusters by; calls into functions
 /// without samples are left out, since BOLT would take the call count as
@@ -58,7 +62,7 @@ pub fn write_edges(funcs: &[FunctionProfile]) -> String {
     let callee: std::collections::HashMap<u64, &str> = funcs.iter().filter(ok).map(|f| (f.start, f.bolt_name.as_str())).collect();
     for f in funcs.iter().filter(ok) {
         for e in &f.edges {
-            if f.blocks.iter().any(|b| b.offset == e.to && b.cold) {
+            if f.blocks.iter().any(|b| (b.offset == e.to || b.offset == e.from) && b.cold) {
                 continue;
             }
             let n = ((e.count * SCALE).round() as u64).max(1);
@@ -106,7 +110,8 @@ mod tests {
     }
 
     // Branch records: from the branch instruction (a plain fall-through
-    // from the block's last instruction), cold targets left out, warm
+    // from the block's last instruction), edges into and out of cold blocks
+    // left out (one at 1 would make BOLT count the cold block warm), warm
     // unsampled targets kept at 1.
     #[test]
     fn writes_edge_records() {
@@ -116,6 +121,7 @@ mod tests {
             EdgeCount { from: 0, branch: Some(3), last: 3, to: 0x20, count: 0.0 },
             EdgeCount { from: 0x10, branch: None, last: 0x1c, to: 0x20, count: 7.5 },
             EdgeCount { from: 0x20, branch: Some(0x22), last: 0x22, to: 0x30, count: 0.0 },
+            EdgeCount { from: 0x30, branch: Some(0x36), last: 0x36, to: 0x10, count: 0.0 },
         ];
         let f = FunctionProfile {
             name: "g".into(),
