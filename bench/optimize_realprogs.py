@@ -73,8 +73,9 @@ PROGRAMS = {
         "test": [f"{LUA}/nbody.lua", "300000"],
         "loop": "luaV_execute",  # the interpreter loop, for --hybrids
         # Lua seeds its string hashes from time(), a heap and a stack address and &lua_newstate, so every layout
-        # (BOLT moves lua_newstate) hashed differently: luaH_getshortstr's taken jumps on the test input ranged
-        # 5.4-16 M over binaries of the same source. A fixed seed leaves the layout's own effect.
+        # (BOLT moves lua_newstate), and even the environment's size, hashed differently: the same binary counted
+        # 47.0 or 52.4 M taken jumps on the test input by the environment alone (bench/taken_jumps.py). A fixed
+        # seed leaves the layout's own effect.
         "cflags": f"-include {ROOT}/testdata/realprogs/lua_fixed_seed.h",
     },
     "sqlite-bench": {"train": [["insert", "800"], ["mixed", "600"], ["query", "60"]], "test": ["query", "150"], "loop": "sqlite3VdbeExec"},

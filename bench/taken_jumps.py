@@ -63,14 +63,15 @@ def function_of(name):
 def fragment_jump(caller, callee):
     """Whether a callgrind call record is a jump between two fragments of one function (`f` and `f.cold.0`).
     Callgrind books any jump into another symbol as a call, so the jumps into a split-off cold fragment and back
-    (`f.cold.0` -> `f'2`) appear only among the calls; they are taken jumps all the same. (A real recursive call made from a cold fragment would be counted too; none of
-    the measured programs makes one.)"""
+    (`f.cold.0` -> `f'2`) appear only among the calls; they are taken jumps all the same. (A real recursive call
+    made from a cold fragment would be counted too; none of the measured programs makes one.)"""
     return function_of(caller) == function_of(callee) and (".cold" in caller or ".cold" in callee)
 
 
 def taken_jumps(binary, args, shim):
     """(taken jumps, per function) of one run under callgrind, from its --collect-jumps records: `jump=N` is
-    an unconditional jump taken N times, `jcnd=T/E` a conditional one taken T times of E."""
+    an unconditional jump taken N times, `jcnd=T/E` a conditional one taken T times of E; plus the call records
+    that are jumps between a function's fragments (`fragment_jump`)."""
     with tempfile.NamedTemporaryFile(suffix=".cg") as out:
         # A fixed, minimal environment: its size moves the stack, and with it the address Lua mixes into its
         # string hash seed (the complete profile's binary counted 47.0 or 52.4 M by whether the calling shell
@@ -94,16 +95,9 @@ def taken_jumps(binary, args, shim):
                     fn, raw = function_of(ref), ref
                 else:
                     callee = ref
-            elif line.startswith("calls=") and fragment_jump(raw, callee):
-                n = int(line[6:].split()[0])
-                total += n
-                per_fn[fn] = per_fn.get(fn, 0) + n
-            elif line.startswith("jump="):
-                n = int(line[5:].split()[0])
-                total += n
-                per_fn[fn] = per_fn.get(fn, 0) + n
-            elif line.startswith("jcnd="):
-                n = int(line[5:].split("/")[0])
+            elif line.startswith(("jump=", "jcnd=")) or (line.startswith("calls=") and fragment_jump(raw, callee)):
+                # "jump=N ...", "jcnd=T/E ...", "calls=N ...": the taken count leads.
+                n = int(line.split("=", 1)[1].split()[0].split("/")[0])
                 total += n
                 per_fn[fn] = per_fn.get(fn, 0) + n
         return total, per_fn

@@ -51,8 +51,8 @@ pub fn write_no_lbr(funcs: &[FunctionProfile]) -> String {
 /// an edge out of a cold block at 1 made the block warm: a cold block that
 /// jumps back into hot code stayed in the hot part, away from the cold
 /// blocks it falls through from (Lua's `luaV_execute`: 3.5 M taken jumps
-/// per such chain on the test input; BENCHMARKS.md, twelfth pass). Calls between profiled
-/// functions are written as `1 CALLER OFFSET 1 CALLEE 0 0 COUNT`, which
+/// per such chain on the test input; BENCHMARKS.md, twelfth pass). Calls
+/// between profiled functions are written as `1 CALLER OFFSET 1 CALLEE 0 0 COUNT`, which
 /// BOLT's function ordering (hfsort) clusters by; calls into functions
 /// without samples are left out, since BOLT would take the call count as
 /// the callee's whole profile and call the rest of its blocks cold.
@@ -61,8 +61,9 @@ pub fn write_edges(funcs: &[FunctionProfile]) -> String {
     let ok = |f: &&FunctionProfile| f.samples > 0.0 && !f.bolt_name.chars().any(char::is_whitespace);
     let callee: std::collections::HashMap<u64, &str> = funcs.iter().filter(ok).map(|f| (f.start, f.bolt_name.as_str())).collect();
     for f in funcs.iter().filter(ok) {
+        let cold: std::collections::HashSet<u64> = f.blocks.iter().filter(|b| b.cold).map(|b| b.offset).collect();
         for e in &f.edges {
-            if f.blocks.iter().any(|b| (b.offset == e.to || b.offset == e.from) && b.cold) {
+            if cold.contains(&e.from) || cold.contains(&e.to) {
                 continue;
             }
             let n = ((e.count * SCALE).round() as u64).max(1);
