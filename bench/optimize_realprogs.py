@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Morph's Figure 3 on real programs built from source (Lua 5.4, SQLite,
-zstd, CPython 3.11, gawk 5.2; scripts/realprogs.sh): speedup of the test input after
+zstd, CPython 3.11, gawk 5.2, mawk 1.3.4; scripts/realprogs.sh): speedup of the test input after
 llvm-bolt with Loupe's sampled profile of the training inputs, beside
 llvm-bolt with BOLT's own instrumented (complete) profile of the same
 training inputs, judged against five differently laid-out baseline builds.
@@ -10,7 +10,7 @@ needs relocations to move functions, and cannot rewrite switch dispatch in
 a PIE build):
   base-default        gcc's default alignment: the binary that is optimized
   base-a1 .. base-a64 -falign-functions=N -falign-loops=N, N = 1, 8, 32, 64
-                      (cpython, gawk: five full builds too, each with -fno-reorder-blocks-and-partition:
+                      (cpython, gawk, mawk: five full builds too, each with -fno-reorder-blocks-and-partition:
                       gcc's .cold fragments make BOLT 19 ignore _PyEval_EvalFrameDefault; gawk's two
                       interpreters, r_interpret and h_interpret, each have an ambiguous r_interpret.cold/1)
   loupe-Nk            base-default + llvm-bolt, profile = `loupe optimize export
@@ -94,6 +94,15 @@ PROGRAMS = {
                   ["-v", "n=300000", "-f", f"{AWK}/fields.awk"]],
         "test": ["-v", "n=300000", "-f", f"{AWK}/report.awk"],
         "loop": "r_interpret",
+        "cflags": "-fno-reorder-blocks-and-partition",
+    },
+    # Debian's own awk, a bytecode interpreter: the same training scripts (more iterations: it is 3x faster
+    # than gawk) and report.awk's portable twin (its own quicksort, as mawk has no asorti).
+    "mawk": {
+        "train": [["-v", "n=2000000", "-f", f"{AWK}/arrays.awk"], ["-v", "n=1000000", "-f", f"{AWK}/strings.awk"],
+                  ["-v", "n=500000", "-f", f"{AWK}/fields.awk"]],
+        "test": ["-v", "n=1000000", "-f", f"{AWK}/report_posix.awk"],
+        "loop": "execute",
         "cflags": "-fno-reorder-blocks-and-partition",
     },
 }

@@ -37,7 +37,8 @@ import argparse, json, os, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
 from optimize_realprogs import AWK, LOUPE, LUA, PROGRAMS, PY, ROOT
 TEST = {"lua": [f"{LUA}/nbody.lua", "20000"], "sqlite-bench": ["query", "40"], "zstd-bench": ["3", "4", "2"],
-        "cpython": ["-S", f"{PY}/raytrace.py", "80"], "gawk": ["-v", "n=30000", "-f", f"{AWK}/report.awk"]}
+        "cpython": ["-S", f"{PY}/raytrace.py", "80"], "gawk": ["-v", "n=30000", "-f", f"{AWK}/report.awk"],
+        "mawk": ["-v", "n=100000", "-f", f"{AWK}/report_posix.awk"]}
 
 
 # What the program runs with besides PATH and the time() shim (main sets it from PROGRAMS).

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds five real programs from source for the accuracy and optimization benchmarks:
+# Builds six real programs from source for the accuracy and optimization benchmarks:
 #   lua           Lua 5.4.7 interpreter (testdata/realprogs/lua_main.c + the Lua library)
 #   sqlite-bench  SQLite 3 amalgamation + testdata/realprogs/sqlite_bench.c (in-memory SQL workloads)
 #   zstd-bench    zstd 1.5.7 library + testdata/realprogs/zstd_bench.c (compress/decompress a corpus)
 #   cpython       CPython 3.11.2's `python` (static libpython, no PGO/LTO), from Debian's upstream tarball
 #   gawk          GNU Awk 5.2.1 (no readline, NLS, MPFR, extensions or persistent memory), same source
+#   mawk          mawk 1.3.4-20200120 (Debian 12's awk: a bytecode interpreter), same source
 # The first three's C sources come from crates.io's vendored-source crates (lua-src, libsqlite3-sys, zstd-sys)
-# through `cargo fetch`; CPython's and gawk's tarballs from deb.debian.org's pool (checked against their sha256),
+# through `cargo fetch`; CPython's, gawk's and mawk's tarballs from deb.debian.org's pool (checked against their sha256),
 # unpacked once into testdata/realprogs/build/ and built out of tree. Run it with that tree's Lib:
 # PYTHONHOME=<tree> PYTHONPATH=<tree>/Lib python -S SCRIPT (bench/optimize_realprogs.py does).
 #
@@ -15,7 +16,7 @@
 #   --cflags FLAGS  compiler flags (default "-O2 -g"); e.g. "-O2 -g -falign-functions=64"
 #   --ldflags FLAGS linker flags (default none); e.g. "-no-pie -Wl,--emit-relocs" for llvm-bolt
 #   --cc CC         compiler (default gcc; clang-19 for -fprofile-sample-use rebuilds)
-#   PROGRAM         any of lua, sqlite-bench, zstd-bench, cpython, gawk (default the first three)
+#   PROGRAM         any of lua, sqlite-bench, zstd-bench, cpython, gawk, mawk (default the first three)
 # Prints the directory of the binaries on its last line. Rebuilds only what is older than its sources
 # or was built with other flags.
 set -euo pipefail
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
         --ldflags) ldflags=$2; shift 2 ;;
         --cc) cc=$2; shift 2 ;;
         -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        lua|sqlite-bench|zstd-bench|cpython|gawk) progs+=("$1"); shift ;;
+        lua|sqlite-bench|zstd-bench|cpython|gawk|mawk) progs+=("$1"); shift ;;
         *) echo "realprogs.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -134,6 +135,16 @@ build_gawk() {
         -- "-C support libsupport.a" gawk
 }
 
+# mawk 1.3.4-20200120: configure honours CFLAGS/LDFLAGS; out of tree through its VPATH Makefile.
+MAWK_URL=http://deb.debian.org/debian/pool/main/m/mawk/mawk_1.3.4.20200120.orig.tar.gz
+MAWK_SHA256=7fd4cd1e1fae9290fe089171181bbc6291dfd9bca939ca804f0ddb851c8b8237
+build_mawk() {
+    local src=$here/build/mawk-1.3.4-20200120
+    up_to_date mawk && return
+    fetch_source "$MAWK_URL" "$MAWK_SHA256" "$src"
+    configure_build mawk "$src" -- mawk
+}
+
 for prog in "${progs[@]}"; do
     case $prog in
         lua)
@@ -155,6 +166,9 @@ for prog in "${progs[@]}"; do
             ;;
         gawk)
             build_gawk
+            ;;
+        mawk)
+            build_mawk
             ;;
     esac
 done

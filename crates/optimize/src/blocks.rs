@@ -209,6 +209,7 @@ pub fn function_profile(
     for (b, &(_, _, k)) in blocks.iter_mut().zip(&own) {
         b.cold = k > 0 && b.count == 0.0 && b.upper < policy.cold_fraction * hottest;
     }
+    cold_behind_cold(&g, &mut blocks);
     let calls = calls_out(&g, &blocks, start, end, bytes);
     let total = samples.range(start..end).map(|(_, w)| w).sum();
     FunctionProfile {
@@ -278,6 +279,45 @@ fn fill_unknown(g: &cfg::Cfg, blocks: &mut [BlockCount], own: &[(f64, f64, usize
             .sum();
         blocks[b].count = split;
         blocks[b].upper = blocks[b].upper.max(split);
+    }
+}
+
+/// Blocks with no count that can be reached only through cold blocks are
+/// cold too. A short block without samples is not cold on its own (its
+/// upper bound stays above the threshold: 2 instructions' worth of no
+/// samples is weak evidence), so a region the training never entered,
+/// such as mawk's regular-expression machine behind the test for a plain
+/// string, was called cold in its long blocks and warm in its short ones,
+/// and BOLT split its chains between the hot and the cold part; the
+/// complete profile calls all of it cold and keeps the compiler's order
+/// in the cold part. The region has no samples in any of its
+/// instructions and every way in passes a block confidently below the
+/// threshold. Starts: the entry, every block with a count, and blocks the
+/// static graph cannot reach (entered some other way). Not applied when an
+/// indirect jump's targets are unknown (any block may be entered).
+fn cold_behind_cold(g: &cfg::Cfg, blocks: &mut [BlockCount]) {
+    if g.missing_edges || blocks.is_empty() {
+        return;
+    }
+    let mut seen = vec![false; blocks.len()];
+    let mut stack: Vec<usize> =
+        (0..blocks.len()).filter(|&b| b == 0 || !g.blocks[b].reachable || (blocks[b].count > 0.0 && !blocks[b].cold)).collect();
+    for &b in &stack {
+        seen[b] = true;
+    }
+    while let Some(b) = stack.pop() {
+        for &e in &g.blocks[b].succs {
+            let t = g.edges[e].to;
+            if !seen[t] && !blocks[t].cold {
+                seen[t] = true;
+                stack.push(t);
+            }
+        }
+    }
+    for (b, blk) in blocks.iter_mut().enumerate() {
+        if !seen[b] && blk.count == 0.0 {
+            blk.cold = true;
+        }
     }
 }
 
@@ -523,6 +563,28 @@ mod tests {
             inferred.blocks.iter().map(|b| (b.cold, b.count.round())).collect::<Vec<_>>(),
             vec![(false, 1000.0), (true, 0.0), (false, 1000.0)]
         );
+    }
+
+    // A short block reached only through a cold block is cold: alone its
+    // 2 instructions without samples leave an upper bound above 1% of the
+    // entry (200 samples per instruction), the 4-instruction block before
+    // it is confidently cold, and the loop has no other way in.
+    #[test]
+    fn blocks_behind_cold_blocks_are_cold() {
+        // cmp $0,%edi; je R; add $1,%eax x4; L: sub $1,%edi; jne L; R: ret
+        let code = [
+            0x83, 0xff, 0x00, 0x74, 0x11, 0x83, 0xc0, 0x01, 0x83, 0xc0, 0x01, 0x83, 0xc0, 0x01, 0x83, 0xc0, 0x01, 0x83, 0xef, 0x01, 0x75,
+            0xfb, 0xc3,
+        ];
+        let p = function_profile("f", 0x1000, &code, &at(&[(0x1003, 200.0), (0x1016, 200.0)]), &NoMemory, ColdPolicy::default(), None);
+        let c: Vec<(u64, bool)> = p.blocks.iter().map(|b| (b.offset, b.cold)).collect();
+        assert_eq!(c, vec![(0, false), (5, true), (0x11, true), (0x16, false)]);
+        assert!(p.blocks[2].upper >= 0.01 * 200.0, "the loop is not cold on its own evidence");
+        // Entered from a sampled block too, the loop stays warm: je L instead of je R.
+        let mut into_loop = code;
+        into_loop[4] = 0x0c;
+        let p = function_profile("f", 0x1000, &into_loop, &at(&[(0x1003, 200.0), (0x1016, 200.0)]), &NoMemory, ColdPolicy::default(), None);
+        assert_eq!(p.blocks.iter().map(|b| b.cold).collect::<Vec<_>>(), vec![false, true, false, false]);
     }
 
     // Calls: `call rel32` to the callee's address, counted with its block.
