@@ -42,6 +42,8 @@ Usage: bench/optimize_realprogs.py [--rounds N] [--repeat R] [--densities 2000,1
            --binaries base-default,base-a1,base-a8,base-a32,base-a64,instr,r1-ratio,r1-infer,... on a quiet machine;
            --paired when the host's speed drifts: each binary against a base-default run right before it;
            --fixed-env to pin the runs to a CPU, without ASLR, time() fixed)
+       bench/optimize_realprogs.py --measure-only --runs 3 --train-hz 10000 --rounds 0 --probe-seconds 60 \
+           --probe-functions 48 --probe-more 180 --workdir DIR PROGRAM   (adds rR-probe, and rR-more: 180 s more probing)
 Every timing ends with 95% intervals from resampling rounds: per profile over its layouts, and per export
 method over every independent run's layouts (all-ratio, all-infer, all-probe).
        bench/optimize_realprogs.py --measure-only --hybrids loupe-300k --rounds 0 --workdir DIR PROGRAM
@@ -302,7 +304,7 @@ def probe_to(prog, db, base, seconds, period_ms, functions):
     return time.time() - t0
 
 
-def independent_runs(prog, d, bins, info, matched, runs, target, freq, probe=None):
+def independent_runs(prog, d, bins, info, matched, runs, target, freq, probe=None, more=0):
     """`runs` databases, each trained from empty to `target` samples (kept and reused by later calls), each
     exported by every method in METHODS and BOLTed at the five layouts: rR-METHOD. One database is one draw of
     which samples the profile happened to get; a method is judged over several draws (BENCHMARKS.md, sixth pass:
@@ -324,6 +326,29 @@ def independent_runs(prog, d, bins, info, matched, runs, target, freq, probe=Non
             matched[name] = bolt(base, fdata, bins[name])
             info[name] = {"samples": samples, "train_hz": freq, "branch_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata),
                           "conditional_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata, conditional_only=True)}
+            bolt_layouts(d, bins, matched, [name])
+            print(f"# {prog}: {name}: {info[name]}", flush=True)
+        if probe and more:
+            # More probing on a copy (db-rR-more, kept and reused): the same samples, the probe's counts of
+            # more functions for longer (BENCHMARKS.md, thirteenth pass: gawk's and mawk's probe exports went
+            # from 68-87% of the complete profile's taken-jump reduction to 92-100% with 48 functions, 240 s).
+            more_db = db + "-more"
+            if not os.path.isdir(more_db):
+                shutil.copytree(db, more_db + ".part")
+                t0 = time.time()
+                while time.time() - t0 < more:
+                    for args in PROGRAMS[prog]["train"]:
+                        sh([LOUPE, "optimize", "probe", "--db", more_db + ".part", "--half-life", "0", "--period-ms", str(probe[1]),
+                            "--functions", str(probe[2]), base, "--", base] + args)
+                os.rename(more_db + ".part", more_db)
+                print(f"# {prog}: db-r{r}-more: probed {time.time() - t0:.0f} s more", flush=True)
+            name = f"r{r}-more"
+            fdata = os.path.join(d, f"{name}.fdata")
+            sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", more_db, base, "-o", fdata])
+            bins[name] = os.path.join(d, f"{name}-bolt")
+            matched[name] = bolt(base, fdata, bins[name])
+            info[name] = {"samples": samples, "train_hz": freq, "probe_more_s": more, "probe_functions": probe[2],
+                          "branch_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata)}
             bolt_layouts(d, bins, matched, [name])
             print(f"# {prog}: {name}: {info[name]}", flush=True)
 
@@ -528,6 +553,9 @@ def main():
                     "(`loupe optimize probe`, execute breakpoints) over the training inputs for this long, and export rR-probe")
     ap.add_argument("--probe-period-ms", type=int, default=5, help="mean time between 1 ms probe windows (training: the slowdown does not matter)")
     ap.add_argument("--probe-functions", type=int, default=24, help="hottest functions probed")
+    ap.add_argument("--probe-more", type=float, default=0, help="with --probe-seconds: then probe a copy of each database "
+                    "(db-rR-more) this many seconds more, at --probe-functions, and export rR-more (the thirteenth pass: databases "
+                    "probed 60 s at 24 functions, then --probe-functions 48 --probe-more 180)")
     ap.add_argument("--paired", action="store_true", help="time each binary right after a run of base-default and "
                     "report the ratios (figures in the table are then ratios to base-default, not seconds)")
     ap.add_argument("--fixed-env", action="store_true", help="timed runs pinned to the last CPU, without address "
@@ -568,7 +596,7 @@ def main():
                 json.dump([bins, info, matched], f)
         if a.runs:
             probe = (a.probe_seconds, a.probe_period_ms, a.probe_functions) if a.probe_seconds else None
-            independent_runs(prog, d, bins, info, matched, a.runs, a.densify or 300000, a.train_hz, probe)
+            independent_runs(prog, d, bins, info, matched, a.runs, a.densify or 300000, a.train_hz, probe, a.probe_more)
             with open(saved, "w") as f:
                 json.dump([bins, info, matched], f)
         if a.hybrids:
