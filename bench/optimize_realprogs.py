@@ -296,6 +296,12 @@ def probe_to(prog, db, base, seconds, period_ms, functions):
     database already has probe counts. Returns the seconds probed."""
     if os.path.isdir(os.path.join(db, "probes")):
         return 0.0
+    return probe_for(prog, db, base, seconds, period_ms, functions)
+
+
+def probe_for(prog, db, base, seconds, period_ms, functions):
+    """`loupe optimize probe` over the training inputs into `db`, repeated until `seconds` of probing (counts add
+    to any already there). Returns the seconds probed."""
     t0 = time.time()
     while time.time() - t0 < seconds:
         for args in PROGRAMS[prog]["train"]:
@@ -318,16 +324,7 @@ def independent_runs(prog, d, bins, info, matched, runs, target, freq, probe=Non
             probed = probe_to(prog, db, base, *probe)
             print(f"# {prog}: db-r{r}: probed {probed:.0f} s", flush=True)
             methods.update(PROBE_METHOD)
-        for m, extra in methods.items():
-            name = f"r{r}-{m}"
-            fdata = os.path.join(d, f"{name}.fdata")
-            sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", db, base, "-o", fdata] + extra)
-            bins[name] = os.path.join(d, f"{name}-bolt")
-            matched[name] = bolt(base, fdata, bins[name])
-            info[name] = {"samples": samples, "train_hz": freq, "branch_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata),
-                          "conditional_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata, conditional_only=True)}
-            bolt_layouts(d, bins, matched, [name])
-            print(f"# {prog}: {name}: {info[name]}", flush=True)
+        exports = [(f"r{r}-{m}", db, extra, {}) for m, extra in methods.items()]
         if probe and more:
             # More probing on a copy (db-rR-more, kept and reused): the same samples, the probe's counts of
             # more functions for longer (BENCHMARKS.md, thirteenth pass: gawk's and mawk's probe exports went
@@ -335,20 +332,18 @@ def independent_runs(prog, d, bins, info, matched, runs, target, freq, probe=Non
             more_db = db + "-more"
             if not os.path.isdir(more_db):
                 shutil.copytree(db, more_db + ".part")
-                t0 = time.time()
-                while time.time() - t0 < more:
-                    for args in PROGRAMS[prog]["train"]:
-                        sh([LOUPE, "optimize", "probe", "--db", more_db + ".part", "--half-life", "0", "--period-ms", str(probe[1]),
-                            "--functions", str(probe[2]), base, "--", base] + args)
+                probed = probe_for(prog, more_db + ".part", base, more, *probe[1:])
                 os.rename(more_db + ".part", more_db)
-                print(f"# {prog}: db-r{r}-more: probed {time.time() - t0:.0f} s more", flush=True)
-            name = f"r{r}-more"
+                print(f"# {prog}: db-r{r}-more: probed {probed:.0f} s more", flush=True)
+            exports.append((f"r{r}-more", more_db, [], {"probe_more_s": more, "probe_functions": probe[2]}))
+        for name, source, extra, note in exports:
             fdata = os.path.join(d, f"{name}.fdata")
-            sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", more_db, base, "-o", fdata])
+            sh([LOUPE, "optimize", "export", "--format", "bolt-edges", "--db", source, base, "-o", fdata] + extra)
             bins[name] = os.path.join(d, f"{name}-bolt")
             matched[name] = bolt(base, fdata, bins[name])
-            info[name] = {"samples": samples, "train_hz": freq, "probe_more_s": more, "probe_functions": probe[2],
-                          "branch_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata)}
+            info[name] = {"samples": samples, "train_hz": freq, **note,
+                          "branch_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata),
+                          "conditional_agreement_pct": agreement(os.path.join(d, "instr.fdata"), fdata, conditional_only=True)}
             bolt_layouts(d, bins, matched, [name])
             print(f"# {prog}: {name}: {info[name]}", flush=True)
 

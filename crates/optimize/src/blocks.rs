@@ -292,16 +292,16 @@ fn fill_unknown(g: &cfg::Cfg, blocks: &mut [BlockCount], own: &[(f64, f64, usize
 /// complete profile calls all of it cold and keeps the compiler's order
 /// in the cold part. The region has no samples in any of its
 /// instructions and every way in passes a block confidently below the
-/// threshold. Starts: the entry, every block with a count, and blocks the
-/// static graph cannot reach (entered some other way). Not applied when an
+/// threshold. Starts: the entry, every block with a count (never cold:
+/// cold means a count of 0), and blocks the static graph cannot reach
+/// (entered some other way). Not applied when an
 /// indirect jump's targets are unknown (any block may be entered).
 fn cold_behind_cold(g: &cfg::Cfg, blocks: &mut [BlockCount]) {
     if g.missing_edges || blocks.is_empty() {
         return;
     }
     let mut seen = vec![false; blocks.len()];
-    let mut stack: Vec<usize> =
-        (0..blocks.len()).filter(|&b| b == 0 || !g.blocks[b].reachable || (blocks[b].count > 0.0 && !blocks[b].cold)).collect();
+    let mut stack: Vec<usize> = (0..blocks.len()).filter(|&b| b == 0 || !g.blocks[b].reachable || blocks[b].count > 0.0).collect();
     for &b in &stack {
         seen[b] = true;
     }
