@@ -67,7 +67,7 @@ pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/o
 loupe daemon --optimize /etc/loupe/optimize.json\n\n\
 Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
 {\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 30000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
-\"retry_factor\": 2, \"regrow_factor\": 0, \"half_life\": 604800, \"cold_fraction\": 0.01, \"infer\": false,\n   \"probe_seconds\": 0, \"nice\": 19, \
+\"retry_factor\": 2, \"regrow_factor\": 0, \"half_life\": 604800, \"cold_fraction\": 0.01, \"infer\": false,\n   \"probe_seconds\": 0, \"probe_functions\": 16, \"nice\": 19, \
 \"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
 \"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\
 A program is optimized once it has min_share of the sampled time and min_samples (aged) samples; the candidate \
@@ -81,8 +81,8 @@ did not make), the original is put back and a fresh profile collected. Without d
 holds regrow_factor times the samples the installed version was built from (0, the default: never; candidates \
 from mapped profiles have not yet beaten the version they were to replace, see BENCHMARKS.md), a candidate from \
 it must beat the installed version itself to replace it. With probe_seconds, the first candidate of a build waits \
-for that long a run of `optimize probe` on the program's running processes (execute breakpoints count its hottest \
-functions' blocks exactly; the program slows by about 2% meanwhile).";
+for that long a run of `optimize probe` on the program's running processes (execute breakpoints count the blocks of \
+its probe_functions hottest functions exactly; the program slows by about 2% meanwhile).";
 
 struct Manager {
     db: PathBuf,
@@ -432,7 +432,13 @@ impl Manager {
         // Exact block counts first, while the original runs at its path (an installed build's blocks are not
         // the original's).
         if self.cfg.probe_seconds > 0.0 && original == image && crate::optimize_probe::tally_of(&self.db, &st.original_build).is_none() {
-            let (kind, why) = match crate::optimize_probe::probe_running(&self.db, image, self.cfg.probe_seconds, self.cfg.half_life) {
+            let (kind, why) = match crate::optimize_probe::probe_running(
+                &self.db,
+                image,
+                self.cfg.probe_seconds,
+                self.cfg.probe_functions,
+                self.cfg.half_life,
+            ) {
                 Ok(summary) => ("probe", summary),
                 Err(e) => ("wait", format!("probe skipped: {e:#}")),
             };

@@ -248,7 +248,7 @@ pub fn probe(a: ProbeArgs) -> Result<u8> {
 /// `seconds` of probing every running process of `image` (the build at the
 /// path, its samples in `db`) at the default window, period and sample
 /// rate: what the manager does before a build's first candidate.
-pub fn probe_running(db: &Path, image: &Path, seconds: f64, half_life: f64) -> Result<String> {
+pub fn probe_running(db: &Path, image: &Path, seconds: f64, functions: usize, half_life: f64) -> Result<String> {
     let profile = ProfileArgs {
         db: crate::flags::DbArg { db: db.to_path_buf() },
         image: image.to_path_buf(),
@@ -260,7 +260,7 @@ pub fn probe_running(db: &Path, image: &Path, seconds: f64, half_life: f64) -> R
         no_probes: true,
         file: None,
     };
-    run_probe(ProbeArgs { profile, seconds, window_us: 1000, period_ms: 50, sample_hz: 2000, functions: 16, command: vec![] })
+    run_probe(ProbeArgs { profile, seconds, window_us: 1000, period_ms: 50, sample_hz: 2000, functions, command: vec![] })
 }
 
 /// Probes as `a` says and adds the counts to the build's tally; returns the summary.
