@@ -30,7 +30,11 @@ grouped by how many timer samples each function has in the Loupe database DB
 (0, 1-99, 100-999, 1,000-9,999, 10,000 or more): where a sampled profile is
 too thin to lay a function out (BENCHMARKS.md, tenth pass).
 
-Usage: bench/taken_jumps.py --workdir DIR [--binaries base-default,instr,r1-ratio,...] [--by-samples DIR/db-r1] PROGRAM
+With --icache, callgrind also simulates the caches and each binary's I1 misses are reported: on SQLite the
+complete profile missed 200 thousand times and Loupe's layouts 488-842 thousand (cachegrind, fourteenth pass),
+a cost of code spread over more lines that taken jumps do not see.
+
+Usage: bench/taken_jumps.py --workdir DIR [--binaries base-default,instr,r1-ratio,...] [--by-samples DIR/db-r1] [--icache] PROGRAM
 Writes bench/results/taken-jumps-PROGRAM-DATE.json.
 """
 import argparse, json, os, subprocess, sys, tempfile, time
@@ -69,10 +73,15 @@ def fragment_jump(caller, callee):
     return function_of(caller) == function_of(callee) and (".cold" in caller or ".cold" in callee)
 
 
-def taken_jumps(binary, args, shim):
-    """(taken jumps, per function) of one run under callgrind, from its --collect-jumps records: `jump=N` is
-    an unconditional jump taken N times, `jcnd=T/E` a conditional one taken T times of E; plus the call records
-    that are jumps between a function's fragments (`fragment_jump`)."""
+# With --icache: callgrind's cache simulation, 32 KiB 8-way L1s with 64-byte lines (this host's), a 8 MiB LL.
+ICACHE = ["--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=8388608,16,64"]
+
+
+def taken_jumps(binary, args, shim, icache=False):
+    """(taken jumps, per function, simulated I1 misses or None) of one run under callgrind, from its
+    --collect-jumps records: `jump=N` is an unconditional jump taken N times, `jcnd=T/E` a conditional one
+    taken T times of E; plus the call records that are jumps between a function's fragments
+    (`fragment_jump`). I1 misses (with `icache`) come from the run's `summary:` line."""
     with tempfile.NamedTemporaryFile(suffix=".cg") as out:
         # A fixed, minimal environment: its size moves the stack, and with it the address Lua mixes into its
         # string hash seed (the complete profile's binary counted 47.0 or 52.4 M by whether the calling shell
@@ -82,11 +91,16 @@ def taken_jumps(binary, args, shim):
         env += [f"{k}={v}" for k, v in sorted(os.environ.items()) if k == "LANG" or k.startswith("LC_")]
         env += [f"{k}={v}" for k, v in sorted(PROGRAM_ENV.items())]
         subprocess.run(["setarch", "-R"] + env + ["valgrind", "--tool=callgrind", "--collect-jumps=yes", "--dump-instr=yes",
-                        f"--callgrind-out-file={out.name}", binary] + args,
+                        *(ICACHE if icache else []), f"--callgrind-out-file={out.name}", binary] + args,
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         total, per_fn, fn, names, raw, callee = 0, {}, "?", {}, "?", "?"
+        events, i1_misses = [], None
         for line in open(out.name, errors="replace"):
-            if line.startswith(("fn=", "cfn=")):
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("summary:") and "I1mr" in events:
+                i1_misses = int(line.split()[1:][events.index("I1mr")])
+            elif line.startswith(("fn=", "cfn=")):
                 # Compressed names: "fn=(12) name" defines id 12 (so may a call's "cfn="), "fn=(12)" refers to it.
                 ref = line.split("=", 1)[1].strip()
                 if ref.startswith("("):
@@ -101,7 +115,7 @@ def taken_jumps(binary, args, shim):
                 n = int(line.split("=", 1)[1].split()[0].split("/")[0])
                 total += n
                 per_fn[fn] = per_fn.get(fn, 0) + n
-        return total, per_fn
+        return total, per_fn, i1_misses
 
 
 BUCKETS = [(0, "0"), (1, "1-99"), (100, "100-999"), (1000, "1000-9999"), (10000, ">=10000")]
@@ -131,6 +145,9 @@ def main():
     ap.add_argument("--binaries", default="", help="comma-separated names from prepared.json (default: every binary at BOLT's own layout)")
     ap.add_argument("--top", type=int, default=5, help="functions listed per binary where it differs most from the complete profile")
     ap.add_argument("--by-samples", metavar="DB", help="group each binary's excess by its functions' samples in this Loupe database")
+    ap.add_argument("--icache", action="store_true", help="also simulate the instruction cache (callgrind --cache-sim, 32 KiB "
+                    "8-way, 64-byte lines) and report each binary's I1 misses: what a layout costs in code spread, "
+                    "which taken jumps do not see (about twice as slow)")
     ap.add_argument("program", choices=sorted(TEST))
     a = ap.parse_args()
     PROGRAM_ENV.update(PROGRAMS[a.program].get("env", {}))  # CPython's stdlib and hash seed
@@ -145,20 +162,23 @@ def main():
             names.insert(0, need)
     with tempfile.TemporaryDirectory() as d, ThreadPoolExecutor(os.cpu_count()) as ex:
         shim = fixed_time_shim(d)
-        res = dict(zip(names, ex.map(lambda n: taken_jumps(bins[n], TEST[a.program], shim), names)))
+        res = dict(zip(names, ex.map(lambda n: taken_jumps(bins[n], TEST[a.program], shim, a.icache), names)))
     base, full = res["base-default"][0], res["instr"][0]
     print(f"## {a.program}: taken jumps (millions) of {' '.join(os.path.basename(x) for x in TEST[a.program])}; "
           f"share of the complete profile's reduction ({base / 1e6:.1f} -> {full / 1e6:.1f} M)")
     samples = samples_per_function(a.by_samples, bins["base-default"]) if a.by_samples else None
     rows = {}
     for n in names:
-        t, per_fn = res[n]
+        t, per_fn, i1 = res[n]
         share = 100 * (base - t) / (base - full) if base != full else float("nan")
         rows[n] = {"taken_jumps": t, "share_pct": share}
+        if i1 is not None:
+            rows[n]["i1_misses"] = i1
         worst = sorted(per_fn, key=lambda f: per_fn[f] - res["instr"][1].get(f, 0), reverse=True)[: a.top]
         extra = "" if n in ("base-default", "instr") else "  most over the complete profile: " + ", ".join(
             f"{f} +{(per_fn[f] - res['instr'][1].get(f, 0)) / 1e6:.1f}" for f in worst)
-        print(f"{n:<16} {t / 1e6:8.1f} {share:7.0f}%{extra}")
+        icache = f"  I1 misses {i1 / 1e3:8.1f} k" if i1 is not None else ""
+        print(f"{n:<16} {t / 1e6:8.1f} {share:7.0f}%{icache}{extra}")
         if samples is not None and n != "instr":
             rows[n]["over_complete_by_samples"] = b = by_samples(per_fn, res["instr"][1], samples)
             print(" " * 17 + "over the complete profile by the function's samples: "
