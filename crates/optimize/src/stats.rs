@@ -8,6 +8,13 @@ pub fn poisson_upper(s: f64) -> f64 {
     s + Z * Z / 2.0 + Z * (s + Z * Z / 4.0).sqrt()
 }
 
+/// One-sided lower bound on a Poisson mean from `s` observed samples (the
+/// same score interval) at normal quantile `z`: 1.645 for 95%, 3.09 for
+/// 99.9%; 0 for no sample.
+pub fn poisson_lower(s: f64, z: f64) -> f64 {
+    (s + z * z / 2.0 - z * (s + z * z / 4.0).sqrt()).max(0.0)
+}
+
 pub fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -45,6 +52,9 @@ mod tests {
     fn upper_bounds() {
         assert!((poisson_upper(0.0) - 2.706).abs() < 0.01);
         assert!((poisson_upper(100.0) - 118.0).abs() < 0.5);
+        assert_eq!(poisson_lower(0.0, 1.645), 0.0);
+        assert!((poisson_lower(1.0, 1.645) - 0.22).abs() < 0.01 && (poisson_lower(100.0, 1.645) - 84.8).abs() < 0.5);
+        assert!(poisson_lower(1.0, 3.09) < 0.1);
     }
 
     // Medians of odd and even lengths.
