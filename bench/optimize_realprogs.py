@@ -460,7 +460,8 @@ def report(prog, times, info, matched):
     print(f"baseline layouts: median of medians {bm:.3f} s, spread {min(base_meds):.3f}-{max(base_meds):.3f} s ({spread:.1f}%)")
     # Every optimized binary timed: Loupe's densities, the complete profile, and any other profile
     # BOLTed into this workdir by hand (e.g. an export with other options).
-    opt = [n for n in med if n not in LAYOUTS and "@" not in n]
+    every = layout_groups(list(med))
+    opt = list(every)
     gain = {n: 100 * (1 - med[n] / bm) for n in opt}
     vs_default = {n: 100 * (1 - med[n] / med["base-default"]) for n in opt}
     for n in opt:
@@ -471,7 +472,6 @@ def report(prog, times, info, matched):
             if n != "instr":
                 print(f"{prog}: {n} reaches {100 * gain[n] / gain['instr']:.0f}% of the instrumented profile's gain")
     # Profiles BOLTed at several layouts: the median over their layouts against the baselines' median.
-    every = {n: [n] + [m for m in med if m.startswith(n + "@")] for n in opt}
     groups = {n: g for n, g in every.items() if len(g) > 1}
     layout_gain = {}
     for n, g in groups.items():
@@ -486,11 +486,23 @@ def report(prog, times, info, matched):
             if n != "instr":
                 print(f"{prog}: {n} over its layouts reaches {100 * layout_gain[n] / layout_gain['instr']:.0f}% of the instrumented profile's gain over its layouts")
     boot = bootstrap(times, every)
-    for g, b in boot.items():
-        share = f", share of the complete gain {b['share_pct']:.0f}% (95% CI {b['share_ci'][0]:.0f} to {b['share_ci'][1]:.0f}%)" if "share_pct" in b else ""
-        print(f"{prog}: {g} ({b['binaries']} binaries): gain {b['gain_pct']:+.1f}% (95% CI {b['gain_ci'][0]:+.1f} to {b['gain_ci'][1]:+.1f}%){share}")
+    print_bootstrap(f"{prog}: ", boot)
     return {"bootstrap": boot, "median": med, "baseline_median": bm, "spread_pct": spread, "gain_pct": gain, "gain_vs_default_pct": vs_default,
             "layout_gain_pct": layout_gain, "loupe": info}
+
+
+def layout_groups(names):
+    """Each optimized binary among `names` (not a baseline layout, not one of its BOLT layouts `NAME@V`) with
+    its BOLT layouts, in the order of `names`."""
+    opt = [n for n in names if n not in LAYOUTS and "@" not in n]
+    return {n: [n] + [m for m in names if m.startswith(n + "@")] for n in opt}
+
+
+def print_bootstrap(prefix, boot):
+    """One line per group of `bootstrap`'s result: its gain and share of the complete gain, with intervals."""
+    for g, b in boot.items():
+        share = f", share of the complete gain {b['share_pct']:.0f}% (95% CI {b['share_ci'][0]:.0f} to {b['share_ci'][1]:.0f}%)" if "share_pct" in b else ""
+        print(f"{prefix}{g} ({b['binaries']} binaries): gain {b['gain_pct']:+.1f}% (95% CI {b['gain_ci'][0]:+.1f} to {b['gain_ci'][1]:+.1f}%){share}")
 
 
 def bootstrap(times, groups, resamples=2000, seed=1):

@@ -15,7 +15,7 @@ sections). Only binaries present in every file are pooled.
 Usage: bench/pool_runs.py [--rename r1-p48x4=r1-mzmore ...] TIMES.json TIMES.json ...
 """
 import argparse, json, statistics
-from optimize_realprogs import LAYOUTS, bootstrap
+from optimize_realprogs import BOLT_VARIANTS, LAYOUTS, bootstrap, layout_groups, print_bootstrap
 
 
 def pooled(files, renames):
@@ -37,8 +37,8 @@ def main():
     for r in a.rename:
         old, new = r.split("=", 1)
         renames[old] = new
-        for suffix in ("@a16", "@a32", "@b16", "@b32"):
-            renames[old + suffix] = new + suffix
+        for v in BOLT_VARIANTS:
+            renames[f"{old}@{v}"] = f"{new}@{v}"
     times = pooled(a.files, renames)
     missing = [n for n in LAYOUTS if n not in times]
     if missing:
@@ -46,14 +46,10 @@ def main():
     rounds = min(len(v) for v in times.values())
     med = {n: statistics.median(v) for n, v in times.items()}
     bm = statistics.median(med[n] for n in LAYOUTS)
-    opt = [n for n in med if n not in LAYOUTS and "@" not in n]
-    every = {n: [n] + [m for m in med if m.startswith(n + "@")] for n in opt}
     print(f"{len(a.files)} runs, {rounds} rounds pooled; baseline layouts' median {bm:.3f} of base-default "
           f"(spread {100 * (max(med[n] for n in LAYOUTS) / min(med[n] for n in LAYOUTS) - 1):.1f}%)")
-    boot = bootstrap(times, every)
-    for g, b in boot.items():
-        share = f", share of the complete gain {b['share_pct']:.0f}% (95% CI {b['share_ci'][0]:.0f} to {b['share_ci'][1]:.0f}%)" if "share_pct" in b else ""
-        print(f"{g} ({b['binaries']} binaries): gain {b['gain_pct']:+.1f}% (95% CI {b['gain_ci'][0]:+.1f} to {b['gain_ci'][1]:+.1f}%){share}")
+    boot = bootstrap(times, layout_groups(list(times)))
+    print_bootstrap("", boot)
     print(json.dumps({"files": a.files, "rounds": rounds, "bootstrap": boot}))
 
 

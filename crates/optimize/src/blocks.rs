@@ -60,6 +60,11 @@ pub struct Measured {
 /// as 3 sampled instructions, one over 10,000 outweighs any sample
 /// estimate (capped at `MEASURED_EVIDENCE`).
 const EVIDENCE_PER_REFERENCE: f64 = 0.1;
+/// Normal quantile of the lower bound a measured 0's block's own samples
+/// must clear to overrule it (`apply_measured`): 99.9%, since a function
+/// has dozens of measured zeros, and a stray sample of a rare block (the
+/// `modes` workload's HALT, 1 in 70,000 dispatches) must not outweigh its 0.
+const MISSED_PHASE_Z: f64 = 3.09;
 const MEASURED_EVIDENCE: usize = 1000;
 /// A block's ratio is used once its reference ran this often in its
 /// windows (the ratio then has a resolution of a few percent).
@@ -257,12 +262,9 @@ fn apply_measured(g: &cfg::Cfg, m: &Measured, blocks: &mut [BlockCount], own: &m
         // of the reference) while it builds its table, a twentieth of the
         // run; all 18 windows fell in the sort, and the measured 0 over
         // 2,000 reference executions split out a block the test ran 22.5 M
-        // times, against its 37 samples. Left to the samples. The samples'
-        // bound is at 99.9%: a function has dozens of measured zeros, and a
-        // stray sample of a rare block (the `modes` workload's HALT, 1 in
-        // 70,000 dispatches) must not outweigh its 0.
+        // times, against its 37 samples. Left to the samples.
         let (o, k) = (own[b].1, own[b].2);
-        if x == 0.0 && k > 0 && poisson_lower(o, 3.09) / k as f64 > upper {
+        if x == 0.0 && k > 0 && poisson_lower(o, MISSED_PHASE_Z) / k as f64 > upper {
             continue;
         }
         blocks[b].count = scale * x;
