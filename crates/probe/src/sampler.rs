@@ -68,11 +68,15 @@ mod tests {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
         let mut s = Sampler::open(tid, 100_000).unwrap();
+        // Spins for `ms` of this thread's CPU time (not wall time: on a loaded machine 5 ms of wall clock can
+        // be 1 ms of CPU), reading the clock (a syscall, in kernel mode where no sample is kept) rarely.
         let spin = |ms: u64| {
-            let t = std::time::Instant::now();
+            let t = loupe_perf::thread_cpu_ns();
             let mut x = 0u64;
-            while t.elapsed().as_millis() < ms as u128 {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            while loupe_perf::thread_cpu_ns() - t < ms * 1_000_000 {
+                for _ in 0..10_000 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+                }
             }
         };
         spin(5);
