@@ -51,7 +51,7 @@ pub fn attr(addr: u64, len: u64, bp_type: u32) -> PerfEventAttr {
     }
 }
 
-/// Parses a PERF_RECORD_SAMPLE of [`SAMPLE_TYPE`] (whole record, header included).
+/// Parses a PERF_RECORD_SAMPLE of `SAMPLE_TYPE` (whole record, header included).
 pub fn parse_sample(rec: &[u8]) -> Option<Hit> {
     if rec.len() < 8 + 32 || u32::from_ne_bytes(rec[0..4].try_into().ok()?) != sys::RECORD_SAMPLE {
         return None;
