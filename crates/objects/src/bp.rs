@@ -55,7 +55,7 @@ pub fn attr(addr: u64, len: u64, bp_type: u32) -> PerfEventAttr {
 /// How every breakpoint's samples are laid out.
 const LAYOUT: Layout = Layout::new(Format::new(SAMPLE_TYPE));
 
-/// The hit of a PERF_RECORD_SAMPLE of [`SAMPLE_TYPE`] (whole record, header included).
+/// The hit of a PERF_RECORD_SAMPLE of `SAMPLE_TYPE` (whole record, header included).
 pub fn parse_sample(rec: &[u8]) -> Option<Hit> {
     let s = loupe_perf::parse_sample(&LAYOUT, rec).ok()?;
     Some(Hit { ip: s.ip?, pid: s.pid?, tid: s.tid?, time_ns: s.time?, cpu: s.cpu? })
