@@ -532,7 +532,7 @@ fn optimize(a: RunArgs) -> Result<u8> {
 }
 
 /// BOLT (or the rebuild), check, measure, and install when asked: the reason for any refusal.
-fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, d: &mut Decision) -> Result<(), String> {
+fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, d: &mut Decision) -> Result<(), loupe_optimize::Error> {
     let img = &a.profile.image;
     match (bolt, &a.rebuild) {
         (Some(bolt), _) => {
@@ -545,12 +545,12 @@ fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, 
                 eprintln!("loupe: {f}");
             }
         }
-        (None, Some(cmd)) => manage::rebuild(cmd, prof, out)?,
-        (None, None) => return Err("no optimizer".into()),
+        (None, Some(cmd)) => manage::rebuild(&manage::Shell, cmd, prof, out)?,
+        (None, None) => return Err(loupe_optimize::Error::new(loupe_optimize::ErrorKind::Tool, "no optimizer")),
     }
     d.candidate_build_id = Symbolizer::read_build_id(out).map(|b| b.to_hex());
-    manage::check(&a.check, img, out)?;
-    let m = manage::measure(&a.bench, img, out, a.rounds)?;
+    manage::check(&manage::Shell, &a.check, img, out)?;
+    let m = manage::measure(&manage::Shell, &a.bench, img, out, a.rounds)?;
     eprintln!(
         "loupe: candidate/original time: median {:.3} (min {:.3}, max {:.3}), faster in {} of {} rounds, p = {:.4}",
         m.ratio_median, m.ratio_min, m.ratio_max, m.wins, m.rounds, m.p_value

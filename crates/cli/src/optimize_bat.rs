@@ -45,9 +45,18 @@ pub(crate) fn installed_path(image: &Path) -> Option<PathBuf> {
 /// The translator from build `bid` (the file `file`) to the original
 /// `original` (build `orig_bid`), or why there is none: only builds the
 /// decision log says Loupe made from this very original are mapped.
-pub(crate) fn mapping(db_dir: &Path, file: &Path, original: &Path, orig_bid: &str, bid: &str) -> Result<Arc<Translator>, String> {
+pub(crate) fn mapping(
+    db_dir: &Path,
+    file: &Path,
+    original: &Path,
+    orig_bid: &str,
+    bid: &str,
+) -> Result<Arc<Translator>, loupe_optimize::Error> {
     if !made_from(db_dir, orig_bid).contains(&bid.to_ascii_lowercase()) {
-        return Err(format!("no decision records Loupe making build {bid} from {orig_bid}"));
+        return Err(loupe_optimize::Error::new(
+            loupe_optimize::ErrorKind::Input,
+            format!("no decision records Loupe making build {bid} from {orig_bid}"),
+        ));
     }
     Translator::open_cached(file, original)
 }
@@ -146,7 +155,7 @@ mod tests {
     fn mapping_needs_a_record_and_a_table() {
         let d = tempfile::tempdir().unwrap();
         let exe = std::env::current_exe().unwrap();
-        let e = mapping(d.path(), &exe, &exe, "aa11", "bb22").err().unwrap();
+        let e = mapping(d.path(), &exe, &exe, "aa11", "bb22").err().unwrap().to_string();
         assert!(e.contains("no decision records Loupe making build bb22 from aa11"), "{e}");
         let rec = loupe_optimize::manage::Decision {
             unix_time: 0,
@@ -161,7 +170,7 @@ mod tests {
         std::fs::create_dir_all(d.path().join("optimize")).unwrap();
         std::fs::write(d.path().join("optimize/decisions.jsonl"), serde_json::to_string(&rec).unwrap() + "\n").unwrap();
         assert_eq!(made_from(d.path(), "aa11").into_iter().collect::<Vec<_>>(), vec!["bb22".to_string()]);
-        let e = mapping(d.path(), &exe, &exe, "aa11", "bb22").err().unwrap();
+        let e = mapping(d.path(), &exe, &exe, "aa11", "bb22").err().unwrap().to_string();
         assert!(e.contains("no .note.bolt_bat section"), "{e}");
     }
 }

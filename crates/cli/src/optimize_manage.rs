@@ -348,7 +348,7 @@ impl Manager {
             }
             Err(why) => {
                 obs.recent = function_shares(&optimized, &recent.samples);
-                out.no_mapping = Some(why);
+                out.no_mapping = Some(why.to_string());
                 Ok((out, None))
             }
         }
@@ -477,14 +477,14 @@ impl Manager {
         let bolt = tool::find_bolt(self.bolt.as_deref()).map_err(|e| anyhow!(e))?;
         let opts = prog.bolt_opts.clone().unwrap_or_else(tool::default_opts);
         let mut cand_bid = None;
-        let verdict = (|| -> Result<manage::Measurement, (String, Option<manage::Measurement>)> {
+        let verdict = (|| -> Result<manage::Measurement, (loupe_optimize::Error, Option<manage::Measurement>)> {
             let report = tool::run_bolt_with(&bolt, original, &fdata_path, &cand, &opts).map_err(|e| (e, None))?;
             cand_bid = Symbolizer::read_build_id(&cand).map(|b| b.to_hex());
             for s in &report.skipped {
                 eprintln!("loupe: manage {path}: skipped {s}");
             }
-            manage::check(&prog.check, original, &cand).map_err(|e| (e, None))?;
-            let m = manage::measure(&prog.bench, baseline, &cand, prog.rounds).map_err(|e| (e, None))?;
+            manage::check(&manage::Shell, &prog.check, original, &cand).map_err(|e| (e, None))?;
+            let m = manage::measure(&manage::Shell, &prog.bench, baseline, &cand, prog.rounds).map_err(|e| (e, None))?;
             manage::decide(&m, prog.min_gain, 0.05).map_err(|e| (e, Some(m.clone())))?;
             Ok(m)
         })();
@@ -532,7 +532,7 @@ impl Manager {
                         format!("{why} (measured against the installed version); installed build {old} stays")
                     }
                     Some(old) => format!("{why}; installed build {old} stays"),
-                    None => why,
+                    None => why.to_string(),
                 } + &format!(" (profile given to BOLT as {form})");
                 self.log_replacing(&path, &st.original_build, "discarded", why, cand_bid, replaces, m);
             }
@@ -546,8 +546,8 @@ impl Manager {
         let path = image.display().to_string();
         let saved = manage::saved_original(image);
         let inst = st.installed.clone().unwrap_or_default();
-        let verdict = manage::check(&prog.check, &saved, image).map_err(|e| (e, None)).and_then(|_| {
-            let m = manage::measure(&prog.bench, &saved, image, prog.rounds).map_err(|e| (e, None))?;
+        let verdict = manage::check(&manage::Shell, &prog.check, &saved, image).map_err(|e| (e, None)).and_then(|_| {
+            let m = manage::measure(&manage::Shell, &prog.bench, &saved, image, prog.rounds).map_err(|e| (e, None))?;
             manage::decide(&m, 0.0, 0.05).map(|_| m.clone()).map_err(|e| (e, Some(m)))
         });
         match verdict {

@@ -22,6 +22,7 @@
 //! spans all entries of both lists; several entries may share an output
 //! offset (an emptied block and its successor).
 
+use crate::error::{Error, ErrorKind, Result};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,11 @@ fn stamp(p: &Path) -> Option<FileStamp> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(p).ok()?;
     Some((m.ino(), m.len(), m.modified().ok()?))
+}
+
+/// A table or ELF file that does not read as BOLT writes them.
+fn bad(m: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Format, m)
 }
 
 /// The section's name.
@@ -66,13 +72,13 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, String> {
-        let b = *self.buf.get(self.pos).ok_or_else(|| format!("BAT table truncated at byte {}", self.pos))?;
+    fn byte(&mut self) -> Result<u8> {
+        let b = *self.buf.get(self.pos).ok_or_else(|| bad(format!("BAT table truncated at byte {}", self.pos)))?;
         self.pos += 1;
         Ok(b)
     }
 
-    fn uleb(&mut self) -> Result<u64, String> {
+    fn uleb(&mut self) -> Result<u64> {
         let (mut v, mut shift) = (0u64, 0u32);
         loop {
             let b = self.byte()?;
@@ -86,7 +92,7 @@ impl Reader<'_> {
         }
     }
 
-    fn sleb(&mut self) -> Result<i64, String> {
+    fn sleb(&mut self) -> Result<i64> {
         let (mut v, mut shift) = (0i64, 0u32);
         loop {
             let b = self.byte()?;
@@ -103,9 +109,9 @@ impl Reader<'_> {
         }
     }
 
-    fn bytes(&mut self, n: usize) -> Result<&[u8], String> {
+    fn bytes(&mut self, n: usize) -> Result<&[u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end = end.ok_or_else(|| format!("BAT table truncated at byte {}", self.pos))?;
+        let end = end.ok_or_else(|| bad(format!("BAT table truncated at byte {}", self.pos)))?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -114,16 +120,16 @@ impl Reader<'_> {
 
 impl Bat {
     /// Parses the whole `.note.bolt_bat` section (note header included).
-    pub fn parse(section: &[u8]) -> Result<Bat, String> {
+    pub fn parse(section: &[u8]) -> Result<Bat> {
         let word = |i: usize| section.get(i..i + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
         let (Some(namesz), Some(descsz), Some(kind)) = (word(0), word(4), word(8)) else {
-            return Err("BAT note shorter than its header".into());
+            return Err(bad("BAT note shorter than its header"));
         };
         let start = (12 + namesz as usize).next_multiple_of(4);
         if kind != NT_BOLT_BAT || section.get(12..16) != Some(b"BOLT".as_slice()) {
-            return Err("not a BOLT address translation note".into());
+            return Err(bad("not a BOLT address translation note"));
         }
-        let desc = section.get(start..start + descsz as usize).ok_or("BAT note shorter than its size")?;
+        let desc = section.get(start..start + descsz as usize).ok_or_else(|| bad("BAT note shorter than its size"))?;
         let mut r = Reader { buf: desc, pos: 0 };
         let mut bat = Bat::default();
         let mut prev = 0u64;
@@ -136,7 +142,7 @@ impl Bat {
                 prev = address;
                 let (hot, skew, secondary) = if cold {
                     hot_index = hot_index.wrapping_add(r.uleb()?);
-                    let hot = *hot_list.get(hot_index as usize).ok_or("BAT cold fragment names no hot fragment")?;
+                    let hot = *hot_list.get(hot_index as usize).ok_or_else(|| bad("BAT cold fragment names no hot fragment"))?;
                     (hot, r.uleb()?, 0)
                 } else {
                     r.bytes(8)?; // function hash
@@ -167,7 +173,7 @@ impl Bat {
 }
 
 /// One fragment's entries (see the module comment).
-fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Result<Vec<(u32, u32, bool)>, String> {
+fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Result<Vec<(u32, u32, bool)>> {
     let n = r.uleb()?;
     let equal = r.uleb()? as usize;
     let bits = r.bytes(equal.div_ceil(8))?.to_vec();
@@ -188,7 +194,7 @@ fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Res
             r.uleb()?; // block index delta
         }
         let (o, i) = (u32::try_from(out_off), u32::try_from(input >> 1));
-        let (Ok(o), Ok(i)) = (o, i) else { return Err(format!("BAT entry out of range in fragment {address:#x}")) };
+        let (Ok(o), Ok(i)) = (o, i) else { return Err(bad(format!("BAT entry out of range in fragment {address:#x}"))) };
         entries.push((o, i, branch));
     }
     Ok(entries)
@@ -197,8 +203,8 @@ fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Res
 /// A function symbol: name, start, size.
 type Func = (String, u64, u64);
 
-fn functions<'a>(data: &'a [u8], what: &Path) -> Result<(object::File<'a>, Vec<Func>), String> {
-    let file = object::File::parse(data).map_err(|e| format!("{}: not an ELF file: {e}", what.display()))?;
+fn functions<'a>(data: &'a [u8], what: &Path) -> Result<(object::File<'a>, Vec<Func>)> {
+    let file = object::File::parse(data).map_err(|e| bad(format!("{}: not an ELF file: {e}", what.display())))?;
     let funcs = file
         .symbols()
         .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.size() > 0)
@@ -257,7 +263,7 @@ impl Translator {
     /// installed version's samples on every pass (default every 60 s), and
     /// reading both ELF files and BOLT's table each time was its largest
     /// fixed cost.
-    pub fn open_cached(optimized: &Path, original: &Path) -> Result<Arc<Translator>, String> {
+    pub fn open_cached(optimized: &Path, original: &Path) -> Result<Arc<Translator>> {
         type Cache = HashMap<(PathBuf, PathBuf), (FileStamp, FileStamp, Arc<Translator>)>;
         static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
         let key = (optimized.to_path_buf(), original.to_path_buf());
@@ -276,14 +282,15 @@ impl Translator {
         Ok(t)
     }
 
-    pub fn open(optimized: &Path, original: &Path) -> Result<Translator, String> {
-        let data = std::fs::read(optimized).map_err(|e| format!("cannot read {}: {e}", optimized.display()))?;
+    pub fn open(optimized: &Path, original: &Path) -> Result<Translator> {
+        let data = std::fs::read(optimized).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", optimized.display())))?;
         let (file, mut opt_funcs) = functions(&data, optimized)?;
         let section = file
             .section_by_name(SECTION)
-            .ok_or_else(|| format!("{}: no {SECTION} section (not written by BOLT with -enable-bat)", optimized.display()))?;
-        let bat = Bat::parse(section.data().map_err(|e| format!("{}: {e}", optimized.display()))?)?;
-        let orig_data = std::fs::read(original).map_err(|e| format!("cannot read {}: {e}", original.display()))?;
+            .ok_or_else(|| bad(format!("{}: no {SECTION} section (not written by BOLT with -enable-bat)", optimized.display())))?;
+        let bat = Bat::parse(section.data().map_err(|e| bad(format!("{}: {e}", optimized.display())))?)?;
+        let orig_data =
+            std::fs::read(original).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", original.display())))?;
         let (_, orig_funcs) = functions(&orig_data, original)?;
         let orig_by_name = unique_by_name(&orig_funcs);
         let opt_by_name = unique_by_name(&opt_funcs);
@@ -297,7 +304,7 @@ impl Translator {
         let unmoved = opt_funcs.iter().filter(|f| orig_set.contains(f)).map(|f| (f.1, f.2)).collect();
         opt_funcs.sort_by_key(|f| f.1);
         let opt_text = Text::new(&file, data.clone());
-        let orig_file = object::File::parse(&*orig_data).map_err(|e| format!("{}: {e}", original.display()))?;
+        let orig_file = object::File::parse(&*orig_data).map_err(|e| bad(format!("{}: {e}", original.display())))?;
         let orig_text = Text::new(&orig_file, orig_data.clone());
         Ok(Translator { bat, optimized: opt_funcs, original_of, unmoved, opt_text, orig_text })
     }

@@ -5,6 +5,7 @@
 //! profile BOLT was given, so the same input and profile give the same id
 //! (a rebuild is recognised) and any other profile gives another.
 
+use crate::error::{Error, ErrorKind, Result};
 use object::{Object, ObjectSection};
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
@@ -48,29 +49,31 @@ pub fn build_id_desc(notes: &[u8]) -> Option<std::ops::Range<usize>> {
 }
 
 /// The build-id of the ELF file `data` and its place in the file.
-fn locate(data: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>), String> {
-    let file = object::File::parse(data).map_err(|e| format!("not an ELF file: {e}"))?;
-    let sec = file.section_by_name(".note.gnu.build-id").ok_or("no .note.gnu.build-id section")?;
-    let (off, size) = sec.file_range().ok_or("the build-id note has no bytes in the file")?;
-    let notes = data.get(off as usize..(off + size) as usize).ok_or("the build-id note lies outside the file")?;
-    let r = build_id_desc(notes).ok_or("no GNU build-id in .note.gnu.build-id")?;
+fn locate(data: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>)> {
+    let bad = |m: &str| Error::new(ErrorKind::Format, m);
+    let file = object::File::parse(data).map_err(|e| bad(&format!("not an ELF file: {e}")))?;
+    let sec = file.section_by_name(".note.gnu.build-id").ok_or_else(|| bad("no .note.gnu.build-id section"))?;
+    let (off, size) = sec.file_range().ok_or_else(|| bad("the build-id note has no bytes in the file"))?;
+    let notes = data.get(off as usize..(off + size) as usize).ok_or_else(|| bad("the build-id note lies outside the file"))?;
+    let r = build_id_desc(notes).ok_or_else(|| bad("no GNU build-id in .note.gnu.build-id"))?;
     let at = off as usize + r.start..off as usize + r.end;
     Ok((data[at.clone()].to_vec(), at))
 }
 
 /// The build-id of the ELF file at `path`.
-pub fn read_build_id(path: &Path) -> Result<Vec<u8>, String> {
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    locate(&data).map(|(id, _)| id).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_build_id(path: &Path) -> Result<Vec<u8>> {
+    let data = std::fs::read(path).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display())))?;
+    locate(&data).map(|(id, _)| id).map_err(|e| e.context(path.display()))
 }
 
 /// Gives the optimized binary `output` (made from `input` with the profile
 /// `profile`) its own build-id; returns it. The note keeps its length.
-pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<u8>, String> {
+pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<u8>> {
+    let io = |p: &Path, e: std::io::Error| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", p.display()));
     let input_id = read_build_id(input)?;
-    let prof = std::fs::read(profile).map_err(|e| format!("cannot read {}: {e}", profile.display()))?;
-    let mut data = std::fs::read(output).map_err(|e| format!("cannot read {}: {e}", output.display()))?;
-    let (_, at) = locate(&data).map_err(|e| format!("{}: {e}", output.display()))?;
+    let prof = std::fs::read(profile).map_err(|e| io(profile, e))?;
+    let mut data = std::fs::read(output).map_err(|e| io(output, e))?;
+    let (_, at) = locate(&data).map_err(|e| e.context(output.display()))?;
     let id = derived_build_id(&input_id, &prof, at.len());
     data[at].copy_from_slice(&id);
     // Written beside (with the output's mode: it is an executable) and
@@ -80,7 +83,7 @@ pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<
     std::fs::write(&tmp, &data)
         .and_then(|_| mode.and_then(|m| std::fs::set_permissions(&tmp, m)))
         .and_then(|_| std::fs::rename(&tmp, output))
-        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot write {}: {e}", output.display())))?;
     Ok(id)
 }
 

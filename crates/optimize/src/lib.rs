@@ -15,6 +15,7 @@ pub mod bolt_names;
 pub mod combine;
 pub mod config;
 pub mod drift;
+pub mod error;
 pub mod fdata;
 pub mod identity;
 pub mod infer;
@@ -25,3 +26,5 @@ pub mod mcf;
 pub mod policy;
 pub mod stats;
 pub mod tool;
+
+pub use error::{Error, ErrorKind, Result};
