@@ -460,6 +460,55 @@ fn unique_by_name(funcs: &[Func]) -> HashMap<&str, u64> {
     seen.into_iter().filter_map(|(n, a)| Some((n, a?))).collect()
 }
 
+/// BOLT's note holding the hand-built table of the tests: one hot fragment at 0x1000 (entries 0->0, 0x10->0x20
+/// branch, 0x18->0x40) and its cold fragment at 0x2000 (skew 0x60: 0->0x60).
+#[cfg(test)]
+fn hand_built_note() -> Vec<u8> {
+    let mut d = vec![1u8, 0x80, 0x20]; // 1 hot fragment, address 0x1000
+    d.extend([0; 8]); // function hash
+    d.extend([3, 0, 3, 1, 0]); // 3 blocks, 0 secondary, 3 entries, 1 equal, its branch bit
+    d.extend([0]); // entry 0: delta 0, block
+    d.extend([0; 8]);
+    d.push(0); // hash + index delta
+    d.extend([0x10, 0xc1, 0x00]); // entry 1: out +0x10, in 0x20<<1|1 = 0x41 (SLEB), branch: no hash
+    d.extend([0x08, 0x3f]); // entry 2: out +8, in (0x40<<1) - 0x41 = 0x3f
+    d.extend([0; 8]);
+    d.push(1);
+    // 1 cold fragment: 0x2000 - 0x1018 = 0xfe8, hot index +0, skew 0x60, 1 entry, 1 equal, bits 0.
+    d.extend([1, 0xe8, 0x1f, 0, 0x60, 1, 1, 0, 0]);
+    d.extend([0; 8]);
+    d.push(0);
+    let mut note = vec![5, 0, 0, 0];
+    note.extend((d.len() as u32).to_le_bytes());
+    note.extend(1u32.to_le_bytes());
+    note.extend(b"BOLT\0\0\0\0");
+    note.extend(&d);
+    note
+}
+
+/// The translator of the tests over `bat`: the hot fragment `f` at 0x1000 (size 0x30) taken from an original
+/// function at 0x5000, its cold part `f.cold.0` at 0x2000; all code one-byte nops but the original's 0x5041, a
+/// two-byte `66 90`.
+#[cfg(test)]
+fn translator_over(bat: Bat) -> Translator {
+    let mut orig = vec![0x90; 0x100];
+    orig[0x41] = 0x66;
+    Translator {
+        bat,
+        optimized: vec![("f".into(), 0x1000, 0x30), ("f.cold.0".into(), 0x2000, 0x10)],
+        original_of: HashMap::from([(0x1000, 0x5000)]),
+        unmoved: Default::default(),
+        opt_text: Text { data: vec![0x90; 0x40], sections: vec![(0x1000, 0x30, 0), (0x2000, 0x10, 0x30)] },
+        orig_text: Text { data: orig, sections: vec![(0x5000, 0x100, 0)] },
+    }
+}
+
+/// The translator over the hand-built table, for other modules' tests.
+#[cfg(test)]
+pub(crate) fn hand_built_translator() -> Translator {
+    translator_over(Bat::parse(&hand_built_note()).unwrap())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -480,25 +529,7 @@ mod tests {
     // its cold fragment at 0x2000 (skew 0x60: 0->0x60).
     #[test]
     fn hand_built_table() {
-        let mut d = vec![1u8, 0x80, 0x20]; // 1 hot fragment, address 0x1000
-        d.extend([0; 8]); // function hash
-        d.extend([3, 0, 3, 1, 0]); // 3 blocks, 0 secondary, 3 entries, 1 equal, its branch bit
-        d.extend([0]); // entry 0: delta 0, block
-        d.extend([0; 8]);
-        d.push(0); // hash + index delta
-        d.extend([0x10, 0xc1, 0x00]); // entry 1: out +0x10, in 0x20<<1|1 = 0x41 (SLEB), branch: no hash
-        d.extend([0x08, 0x3f]); // entry 2: out +8, in (0x40<<1) - 0x41 = 0x3f
-        d.extend([0; 8]);
-        d.push(1);
-        // 1 cold fragment: 0x2000 - 0x1018 = 0xfe8, hot index +0, skew 0x60, 1 entry, 1 equal, bits 0.
-        d.extend([1, 0xe8, 0x1f, 0, 0x60, 1, 1, 0, 0]);
-        d.extend([0; 8]);
-        d.push(0);
-        let mut note = vec![5, 0, 0, 0];
-        note.extend((d.len() as u32).to_le_bytes());
-        note.extend(1u32.to_le_bytes());
-        note.extend(b"BOLT\0\0\0\0");
-        note.extend(&d);
+        let note = hand_built_note();
         let bat = Bat::parse(&note).unwrap();
         check_hand_built_runs(bat.clone());
         assert_eq!(bat.fragments[&0x1000].entries, vec![(0, 0, false), (0x10, 0x20, true), (0x18, 0x40, false)]);
@@ -518,16 +549,7 @@ mod tests {
     /// not 0x14), nor one from the hot part into the cold one, nor a backward one. A branch end at an entry maps
     /// exactly (0x1018 -> 0x5040), past one only over code that decodes alike (0x1004 -> 0x5004; 0x101a: none).
     fn check_hand_built_runs(bat: Bat) {
-        let mut orig = vec![0x90; 0x100];
-        orig[0x41] = 0x66;
-        let t = Translator {
-            bat,
-            optimized: vec![("f".into(), 0x1000, 0x30), ("f.cold.0".into(), 0x2000, 0x10)],
-            original_of: HashMap::from([(0x1000, 0x5000)]),
-            unmoved: Default::default(),
-            opt_text: Text { data: vec![0x90; 0x40], sections: vec![(0x1000, 0x30, 0), (0x2000, 0x10, 0x30)] },
-            orig_text: Text { data: orig, sections: vec![(0x5000, 0x100, 0)] },
-        };
+        let t = translator_over(bat);
         assert_eq!(t.run_to_original(0x1000, 0x1008), Some((0x5000, 0x5008)));
         assert_eq!(t.run_to_original(0x1018, 0x101c), None);
         assert_eq!(t.run_to_original(0x1004, 0x1012), None);

@@ -20,10 +20,15 @@ pub mod fdata;
 pub mod identity;
 pub mod infer;
 pub mod lbr;
+pub mod lbr_fold;
+pub mod lineage;
 pub mod llvm_sample;
 pub mod manage;
+pub mod manager;
 pub mod mcf;
 pub mod policy;
+pub mod probing;
+pub mod profile;
 pub mod stats;
 pub mod tool;
 
