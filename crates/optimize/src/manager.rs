@@ -598,3 +598,411 @@ struct Tried<'a> {
     fingerprint: BTreeMap<String, f64>,
     cand_bid: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::manage::Output;
+    use crate::profile::block_profiles;
+    use crate::tool::ToolOutput;
+    use std::cell::{Cell, RefCell};
+    use std::collections::HashMap;
+    use std::rc::Rc;
+
+    /// What the fakes hold and record: the database's samples, the decisions
+    /// logged, the user's commands' outputs and times, llvm-bolt's behaviour.
+    #[derive(Default)]
+    struct World {
+        /// Sample sets per path, whatever the epochs.
+        sets: Vec<(PathBuf, SampleSet)>,
+        share: f64,
+        decisions: Vec<Decision>,
+        epoch: u32,
+        cached: Vec<(PathBuf, String)>,
+        states: usize,
+        said: Vec<String>,
+        /// Per build: the check's exit code and output, and the benchmark's CPU seconds.
+        check: HashMap<String, (i32, String)>,
+        bench: HashMap<String, f64>,
+        cpu: f64,
+        /// What llvm-bolt writes as the candidate (its build-id), or (Err) its error line.
+        bolt: Option<Result<String, String>>,
+    }
+
+    #[derive(Clone, Default)]
+    struct Fake(Rc<RefCell<World>>, Rc<Cell<f64>>);
+
+    /// The build-id of a test's file: its text.
+    fn bid_of(path: &Path) -> Result<String> {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| Error::new(ErrorKind::Io, format!("{}: {e}", path.display())))
+    }
+
+    /// The functions of every build: `a` at 0x1000, `b` at 0x1010, `c` at 0x1020.
+    fn functions() -> Functions {
+        Functions::new(vec![(0x1000, 16, "a".into()), (0x1010, 16, "b".into()), (0x1020, 16, "c".into())])
+    }
+
+    impl Profiles for Fake {
+        fn epochs(&mut self) -> Result<Vec<u32>> {
+            Ok((0..=self.0.borrow().epoch).collect())
+        }
+        fn sample_sets(&mut self, _: &[u32], path: &Path, wanted: &dyn Fn(&str) -> bool) -> Result<Vec<SampleSet>> {
+            let w = self.0.borrow();
+            let at = w.sets.iter().filter(|(p, _)| p == path).map(|(_, s)| s.clone());
+            Ok(at.map(|s| if wanted(&s.build_id) { s } else { SampleSet { samples: HashMap::new(), ..s } }).collect())
+        }
+        fn share(&mut self, _: &[u32], _: &Path, _: f64) -> Result<f64> {
+            Ok(self.0.borrow().share)
+        }
+        fn functions(&mut self, _: &Path, _: &str) -> Result<Functions> {
+            Ok(functions())
+        }
+        fn block_profile(&mut self, path: &Path, bid: &str, combined: Combined, policy: ColdPolicy) -> Result<ImageProfile> {
+            let code = crate::profile::tests::three_functions();
+            let functions = block_profiles(&code, &combined, policy, &HashMap::new(), None);
+            Ok(ImageProfile {
+                image: loupe_model::ImageId::elf(&path.display().to_string(), None),
+                build_id: bid.into(),
+                combined,
+                functions,
+            })
+        }
+        fn lbr_fdata(&mut self, _: &Path, _: &[u32], _: f64) -> Result<Option<LbrFdata>> {
+            Ok(None)
+        }
+        fn made_from(&mut self, _: &str) -> BTreeSet<String> {
+            BTreeSet::new()
+        }
+        fn has_probe_counts(&mut self, _: &str) -> bool {
+            true
+        }
+    }
+
+    impl Store for Fake {
+        fn log(&mut self, d: &Decision) -> Result<()> {
+            self.0.borrow_mut().decisions.push(d.clone());
+            Ok(())
+        }
+        fn new_epoch(&mut self) -> Result<u32> {
+            let mut w = self.0.borrow_mut();
+            w.epoch += 1;
+            Ok(w.epoch)
+        }
+        fn cache_image(&mut self, file: &Path, bid: &str) {
+            self.0.borrow_mut().cached.push((file.to_path_buf(), bid.into()));
+        }
+        fn flush(&mut self) {}
+        fn save_state(&mut self, _: &State) -> Result<()> {
+            self.0.borrow_mut().states += 1;
+            Ok(())
+        }
+        fn probe(&mut self, _: &Path, _: f64, _: usize, _: f64) -> Result<String> {
+            unreachable!("probe_seconds is 0 in these tests")
+        }
+        fn say(&mut self, line: &str) {
+            self.0.borrow_mut().said.push(line.into());
+        }
+    }
+
+    impl Files for Fake {
+        fn build_id(&self, path: &Path) -> Result<String> {
+            bid_of(path)
+        }
+    }
+
+    /// `check 'FILE'` and `bench 'FILE'`: the outcome configured for the file's build.
+    impl Runner for Fake {
+        fn sh(&self, cmd: &str) -> Result<Output> {
+            let file = cmd.split('\'').nth(1).unwrap();
+            let bid = bid_of(Path::new(file))?;
+            let mut w = self.0.borrow_mut();
+            let (code, stdout) = match cmd.split_once(' ').unwrap().0 {
+                "check" => w.check.get(&bid).cloned().unwrap_or((0, "ok\n".into())),
+                _ => {
+                    w.cpu += w.bench[&bid];
+                    (0, String::new())
+                }
+            };
+            Ok(Output { status: format!("exit status: {code}"), code: Some(code), stdout: stdout.into_bytes(), stderr: vec![] })
+        }
+        fn children_cpu(&self) -> f64 {
+            self.0.borrow().cpu
+        }
+    }
+
+    impl Clock for Fake {
+        fn now_unix(&self) -> u64 {
+            1_000_000
+        }
+        fn wall(&self) -> f64 {
+            self.1.get()
+        }
+        fn sleep(&self, secs: f64) {
+            self.1.set(self.1.get() + secs);
+        }
+    }
+
+    /// llvm-bolt writing the configured candidate at its `-o` argument, or failing with the configured line.
+    impl Tool for Fake {
+        fn describe(&self) -> String {
+            "fake-bolt".into()
+        }
+        fn run(&self, args: &[String]) -> Result<crate::tool::ToolOutput> {
+            match self.0.borrow().bolt.as_ref().unwrap() {
+                Ok(bid) => {
+                    let out = &args[args.iter().position(|a| a == "-o").unwrap() + 1];
+                    std::fs::write(out, bid).unwrap();
+                    Ok(ToolOutput { success: true, stdout: "BOLT-INFO: enabling relocation mode\n".into(), stderr: String::new() })
+                }
+                Err(line) => Ok(ToolOutput { success: false, stdout: String::new(), stderr: format!("{line}\n") }),
+            }
+        }
+    }
+
+    /// A program `prog` (build aa11) in a temporary directory, 100 samples of it in functions `a` and `b`, all
+    /// the machine's samples; its check prints "ok", its benchmark takes 1 s; BOLT makes build bb22.
+    struct Setup {
+        dir: tempfile::TempDir,
+        image: PathBuf,
+        fake: Fake,
+    }
+
+    fn setup() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("prog");
+        std::fs::write(&image, "aa11").unwrap();
+        let fake = Fake::default();
+        {
+            let mut w = fake.0.borrow_mut();
+            let samples = HashMap::from([(0x1004, 60), (0x1012, 40)]);
+            w.sets.push((image.clone(), SampleSet { build_id: "aa11".into(), age_secs: 0.0, samples }));
+            w.share = 1.0;
+            w.bench = HashMap::from([("aa11".into(), 1.0), ("bb22".into(), 0.8)]);
+            w.bolt = Some(Ok("bb22".into()));
+        }
+        Setup { dir, image, fake }
+    }
+
+    impl Setup {
+        fn manager(&self, budget: f64) -> Manager {
+            let path = self.image.display();
+            let cfg = Config::parse(&format!(
+                r#"{{"min_samples": 50, "programs": [{{"path": "{path}", "check": "check {{}}", "bench": "bench {{}}", "rounds": 10}}]}}"#
+            ))
+            .unwrap();
+            let f = &self.fake;
+            let bolt = f.clone();
+            let env = Env {
+                profiles: Box::new(f.clone()),
+                store: Box::new(f.clone()),
+                files: Box::new(f.clone()),
+                runner: Box::new(f.clone()),
+                clock: Box::new(f.clone()),
+                bolt: Box::new(move || Ok(Box::new(bolt.clone()) as Box<dyn Tool>)),
+            };
+            Manager::new(cfg, State::new(), budget, budget, self.dir.path().join("work"), env)
+        }
+
+        fn actions(&self) -> Vec<(String, String)> {
+            self.fake.0.borrow().decisions.iter().map(|d| (d.action.clone(), d.reason.clone())).collect()
+        }
+
+        fn with(&self, f: impl FnOnce(&mut World)) {
+            f(&mut self.fake.0.borrow_mut());
+        }
+
+        /// An optimized build (bb22) installed at the image by someone else, the original saved beside it, and
+        /// 30 samples of it since.
+        fn installed_elsewhere(&self) {
+            std::fs::write(manage::saved_original(&self.image), "aa11").unwrap();
+            std::fs::write(&self.image, "bb22").unwrap();
+            let samples = HashMap::from([(0x1004, 30)]);
+            self.with(|w| w.sets.push((self.image.clone(), SampleSet { build_id: "bb22".into(), age_secs: 0.0, samples })));
+        }
+    }
+
+    // A mature profile is optimized; a candidate that passes the check and is 20% faster in every round is
+    // installed over the path (original kept beside it, both builds cached), counted from a new epoch, and logged
+    // with its measurement; the candidate's temporary file is gone and the profile for BOLT is in the work directory.
+    #[test]
+    fn a_faster_candidate_is_installed() {
+        let s = setup();
+        let mut m = s.manager(1e9);
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        let acts = s.actions();
+        assert_eq!(acts.iter().map(|a| a.0.as_str()).collect::<Vec<_>>(), vec!["optimize", "installed"]);
+        assert!(acts[1].1.starts_with("20.0% faster than the original (median of 10 alternating rounds, 10 faster"), "{}", acts[1].1);
+        assert!(acts[1].1.contains("profile of 100 samples, given to BOLT as edges synthesized from IP samples (no branch records)"));
+        assert_eq!(bid_of(&s.image).unwrap(), "bb22");
+        assert_eq!(bid_of(&manage::saved_original(&s.image)).unwrap(), "aa11");
+        assert!(!Path::new(&format!("{}.loupe-bolt", s.image.display())).exists());
+        let fdata = std::fs::read_to_string(s.dir.path().join("work/aa11.fdata")).unwrap();
+        assert!(fdata.contains("1 a 0 1 a 4 0 "), "{fdata}");
+        let st = &m.state[&s.image.display().to_string()];
+        let inst = st.installed.as_ref().unwrap();
+        assert_eq!(
+            (inst.build.as_str(), inst.since_epoch, inst.built_from_samples, inst.verified_unix),
+            ("bb22", 1, Some(100.0), Some(1_000_000))
+        );
+        assert_eq!(inst.fingerprint, BTreeMap::from([("a".to_string(), 60.0), ("b".to_string(), 40.0)]));
+        let w = s.fake.0.borrow();
+        assert_eq!(w.decisions[1].candidate_build_id.as_deref(), Some("bb22"));
+        assert_eq!(w.decisions[1].measurement.as_ref().unwrap().wins, 10);
+        let cached: Vec<&str> = w.cached.iter().map(|c| c.1.as_str()).collect();
+        assert_eq!(cached, vec!["aa11", "aa11", "bb22"]);
+        assert_eq!(w.states, 1);
+    }
+
+    // A candidate whose output differs under the check is discarded before any benchmark: the original stays,
+    // the candidate is removed, and the profile's size is remembered so the next try waits for more samples.
+    #[test]
+    fn a_candidate_failing_the_check_is_discarded() {
+        let s = setup();
+        s.with(|w| {
+            w.check.insert("bb22".into(), (0, "wrong\n".into()));
+        });
+        let mut m = s.manager(1e9);
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        let acts = s.actions();
+        assert_eq!(acts[1].0, "discarded");
+        assert_eq!(
+            acts[1].1,
+            "check: candidate's output differs from the original's (profile given to BOLT as edges synthesized from IP samples (no branch records))"
+        );
+        assert_eq!(bid_of(&s.image).unwrap(), "aa11");
+        assert!(!manage::saved_original(&s.image).exists());
+        assert!(!Path::new(&format!("{}.loupe-bolt", s.image.display())).exists());
+        assert_eq!(s.fake.0.borrow().cpu, 0.0, "no benchmark ran");
+        let st = &m.state[&s.image.display().to_string()];
+        assert_eq!((st.last_discard_samples, st.installed.is_none()), (Some(100.0), true));
+        // The next pass waits for retry_factor times the samples instead of trying again.
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        assert_eq!(s.actions()[2].1, "last candidate (from 100 samples) was discarded; waiting for 200 samples");
+    }
+
+    // A candidate no faster than the original is discarded with its measurement; the original stays in place.
+    #[test]
+    fn a_candidate_that_is_not_faster_is_discarded() {
+        let s = setup();
+        s.with(|w| {
+            w.bench.insert("bb22".into(), 1.0);
+        });
+        let mut m = s.manager(1e9);
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        let w = s.fake.0.borrow();
+        let d = &w.decisions[1];
+        assert_eq!(d.action, "discarded");
+        assert!(d.reason.starts_with("not significantly faster: 0 of 10 rounds faster"), "{}", d.reason);
+        assert_eq!(d.measurement.as_ref().unwrap().ratio_median, 1.0);
+        assert_eq!(d.candidate_build_id.as_deref(), Some("bb22"));
+        assert_eq!(bid_of(&s.image).unwrap(), "aa11");
+    }
+
+    // When llvm-bolt fails its last line is the reason the attempt is discarded (no check runs); when it cannot
+    // be found at all, the pass fails and the loop logs that as an error and carries on.
+    #[test]
+    fn tool_failures_are_logged() {
+        let s = setup();
+        s.with(|w| w.bolt = Some(Err("BOLT-ERROR: cannot process".into())));
+        let mut m = s.manager(1e9);
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        let acts = s.actions();
+        assert_eq!(acts[1], ("discarded".into(), "fake-bolt failed: BOLT-ERROR: cannot process (profile given to BOLT as edges synthesized from IP samples (no branch records))".into()));
+        assert_eq!(bid_of(&s.image).unwrap(), "aa11");
+
+        let s = setup();
+        let mut m = s.manager(1e9);
+        m.env.bolt = Box::new(|| Err(Error::new(ErrorKind::Tool, "llvm-bolt not found")));
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        assert_eq!(s.actions()[1], ("error".into(), "llvm-bolt not found".into()));
+        assert_eq!(s.fake.0.borrow().decisions[1].build_id, "");
+    }
+
+    // An optimized version installed by someone else is measured against the saved original before anything
+    // else; slower, it is rolled back (the original renamed back over the path) and the reason says why.
+    #[test]
+    fn an_unmeasured_slower_installed_version_is_rolled_back() {
+        let s = setup();
+        s.installed_elsewhere();
+        s.with(|w| {
+            w.bench.insert("bb22".into(), 1.2);
+        });
+        let mut m = s.manager(1e9);
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        let acts = s.actions();
+        assert_eq!(acts.len(), 1);
+        assert_eq!(acts[0].0, "rolled-back");
+        assert!(
+            acts[0].1.starts_with("installed version not yet measured by the manager: not significantly faster: 0 of 10"),
+            "{}",
+            acts[0].1
+        );
+        assert!(acts[0].1.ends_with("; original restored"));
+        assert_eq!(bid_of(&s.image).unwrap(), "aa11");
+        assert!(!manage::saved_original(&s.image).exists());
+        assert!(m.state[&s.image.display().to_string()].installed.is_none());
+    }
+
+    // The same installed version, faster than the original, is kept and marked verified; one that has not run
+    // since is not measured (nothing to compare usage with) and the wait is logged once, not every pass.
+    #[test]
+    fn a_faster_installed_version_is_verified_and_waits_are_logged_once() {
+        let s = setup();
+        s.installed_elsewhere();
+        let mut m = s.manager(1e9);
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        assert_eq!(s.actions()[0].0, "verified");
+        assert!(s.actions()[0].1.ends_with("still 20.0% faster than the original (10 of 10 rounds)"));
+        assert_eq!(bid_of(&s.image).unwrap(), "bb22");
+        let inst = m.state[&s.image.display().to_string()].installed.clone().unwrap();
+        assert_eq!(inst.verified_unix, Some(1_000_000));
+
+        let s = setup();
+        s.installed_elsewhere();
+        s.with(|w| w.sets.retain(|(_, set)| set.build_id != "bb22"));
+        let mut m = s.manager(1e9);
+        for _ in 0..3 {
+            m.run(Stop { once: true, ..Default::default() }).unwrap();
+        }
+        assert_eq!(s.actions(), vec![("wait".into(), "installed version not yet measured by the manager, but it has not run yet".into())]);
+    }
+
+    // Work is deferred while the CPU budget is spent: the first attempt's 18 CPU seconds of benchmarks exceed a
+    // 1-second bucket, so the next program's work waits, and the wait says for how long.
+    #[test]
+    fn work_over_the_cpu_budget_is_deferred() {
+        let s = setup();
+        s.with(|w| {
+            w.check.insert("bb22".into(), (0, "ok\n".into()));
+            w.bench.insert("bb22".into(), 1.0);
+        });
+        let mut m = s.manager(1.0);
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        assert_eq!(s.actions()[1].0, "discarded");
+        s.with(|w| w.sets[0].1.samples = HashMap::from([(0x1004, 400)]));
+        m.run(Stop { once: true, ..Default::default() }).unwrap();
+        let last = s.actions().pop().unwrap();
+        assert_eq!(last.0, "wait");
+        assert!(last.1.ends_with("deferred: over the CPU budget for 19 s more"), "{}", last.1);
+    }
+
+    // The loop passes every `interval` seconds until its duration is over, sleeping between passes, and saves
+    // the state after each pass; a program whose file is gone fails its pass, logged as an error.
+    #[test]
+    fn the_loop_runs_for_its_duration_and_logs_failed_passes() {
+        let s = setup();
+        std::fs::remove_file(&s.image).unwrap();
+        let mut m = s.manager(1e9);
+        m.run(Stop { duration: Some(150.0), ..Default::default() }).unwrap();
+        let w = s.fake.0.borrow();
+        // The duration is checked after each pass: passes at 0, 60, 120 and 180 s.
+        assert_eq!(w.states, 4);
+        assert!((180.0..180.5).contains(&s.fake.1.get()), "{}", s.fake.1.get());
+        assert_eq!(w.decisions.len(), 4);
+        assert_eq!(w.decisions[0].action, "error");
+        assert!(w.decisions[0].reason.starts_with(&format!("{}:", s.image.display())), "{}", w.decisions[0].reason);
+    }
+}

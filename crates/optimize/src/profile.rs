@@ -128,10 +128,11 @@ pub(crate) mod tests {
         Symbol { start, size, name: name.into() }
     }
 
-    /// Two functions of straight-line nops ending in `ret`: `a` at 0x1000 (16 bytes), `b` at 0x1010 (16 bytes,
-    /// also named `b_alias`), and `c` at 0x1020 never sampled.
+    /// Three functions of nops ending in `ret`: `a` at 0x1000 (16 bytes, opening with `je 0x1004`), `b` at
+    /// 0x1010 (16 bytes, also named `b_alias`), and `c` at 0x1020.
     pub(crate) fn three_functions() -> Literal {
         let mut bytes = vec![0x90; 0x30];
+        bytes[..2].copy_from_slice(&[0x74, 0x02]);
         for end in [0x0f, 0x1f, 0x2f] {
             bytes[end] = 0xc3;
         }
