@@ -11,6 +11,7 @@ use loupe_optimize::blocks::ColdPolicy;
 use loupe_optimize::combine::{check_build_id, combine, Combined, SampleSet};
 use loupe_optimize::llvm_sample::{self, FunctionLines};
 use loupe_optimize::manage::{self, Decision};
+use loupe_optimize::manager::{self, Optimizer, Trial};
 use loupe_optimize::profile::{block_profiles, CodeView, ImageProfile, Symbol};
 use loupe_optimize::{fdata, tool};
 use loupe_store::Database;
@@ -512,42 +513,14 @@ fn optimize(a: RunArgs) -> Result<u8> {
 
 /// BOLT (or the rebuild), check, measure, and install when asked: the reason for any refusal.
 fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, d: &mut Decision) -> Result<(), loupe_optimize::Error> {
-    let img = &a.profile.image;
-    match (bolt, &a.rebuild) {
-        (Some(bolt), _) => {
-            let report = tool::run_bolt(bolt, img, prof, out)?;
-            for s in &report.skipped {
-                eprintln!("loupe: skipped {s}");
-                d.reason = format!("skipped {s}; ");
-            }
-            if let Some(f) = &report.profiled_functions {
-                eprintln!("loupe: {f}");
-            }
-        }
-        (None, Some(cmd)) => manage::rebuild(&manage::Shell, cmd, prof, out)?,
+    let trial =
+        Trial { image: &a.profile.image, check: &a.check, bench: &a.bench, rounds: a.rounds, min_gain: a.min_gain, install: a.install };
+    let opt = match (bolt, &a.rebuild) {
+        (Some(bolt), _) => Optimizer::Bolt(bolt),
+        (None, Some(cmd)) => Optimizer::Rebuild(cmd),
         (None, None) => return Err(loupe_optimize::Error::new(loupe_optimize::ErrorKind::Tool, "no optimizer")),
-    }
-    d.candidate_build_id = Symbolizer::read_build_id(out).map(|b| b.to_hex());
-    manage::check(&manage::Shell, &a.check, img, out)?;
-    let m = manage::measure(&manage::Shell, &a.bench, img, out, a.rounds)?;
-    eprintln!(
-        "loupe: candidate/original time: median {:.3} (min {:.3}, max {:.3}), faster in {} of {} rounds, p = {:.4}",
-        m.ratio_median, m.ratio_min, m.ratio_max, m.wins, m.rounds, m.p_value
-    );
-    d.measurement = Some(m.clone());
-    manage::decide(&m, a.min_gain, 0.05)?;
-    d.reason += &format!("{:.1}% faster (median of {} alternating rounds)", (1.0 - m.ratio_median) * 100.0, m.rounds);
-    if a.install {
-        // From a saved original (PATH.loupe-orig), the candidate replaces the version installed at PATH.
-        let at = loupe_optimize::lineage::installed_path(img).unwrap_or(img.to_path_buf());
-        manage::install(&at, out)?;
-        d.action = "installed".into();
-        d.reason += &format!("; renamed over {}", at.display());
-    } else {
-        d.action = "accepted".into();
-        d.reason += &format!("; candidate left at {} (use --install to install)", out.display());
-    }
-    Ok(())
+    };
+    manager::evaluate(&trial, opt, &manage::Shell, &crate::optimize_manage::Disk, prof, out, d, &mut |l| eprintln!("loupe: {l}"))
 }
 
 fn status(a: StatusArgs) -> Result<u8> {

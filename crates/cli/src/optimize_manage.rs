@@ -244,7 +244,7 @@ impl Store for DbStore {
 }
 
 /// The files on disk, their build-ids read by the symbolizer.
-struct Disk;
+pub(crate) struct Disk;
 
 impl Files for Disk {
     fn build_id(&self, path: &Path) -> loupe_optimize::Result<String> {

@@ -569,6 +569,74 @@ impl Manager {
     }
 }
 
+/// What `loupe optimize run` asks of one candidate.
+pub struct Trial<'a> {
+    pub image: &'a Path,
+    pub check: &'a str,
+    pub bench: &'a str,
+    pub rounds: usize,
+    pub min_gain: f64,
+    /// Install the candidate when it passes.
+    pub install: bool,
+}
+
+/// How the candidate is made.
+pub enum Optimizer<'a> {
+    Bolt(&'a dyn Tool),
+    /// A rebuild command with `{profile}` and `{out}` (sampled-profile PGO).
+    Rebuild(&'a str),
+}
+
+/// `loupe optimize run`'s one decision: the candidate made from `prof`
+/// into `out`, checked and measured against the image, and installed when
+/// asked; `d` gets the candidate's build-id, the measurement, the action
+/// and the reason. The error is the reason for a refusal.
+pub fn evaluate(
+    t: &Trial,
+    opt: Optimizer,
+    run: &dyn Runner,
+    files: &dyn Files,
+    prof: &Path,
+    out: &Path,
+    d: &mut Decision,
+    say: &mut dyn FnMut(&str),
+) -> Result<()> {
+    match opt {
+        Optimizer::Bolt(bolt) => {
+            let report = tool::run_bolt(bolt, t.image, prof, out)?;
+            for s in &report.skipped {
+                say(&format!("skipped {s}"));
+                d.reason = format!("skipped {s}; ");
+            }
+            if let Some(f) = &report.profiled_functions {
+                say(f);
+            }
+        }
+        Optimizer::Rebuild(cmd) => manage::rebuild(run, cmd, prof, out)?,
+    }
+    d.candidate_build_id = files.build_id(out).ok().filter(|b| !b.is_empty());
+    manage::check(run, t.check, t.image, out)?;
+    let m = manage::measure(run, t.bench, t.image, out, t.rounds)?;
+    say(&format!(
+        "candidate/original time: median {:.3} (min {:.3}, max {:.3}), faster in {} of {} rounds, p = {:.4}",
+        m.ratio_median, m.ratio_min, m.ratio_max, m.wins, m.rounds, m.p_value
+    ));
+    d.measurement = Some(m.clone());
+    manage::decide(&m, t.min_gain, 0.05)?;
+    d.reason += &format!("{:.1}% faster (median of {} alternating rounds)", (1.0 - m.ratio_median) * 100.0, m.rounds);
+    if t.install {
+        // From a saved original (PATH.loupe-orig), the candidate replaces the version installed at PATH.
+        let at = lineage::installed_path(t.image).unwrap_or(t.image.to_path_buf());
+        files.install(&at, out)?;
+        d.action = "installed".into();
+        d.reason += &format!("; renamed over {}", at.display());
+    } else {
+        d.action = "accepted".into();
+        d.reason += &format!("; candidate left at {} (use --install to install)", out.display());
+    }
+    Ok(())
+}
+
 /// Why a version was refused, with its measurement when it got that far.
 struct Rejected(Error, Option<Box<Measurement>>);
 
@@ -987,6 +1055,52 @@ mod tests {
         let last = s.actions().pop().unwrap();
         assert_eq!(last.0, "wait");
         assert!(last.1.ends_with("deferred: over the CPU budget for 19 s more"), "{}", last.1);
+    }
+
+    // `optimize run`: a faster candidate is accepted and left in place, or with --install renamed over the
+    // program; given the saved original, over the version installed at its path; a failing check refuses it.
+    #[test]
+    fn a_single_run_accepts_installs_or_refuses() {
+        let s = setup();
+        let f = s.fake.clone();
+        let (prof, out) = (s.dir.path().join("p.fdata"), s.dir.path().join("prog.loupe-bolt"));
+        let mut said = vec![];
+        let mut trial = Trial { image: &s.image, check: "check {}", bench: "bench {}", rounds: 10, min_gain: 0.01, install: false };
+        let mut d = Decision {
+            unix_time: 0,
+            image: String::new(),
+            build_id: String::new(),
+            candidate_build_id: None,
+            replaces: None,
+            action: "discarded".into(),
+            reason: String::new(),
+            measurement: None,
+        };
+        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &prof, &out, &mut d.clone(), &mut |l| said.push(l.to_string())).unwrap();
+        assert!(said[0].starts_with("candidate/original time: median 0.800"), "{said:?}");
+        trial.install = true;
+        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &prof, &out, &mut d, &mut |_| {}).unwrap();
+        assert_eq!((d.action.as_str(), d.candidate_build_id.as_deref()), ("installed", Some("bb22")));
+        assert_eq!(d.reason, format!("20.0% faster (median of 10 alternating rounds); renamed over {}", s.image.display()));
+        assert_eq!(bid_of(&s.image).unwrap(), "bb22");
+        // From the saved original, a new candidate (cc33) replaces the installed version at the path.
+        s.with(|w| {
+            w.bolt = Some(Ok("cc33".into()));
+            w.bench.insert("cc33".into(), 0.5);
+        });
+        let saved = manage::saved_original(&s.image);
+        trial.image = &saved;
+        let mut d2 = Decision { reason: String::new(), ..d.clone() };
+        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &prof, &out, &mut d2, &mut |_| {}).unwrap();
+        assert_eq!((bid_of(&s.image).unwrap().as_str(), bid_of(&saved).unwrap().as_str()), ("cc33", "aa11"));
+        s.with(|w| {
+            w.check.insert("cc33".into(), (1, String::new()));
+        });
+        let e = evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &prof, &out, &mut d2, &mut |_| {}).unwrap_err();
+        assert_eq!(
+            (e.kind(), e.to_string().as_str()),
+            (ErrorKind::Check, "check: candidate exited with exit status: 1 where the original gave exit status: 0")
+        );
     }
 
     // The loop passes every `interval` seconds until its duration is over, sleeping between passes, and saves
