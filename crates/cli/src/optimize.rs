@@ -513,14 +513,22 @@ fn optimize(a: RunArgs) -> Result<u8> {
 
 /// BOLT (or the rebuild), check, measure, and install when asked: the reason for any refusal.
 fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, d: &mut Decision) -> Result<(), loupe_optimize::Error> {
-    let trial =
-        Trial { image: &a.profile.image, check: &a.check, bench: &a.bench, rounds: a.rounds, min_gain: a.min_gain, install: a.install };
+    let trial = Trial {
+        image: &a.profile.image,
+        check: &a.check,
+        bench: &a.bench,
+        rounds: a.rounds,
+        min_gain: a.min_gain,
+        install: a.install,
+        profile: prof,
+        out,
+    };
     let opt = match (bolt, &a.rebuild) {
         (Some(bolt), _) => Optimizer::Bolt(bolt),
         (None, Some(cmd)) => Optimizer::Rebuild(cmd),
         (None, None) => return Err(loupe_optimize::Error::new(loupe_optimize::ErrorKind::Tool, "no optimizer")),
     };
-    manager::evaluate(&trial, opt, &manage::Shell, &crate::optimize_manage::Disk, prof, out, d, &mut |l| eprintln!("loupe: {l}"))
+    manager::evaluate(&trial, opt, &manage::Shell, &crate::optimize_manage::Disk, d, &mut |l| eprintln!("loupe: {l}"))
 }
 
 fn status(a: StatusArgs) -> Result<u8> {

@@ -578,6 +578,9 @@ pub struct Trial<'a> {
     pub min_gain: f64,
     /// Install the candidate when it passes.
     pub install: bool,
+    /// The profile the candidate is made from, and where it is written.
+    pub profile: &'a Path,
+    pub out: &'a Path,
 }
 
 /// How the candidate is made.
@@ -587,20 +590,12 @@ pub enum Optimizer<'a> {
     Rebuild(&'a str),
 }
 
-/// `loupe optimize run`'s one decision: the candidate made from `prof`
-/// into `out`, checked and measured against the image, and installed when
+/// `loupe optimize run`'s one decision: the candidate made from the
+/// profile into `out`, checked and measured against the image, and installed when
 /// asked; `d` gets the candidate's build-id, the measurement, the action
 /// and the reason. The error is the reason for a refusal.
-pub fn evaluate(
-    t: &Trial,
-    opt: Optimizer,
-    run: &dyn Runner,
-    files: &dyn Files,
-    prof: &Path,
-    out: &Path,
-    d: &mut Decision,
-    say: &mut dyn FnMut(&str),
-) -> Result<()> {
+pub fn evaluate(t: &Trial, opt: Optimizer, run: &dyn Runner, files: &dyn Files, d: &mut Decision, say: &mut dyn FnMut(&str)) -> Result<()> {
+    let (prof, out) = (t.profile, t.out);
     match opt {
         Optimizer::Bolt(bolt) => {
             let report = tool::run_bolt(bolt, t.image, prof, out)?;
@@ -1065,7 +1060,16 @@ mod tests {
         let f = s.fake.clone();
         let (prof, out) = (s.dir.path().join("p.fdata"), s.dir.path().join("prog.loupe-bolt"));
         let mut said = vec![];
-        let mut trial = Trial { image: &s.image, check: "check {}", bench: "bench {}", rounds: 10, min_gain: 0.01, install: false };
+        let mut trial = Trial {
+            image: &s.image,
+            check: "check {}",
+            bench: "bench {}",
+            rounds: 10,
+            min_gain: 0.01,
+            install: false,
+            profile: &prof,
+            out: &out,
+        };
         let mut d = Decision {
             unix_time: 0,
             image: String::new(),
@@ -1076,10 +1080,10 @@ mod tests {
             reason: String::new(),
             measurement: None,
         };
-        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &prof, &out, &mut d.clone(), &mut |l| said.push(l.to_string())).unwrap();
+        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &mut d.clone(), &mut |l| said.push(l.to_string())).unwrap();
         assert!(said[0].starts_with("candidate/original time: median 0.800"), "{said:?}");
         trial.install = true;
-        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &prof, &out, &mut d, &mut |_| {}).unwrap();
+        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &mut d, &mut |_| {}).unwrap();
         assert_eq!((d.action.as_str(), d.candidate_build_id.as_deref()), ("installed", Some("bb22")));
         assert_eq!(d.reason, format!("20.0% faster (median of 10 alternating rounds); renamed over {}", s.image.display()));
         assert_eq!(bid_of(&s.image).unwrap(), "bb22");
@@ -1091,12 +1095,12 @@ mod tests {
         let saved = manage::saved_original(&s.image);
         trial.image = &saved;
         let mut d2 = Decision { reason: String::new(), ..d.clone() };
-        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &prof, &out, &mut d2, &mut |_| {}).unwrap();
+        evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &mut d2, &mut |_| {}).unwrap();
         assert_eq!((bid_of(&s.image).unwrap().as_str(), bid_of(&saved).unwrap().as_str()), ("cc33", "aa11"));
         s.with(|w| {
             w.check.insert("cc33".into(), (1, String::new()));
         });
-        let e = evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &prof, &out, &mut d2, &mut |_| {}).unwrap_err();
+        let e = evaluate(&trial, Optimizer::Bolt(&f), &f, &f, &mut d2, &mut |_| {}).unwrap_err();
         assert_eq!(
             (e.kind(), e.to_string().as_str()),
             (ErrorKind::Check, "check: candidate exited with exit status: 1 where the original gave exit status: 0")
