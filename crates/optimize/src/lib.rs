@@ -6,8 +6,14 @@
 //! candidate is checked and measured against the original, and installed
 //! or discarded.
 //!
-//! Pure modules (`combine`, `blocks`, `fdata`, `llvm_sample`, `stats`) take
-//! values; `tool` and `manage` do the process and file work.
+//! Pure modules (`combine`, `blocks`, `fdata`, `llvm_sample`, `stats`,
+//! `lineage`, `lbr_fold`, `probing`, `profile`) take values; `manager`
+//! decides what the manager does and reaches the world only through the
+//! traits of its `Env` (the profile database, the files, the user's
+//! commands, the clock, llvm-bolt), so its decisions are unit-tested with
+//! fakes; `tool` and `manage` hold the real process and file work.
+//! Errors are [`Error`]s with an [`ErrorKind`]; their message is the text
+//! the decision log keeps.
 
 pub mod bat;
 pub mod blocks;
