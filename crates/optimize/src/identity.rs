@@ -5,6 +5,7 @@
 //! profile BOLT was given, so the same input and profile give the same id
 //! (a rebuild is recognised) and any other profile gives another.
 
+use crate::error::{Error, ErrorKind, Result};
 use loupe_symbolize::build_id;
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
@@ -26,24 +27,25 @@ pub fn derived_build_id(input: &[u8], profile: &[u8], len: usize) -> Vec<u8> {
 }
 
 /// The build-id of the ELF file `data` and its place in the file.
-fn locate(data: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>), String> {
-    let at = build_id::locate(data).map_err(|e| e.to_string())?;
+fn locate(data: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>)> {
+    let at = build_id::locate(data).map_err(|e| Error::new(ErrorKind::Format, e.to_string()))?;
     Ok((data[at.clone()].to_vec(), at))
 }
 
 /// The build-id of the ELF file at `path`.
-pub fn read_build_id(path: &Path) -> Result<Vec<u8>, String> {
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    locate(&data).map(|(id, _)| id).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_build_id(path: &Path) -> Result<Vec<u8>> {
+    let data = std::fs::read(path).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display())))?;
+    locate(&data).map(|(id, _)| id).map_err(|e| e.context(path.display()))
 }
 
 /// Gives the optimized binary `output` (made from `input` with the profile
 /// `profile`) its own build-id; returns it. The note keeps its length.
-pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<u8>, String> {
+pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<u8>> {
+    let io = |p: &Path, e: std::io::Error| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", p.display()));
     let input_id = read_build_id(input)?;
-    let prof = std::fs::read(profile).map_err(|e| format!("cannot read {}: {e}", profile.display()))?;
-    let mut data = std::fs::read(output).map_err(|e| format!("cannot read {}: {e}", output.display()))?;
-    let (_, at) = locate(&data).map_err(|e| format!("{}: {e}", output.display()))?;
+    let prof = std::fs::read(profile).map_err(|e| io(profile, e))?;
+    let mut data = std::fs::read(output).map_err(|e| io(output, e))?;
+    let (_, at) = locate(&data).map_err(|e| e.context(output.display()))?;
     let id = derived_build_id(&input_id, &prof, at.len());
     data[at].copy_from_slice(&id);
     // Written beside (with the output's mode: it is an executable) and
@@ -53,13 +55,14 @@ pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<
     std::fs::write(&tmp, &data)
         .and_then(|_| mode.and_then(|m| std::fs::set_permissions(&tmp, m)))
         .and_then(|_| std::fs::rename(&tmp, output))
-        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot write {}: {e}", output.display())))?;
     Ok(id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
 
     // The same input and profile give the same id; another profile or
     // another input gives another; the length asked for is kept.
