@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 /// Candidate build-ids the decision log records as made from `orig_bid`.
 pub(crate) fn made_from(db_dir: &Path, orig_bid: &str) -> BTreeSet<String> {
-    let text = std::fs::read_to_string(db_dir.join("optimize/decisions.jsonl")).unwrap_or_default();
+    let text = std::fs::read_to_string(loupe_store::layout::decisions_log(db_dir)).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str::<loupe_optimize::manage::Decision>(l).ok())
         .filter(|d| !orig_bid.is_empty() && d.build_id.eq_ignore_ascii_case(orig_bid))
@@ -79,7 +79,7 @@ pub(crate) fn translate_sets(t: &Translator, sets: Vec<SampleSet>, orig_bid: &st
 /// replaced version, whose samples stay in the database).
 pub(crate) fn build_file(db_dir: &Path, image: &Path, bid: &str) -> Option<PathBuf> {
     let on_disk = candidate_files(image).into_iter().find(|f| build_id_of(f).is_ok_and(|b| b.eq_ignore_ascii_case(bid)));
-    on_disk.or_else(|| Some(db_dir.join("images").join(bid)).filter(|p| p.is_file()))
+    on_disk.or_else(|| Some(loupe_store::layout::cached_image(db_dir, bid)).filter(|p| p.is_file()))
 }
 
 /// Every optimized build Loupe made from build `orig_bid` of `image` whose

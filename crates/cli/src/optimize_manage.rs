@@ -28,6 +28,7 @@ use loupe_optimize::drift::{function_shares, translated_shares, Functions};
 use loupe_optimize::manage::{self, children_cpu, Decision};
 use loupe_optimize::policy::{self, Action, CpuBudget, Observation};
 use loupe_optimize::{fdata, tool};
+use loupe_store::query::{Epochs, ProfileSource};
 use loupe_store::{Database, EpochId};
 use loupe_symbolize::{Code, Symbolizer};
 use std::collections::BTreeMap;
@@ -106,7 +107,7 @@ pub fn run(a: ManageArgs) -> Result<u8> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
-    let state_path = a.db.db.join("optimize/state.json");
+    let state_path = loupe_store::layout::optimize_state(&a.db.db);
     let state = std::fs::read(&state_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
     let started = Instant::now();
     let mut m =
@@ -154,7 +155,7 @@ fn cache_image(db: &Path, file: &Path, bid: &str) {
     if bid.is_empty() {
         return;
     }
-    let dir = db.join("images");
+    let dir = loupe_store::layout::images_dir(db);
     let dst = dir.join(bid);
     if dst.exists() {
         return;
@@ -254,7 +255,7 @@ impl Manager {
 
     fn decide_and_act(&mut self, prog: &Program, image: &Path, st: &mut ProgramState) -> Result<()> {
         let db = Database::open(&self.db)?;
-        let epochs: Vec<EpochId> = db.epochs()?.into_iter().map(|e| e.id).filter(|e| e.0 >= st.from_epoch).collect();
+        let epochs = db.select(&Epochs::From(EpochId(st.from_epoch)))?;
         let mut syms = symbolizer(&self.db);
         let path = image.display().to_string();
         let orig = st.original_build.clone();
@@ -360,11 +361,10 @@ impl Manager {
         let (mut mine, mut total) = (0.0, 0.0);
         for (e, age) in epoch_ages(db, epochs)? {
             let w = age_weight(age, self.cfg.half_life);
-            let (idx, _) = db.index(e)?;
-            for x in &idx.entries {
-                total += w * x.total_samples as f64;
+            for x in db.totals(e)?.0 {
+                total += w * x.samples(|_| true) as f64;
                 if x.image.path == want {
-                    mine += w * x.total_samples as f64;
+                    mine += w * x.samples(|_| true) as f64;
                 }
             }
         }
@@ -458,12 +458,12 @@ impl Manager {
         )?;
         let code = syms.code(&ip.image).map_err(|r| anyhow!("cannot read {}: {r}", original.display()))?;
         let fingerprint = function_shares(&functions(&code), &ip.combined.samples);
-        let work = self.db.join("optimize/work");
+        let work = loupe_store::layout::optimize_work(&self.db);
         std::fs::create_dir_all(&work)?;
         let fdata_path = work.join(format!("{}.fdata", &st.original_build));
         // Real branch records (LBR) of the build and of its optimized versions, when the database holds some,
         // beat edges synthesized from IP samples.
-        let epochs: Vec<EpochId> = Database::open(&self.db)?.epochs()?.into_iter().map(|e| e.id).filter(|e| e.0 >= st.from_epoch).collect();
+        let epochs = Database::open(&self.db)?.select(&Epochs::From(EpochId(st.from_epoch)))?;
         let (text, form) = match crate::optimize_lbr::lbr_fdata_of(&self.db, original, original, &epochs, self.cfg.half_life, syms)? {
             Some(f) => {
                 let form = format!("branch records (LBR): {} branches taken {} times", f.lines - f.fallthrough_lines, f.taken);
