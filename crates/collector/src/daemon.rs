@@ -545,7 +545,7 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, entries: u32) -> Resul
 
 /// The daemon's unix socket in the database directory.
 pub fn socket_path(db: &Path) -> PathBuf {
-    db.join("daemon.sock")
+    loupe_store::layout::daemon_socket(db)
 }
 
 /// Sends one command to a running daemon and returns its one-line answer.

@@ -15,6 +15,11 @@ pub fn cached_image(db: &Path, build_hex: &str) -> PathBuf {
     images_dir(db).join(build_hex)
 }
 
+/// The running daemon's control socket.
+pub fn daemon_socket(db: &Path) -> PathBuf {
+    db.join("daemon.sock")
+}
+
 /// The probe counts the optimizer keeps for a build.
 pub fn probe_tally(db: &Path, build_hex: &str) -> PathBuf {
     db.join("probes").join(format!("{build_hex}.json"))

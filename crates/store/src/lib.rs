@@ -5,6 +5,7 @@
 //! DB/LOUPE_DB                      marker: format version, creation time
 //! DB/CURRENT                       number of the current epoch
 //! DB/lock                          flock held while merging or switching epochs
+//! DB/daemon.sock                   the running daemon's control socket
 //! DB/images/<build-id hex>         copies of binaries (vDSO, replaced files)
 //! DB/epochs/000001/epoch.json      {"started_unix", "meta": {..}}
 //! DB/epochs/000001/index.json      per file: image, event, totals, per-process totals
