@@ -5,7 +5,7 @@ use crate::flags::{By, Format, TopArgs};
 use crate::symbols::Symbols;
 use anyhow::Result;
 use loupe_analysis::top::{pct, top, GroupBy, TopReport};
-use loupe_store::query::{choose_events, Detail, Epochs, Filter, ProfileSource};
+use loupe_store::query::{choose_events, Detail, Epochs, Filter, ProfileSource, Selection};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 
@@ -14,16 +14,18 @@ pub fn run(a: TopArgs) -> Result<u8> {
         return crate::stacks::top(a);
     }
     let db = Database::open(&a.db.db)?;
-    let epochs = db.select(&Epochs::parse(&a.epoch)?)?;
     let filter = Filter { pids: a.pid.clone(), comms: a.comm.clone(), image: a.image.clone() };
-    let flat = db.flat(&epochs, detail(a.by), &filter)?;
+    let sel = Selection { epochs: Epochs::parse(&a.epoch)?, filter, events: a.events.clone() };
+    let epochs = db.select(&sel.epochs)?;
+    let flat = db.flat(&epochs, detail(a.by), &sel.filter)?;
     for p in &flat.problems {
         eprintln!("loupe: skipping corrupt profile {p}");
     }
-    let events = choose_events(&flat.events(), &a.events)?;
+    let events = choose_events(&flat.events(), &sel.events)?;
     let by = group_by(a.by);
     let mut syms = Symbols::for_db(&a.db.db);
-    let report = top(&flat.profiles, &flat.totals, &events, by, &|p| filter.keep_process(p), &|i| filter.keep_image(i), &mut syms);
+    let (keep, keep_image) = (|p: &_| sel.filter.keep_process(p), |i: &str| sel.filter.keep_image(i));
+    let report = top(&flat.profiles, &flat.totals, &events, by, &keep, &keep_image, &mut syms);
     let mut out = std::io::stdout().lock();
     match a.format {
         Format::Json => print_json(&mut out, &report, a.by, a.limit)?,
