@@ -3,7 +3,7 @@
 //! it with validation, installation and rollback.
 
 use crate::flags::DbArg;
-use crate::procedure::{symbolizer, Mem};
+use crate::procedure::symbolizer;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use loupe_model::{ImageId, ImageKind};
@@ -14,7 +14,8 @@ use loupe_optimize::manage::{self, Decision};
 use loupe_optimize::manager::{self, Optimizer, Trial};
 use loupe_optimize::profile::{block_profiles, CodeView, ImageProfile, Symbol};
 use loupe_optimize::{fdata, tool};
-use loupe_store::Database;
+use loupe_store::query::{Epochs, ProfileSource};
+use loupe_store::{layout, Database};
 use loupe_symbolize::{Code, Symbolizer};
 use std::collections::HashMap;
 use std::io::Write;
@@ -209,7 +210,7 @@ pub(crate) fn sample_sets(
     let mut sets = Vec::new();
     let mut code_images: HashMap<ImageId, ImageId> = HashMap::new();
     for (e, age) in epoch_ages(db, epochs)? {
-        let (profiles, bad) = db.load(e, &|x| x.image.kind == ImageKind::Elf && (x.image.path == want || x.image.path == path))?;
+        let (profiles, bad) = db.profiles(e, &|i| i.kind == ImageKind::Elf && (i.path == want || i.path == path))?;
         for p in &bad {
             eprintln!("loupe: skipping corrupt profile {p}");
         }
@@ -238,15 +239,7 @@ pub(crate) fn now_unix() -> u64 {
 /// Each of `epochs` with the age its samples are weighted by: seconds since
 /// it ended (the next epoch's start; the newest has not ended: 0).
 pub(crate) fn epoch_ages(db: &Database, epochs: &[loupe_store::EpochId]) -> Result<Vec<(loupe_store::EpochId, f64)>> {
-    let all = db.epochs()?;
-    let now = now_unix();
-    Ok(epochs
-        .iter()
-        .map(|&e| {
-            let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
-            (e, now.saturating_sub(end) as f64)
-        })
-        .collect())
+    Ok(db.ages(epochs, now_unix())?.into_iter().map(|(e, age)| (e, age as f64)).collect())
 }
 
 /// Where the code of build `bid`, sampled at `path`, is read: the file at
@@ -278,7 +271,7 @@ impl CodeView for View<'_> {
 
 pub(crate) fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile> {
     let db = Database::open(&p.db.db)?;
-    let epochs = crate::top::select_epochs(&db, &p.epoch)?;
+    let epochs = db.select(&Epochs::parse(&p.epoch)?)?;
     let file_bid = build_id_of(p.file())?;
     let path = p.image.display().to_string();
     let mut sets = sample_sets(&db, &epochs, &path, &|b| b == file_bid, syms)?;
@@ -389,11 +382,11 @@ fn file_of_build(db: &Path, image: &Path, hex: &str) -> Result<PathBuf> {
     if build_id_of(image).is_ok_and(|b| b.eq_ignore_ascii_case(&hex)) {
         return Ok(image.to_path_buf());
     }
-    let cached = db.join("images").join(&hex);
+    let cached = layout::cached_image(db, &hex);
     if build_id_of(&cached).is_ok_and(|b| b.eq_ignore_ascii_case(&hex)) {
         return Ok(cached);
     }
-    bail!("build {hex} is neither at {} nor in the image cache {}", image.display(), db.join("images").display())
+    bail!("build {hex} is neither at {} nor in the image cache {}", image.display(), layout::images_dir(db).display())
 }
 
 fn export(mut a: ExportArgs) -> Result<u8> {
@@ -440,9 +433,8 @@ fn emit(output: Option<&Path>, text: &str) -> Result<u8> {
 }
 
 pub(crate) fn log_decision(db: &Path, d: &Decision) -> Result<()> {
-    let dir = db.join("optimize");
-    std::fs::create_dir_all(&dir)?;
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("decisions.jsonl"))?;
+    std::fs::create_dir_all(layout::optimize_dir(db))?;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(layout::decisions_log(db))?;
     writeln!(f, "{}", serde_json::to_string(d)?)?;
     Ok(())
 }
@@ -532,7 +524,7 @@ fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, 
 }
 
 fn status(a: StatusArgs) -> Result<u8> {
-    let log = a.db.db.join("optimize/decisions.jsonl");
+    let log = layout::decisions_log(&a.db.db);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let want = a.image.display().to_string();
     let saved = manage::saved_original(&a.image);

@@ -19,6 +19,7 @@ use loupe_optimize::manager::{Clock, Env, Files, Manager, Profiles, Stop, Store}
 use loupe_optimize::profile::ImageProfile;
 use loupe_optimize::tool::{self, Tool};
 use loupe_optimize::{Error, ErrorKind};
+use loupe_store::query::{Epochs, ProfileSource};
 use loupe_store::{Database, EpochId};
 use loupe_symbolize::Symbolizer;
 use std::collections::BTreeSet;
@@ -89,7 +90,8 @@ pub fn run(a: ManageArgs) -> Result<u8> {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let db = a.db.db.clone();
-    let state = std::fs::read(db.join("optimize/state.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let state =
+        std::fs::read(loupe_store::layout::optimize_state(&db)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
     let bolt = a.bolt.clone();
     let env = Env {
         profiles: Box::new(DbProfiles { db: db.clone(), syms: symbolizer(&db) }),
@@ -99,7 +101,7 @@ pub fn run(a: ManageArgs) -> Result<u8> {
         clock: Box::new(Wall(Instant::now())),
         bolt: Box::new(move || Ok(Box::new(tool::find_bolt(bolt.as_deref())?) as Box<dyn Tool>)),
     };
-    let mut m = Manager::new(cfg, state, a.cpu_budget, a.cpu_burst, db.join("optimize/work"), env);
+    let mut m = Manager::new(cfg, state, a.cpu_budget, a.cpu_burst, loupe_store::layout::optimize_work(&db), env);
     eprintln!(
         "loupe: optimize manager {} watching {} program(s), pass every {} s",
         std::process::id(),
@@ -131,7 +133,7 @@ impl DbProfiles {
 impl Profiles for DbProfiles {
     fn epochs(&mut self) -> loupe_optimize::Result<Vec<u32>> {
         let db = Database::open(&self.db).map_err(|e| ext(e.into()))?;
-        Ok(db.epochs().map_err(|e| ext(e.into()))?.into_iter().map(|e| e.id.0).collect())
+        Ok(db.select(&Epochs::All).map_err(|e| ext(e.into()))?.into_iter().map(|e| e.0).collect())
     }
 
     fn sample_sets(&mut self, epochs: &[u32], path: &Path, wanted: &dyn Fn(&str) -> bool) -> loupe_optimize::Result<Vec<SampleSet>> {
@@ -177,11 +179,10 @@ fn share(db: &Path, epochs: &[EpochId], image: &Path, half_life: f64) -> Result<
     let (mut mine, mut total) = (0.0, 0.0);
     for (e, age) in epoch_ages(&db, epochs)? {
         let w = age_weight(age, half_life);
-        let (idx, _) = db.index(e)?;
-        for x in &idx.entries {
-            total += w * x.total_samples as f64;
+        for x in db.totals(e)?.0 {
+            total += w * x.samples(|_| true) as f64;
             if x.image.path == want {
-                mine += w * x.total_samples as f64;
+                mine += w * x.samples(|_| true) as f64;
             }
         }
     }
@@ -212,7 +213,7 @@ impl Store for DbStore {
         if bid.is_empty() {
             return;
         }
-        let dir = self.db.join("images");
+        let dir = loupe_store::layout::images_dir(&self.db);
         let dst = dir.join(bid);
         if dst.exists() {
             return;
@@ -228,7 +229,7 @@ impl Store for DbStore {
     }
 
     fn save_state(&mut self, state: &State) -> loupe_optimize::Result<()> {
-        let path = self.db.join("optimize/state.json");
+        let path = loupe_store::layout::optimize_state(&self.db);
         std::fs::create_dir_all(path.parent().unwrap())?;
         let text = serde_json::to_vec_pretty(state)?;
         loupe_store::write_atomic(&path, &text).map_err(|e| ext(e.into()))

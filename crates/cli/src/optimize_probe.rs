@@ -59,7 +59,7 @@ pub struct ProbeArgs {
 
 /// Where a build's probe counts are kept.
 pub fn tally_path(db: &Path, bid: &str) -> PathBuf {
-    db.join("probes").join(format!("{bid}.json"))
+    loupe_store::layout::probe_tally(db, bid)
 }
 
 /// The build's probe counts, if any; a corrupt file is named and left out.
