@@ -12,6 +12,18 @@ use loupe_trace::record::{encode, Value};
 use std::path::Path;
 use std::process::Command;
 
+/// A perf seed: the layout byte of the perf_record target, then a record that parses under it.
+fn put_perf(name: &str, flags: u8, rec: &[u8]) {
+    let layout = loupe_perf::Layout {
+        callchain: flags & 1 != 0,
+        user_stack: flags & 2 != 0,
+        ids: vec![(1, 0), (2, 1)],
+        branch_events: if flags & 8 != 0 { vec![1] } else { vec![] },
+    };
+    assert!(loupe_perf::record::parse(rec, &layout).is_some(), "seed {name} does not parse");
+    put("perf_record", name, &[&[flags][..], rec].concat());
+}
+
 fn put(target: &str, name: &str, bytes: &[u8]) {
     let dir = Path::new("corpus").join(target);
     std::fs::create_dir_all(&dir).unwrap();
@@ -43,14 +55,14 @@ fn perf(kind: u32, misc: u16, body: &[u8], trailer: bool) -> Vec<u8> {
 fn perf_records() {
     // IDENTIFIER, IP, TID, TIME, CPU, PERIOD.
     let fixed = |id: u64| words(&[id, 0x401000, (43u64 << 32) | 42, 1234, 1, 1_000_000]);
-    put("perf_record", "sample", &[&[0u8][..], &perf(9, 2, &fixed(1), false)].concat());
+    put_perf("sample", 0, &perf(9, 2, &fixed(1), false));
     let mut s = fixed(2);
     s.extend(words(&[3, -512i64 as u64, 0x401000, 0x402000])); // call chain with a context marker
     s.extend(words(&[1, 0x401005, 0x401040, 1 | (37 << 4)])); // one branch
     s.extend(words(&[2, 0x7ffd_0010, 0x7ffd_0000, 0x401010, 16])); // user regs, 16 bytes of stack
     s.extend(0u8..16);
     s.extend(words(&[12]));
-    put("perf_record", "sample-chain-branches-stack", &[&[1u8 | 2 | 8][..], &perf(9, 2, &s, false)].concat());
+    put_perf("sample-chain-branches-stack", 1 | 2 | 8, &perf(9, 2, &s, false));
     let mut m = Vec::new();
     m.extend(7u32.to_ne_bytes());
     m.extend(8u32.to_ne_bytes());
@@ -62,14 +74,14 @@ fn perf_records() {
     m.extend(5u32.to_ne_bytes());
     m.extend(2u32.to_ne_bytes());
     m.extend(b"/usr/lib/libc.so.6\0\0\0\0\0\0");
-    put("perf_record", "mmap2", &[&[0u8][..], &perf(10, 1 << 14, &m, true)].concat());
+    put_perf("mmap2", 0, &perf(10, 1 << 14, &m, true));
     let mut c = 3u32.to_ne_bytes().repeat(2);
     c.extend(b"selftime\0\0\0\0\0\0\0\0");
-    put("perf_record", "comm", &[&[0u8][..], &perf(3, 1 << 13, &c, true)].concat());
+    put_perf("comm", 0, &perf(3, 1 << 13, &c, true));
     let mut f: Vec<u8> = [10u32, 9, 10, 9].iter().flat_map(|v| v.to_ne_bytes()).collect();
     f.extend(words(&[66]));
-    put("perf_record", "fork", &[&[0u8][..], &perf(7, 0, &f, true)].concat());
-    put("perf_record", "lost", &[&[0u8][..], &perf(2, 0, &words(&[1, 12]), true)].concat());
+    put_perf("fork", 0, &perf(7, 0, &f, true));
+    put_perf("lost", 0, &perf(2, 0, &words(&[1, 12]), true));
 }
 
 fn store() {
@@ -154,22 +166,32 @@ fn trace() {
         loupe_trace::ctf::trim_content(&spec, &mut p);
         stream.extend(p);
     }
+    let mut t = loupe_trace::tracefile::Trace {
+        spec: spec.clone(),
+        entries: Vec::new(),
+        packets: 0,
+        dropped: 0,
+        counters: Vec::new(),
+        errors: Vec::new(),
+    };
+    loupe_trace::tracefile::decode_stream(spec, &stream, 512, &mut t);
+    assert_eq!((t.entries.len(), t.errors.len()), (6, 0), "{:?}", t.errors);
     put("trace_ctf", "two-packets", &[&[(512 / 8 - 1) as u8][..], &stream].concat());
 
-    // A live buffer of the trace_buffer target's geometry: a full packet and an open one on CPU 0, one record on CPU 1.
+    // A live buffer of the trace_buffer target's geometry: CPU 0's first packet closed by a flush (three
+    // records, then zeros), CPU 0's head in its second packet, CPU 1 untouched.
     let path = std::env::temp_dir().join(format!("loupe-seeds-buffer-{}", std::process::id()));
     let buf = Buffer::create_with_clock(&path, Geometry { ncpu: 2, nsub: 2, sub_size: 32768 }, None).unwrap();
-    let big = encode(text, 1, &[Value::Str("x".repeat(1000)), Value::List(vec![]), Value::List(vec![])]);
-    for _ in 0..40 {
-        buf.log_on(0, big.len(), |b, _| b.copy_from_slice(&big));
+    for r in &recs {
+        buf.log_on(0, r.len(), |b, _| b.copy_from_slice(r));
     }
-    buf.log_on(1, recs[0].len(), |b, _| b.copy_from_slice(&recs[0]));
+    buf.flush(0);
     let file = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
     // Both CPUs' control blocks, then the data as far as written (the target zero-fills the rest).
     let ctl = &file[4096..4096 + 512];
     let used = file.iter().rposition(|&b| b != 0).unwrap() + 1;
-    put("trace_buffer", "two-cpus", &[ctl, &file[8192..used]].concat());
+    put("trace_buffer", "flushed-packet", &[ctl, &file[8192..used]].concat());
 
     let xml = std::fs::read_to_string("../crates/trace/spec/loupe.xml").unwrap();
     put("trace_spec", "loupe", xml.as_bytes());
