@@ -168,7 +168,8 @@ impl Bat {
         let off = u32::try_from(addr - f.address).ok()?;
         let i = f.entries.partition_point(|e| e.0 <= off).checked_sub(1)?;
         let (out, input, _) = f.entries[i];
-        Some((f.hot, input + (off - out)))
+        // Past an entry whose input offset is near u32::MAX (a damaged table) there is no input offset.
+        Some((f.hot, input.checked_add(off - out)?))
     }
 }
 
@@ -539,6 +540,24 @@ mod tests {
         assert_eq!(bat.translate(0x101a), Some((0x1000, 0x42)));
         assert_eq!(bat.translate(0x2003), Some((0x1000, 0x63)));
         assert_eq!(bat.translate(0xfff), None);
+    }
+
+    // A table whose last entry has input offset u32::MAX - 1 (fuzz target bolt_bat's minimized input): an
+    // address past that entry has no translation instead of overflowing the input offset.
+    #[test]
+    fn translating_past_an_entry_near_u32_max_is_none_not_overflow() {
+        let d = [0x01, 0x0a, 0xff, 0xff, 0xff, 0x00, 0x00, 0x29, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x29, 0x00];
+        let mut note = vec![5, 0, 0, 0];
+        note.extend((d.len() as u32).to_le_bytes());
+        note.extend(1u32.to_le_bytes());
+        note.extend(b"BOLT\0\0\0\0");
+        note.extend(d);
+        let bat = Bat::parse(&note).unwrap();
+        let f = &bat.fragments[&0x0a];
+        let &(out, input, _) = f.entries.last().unwrap();
+        let at = f.address + out as u64;
+        assert_eq!(bat.translate(at), Some((0x0a, input)));
+        assert_eq!(bat.translate(at + (u32::MAX - input) as u64 + 1), None);
     }
 
     /// Straight runs and branch ends through the hand-built table, the hot fragment `f` at 0x1000 (size 0x30)

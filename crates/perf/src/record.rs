@@ -129,7 +129,8 @@ impl<'a> Cursor<'a> {
         Some(v)
     }
     fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        let v = self.b.get(self.at..self.at + n)?;
+        // A length read from the record (STACK_USER's size) may be anything: no overflow past the end.
+        let v = self.b.get(self.at..self.at.checked_add(n)?)?;
         self.at += n;
         Some(v)
     }
@@ -341,6 +342,17 @@ pub(crate) mod tests {
         let layout = Layout::new(format(SAMPLE_BRANCH_STACK));
         let mut b = sample_bytes(1, 0x401000, 1, 1, None);
         b.extend(1_000_000u64.to_ne_bytes());
+        assert!(parse(&b, &layout).is_none());
+    }
+
+    #[test]
+    fn user_stack_size_near_u64_max_is_rejected_not_overflowed() {
+        // Checks a STACK_USER size that overflows the read position (found by fuzz target perf_record): None, no panic.
+        let layout = Layout { user_stack: true, ..Default::default() };
+        let mut b = sample_bytes(1, 0x401000, 1, 1, None);
+        for v in [0u64, u64::MAX - 8] {
+            b.extend(v.to_ne_bytes());
+        }
         assert!(parse(&b, &layout).is_none());
     }
 

@@ -507,6 +507,11 @@ impl Database {
         let mut out = Vec::new();
         for e in index.entries.iter().filter(|e| select(e)) {
             let path = dir.join(&e.file);
+            // The index is read from disk: a name with a directory in it (`/dev/zero`, `../..`) is no file of this epoch.
+            if Path::new(&e.file).file_name() != Some(e.file.as_ref()) {
+                problems.push(FileProblem { path, reason: "the index names a file outside the epoch".into() });
+                continue;
+            }
             match Database::read_profile_file(&path) {
                 Ok(p) => out.push(p),
                 Err(err) => problems.push(FileProblem { path, reason: err.reason }),
@@ -761,6 +766,27 @@ mod tests {
         assert_eq!(db.index(e).unwrap().0, before);
         fs::remove_file(db.epoch_dir(e).join("index.json")).unwrap();
         assert_eq!(db.index(e).unwrap().0, before);
+    }
+
+    #[test]
+    fn index_naming_a_file_outside_the_epoch_is_refused() {
+        // Checks that an index.json entry with a path (absolute here; `/dev/zero` would never finish reading) is
+        // named as a problem and not read, while the epoch's own files load (review of the store_index fuzz target).
+        let (dir, db) = db();
+        let e = db.current_epoch().unwrap();
+        db.merge(e, &[prof(1, 1)]).unwrap();
+        let outside = dir.path().join("elsewhere.prof");
+        std::fs::write(&outside, format::encode(&prof(5, 2))).unwrap();
+        let index = db.epoch_dir(e).join("index.json");
+        let mut f: serde_json::Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+        let mut stray = f["entries"][0].clone();
+        stray["file"] = outside.to_str().unwrap().into();
+        f["entries"].as_array_mut().unwrap().push(stray);
+        std::fs::write(&index, serde_json::to_vec(&f).unwrap()).unwrap();
+        let (profiles, problems) = db.load(e, &|_| true).unwrap();
+        assert_eq!(profiles, vec![prof(1, 1)]);
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].path, outside);
     }
 
     #[test]

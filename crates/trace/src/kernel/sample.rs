@@ -64,7 +64,9 @@ impl Source {
                 ]
             }
             Source::BlockComplete(tp) => {
-                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::U(f(tp, 2)? * 512), Value::I(f(tp, 3)? as i32 as i64)]
+                // Sectors to bytes; a count too large for that is no real request.
+                let bytes = f(tp, 2)?.checked_mul(512)?;
+                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::U(bytes), Value::I(f(tp, 3)? as i32 as i64)]
             }
         })
     }
@@ -190,5 +192,19 @@ mod tests {
         let mut comm = record(9, 0, 8, 5, 0, &raw);
         comm[0..4].copy_from_slice(&3u32.to_ne_bytes()); // PERF_RECORD_COMM
         assert!(parse(&comm, &sources).is_none());
+    }
+
+    // A block completion whose sector count overflows when turned into bytes (an 8-byte nr_sector field, as the
+    // fuzz target trace_kernel lays it out) is an unreadable sample, not an overflow.
+    #[test]
+    fn block_completion_with_a_sector_count_overflowing_bytes_is_unreadable() {
+        let fields = [(0, 4), (8, 8), (16, 8), (24, 4)].map(|(offset, size)| Field { offset, size }).to_vec();
+        let sources = HashMap::from([(5, Source::BlockComplete(Tracepoint { id: 0, fields }))]);
+        let mut raw = vec![0u8; 32];
+        raw[16..24].copy_from_slice(&(u64::MAX / 256).to_le_bytes());
+        assert!(matches!(parse(&record(5, 0, 8, 5, 0, &raw), &sources), Some(Parsed::Unreadable)));
+        raw[16..24].copy_from_slice(&8u64.to_le_bytes());
+        let Some(Parsed::Event { values, .. }) = parse(&record(5, 0, 8, 5, 0, &raw), &sources) else { panic!() };
+        assert_eq!(values[2], Value::U(4096));
     }
 }
