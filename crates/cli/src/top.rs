@@ -29,7 +29,7 @@ pub fn run(a: TopArgs) -> Result<u8> {
     let mut out = std::io::stdout().lock();
     match a.format {
         Format::Json => print_json(&mut out, &report, a.by, a.limit)?,
-        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs)?,
+        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
     }
     Ok(0)
 }
@@ -155,9 +155,18 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: &[EpochId]) -> Result<()> {
+/// Samples the collector lost in the selected epochs (stored with each).
+fn lost_samples(db: &Database, epochs: &[EpochId]) -> Result<u64> {
+    Ok(db.epochs()?.iter().filter(|e| epochs.contains(&e.id)).map(|e| e.lost_samples()).sum())
+}
+
+fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: &[EpochId], lost: u64) -> Result<()> {
     let eps: Vec<String> = epochs.iter().map(|e| e.to_string()).collect();
     writeln!(out, "# Loupe top, epoch {}", eps.join(","))?;
+    if lost > 0 {
+        let which = if epochs.len() == 1 { "this epoch" } else { "these epochs" };
+        writeln!(out, "# {} samples lost in {which}", loupe_collector::daemon::thousands(lost))?;
+    }
     for (i, e) in r.events.iter().enumerate() {
         writeln!(out, "# Samples: {} of event '{}', unknown: {} ({:.2}%)", r.totals[i], e, r.unknown[i], pct(r.unknown[i], r.totals[i]))?;
     }

@@ -75,6 +75,11 @@ pub enum Target {
     Process {
         pid: i32,
     },
+    /// One thread, on whichever CPU it runs: one event and one ring in all
+    /// (what a measurement of the calling thread needs, on any number of CPUs).
+    Thread {
+        tid: i32,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -133,6 +138,8 @@ pub struct Sampler {
     period_sums: Vec<(u64, u64)>,
     /// Mean samples/s per CPU the nominal periods correspond to.
     freq_hz: u64,
+    /// Whether the events count their lost samples (`FORMAT_LOST`).
+    lost_count: bool,
 }
 
 /// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), in ns: what
@@ -233,29 +240,41 @@ impl Sampler {
             malformed: 0,
             period_sums: vec![(0, 0); cfg.events.len()],
             freq_hz: cfg.freq_hz,
+            lost_count: true,
+        };
+        if let Target::Thread { tid } = cfg.target {
+            s.cpus.clear();
+            s.open_cpu(cfg, tid, -1)?;
+            return Ok(s);
+        }
+        let pid = match cfg.target {
+            Target::Process { pid } => pid,
+            _ => -1,
         };
         for &cpu in &cpus {
-            s.open_cpu(cfg, cpu)?;
+            s.open_cpu(cfg, pid, cpu as i32)?;
         }
         Ok(s)
     }
 
-    fn open_cpu(&mut self, cfg: &SamplerConfig, cpu: u32) -> Result<(), Error> {
-        let pid = match cfg.target {
-            Target::SystemWide => -1,
-            Target::Process { pid } => pid,
-        };
+    fn open_cpu(&mut self, cfg: &SamplerConfig, pid: i32, cpu: i32) -> Result<(), Error> {
         let mut leader: Option<i32> = None;
         for (index, e) in cfg.events.iter().enumerate() {
             let period = nominal_period(e, cfg.freq_hz);
-            let attr = self.attr(cfg, e, period, leader.is_none());
-            let fd = match sys::perf_event_open(&attr, pid, cpu as i32, -1) {
-                Err(err) if err.raw_os_error() == Some(libc::EINVAL) && attr.flags & sys::flag::BUILD_ID != 0 => {
-                    // Kernels before 5.12 have no build-ids in MMAP2.
-                    let attr = PerfEventAttr { flags: attr.flags & !sys::flag::BUILD_ID, ..attr };
-                    sys::perf_event_open(&attr, pid, cpu as i32, -1)
+            let mut attr = self.attr(cfg, e, period, leader.is_none());
+            let fd = loop {
+                match sys::perf_event_open(&attr, pid, cpu, -1) {
+                    Err(err) if err.raw_os_error() == Some(libc::EINVAL) && attr.read_format != 0 => {
+                        // Kernels before 6.0 have no lost-sample count.
+                        attr.read_format = 0;
+                        self.lost_count = false;
+                    }
+                    Err(err) if err.raw_os_error() == Some(libc::EINVAL) && attr.flags & sys::flag::BUILD_ID != 0 => {
+                        // Kernels before 5.12 have no build-ids in MMAP2.
+                        attr.flags &= !sys::flag::BUILD_ID;
+                    }
+                    r => break r,
                 }
-                r => r,
             }
             .map_err(|err| open_error(e, err, attr.sample_type & sys::SAMPLE_BRANCH_STACK != 0))?;
             let raw = fd.as_raw_fd();
@@ -319,6 +338,7 @@ impl Sampler {
             // Wake the reader when a quarter of the ring is full.
             wakeup_events_or_watermark: (cfg.ring_pages * ring::page_size() / 4) as u32,
             sample_max_stack: 127,
+            read_format: if self.lost_count { sys::FORMAT_LOST } else { 0 },
             sample_regs_user,
             sample_stack_user,
             branch_sample_type,
@@ -427,9 +447,31 @@ impl Sampler {
         self.samples
     }
 
-    /// Records the kernel could not write because the ring was full.
+    /// Records the kernel could not write because the ring was full, as
+    /// its PERF_RECORD_LOST records said. Losses after the last record the
+    /// kernel wrote are not in it yet; [`Sampler::lost_by_kernel`] has them.
     pub fn lost(&self) -> u64 {
         self.lost
+    }
+
+    /// Samples the kernel could not write because the ring was full, from
+    /// each event's own counter (a read() with `FORMAT_LOST`, kernel 6.0+;
+    /// `None` before): the count PERF_RECORD_LOST reports later.
+    pub fn lost_by_kernel(&self) -> Option<u64> {
+        if !self.lost_count {
+            return None;
+        }
+        let mut total = 0;
+        for e in &self.events {
+            let mut buf = [0u64; 2];
+            // SAFETY: reading at most 16 bytes into a 16-byte buffer we own.
+            let n = unsafe { libc::read(e.fd.as_raw_fd(), buf.as_mut_ptr().cast(), 16) };
+            if n != 16 {
+                return None;
+            }
+            total += buf[1];
+        }
+        Some(total)
     }
 
     pub fn malformed(&self) -> u64 {

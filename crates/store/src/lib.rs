@@ -103,6 +103,26 @@ pub struct EpochInfo {
     pub meta: BTreeMap<String, String>,
 }
 
+/// Epoch metadata keys of what the collector lost in the epoch (counts
+/// since it began): records the kernel dropped from full perf rings
+/// (PERF_RECORD_LOST), samples the BPF program could not count (table and
+/// overflow ring full), and times the kernel throttled sampling.
+pub const META_LOST_RING: &str = "lost_ring_overrun";
+pub const META_LOST_MAP_FULL: &str = "lost_map_full";
+pub const META_THROTTLED: &str = "throttled";
+
+impl EpochInfo {
+    /// A loss count stored with the epoch; 0 when none was stored.
+    pub fn loss(&self, key: &str) -> u64 {
+        self.meta.get(key).and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
+    /// Samples (and records) lost in the epoch, all causes together.
+    pub fn lost_samples(&self) -> u64 {
+        self.loss(META_LOST_RING) + self.loss(META_LOST_MAP_FULL)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexEntry {
     pub file: String,
