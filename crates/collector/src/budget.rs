@@ -244,6 +244,7 @@ mod tests {
             Err(e) if matches!(e.kind(), loupe_perf::ErrorKind::Permission) => return,
             Err(e) => panic!("{e}"),
         };
+        eprintln!("{cost:?}");
         assert!(cost.samples > 0 && cost.pairs > 0, "{cost:?}");
         assert!(cost.interrupt_us > 0.0 && cost.interrupt_us < 1000.0, "{cost:?}");
         assert!(cost.cpu_seconds < 0.2, "{cost:?}");
