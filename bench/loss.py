@@ -48,7 +48,8 @@ def main():
     ap.add_argument("--args", default="", help="extra daemon arguments, e.g. '--max-overhead off'")
     ap.add_argument("binaries", nargs=2)
     a = ap.parse_args()
-    build()
+    if not os.path.exists(os.path.join(WL, "selftime")):
+        build()
     res = {b: [] for b in a.binaries}
     print(f"# loss: {time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} CPUs, kernel {os.uname().release}, "
           f"{a.rounds} rounds of {a.seconds:.0f} s, every CPU busy, daemon args: --flush-every 1 {a.args}")
