@@ -79,7 +79,13 @@ pub fn top(
     }
     let mut rows: Vec<TopRow> =
         rows.into_iter().map(|((image, procedure, line), counts)| TopRow { image, procedure, line, counts }).collect();
-    rows.sort_by(|a, b| b.counts.cmp(&a.counts).then_with(|| a.image.cmp(&b.image)).then_with(|| a.procedure.cmp(&b.procedure)));
+    rows.sort_by(|a, b| {
+        b.counts
+            .cmp(&a.counts)
+            .then_with(|| a.image.cmp(&b.image))
+            .then_with(|| a.procedure.cmp(&b.procedure))
+            .then_with(|| a.line.cmp(&b.line))
+    });
     TopReport { events: events.to_vec(), totals, unknown, rows }
 }
 
@@ -195,5 +201,20 @@ mod tests {
             .map(|x| (x.procedure.as_deref().unwrap(), x.line.as_deref().unwrap(), x.counts[0]))
             .collect();
         assert_eq!(app, [("f", "0x10", 5), ("g", "0x150", 3), ("f", "0x18", 1)]);
+    }
+
+    #[test]
+    fn rows_with_equal_counts_print_in_one_order() {
+        // Regression: ties between lines of one procedure were printed in hash order, so two runs differed.
+        let ev = EventName::new("cpu-clock");
+        let mut a = Profile::new(ImageId::elf("/bin/app", None), ev.clone());
+        for off in [0x18u64, 0x10, 0x150] {
+            a.add(ProcessKey::new(1, "app"), ImageOffset(off), 1, 0);
+        }
+        for _ in 0..5 {
+            let r = top(std::slice::from_ref(&a), std::slice::from_ref(&ev), GroupBy::Instruction, &|_| true, &|_| true, &mut Table);
+            let lines: Vec<&str> = r.rows.iter().map(|x| x.line.as_deref().unwrap()).collect();
+            assert_eq!(lines, ["0x10", "0x18", "0x150"]);
+        }
     }
 }
