@@ -147,7 +147,7 @@ fn the_default_daemon_loses_no_record_with_every_cpu_busy() {
     assert_eq!((losses["ring_overrun"].as_u64(), losses["map_full"].as_u64()), (Some(0), Some(0)), "{stderr}");
     let samples = report["stats"]["samples"].as_u64().unwrap();
     assert!(samples >= 2 * cpus as u64 * 10, "only {samples} samples");
-    let closing = stderr.lines().filter(|l| l.contains(" samples in ") && l.contains(" -> ")).last().expect("closing line");
+    let closing = stderr.lines().rfind(|l| l.contains(" samples in ") && l.contains(" -> ")).expect("closing line");
     assert!(closing.contains("), 0 lost -> "), "{closing}");
     let top = run_ok(loupe().args(["top", "--db"]).arg(&db).args(["--by", "image"]));
     assert!(!String::from_utf8_lossy(&top.stdout).contains("lost"), "{}", String::from_utf8_lossy(&top.stdout));
