@@ -212,3 +212,25 @@ fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_names_lost_samples_only_when_there_are_some() {
+        // Checks the loss line under the header: absent at 0 (output unchanged), "N samples lost in this epoch" else.
+        let r = TopReport { events: vec![], totals: vec![], unknown: vec![], rows: vec![] };
+        let text = |lost, epochs: &[EpochId]| {
+            let mut out = Vec::new();
+            print_text(&mut out, &r, By::Image, 10, epochs, lost).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(text(0, &[EpochId(1)]), "# Loupe top, epoch 1\n# No samples in the selection.\n");
+        assert_eq!(
+            text(12_345, &[EpochId(2)]),
+            "# Loupe top, epoch 2\n# 12,345 samples lost in this epoch\n# No samples in the selection.\n"
+        );
+        assert!(text(7, &[EpochId(1), EpochId(2)]).contains("\n# 7 samples lost in these epochs\n"));
+    }
+}

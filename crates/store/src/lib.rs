@@ -605,6 +605,20 @@ fn read_for_merge<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn epoch_losses_read_back_and_sum() {
+        // Checks the loss keys stored with an epoch: missing reads as 0, ring and map losses sum, throttles apart.
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path()).unwrap();
+        let e = db.current_epoch().unwrap();
+        let info = |db: &Database| db.epochs().unwrap().into_iter().find(|x| x.id == e).unwrap();
+        assert_eq!(info(&db).lost_samples(), 0);
+        db.set_epoch_meta(e, META_LOST_RING, "1200").unwrap();
+        db.set_epoch_meta(e, META_LOST_MAP_FULL, "3").unwrap();
+        db.set_epoch_meta(e, META_THROTTLED, "2").unwrap();
+        assert_eq!((info(&db).lost_samples(), info(&db).loss(META_THROTTLED)), (1203, 2));
+    }
     use loupe_model::{BuildId, ImageOffset};
 
     fn prof(n: u64, build: u8) -> Profile {
