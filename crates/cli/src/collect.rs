@@ -176,18 +176,7 @@ pub fn record(a: RecordArgs) -> Result<u8> {
 }
 
 fn summarize(e: &Engine, took: Duration) {
-    let s = e.collector.stats();
-    let epoch = e.db.current_epoch().map(|e| e.to_string()).unwrap_or_else(|_| "?".into());
-    eprintln!(
-        "loupe: {} samples in {:.1} s ({} kernel, {} unknown, {} lost) -> {} epoch {}",
-        s.samples,
-        took.as_secs_f64(),
-        s.kernel_samples,
-        s.unknown_samples,
-        e.sampler.lost(),
-        e.db.root().display(),
-        epoch
-    );
+    eprintln!("loupe: {}", e.closing_line(took));
     if let Some(st) = e.collector.stack_stats() {
         eprintln!(
             "loupe: {} stacks ({} unwound from stack copies), {} stopped before the root ({:.2}%), {:.1} frames on average",
