@@ -89,18 +89,24 @@ pub struct StackCounters {
     pub new_keys: u64,
     /// To the perf ring, by reason: the daemon had not described the
     /// process yet; it marked the process for stack copies; the user leaf
-    /// pc was in code without frame pointers; the stack map had a
-    /// collision or was full; the count table was full.
+    /// pc, or a caller below the root, was in code without frame pointers;
+    /// the stack map was full (or the chain empty); the count table was full.
     pub streamed_unknown: u64,
     pub streamed_process: u64,
     pub streamed_leaf: u64,
+    pub streamed_chain: u64,
     pub streamed_stackid: u64,
     pub streamed_table_full: u64,
 }
 
 impl StackCounters {
     pub fn streamed(&self) -> u64 {
-        self.streamed_unknown + self.streamed_process + self.streamed_leaf + self.streamed_stackid + self.streamed_table_full
+        self.streamed_unknown
+            + self.streamed_process
+            + self.streamed_leaf
+            + self.streamed_chain
+            + self.streamed_stackid
+            + self.streamed_table_full
     }
 }
 
@@ -110,7 +116,7 @@ pub struct ProcessUnwind {
     /// Every sample with its stack copy, to the perf ring.
     pub stream: bool,
     /// Executable ranges built without frame pointers: a sample whose user
-    /// leaf pc lies in one goes to the perf ring.
+    /// chain has a frame below its root in one goes to the perf ring.
     pub no_frame_pointers: Vec<(u64, u64)>,
 }
 
@@ -291,6 +297,7 @@ impl StackAggregator {
             streamed_unknown: sum(codes::STAT_STREAM_UNKNOWN),
             streamed_process: sum(codes::STAT_STREAM_PROCESS),
             streamed_leaf: sum(codes::STAT_STREAM_LEAF),
+            streamed_chain: sum(codes::STAT_STREAM_CHAIN),
             streamed_stackid: sum(codes::STAT_STREAM_STACKID),
             streamed_table_full: sum(codes::STAT_STREAM_TABLE_FULL),
         }

@@ -131,3 +131,64 @@ fn no_stacks_records_flat_profiles_only() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no call stacks"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Inclusive samples of `procedures` and the process's total, from `top --children`.
+fn inclusive(db: &Path, pid: &str, procedures: &[&str]) -> (f64, Vec<f64>) {
+    let top = top_json(db, &["--children", "--pid", pid]);
+    let total = top["total_samples"].as_u64().unwrap() as f64;
+    let row =
+        |p: &str| top["rows"].as_array().unwrap().iter().find(|r| r["procedure"] == p).map_or(0.0, |r| r["inclusive"].as_f64().unwrap());
+    (total, procedures.iter().map(|p| row(p)).collect())
+}
+
+#[test]
+fn kernel_walked_and_streamed_stacks_agree_on_the_same_run() {
+    // Checks one run of callstack, recorded at once by the default (stacks walked in the kernel) and by --backend stream, with and without frame pointers in its library: both within 2 points of the truth and of each other, both reaching main.
+    if !require_root() {
+        return;
+    }
+    for binary in ["callstack", "nofp/callstack"] {
+        let dir = tempfile::tempdir().unwrap();
+        let truth_file = dir.path().join("truth.json");
+        let mut wl =
+            std::process::Command::new(workloads().join(binary)).args(["--seconds", "8", "--out"]).arg(&truth_file).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let rec = |backend: &str| {
+            loupe()
+                .args(["record", "--freq", "2000", "--duration", "7", "--backend", backend, "--db"])
+                .arg(dir.path().join(backend))
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (k, s) = (rec("auto"), rec("stream"));
+        let (k, s) = (k.wait_with_output().unwrap(), s.wait_with_output().unwrap());
+        let kernel_log = String::from_utf8_lossy(&k.stderr).into_owned();
+        assert!(k.status.success() && s.status.success(), "{kernel_log}\n{}", String::from_utf8_lossy(&s.stderr));
+        assert!(wl.wait().unwrap().success());
+        assert!(kernel_log.contains("loupe: backend bpf (call stacks walked"), "{kernel_log}");
+        let walked: u64 = kernel_log.split(" walked in the kernel").next().and_then(|l| l.rsplit('(').next()).unwrap().parse().unwrap();
+        assert!(walked > 1000, "{binary}: {walked} stacks walked in the kernel\n{kernel_log}");
+        let truth: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth_file).unwrap()).unwrap();
+        let pid = truth["pid"].as_u64().unwrap().to_string();
+        let (kdb, sdb) = (dir.path().join("auto"), dir.path().join("stream"));
+        check_shares(&truth, &kdb);
+        check_shares(&truth, &sdb);
+        let procs = ["main", "a", "b", "d", "c_work"];
+        let ((kt, ki), (st, si)) = (inclusive(&kdb, &pid, &procs), inclusive(&sdb, &pid, &procs));
+        let report: Vec<String> = procs
+            .iter()
+            .zip(ki.iter().zip(&si))
+            .map(|(p, (k, s))| format!("{p}: kernel {:.2}% stream {:.2}%", 100.0 * k / kt, 100.0 * s / st))
+            .collect();
+        eprintln!("{binary}: {walked} walked in the kernel\n{}", report.join("\n"));
+        for (p, (k, s)) in procs.iter().zip(ki.iter().zip(&si)) {
+            assert!(
+                (100.0 * k / kt - 100.0 * s / st).abs() <= 2.0,
+                "{binary} {p} inclusive differs by more than 2 points:\n{}",
+                report.join("\n")
+            );
+        }
+        assert!(ki[0] / kt >= 0.97 && si[0] / st >= 0.97, "{binary}: stacks reach main:\n{}", report.join("\n"));
+    }
+}

@@ -15,8 +15,9 @@
  *
  * Frame-pointer chains are wrong where code has no frame pointers. The
  * daemon lists, per process, the executable ranges built without them;
- * a sample whose user leaf pc lies in one, of a process the daemon has
- * not described yet, or of a process it marked, returns 1: the kernel
+ * a sample whose user chain passes through one below its root, of a
+ * process the daemon has not described yet, or of a process it marked,
+ * returns 1: the kernel
  * then writes the sample with its user stack copy to the perf ring, and
  * the daemon unwinds it with DWARF CFI as the stream backend does. So do
  * samples whose stack or key cannot be placed. Every path is counted.
@@ -158,29 +159,71 @@ static __always_inline __u64 hash_stack(const struct stack *s)
 	return h ? h : 1;
 }
 
-/* Why a sample must take the stack-copy path, or 0. */
+static __always_inline int in_ranges(const struct proc_info *p, __u64 pc)
+{
+	for (int i = 0; i < MAX_RANGES; i++) {
+		if (i >= p->nranges)
+			break;
+		if (pc >= p->ranges[i].start && pc < p->ranges[i].end)
+			return 1;
+	}
+	return 0;
+}
+
+struct chain_check {
+	const struct stack *user;
+	const struct proc_info *p;
+	__u64 first;
+	__u32 hit;
+};
+
+/* bpf_loop body over the callers below the root: one verification of the
+ * body instead of one per frame and range, which the verifier refused. */
+static long check_caller(__u64 i, void *ctx)
+{
+	struct chain_check *c = ctx;
+	__u64 at = c->first + i;
+
+	if (at >= MAX_DEPTH)
+		return 1;
+	if (in_ranges(c->p, c->user->pcs[at])) {
+		c->hit = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Why a sample must take the stack-copy path, or 0. A frame-pointer chain
+ * is wrong above any frame in code that keeps no frame pointer: at the
+ * leaf its caller is skipped, higher up the frames above it come from a
+ * register that code used for something else. Only the root frame, with
+ * nothing above it, may lie there. (`trustworthy_prefix` in the
+ * collector's kstacks.rs applies the same rule.) */
 static __always_inline __u32 needs_copy(__u32 tgid, const struct stack *user)
 {
 	struct proc_info *p = bpf_map_lookup_elem(&procs, &tgid);
-	__u64 leaf;
+	struct chain_check c = { .user = user, .p = p };
+	__u64 leaf = 0;
 
 	if (!p)
 		return LOUPE_STAT_STREAM_UNKNOWN;
 	if (p->mode)
 		return LOUPE_STAT_STREAM_PROCESS;
-	if (user->nr == 0)
-		return 0; /* no user part: a kernel thread, or an exiting one */
-	leaf = user->pcs[0];
+	if (!p->nranges || !user->nr)
+		return 0;
 	/* The perf call chain's context marker (PERF_CONTEXT_USER) may lead. */
-	if (leaf >= (__u64)-4095 && user->nr > 1)
-		leaf = user->pcs[1];
-	for (int i = 0; i < MAX_RANGES; i++) {
-		if (i >= p->nranges)
-			break;
-		if (leaf >= p->ranges[i].start && leaf < p->ranges[i].end)
-			return LOUPE_STAT_STREAM_LEAF;
+	if (user->pcs[0] >= (__u64)-4095)
+		leaf = 1;
+	if (leaf >= user->nr || leaf >= MAX_DEPTH)
+		return 0;
+	if (in_ranges(p, user->pcs[leaf]))
+		return LOUPE_STAT_STREAM_LEAF;
+	/* Callers leaf+1 .. nr-2: every frame but the leaf and the root. */
+	if (user->nr > leaf + 2) {
+		c.first = leaf + 1;
+		bpf_loop(user->nr - leaf - 2, check_caller, &c, 0);
 	}
-	return 0;
+	return c.hit ? LOUPE_STAT_STREAM_CHAIN : 0;
 }
 
 /* Names a chain by its hash, storing its frames the first time:
