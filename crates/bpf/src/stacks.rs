@@ -34,7 +34,7 @@ use skel::{StacksSkel, StacksSkelBuilder};
 const KEY_SIZE: usize = 32;
 /// `MAX_DEPTH` in stacks.bpf.c: frames one stack-map entry holds.
 pub const MAX_DEPTH: usize = 127;
-/// `MAX_RANGES` in stacks.bpf.c: ranges without frame pointers per process.
+/// `MAX_RANGES` in stacks.bpf.c: ranges of code with frame pointers per process.
 pub const MAX_RANGES: usize = 12;
 /// A generation's stack map is emptied after this many drains, so stacks
 /// of exited processes do not fill it (a full map sends samples to the ring).
@@ -89,7 +89,7 @@ pub struct StackCounters {
     pub new_keys: u64,
     /// To the perf ring, by reason: the daemon had not described the
     /// process yet; it marked the process for stack copies; the user leaf
-    /// pc, or a caller below the root, was in code without frame pointers;
+    /// pc, or a caller below the root, was outside code with frame pointers;
     /// the stack map was full (or the chain empty); the count table was full.
     pub streamed_unknown: u64,
     pub streamed_process: u64,
@@ -115,9 +115,9 @@ impl StackCounters {
 pub struct ProcessUnwind {
     /// Every sample with its stack copy, to the perf ring.
     pub stream: bool,
-    /// Executable ranges built without frame pointers: a sample whose user
-    /// chain has a frame below its root in one goes to the perf ring.
-    pub no_frame_pointers: Vec<(u64, u64)>,
+    /// Executable ranges built with frame pointers: a sample whose user
+    /// chain has a frame below its root outside them goes to the perf ring.
+    pub frame_pointers: Vec<(u64, u64)>,
 }
 
 /// When a generation's stack map was last emptied.
@@ -317,16 +317,20 @@ impl StackAggregator {
     }
 }
 
-/// `struct proc_info` for `p`; a process with more ranges than the program
-/// holds is sent to the ring whole.
+/// `struct proc_info` for `p`. Past the program's room the largest ranges
+/// are kept: samples in the others take the ring, which is safe.
 fn proc_info_bytes(p: &ProcessUnwind) -> Vec<u8> {
-    let stream = p.stream || p.no_frame_pointers.len() > MAX_RANGES;
+    let mut ranges = p.frame_pointers.clone();
+    if ranges.len() > MAX_RANGES {
+        ranges.sort_by_key(|&(s, e)| std::cmp::Reverse(e - s));
+        ranges.truncate(MAX_RANGES);
+    }
     let mut v = Vec::with_capacity(8 + 16 * MAX_RANGES);
-    v.extend_from_slice(&(stream as u32).to_ne_bytes());
-    let n = if stream { 0 } else { p.no_frame_pointers.len() };
+    v.extend_from_slice(&(p.stream as u32).to_ne_bytes());
+    let n = if p.stream { 0 } else { ranges.len() };
     v.extend_from_slice(&(n as u32).to_ne_bytes());
     for i in 0..MAX_RANGES {
-        let (s, e) = if i < n { p.no_frame_pointers[i] } else { (0, 0) };
+        let (s, e) = if i < n { ranges[i] } else { (0, 0) };
         v.extend_from_slice(&s.to_ne_bytes());
         v.extend_from_slice(&e.to_ne_bytes());
     }
@@ -402,14 +406,18 @@ mod tests {
 
     #[test]
     fn process_description_fits_proc_info() {
-        // Checks struct proc_info's encoding: mode, count, ranges; too many ranges stream the process.
-        let p = ProcessUnwind { stream: false, no_frame_pointers: vec![(0x1000, 0x2000)] };
+        // Checks struct proc_info's encoding: mode, count, ranges; past the room, the largest ranges are kept.
+        let p = ProcessUnwind { stream: false, frame_pointers: vec![(0x1000, 0x2000)] };
         let v = proc_info_bytes(&p);
         assert_eq!(v.len(), 8 + 16 * MAX_RANGES);
         assert_eq!(&v[0..8], &[0, 0, 0, 0, 1, 0, 0, 0]);
         assert_eq!(u64::from_ne_bytes(v[8..16].try_into().unwrap()), 0x1000);
         assert_eq!(u64::from_ne_bytes(v[16..24].try_into().unwrap()), 0x2000);
-        let many = ProcessUnwind { stream: false, no_frame_pointers: vec![(1, 2); MAX_RANGES + 1] };
-        assert_eq!(&proc_info_bytes(&many)[0..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+        let mut many: Vec<(u64, u64)> = (0..MAX_RANGES as u64).map(|i| (i * 0x10000, i * 0x10000 + 0x1000)).collect();
+        many.insert(3, (0x7000_0000, 0x7100_0000));
+        let v = proc_info_bytes(&ProcessUnwind { stream: false, frame_pointers: many });
+        assert_eq!(u32::from_ne_bytes(v[4..8].try_into().unwrap()) as usize, MAX_RANGES);
+        assert_eq!(u64::from_ne_bytes(v[8..16].try_into().unwrap()), 0x7000_0000, "the largest range is kept");
+        assert_eq!(&proc_info_bytes(&ProcessUnwind { stream: true, frame_pointers: vec![(1, 2)] })[0..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
     }
 }

@@ -166,18 +166,18 @@ mod stacks {
         assert!(!entries.iter().any(|e| e.pid == me), "an undescribed process is not walked by frame pointers");
         assert!(recs.iter().any(|r| matches!(r, Record::Sample(x) if x.pid == me && !x.callchain.is_empty())));
         assert!(c0.streamed_unknown >= 300, "{c0:?}");
-        bpf.set_process(me, &ProcessUnwind { stream: true, no_frame_pointers: vec![] }).unwrap();
+        bpf.set_process(me, &ProcessUnwind { stream: true, frame_pointers: vec![] }).unwrap();
         run(&mut s, &mut bpf, 400);
         let c1 = bpf.counters();
         assert!(c1.streamed_process - c0.streamed_process >= 300, "{c1:?}");
-        bpf.set_process(me, &ProcessUnwind::default()).unwrap();
+        bpf.set_process(me, &ProcessUnwind { stream: false, frame_pointers: vec![(0, 0x7fff_ffff_ffff)] }).unwrap();
         let (_, entries, _) = run(&mut s, &mut bpf, 400);
         let n: u64 = entries.iter().filter(|e| e.pid == me).map(|e| e.count).sum();
-        assert!(n >= 300, "{n} counted once described");
-        bpf.set_process(me, &ProcessUnwind { stream: false, no_frame_pointers: vec![(0, 0x7fff_ffff_ffff)] }).unwrap();
+        assert!(n >= 300, "{n} counted once all its code is said to keep frame pointers");
+        bpf.set_process(me, &ProcessUnwind::default()).unwrap();
         let c2 = bpf.counters();
         let (_, entries, _) = run(&mut s, &mut bpf, 400);
-        assert!(!entries.iter().any(|e| e.pid == me && e.user.is_some()), "a leaf in the range takes the ring");
+        assert!(!entries.iter().any(|e| e.pid == me && e.user.is_some()), "a leaf outside the ranges takes the ring");
         assert!(bpf.counters().streamed_leaf - c2.streamed_leaf >= 300);
         bpf.forget_process(me);
     }

@@ -141,37 +141,54 @@ fn inclusive(db: &Path, pid: &str, procedures: &[&str]) -> (f64, Vec<f64>) {
     (total, procedures.iter().map(|p| row(p)).collect())
 }
 
+/// A daemon collecting into `db`; running once its socket exists.
+fn start_daemon(db: &Path, backend: &str) -> std::process::Child {
+    let child = loupe()
+        .args(["daemon", "--freq", "2000", "--max-overhead", "off", "--backend", backend, "--db"])
+        .arg(db)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !db.join("daemon.sock").exists() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(60), "daemon did not come up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child
+}
+
+/// Stops a daemon and returns its closing report.
+fn stop_daemon(d: std::process::Child) -> serde_json::Value {
+    // SAFETY: sending SIGTERM to our own child.
+    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+    let out = d.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let last =
+        stderr.lines().find_map(|l| l.strip_prefix("loupe: daemon stopped: ")).unwrap_or_else(|| panic!("no closing report: {stderr}"));
+    serde_json::from_str(last).unwrap()
+}
+
 #[test]
 fn kernel_walked_and_streamed_stacks_agree_on_the_same_run() {
-    // Checks one run of callstack, recorded at once by the default (stacks walked in the kernel) and by --backend stream, with and without frame pointers in its library: both within 2 points of the truth and of each other, both reaching main.
+    // Checks one run of callstack, collected at once by the default daemon (stacks walked in the kernel) and by --backend stream, with and without frame pointers in its library: both within 2 points of the truth and of each other, both reaching main.
     if !require_root() {
         return;
     }
     for binary in ["callstack", "nofp/callstack"] {
         let dir = tempfile::tempdir().unwrap();
+        let (kdb, sdb) = (dir.path().join("auto"), dir.path().join("stream"));
+        let (k, s) = (start_daemon(&kdb, "auto"), start_daemon(&sdb, "stream"));
         let truth_file = dir.path().join("truth.json");
-        let mut wl =
-            std::process::Command::new(workloads().join(binary)).args(["--seconds", "8", "--out"]).arg(&truth_file).spawn().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let rec = |backend: &str| {
-            loupe()
-                .args(["record", "--freq", "2000", "--duration", "7", "--backend", backend, "--db"])
-                .arg(dir.path().join(backend))
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
-        let (k, s) = (rec("auto"), rec("stream"));
-        let (k, s) = (k.wait_with_output().unwrap(), s.wait_with_output().unwrap());
-        let kernel_log = String::from_utf8_lossy(&k.stderr).into_owned();
-        assert!(k.status.success() && s.status.success(), "{kernel_log}\n{}", String::from_utf8_lossy(&s.stderr));
-        assert!(wl.wait().unwrap().success());
-        assert!(kernel_log.contains("loupe: backend bpf (call stacks walked"), "{kernel_log}");
-        let walked: u64 = kernel_log.split(" walked in the kernel").next().and_then(|l| l.rsplit('(').next()).unwrap().parse().unwrap();
-        assert!(walked > 1000, "{binary}: {walked} stacks walked in the kernel\n{kernel_log}");
+        let st = std::process::Command::new(workloads().join(binary)).args(["--seconds", "5", "--out"]).arg(&truth_file).status().unwrap();
+        assert!(st.success());
+        let (kr, sr) = (stop_daemon(k), stop_daemon(s));
+        assert_eq!(kr["backend"], "bpf", "{kr}");
+        assert_eq!(sr["backend"], "stream", "{sr}");
+        let walked = kr["stacks"]["kernel_walks"].as_u64().unwrap();
+        assert!(walked > 1000, "{binary}: {walked} stacks walked in the kernel\n{kr}");
         let truth: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth_file).unwrap()).unwrap();
         let pid = truth["pid"].as_u64().unwrap().to_string();
-        let (kdb, sdb) = (dir.path().join("auto"), dir.path().join("stream"));
         check_shares(&truth, &kdb);
         check_shares(&truth, &sdb);
         let procs = ["main", "a", "b", "d", "c_work"];
@@ -181,7 +198,7 @@ fn kernel_walked_and_streamed_stacks_agree_on_the_same_run() {
             .zip(ki.iter().zip(&si))
             .map(|(p, (k, s))| format!("{p}: kernel {:.2}% stream {:.2}%", 100.0 * k / kt, 100.0 * s / st))
             .collect();
-        eprintln!("{binary}: {walked} walked in the kernel\n{}", report.join("\n"));
+        eprintln!("{binary}: {walked} walked in the kernel, bpf_stacks {}\n{}", kr["bpf_stacks"], report.join("\n"));
         for (p, (k, s)) in procs.iter().zip(ki.iter().zip(&si)) {
             assert!(
                 (100.0 * k / kt - 100.0 * s / st).abs() <= 2.0,

@@ -3,13 +3,14 @@
 //! by [`StackAggregator`] (`stacks.bpf.c`).
 //!
 //! With stacks, the daemon keeps the program told which code of each
-//! process lacks frame pointers ([`framepointers`](crate::framepointers)),
-//! so a sample whose chain passes through such code below its root takes
-//! the stream path with its stack copy (DWARF-unwound, as `--backend
-//! stream` does). The collector checks each walked stack once by the same
-//! rule ([`trustworthy_prefix`]): a chain the program could not judge (a
-//! mapping it was not told of yet) is cut where it passed through such
-//! code and marked as stopped early.
+//! process keeps frame pointers ([`framepointers`](crate::framepointers)),
+//! so a sample whose chain passes through any other code below its root
+//! (code without them, or mapped since the daemon last looked) takes the
+//! stream path with its stack copy (DWARF-unwound, as `--backend stream`
+//! does). The collector checks each walked stack once by the same rule
+//! ([`trustworthy_prefix`]): a chain the program judged on stale ranges
+//! (an image replaced at the same address) is cut there and marked as
+//! stopped early.
 //! With frame pointers only (`--stack-bytes 0`) every process is walked in
 //! the kernel, as the stream backend's kernel chains would be.
 //!
@@ -219,7 +220,8 @@ impl KernelStacks {
         let changed: Vec<u32> = c.stacks.as_mut().map(|st| st.changed.drain().collect()).unwrap_or_default();
         for pid in changed {
             self.derived.remove(&pid);
-            if c.procs.get(pid).is_none() {
+            // With frame pointers only the program consults no process table.
+            if self.frame_pointers_only || c.procs.get(pid).is_none() {
                 continue;
             }
             let p = self.describe(c, pid);
@@ -236,40 +238,38 @@ impl KernelStacks {
     }
 
     /// What the program needs to know of one process: the ranges of its
-    /// executable mappings built without frame pointers, merged.
+    /// executable mappings built with frame pointers, merged.
     fn describe(&mut self, c: &Collector, pid: u32) -> ProcessUnwind {
         let maps: Vec<crate::process::Mapping> = c.procs.get(pid).map(|p| p.mappings().copied().collect()).unwrap_or_default();
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         for m in maps {
-            if self.frame_pointers_only || self.has_frame_pointers(c, pid, m.image) {
+            if !self.has_frame_pointers(c, pid, m.image) {
+                let path = c.images.get(m.image).path.clone();
+                self.fallbacks.entry(path).or_default().processes += 1;
                 continue;
             }
             match ranges.last_mut() {
                 Some(last) if last.1 == m.start => last.1 = m.end,
                 _ => ranges.push((m.start, m.end)),
             }
-            let path = c.images.get(m.image).path.clone();
-            self.fallbacks.entry(path).or_default().processes += 1;
         }
-        ProcessUnwind { stream: false, no_frame_pointers: ranges }
+        ProcessUnwind { stream: false, frame_pointers: ranges }
     }
 }
 
 /// How much of a frame-pointer chain to believe, given the image of each
-/// user frame (leaf first): every frame up to and including the first
-/// caller in code without frame pointers. The frame above such a caller
-/// was found through a frame pointer that code did not maintain. A leaf
-/// there was judged by the program (it cannot be undone here), and a root
-/// frame there has nothing above it to get wrong. `needs_copy` in
-/// stacks.bpf.c applies the same rule before counting.
-/// Returns (frames to keep, whether the chain was cut).
+/// user frame (leaf first): every frame up to and including the first one
+/// below the root in code without frame pointers. The frame above it was
+/// found through a frame pointer that code did not maintain (at the leaf,
+/// its caller was skipped); a root frame there has nothing above it to get
+/// wrong. `needs_copy` in stacks.bpf.c applies the same rule before
+/// counting. Returns (frames to keep, whether the chain was cut).
 pub(crate) fn trustworthy_prefix(images: &[u32], has_frame_pointers: &mut dyn FnMut(u32) -> bool) -> (usize, bool) {
-    for i in 1..images.len().saturating_sub(1) {
-        if !has_frame_pointers(images[i]) {
-            return (i + 1, true);
-        }
+    let below_root = if images.len() == 1 { 1 } else { images.len().saturating_sub(1) };
+    match (0..below_root).find(|&i| !has_frame_pointers(images[i])) {
+        Some(i) => (i + 1, true),
+        None => (images.len(), false),
     }
-    (images.len(), false)
 }
 
 /// An image's bytes, mapped: through a live mapping of it when one exists
@@ -322,14 +322,16 @@ mod tests {
 
     #[test]
     fn chains_are_cut_after_the_first_caller_without_frame_pointers() {
-        // Checks the kept prefix of frame-pointer chains: all of an all-FP chain, up to a non-FP caller, and a non-FP root kept whole.
+        // Checks the kept prefix of frame-pointer chains: all of an all-FP chain, up to a non-FP leaf or caller, and a non-FP root kept whole.
         let fp = |i: u32| i != 9;
         // leaf, callers..., root: image 9 has no frame pointers.
         assert_eq!(trustworthy_prefix(&[1, 1, 2, 2], &mut |i| fp(i)), (4, false));
         assert_eq!(trustworthy_prefix(&[1, 9, 2, 2], &mut |i| fp(i)), (2, true), "frames above a libc callback are not believed");
         assert_eq!(trustworthy_prefix(&[1, 1, 9, 7, 7], &mut |i| fp(i)), (3, true));
         assert_eq!(trustworthy_prefix(&[1, 1, 1, 9], &mut |i| fp(i)), (4, false), "__libc_start_call_main at the root is fine");
-        assert_eq!(trustworthy_prefix(&[9, 1], &mut |i| fp(i)), (2, false), "the leaf was checked by the program");
+        assert_eq!(trustworthy_prefix(&[9, 1, 1], &mut |i| fp(i)), (1, true), "a leaf without frame pointers hides its caller");
+        assert_eq!(trustworthy_prefix(&[9], &mut |i| fp(i)), (1, true));
+        assert_eq!(trustworthy_prefix(&[1], &mut |i| fp(i)), (1, false));
         assert_eq!(trustworthy_prefix(&[], &mut |i| fp(i)), (0, false));
     }
 }

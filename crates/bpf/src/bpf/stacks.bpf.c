@@ -14,8 +14,9 @@
  * machine.)
  *
  * Frame-pointer chains are wrong where code has no frame pointers. The
- * daemon lists, per process, the executable ranges built without them;
- * a sample whose user chain passes through one below its root, of a
+ * daemon lists, per process, the executable ranges built with them; a
+ * sample whose user chain has a frame outside them below its root (code
+ * without frame pointers, or mapped since the daemon last looked), of a
  * process the daemon has not described yet, or of a process it marked,
  * returns 1: the kernel
  * then writes the sample with its user stack copy to the perf ring, and
@@ -59,8 +60,9 @@ struct pc_range {
 	__u64 end;
 };
 
-/* What the daemon knows of a process: mode 0 = walk in the kernel unless
- * the user leaf is in one of `ranges`; mode 1 = always send stack copies. */
+/* What the daemon knows of a process: mode 0 = walk in the kernel when the
+ * user chain below its root lies in `ranges` (code with frame pointers);
+ * mode 1 = always send stack copies. */
 struct proc_info {
 	__u32 mode;
 	__u32 nranges;
@@ -186,7 +188,7 @@ static long check_caller(__u64 i, void *ctx)
 
 	if (at >= MAX_DEPTH)
 		return 1;
-	if (in_ranges(c->p, c->user->pcs[at])) {
+	if (!in_ranges(c->p, c->user->pcs[at])) {
 		c->hit = 1;
 		return 1;
 	}
@@ -197,8 +199,8 @@ static long check_caller(__u64 i, void *ctx)
  * is wrong above any frame in code that keeps no frame pointer: at the
  * leaf its caller is skipped, higher up the frames above it come from a
  * register that code used for something else. Only the root frame, with
- * nothing above it, may lie there. (`trustworthy_prefix` in the
- * collector's kstacks.rs applies the same rule.) */
+ * nothing above it, may lie outside code known to keep one.
+ * (`trustworthy_prefix` in the collector's kstacks.rs applies the same rule.) */
 static __always_inline __u32 needs_copy(__u32 tgid, const struct stack *user)
 {
 	struct proc_info *p = bpf_map_lookup_elem(&procs, &tgid);
@@ -209,14 +211,14 @@ static __always_inline __u32 needs_copy(__u32 tgid, const struct stack *user)
 		return LOUPE_STAT_STREAM_UNKNOWN;
 	if (p->mode)
 		return LOUPE_STAT_STREAM_PROCESS;
-	if (!p->nranges || !user->nr)
+	if (!user->nr)
 		return 0;
 	/* The perf call chain's context marker (PERF_CONTEXT_USER) may lead. */
 	if (user->pcs[0] >= (__u64)-4095)
 		leaf = 1;
 	if (leaf >= user->nr || leaf >= MAX_DEPTH)
 		return 0;
-	if (in_ranges(p, user->pcs[leaf]))
+	if (!in_ranges(p, user->pcs[leaf]))
 		return LOUPE_STAT_STREAM_LEAF;
 	/* Callers leaf+1 .. nr-2: every frame but the leaf and the root. */
 	if (user->nr > leaf + 2) {
