@@ -329,8 +329,7 @@ fn proc_info_bytes(p: &ProcessUnwind) -> Vec<u8> {
     v.extend_from_slice(&(p.stream as u32).to_ne_bytes());
     let n = if p.stream { 0 } else { ranges.len() };
     v.extend_from_slice(&(n as u32).to_ne_bytes());
-    for i in 0..MAX_RANGES {
-        let (s, e) = if i < n { ranges[i] } else { (0, 0) };
+    for &(s, e) in ranges.iter().take(n).chain(std::iter::repeat(&(0, 0))).take(MAX_RANGES) {
         v.extend_from_slice(&s.to_ne_bytes());
         v.extend_from_slice(&e.to_ne_bytes());
     }

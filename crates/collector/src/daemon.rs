@@ -544,7 +544,7 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, cfg: &SamplerConfig, e
         BpfAggregator::load(entries).and_then(|mut b| {
             enable_run_stats(b.enable_run_stats());
             b.attach(&fds)?;
-            Ok(KernelAggregator::Flat(b))
+            Ok(KernelAggregator::Flat(Box::new(b)))
         })
     };
     // libbpf enables an event when it attaches to it; sampling starts when

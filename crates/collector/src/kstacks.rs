@@ -31,7 +31,7 @@ const KERNEL_CHAIN_LIMIT: usize = 127;
 
 /// Which in-kernel program feeds the collector.
 pub enum KernelAggregator {
-    Flat(BpfAggregator),
+    Flat(Box<BpfAggregator>),
     Stacks(Box<KernelStacks>),
 }
 
