@@ -185,7 +185,7 @@ pub struct SamplingArgs {
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
     /// Collection backend. `auto` uses in-kernel BPF aggregation (call stacks walked and counted in the kernel)
-    /// when the kernel (5.15+) and privileges allow it, and says why when it falls back to streaming.
+    /// when the kernel (5.17+) and privileges allow it, and says why when it falls back to streaming.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
     /// Do not collect call stacks (flat per-instruction profiles only).
