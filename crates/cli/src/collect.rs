@@ -86,9 +86,6 @@ fn sampler_config(s: &SamplingArgs) -> Result<SamplerConfig> {
         cfg.ring_pages = cfg.ring_pages.max(512);
     }
     if !s.no_stacks {
-        if s.backend == crate::flags::Backend::Bpf {
-            bail!("--backend bpf keeps flat profiles only; add --no-stacks, or use --backend stream for call stacks");
-        }
         cfg.callchain = true;
         cfg.user_stack_bytes = s.stack_bytes;
         // Stack copies make samples ~100x larger: give the rings room.
@@ -179,8 +176,9 @@ fn summarize(e: &Engine, took: Duration) {
     eprintln!("loupe: {}", e.closing_line(took));
     if let Some(st) = e.collector.stack_stats() {
         eprintln!(
-            "loupe: {} stacks ({} unwound from stack copies), {} stopped before the root ({:.2}%), {:.1} frames on average",
+            "loupe: {} stacks ({} walked in the kernel, {} unwound from stack copies), {} stopped before the root ({:.2}%), {:.1} frames on average",
             st.stacks,
+            st.kernel_walks,
             st.dwarf_unwinds,
             st.truncated,
             100.0 * st.truncated as f64 / st.stacks.max(1) as f64,

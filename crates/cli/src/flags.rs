@@ -184,11 +184,11 @@ pub struct SamplingArgs {
     /// Hardware events the machine lacks fall back to cpu-clock with a warning.
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     pub events: Vec<String>,
-    /// Collection backend. `auto` uses in-kernel BPF aggregation when the kernel and privileges allow it
-    /// and says why when it falls back to streaming.
+    /// Collection backend. `auto` uses in-kernel BPF aggregation (call stacks walked and counted in the kernel)
+    /// when the kernel (5.17+) and privileges allow it, and says why when it falls back to streaming.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// Do not collect call stacks (flat per-instruction profiles only; allows the BPF backend).
+    /// Do not collect call stacks (flat per-instruction profiles only).
     #[arg(long)]
     pub no_stacks: bool,
     /// Bytes of user stack copied per sample for DWARF unwinding of code without frame pointers
@@ -206,7 +206,8 @@ pub struct SamplingArgs {
 pub enum Backend {
     /// BPF when possible, else the stream.
     Auto,
-    /// Samples counted per CPU in kernel hash tables by an eBPF program (DCPI's driver); only the buckets reach user space.
+    /// Samples counted per CPU in kernel hash tables by an eBPF program (DCPI's driver), with their call stacks walked
+    /// there; only the buckets, and each stack once, reach user space.
     Bpf,
     /// Every sample streamed through per-CPU perf ring buffers and aggregated in the daemon.
     Stream,
