@@ -7,7 +7,8 @@
 //! through BOLT's address table, both ends, and folded in (a record with an
 //! end the table cannot map is counted and left out, never guessed).
 
-use crate::optimize::{build_id_of, code_image, db_image, epoch_ages, ProfileArgs};
+use crate::flags::optimize::ProfileArgs;
+use crate::optimize::{build_id_of, code_image, db_image, epoch_ages};
 use crate::optimize_bat::{candidate_files, installed_path, made_from, translators};
 use anyhow::{anyhow, Result};
 use loupe_model::branches::BranchProfile;

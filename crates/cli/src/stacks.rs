@@ -2,7 +2,7 @@
 //! read the stack tables of the selected epochs, name them, hand them to
 //! the analysis crate, write the result.
 
-use crate::flags::{ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, StackSelection, TopArgs};
+use crate::flags::{EventFlag, ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, Selection as StackSelection, TopArgs};
 use crate::symbols::Symbols;
 use anyhow::{bail, Context, Result};
 use loupe_analysis::callgraph::{self, CallData, Selection};
@@ -119,7 +119,7 @@ pub fn top(a: TopArgs) -> Result<u8> {
         pid: a.pid.clone(),
         comm: a.comm.clone(),
         image: a.image.clone(),
-        event: a.events.first().cloned(),
+        event: EventFlag { event: a.events.first().cloned() },
     };
     let d = load(&sel, false)?;
     let mut out = std::io::stdout().lock();
