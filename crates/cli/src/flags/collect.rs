@@ -4,6 +4,14 @@ use super::DbArg;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
+pub const RECORD_HELP: &str = "Examples:\n  loupe record -- make -j2\n  loupe record --freq 5000 --duration 30 --db /tmp/p.db\n  \
+loupe record --lbr -- ./prog   (then: loupe optimize export --format bolt ./prog > prog.fdata)\n\n\
+Recording into an existing database adds to its current epoch, so several runs of a program sum into one profile.\n\
+With a command, loupe exits with the command's exit status; its stdout and stderr pass through untouched.";
+
+pub const DAEMON_HELP: &str = "Examples:\n  loupe daemon --db /var/lib/loupe --flush-every 60 --stats 10\n\n\
+Control a running daemon with `loupe flush --db DIR` and `loupe epoch --db DIR`. SIGTERM or SIGINT flushes and exits.";
+
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
     /// Mean samples per second per CPU per event; each period is drawn at random within ±10%.

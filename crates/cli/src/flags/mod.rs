@@ -52,14 +52,10 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Profile the whole machine for a while, or one command and all its children.
-    #[command(after_help = "Examples:\n  loupe record -- make -j2\n  loupe record --freq 5000 --duration 30 --db /tmp/p.db\n  \
-loupe record --lbr -- ./prog   (then: loupe optimize export --format bolt ./prog > prog.fdata)\n\n\
-Recording into an existing database adds to its current epoch, so several runs of a program sum into one profile.\n\
-With a command, loupe exits with the command's exit status; its stdout and stderr pass through untouched.")]
+    #[command(after_help = RECORD_HELP)]
     Record(RecordArgs),
     /// Run the collector until stopped, merging into the database every --flush-every seconds.
-    #[command(after_help = "Examples:\n  loupe daemon --db /var/lib/loupe --flush-every 60 --stats 10\n\n\
-Control a running daemon with `loupe flush --db DIR` and `loupe epoch --db DIR`. SIGTERM or SIGINT flushes and exits.")]
+    #[command(after_help = DAEMON_HELP)]
     Daemon(DaemonArgs),
     /// Ask the running daemon to merge everything it holds into the database now.
     Flush(DbArg),
@@ -68,10 +64,7 @@ Control a running daemon with `loupe flush --db DIR` and `loupe epoch --db DIR`.
     /// List the epochs of a database.
     Epochs(DbArg),
     /// Samples per image, procedure or source line, sorted descending (DCPI's dcpiprof).
-    #[command(
-        after_help = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n  loupe top --children\n  loupe top --callers c_work\n\n\
-Percentages are of all samples of the event in the selected epochs and processes, including the [unknown] image."
-    )]
+    #[command(after_help = TOP_HELP)]
     Top(TopArgs),
     /// Show which sampling events this machine supports.
     Events,
@@ -85,32 +78,16 @@ Percentages are of all samples of the event in the selected epochs and processes
     #[command(after_help = LOCKS_HELP)]
     Locks(LocksArgs),
     /// Disassembly of one procedure with samples per instruction, source lines interleaved (like perf annotate).
-    #[command(after_help = "Examples:\n  loupe annotate --image selftime --procedure hot_alpha\n  \
-loupe annotate --image libc.so.6 --procedure memcpy --source --epoch all --format json\n\n\
-Addresses are ELF virtual addresses, as objdump prints them. With --source, the hottest source lines are marked with *.")]
+    #[command(after_help = ANNOTATE_HELP)]
     Annotate(AnnotateArgs),
     /// Per-instruction execution counts, CPI and stall culprits of one procedure (DCPI's dcpicalc).
-    #[command(after_help = "Examples:\n  loupe calc --image calcwork --procedure chase\n  \
-loupe calc --image ./a.out --procedure main --format json > main.json\n\n\
-Execution counts are estimated from the samples alone: the procedure's control-flow graph, frequency classes by cycle \
-equivalence, and each instruction's minimum cycles from llvm-mca's model of this CPU (Debian package llvm-19). \
-Bubbles above an instruction name the possible causes of its dynamic stall and the instruction to blame: \
-d D-cache miss, D DTLB miss, f divider busy, p branch mispredict, i I-cache miss, w store buffer full. \
-The clock event's period (ns) becomes cycles with the core clock recorded with the profile (measured here for older databases, or --cpu-ghz). \
-Hardware event samples of the same image (branch-misses, L1-dcache-load-misses, dTLB-load-misses, L1-icache-load-misses), \
-when the database has them, bound each culprit to events x period x the event's penalty, and rule it out when it left no \
-sample where its stall would have left several (DCPI §6.3); causes no event counts stay possible, not bounded.")]
+    #[command(after_help = CALC_HELP)]
     Calc(CalcArgs),
     /// Write an interactive flame graph (SVG or HTML) of the recorded call stacks.
-    #[command(after_help = "Examples:\n  loupe flame -o cpu.svg\n  loupe flame --comm postgres --epoch all -o pg.html\n\n\
-Inlined functions are expanded from DWARF and marked `(inlined)`. Stacks whose unwind stopped before the thread's root \
-sit under an `[unwind stopped]` frame; the subtitle gives their share. Click a box to zoom, Ctrl-F to search.")]
+    #[command(after_help = FLAME_HELP)]
     Flame(FlameArgs),
     /// Export call stacks for other tools: pprof, collapsed stacks, Perfetto, speedscope.
-    #[command(after_help = "Examples:\n  loupe export --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz\n  \
-loupe export --format collapsed | inferno-flamegraph > cpu.svg\n  loupe export --format perfetto --pid 4242 -o trace.pftrace   (open in ui.perfetto.dev)\n  \
-loupe export --format speedscope --since 3600 -o cpu.speedscope.json\n\n\
-The database keeps counts per epoch, so --since/--until select whole epochs.")]
+    #[command(after_help = EXPORT_HELP)]
     Export(ExportArgs),
     /// Vertical event tracing: event specs, generated stubs, record, dump, export.
     Trace(TraceArgs),

@@ -3,6 +3,21 @@
 use super::{CommFlag, DbArg, EpochFlag, Format, PidFlag};
 use clap::Args;
 
+pub const ANNOTATE_HELP: &str = "Examples:\n  loupe annotate --image selftime --procedure hot_alpha\n  \
+loupe annotate --image libc.so.6 --procedure memcpy --source --epoch all --format json\n\n\
+Addresses are ELF virtual addresses, as objdump prints them. With --source, the hottest source lines are marked with *.";
+
+pub const CALC_HELP: &str = "Examples:\n  loupe calc --image calcwork --procedure chase\n  \
+loupe calc --image ./a.out --procedure main --format json > main.json\n\n\
+Execution counts are estimated from the samples alone: the procedure's control-flow graph, frequency classes by cycle \
+equivalence, and each instruction's minimum cycles from llvm-mca's model of this CPU (Debian package llvm-19). \
+Bubbles above an instruction name the possible causes of its dynamic stall and the instruction to blame: \
+d D-cache miss, D DTLB miss, f divider busy, p branch mispredict, i I-cache miss, w store buffer full. \
+The clock event's period (ns) becomes cycles with the core clock recorded with the profile (measured here for older databases, or --cpu-ghz). \
+Hardware event samples of the same image (branch-misses, L1-dcache-load-misses, dTLB-load-misses, L1-icache-load-misses), \
+when the database has them, bound each culprit to events x period x the event's penalty, and rule it out when it left no \
+sample where its stall would have left several (DCPI §6.3); causes no event counts stay possible, not bounded.";
+
 #[derive(Args, Debug)]
 pub struct ProcedureArgs {
     #[command(flatten)]

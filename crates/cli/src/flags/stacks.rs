@@ -4,6 +4,15 @@ use super::Selection;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
+pub const FLAME_HELP: &str = "Examples:\n  loupe flame -o cpu.svg\n  loupe flame --comm postgres --epoch all -o pg.html\n\n\
+Inlined functions are expanded from DWARF and marked `(inlined)`. Stacks whose unwind stopped before the thread's root \
+sit under an `[unwind stopped]` frame; the subtitle gives their share. Click a box to zoom, Ctrl-F to search.";
+
+pub const EXPORT_HELP: &str = "Examples:\n  loupe export --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz\n  \
+loupe export --format collapsed | inferno-flamegraph > cpu.svg\n  loupe export --format perfetto --pid 4242 -o trace.pftrace   (open in ui.perfetto.dev)\n  \
+loupe export --format speedscope --since 3600 -o cpu.speedscope.json\n\n\
+The database keeps counts per epoch, so --since/--until select whole epochs.";
+
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlameFormat {
     Svg,

@@ -3,6 +3,9 @@
 use super::{By, CommFlag, DbArg, EpochFlag, Format, ImageFlag, PidFlag};
 use clap::Args;
 
+pub const TOP_HELP: &str = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n  loupe top --children\n  loupe top --callers c_work\n\n\
+Percentages are of all samples of the event in the selected epochs and processes, including the [unknown] image.";
+
 #[derive(Args, Debug)]
 pub struct TopArgs {
     #[command(flatten)]
