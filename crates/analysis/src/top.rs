@@ -1,7 +1,7 @@
 //! `loupe top`: samples per image, procedure or source line, sorted
 //! descending, one column per event (DCPI's dcpiprof, Figure 1).
 
-use crate::{image_display, unsymbolized, SymbolSource};
+use crate::{image_display, unsymbolized, SymbolSource, Unnamed};
 use loupe_model::{EventName, ImageKind, ImageOffset, ProcessKey, Profile};
 use std::collections::{BTreeMap, HashMap};
 
@@ -32,6 +32,9 @@ pub struct TopReport {
     pub unknown: Vec<u64>,
     /// Sorted by the first event's count, descending.
     pub rows: Vec<TopRow>,
+    /// Samples per event that got no procedure name, by why. Views finer
+    /// than images only; samples outside any image are always here.
+    pub unnamed: BTreeMap<Unnamed, Vec<u64>>,
 }
 
 impl TopReport {
@@ -61,6 +64,7 @@ pub fn top(
     let mut totals = vec![0; events.len()];
     let mut unknown = vec![0; events.len()];
     let mut rows: HashMap<(String, Option<String>, Option<String>), Vec<u64>> = HashMap::new();
+    let mut unnamed: BTreeMap<Unnamed, Vec<u64>> = BTreeMap::new();
     for p in profiles {
         let Some(ev) = events.iter().position(|e| *e == p.event) else { continue };
         let counts = p.by_offset(keep);
@@ -73,20 +77,40 @@ pub fn top(
         if n == 0 || !keep_image(&image) {
             continue;
         }
-        for ((proc_, line), c) in group(p, &counts, by, syms) {
+        let mut why = BTreeMap::new();
+        if p.image.kind == ImageKind::Unknown {
+            why.insert(Unnamed::NoImage, n);
+        }
+        for ((proc_, line), c) in group(p, &counts, by, syms, &mut why) {
             rows.entry((image.clone(), proc_, line)).or_insert_with(|| vec![0; events.len()])[ev] += c;
+        }
+        for (reason, c) in why {
+            unnamed.entry(reason).or_insert_with(|| vec![0; events.len()])[ev] += c;
         }
     }
     let mut rows: Vec<TopRow> =
         rows.into_iter().map(|((image, procedure, line), counts)| TopRow { image, procedure, line, counts }).collect();
-    rows.sort_by(|a, b| b.counts.cmp(&a.counts).then_with(|| a.image.cmp(&b.image)).then_with(|| a.procedure.cmp(&b.procedure)));
-    TopReport { events: events.to_vec(), totals, unknown, rows }
+    rows.sort_by(|a, b| {
+        b.counts
+            .cmp(&a.counts)
+            .then_with(|| a.image.cmp(&b.image))
+            .then_with(|| a.procedure.cmp(&b.procedure))
+            .then_with(|| a.line.cmp(&b.line))
+    });
+    TopReport { events: events.to_vec(), totals, unknown, rows, unnamed }
 }
 
 type GroupKey = (Option<String>, Option<String>);
 
 /// Sums one profile's offsets into (procedure, line) groups.
-fn group(p: &Profile, counts: &BTreeMap<ImageOffset, u64>, by: GroupBy, syms: &mut dyn SymbolSource) -> Vec<(GroupKey, u64)> {
+/// Samples that get no name are also added to `unnamed` by reason.
+fn group(
+    p: &Profile,
+    counts: &BTreeMap<ImageOffset, u64>,
+    by: GroupBy,
+    syms: &mut dyn SymbolSource,
+    unnamed: &mut BTreeMap<Unnamed, u64>,
+) -> Vec<(GroupKey, u64)> {
     if by == GroupBy::Image {
         return vec![((None, None), counts.values().sum())];
     }
@@ -98,10 +122,13 @@ fn group(p: &Profile, counts: &BTreeMap<ImageOffset, u64>, by: GroupBy, syms: &m
     let names = syms.symbolize(&p.image, &offsets, by == GroupBy::Line);
     let mut out: HashMap<GroupKey, u64> = HashMap::new();
     for ((off, n), sym) in counts.iter().zip(names) {
-        let procedure = sym.as_ref().map_or_else(|| unsymbolized(&p.image, *off), |s| s.procedure.clone());
+        if let Err(why) = sym {
+            *unnamed.entry(why).or_insert(0) += n;
+        }
+        let procedure = sym.as_ref().map_or_else(|_| unsymbolized(&p.image, *off), |s| s.procedure.clone());
         let line = match by {
             GroupBy::Line => Some(match &sym {
-                Some(s) if s.file.is_some() => format!("{}:{}", s.file.as_deref().unwrap_or("??"), s.line.unwrap_or(0)),
+                Ok(s) if s.file.is_some() => format!("{}:{}", s.file.as_deref().unwrap_or("??"), s.line.unwrap_or(0)),
                 _ => procedure.clone(),
             }),
             GroupBy::Instruction => Some(format!("0x{:x}", off.0)),
@@ -121,12 +148,12 @@ mod tests {
     /// Symbols by table: offsets below 0x100 are `f`, below 0x200 `g`, else none.
     struct Table;
     impl SymbolSource for Table {
-        fn symbolize(&mut self, _: &ImageId, offs: &[ImageOffset], lines: bool) -> Vec<Option<SymInfo>> {
+        fn symbolize(&mut self, _: &ImageId, offs: &[ImageOffset], lines: bool) -> Vec<Result<SymInfo, Unnamed>> {
             offs.iter()
                 .map(|o| match o.0 {
-                    0..=0xff => Some(SymInfo { procedure: "f".into(), file: lines.then(|| "a.c".into()), line: Some((o.0 / 0x10) as u32) }),
-                    0x100..=0x1ff => Some(SymInfo { procedure: "g".into(), file: None, line: None }),
-                    _ => None,
+                    0..=0xff => Ok(SymInfo { procedure: "f".into(), file: lines.then(|| "a.c".into()), line: Some((o.0 / 0x10) as u32) }),
+                    0x100..=0x1ff => Ok(SymInfo { procedure: "g".into(), file: None, line: None }),
+                    _ => Err(Unnamed::NoSymbols),
                 })
                 .collect()
         }
@@ -195,5 +222,20 @@ mod tests {
             .map(|x| (x.procedure.as_deref().unwrap(), x.line.as_deref().unwrap(), x.counts[0]))
             .collect();
         assert_eq!(app, [("f", "0x10", 5), ("g", "0x150", 3), ("f", "0x18", 1)]);
+    }
+
+    #[test]
+    fn rows_with_equal_counts_print_in_one_order() {
+        // Regression: ties between lines of one procedure were printed in hash order, so two runs differed.
+        let ev = EventName::new("cpu-clock");
+        let mut a = Profile::new(ImageId::elf("/bin/app", None), ev.clone());
+        for off in [0x18u64, 0x10, 0x150] {
+            a.add(ProcessKey::new(1, "app"), ImageOffset(off), 1, 0);
+        }
+        for _ in 0..5 {
+            let r = top(std::slice::from_ref(&a), std::slice::from_ref(&ev), GroupBy::Instruction, &|_| true, &|_| true, &mut Table);
+            let lines: Vec<&str> = r.rows.iter().map(|x| x.line.as_deref().unwrap()).collect();
+            assert_eq!(lines, ["0x10", "0x18", "0x150"]);
+        }
     }
 }

@@ -134,7 +134,7 @@ fn name(rec: LockRecord, saved: &HashMap<u32, Vec<Mapping>>, syms: &mut Symbols,
 fn site_name(site: u64, maps: &[Mapping], syms: &mut Symbols) -> Option<String> {
     let m = maps.iter().find(|m| site >= m.start && site < m.end && m.path.starts_with('/'))?;
     let image = ImageId::elf(&m.path, None);
-    let info = syms.symbolize(&image, &[ImageOffset(site - m.start + m.pgoff)], false).pop().flatten()?;
+    let info = syms.symbolize(&image, &[ImageOffset(site - m.start + m.pgoff)], false).pop()?.ok()?;
     Some(format!("{} ({})", info.procedure, m.path.rsplit('/').next().unwrap_or(&m.path)))
 }
 

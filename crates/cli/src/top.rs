@@ -147,6 +147,12 @@ fn print_json(out: &mut dyn Write, r: &TopReport, by: By, limit: usize) -> Resul
         "unknown_samples": r.unknown.first().copied().unwrap_or(0),
         "rows": rows,
     });
+    let mut doc = doc;
+    // Only where some samples have no name, so that fully named profiles print as before.
+    if r.unnamed.values().any(|c| c[0] > 0) {
+        doc["unnamed_samples"] =
+            r.unnamed.iter().filter(|(_, c)| c[0] > 0).map(|(why, c)| (why.describe().to_string(), serde_json::json!(c[0]))).collect();
+    }
     writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     Ok(())
 }
@@ -160,6 +166,9 @@ fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: 
     writeln!(out, "# Loupe top, epoch {}", eps.join(","))?;
     for (i, e) in r.events.iter().enumerate() {
         writeln!(out, "# Samples: {} of event '{}', unknown: {} ({:.2}%)", r.totals[i], e, r.unknown[i], pct(r.unknown[i], r.totals[i]))?;
+        if let Some(line) = unnamed_line(r, i) {
+            writeln!(out, "{line}")?;
+        }
     }
     if r.events.is_empty() {
         writeln!(out, "# No samples in the selection.")?;
@@ -202,4 +211,14 @@ fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: 
         writeln!(out, "# ... {} more rows (--limit)", r.rows.len() - limit)?;
     }
     Ok(())
+}
+
+/// "# Unnamed: 120 samples (1.20%): 80 stripped, no debug info; 40 file not found", or none.
+fn unnamed_line(r: &TopReport, event: usize) -> Option<String> {
+    let parts: Vec<(u64, &str)> = r.unnamed.iter().filter(|(_, c)| c[event] > 0).map(|(why, c)| (c[event], why.describe())).collect();
+    let n: u64 = parts.iter().map(|(c, _)| c).sum();
+    (n > 0).then(|| {
+        let each: Vec<String> = parts.iter().map(|(c, why)| format!("{c} {why}")).collect();
+        format!("# Unnamed: {n} samples ({:.2}%): {}", pct(n, r.totals[event]), each.join("; "))
+    })
 }
