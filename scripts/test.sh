@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -q -- -D warnings
+# API docs build without warnings (broken intra-doc links, unclosed HTML in doc comments); --release
+# reuses the dependencies' metadata clippy --release has just built.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --release -q
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 # --no-fail-fast: one failing test binary must not hide the others' results.
 status=0

@@ -3,7 +3,7 @@
 
 use crate::flags::{CalcArgs, Format};
 use crate::machine::{measure_ghz, LlvmMca};
-use crate::procedure::{find_procedure, load, symbolizer, Filter, Selected};
+use crate::procedure::{find_procedure, load, symbolizer, Filter, Mem, Selected};
 use anyhow::{anyhow, bail, Result};
 use loupe_calc::culprit::Cause;
 use loupe_calc::estimate::{Combine, Options};
@@ -13,17 +13,8 @@ use loupe_calc::{analyze_with, Calc};
 use loupe_collector::clock;
 use loupe_model::EventName;
 use loupe_store::Database;
-use loupe_symbolize::Code;
 use std::io::Write;
 use std::path::Path;
-
-struct Mem<'a>(&'a Code<'a>);
-
-impl loupe_calc::cfg::Memory for Mem<'_> {
-    fn read(&self, vaddr: u64, len: usize) -> Option<Vec<u8>> {
-        self.0.bytes(vaddr, len as u64).map(<[u8]>::to_vec)
-    }
-}
 
 pub fn run(a: CalcArgs) -> Result<u8> {
     let p = &a.proc_;

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use loupe_analysis::compare::{align, BucketKey};
 use loupe_analysis::diff::{diff as diff_rows, diff_measured, DiffParams, DiffRow, Mode};
 use loupe_analysis::stats::{stats as stats_rows, StatsRow};
-use loupe_analysis::top::{top, TopReport};
+use loupe_analysis::top::{pct, top, TopReport};
 use loupe_model::{EventName, ProcessKey, Profile};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
@@ -311,10 +311,6 @@ pub fn stats(a: StatsArgs) -> Result<u8> {
         Format::Text => print_stats_text(&mut out, &rows, &event, &sides, &totals, grand, a.sel.by, a.sel.limit),
     }?;
     Ok(0)
-}
-
-fn pct(n: u64, total: u64) -> f64 {
-    loupe_analysis::top::pct(n, total)
 }
 
 fn print_stats_json(

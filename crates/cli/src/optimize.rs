@@ -3,7 +3,7 @@
 //! it with validation, installation and rollback.
 
 use crate::flags::optimize::{BoltProfile, ExportArgs, ExportFormat, OptimizeArgs, OptimizeCommand, ProfileArgs, RunArgs, StatusArgs};
-use crate::procedure::symbolizer;
+use crate::procedure::{symbolizer, Mem};
 use anyhow::{anyhow, bail, Context, Result};
 use loupe_model::{ImageId, ImageKind};
 use loupe_optimize::blocks::{function_profile, ColdPolicy, FunctionProfile};
@@ -12,7 +12,7 @@ use loupe_optimize::llvm_sample::{self, FunctionLines};
 use loupe_optimize::manage::{self, Decision};
 use loupe_optimize::{fdata, tool};
 use loupe_store::Database;
-use loupe_symbolize::{Code, Symbolizer};
+use loupe_symbolize::Symbolizer;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -116,14 +116,6 @@ pub(crate) fn code_image(image: &ImageId, path: &Path, bid: &str) -> ImageId {
         return db_image(&saved, bid);
     }
     image.clone()
-}
-
-struct Mem<'a>(&'a Code<'a>);
-
-impl loupe_calc::cfg::Memory for Mem<'_> {
-    fn read(&self, vaddr: u64, len: usize) -> Option<Vec<u8>> {
-        self.0.bytes(vaddr, len as u64).map(<[u8]>::to_vec)
-    }
 }
 
 pub(crate) fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile> {

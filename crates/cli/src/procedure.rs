@@ -9,6 +9,15 @@ use loupe_symbolize::{Code, ProcedureRange, Symbolizer, SymbolizerOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+/// A procedure's code as the CFG builder reads it (jump tables included).
+pub struct Mem<'a>(pub &'a Code<'a>);
+
+impl loupe_calc::cfg::Memory for Mem<'_> {
+    fn read(&self, vaddr: u64, len: usize) -> Option<Vec<u8>> {
+        self.0.bytes(vaddr, len as u64).map(<[u8]>::to_vec)
+    }
+}
+
 pub struct Selected {
     pub image: ImageId,
     pub epochs: Vec<EpochId>,

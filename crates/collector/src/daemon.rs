@@ -470,7 +470,7 @@ impl Budget {
     }
 
     /// Re-measures the load-dependent costs and re-chooses the rate, every
-    /// [`BUDGET_RECHECK`].
+    /// `BUDGET_RECHECK`.
     pub fn recheck(&mut self, engine: &mut Engine) {
         if self.at.elapsed() < BUDGET_RECHECK {
             return;
