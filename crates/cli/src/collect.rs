@@ -1,6 +1,6 @@
 //! `record`, `daemon`, `flush`, `epoch`, `epochs`, `events`.
 
-use crate::flags::{DaemonArgs, DbArg, RecordArgs, SamplingArgs};
+use crate::flags::{DaemonArgs, DbArg, Lbr, RecordArgs, SamplingArgs};
 use anyhow::{bail, Context, Result};
 use loupe_collector::daemon::{self, DaemonOptions, Engine};
 use loupe_perf::{EventSpec, GatedChild, SamplerConfig, Target};
@@ -37,15 +37,6 @@ fn resolve_events(names: &[String]) -> Result<Vec<EventSpec>> {
         eprintln!("loupe: sampling {}; unavailable here: {}", names.join(", "), missing.join(", "));
     }
     Ok(out)
-}
-
-/// Which branches `--lbr` keeps (`branch_sample_type`: every taken branch
-/// at these privilege levels).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lbr {
-    User,
-    Kernel,
-    All,
 }
 
 impl Lbr {

@@ -14,7 +14,7 @@ pub fn run(a: TopArgs) -> Result<u8> {
         return crate::stacks::top(a);
     }
     let db = Database::open(&a.db.db)?;
-    let filter = Filter { pids: a.pid.clone(), comms: a.comm.clone(), image: a.image.clone() };
+    let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone() };
     let sel = Selection { epochs: Epochs::parse(&a.epoch)?, filter, events: a.events.clone() };
     let epochs = db.select(&sel.epochs)?;
     let flat = db.flat(&epochs, detail(a.by), &sel.filter)?;
