@@ -4,13 +4,14 @@
 
 use crate::flags::{By, CompareArgs, DiffArgs, DiffMode, Format, StatsArgs};
 use crate::symbols::Symbols;
-use crate::top::{choose_events, group_by, load, select_epochs};
+use crate::top::{detail, group_by};
 use anyhow::{bail, Context, Result};
 use loupe_analysis::compare::{align, BucketKey};
 use loupe_analysis::diff::{diff as diff_rows, diff_measured, DiffParams, DiffRow, Mode};
 use loupe_analysis::stats::{stats as stats_rows, StatsRow};
-use loupe_analysis::top::{top, TopReport};
-use loupe_model::{EventName, ProcessKey, Profile};
+use loupe_analysis::top::{pct, top, TopReport};
+use loupe_model::EventName;
+use loupe_store::query::{choose_events, Epochs, Filter, Flat, ProfileSource};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -89,17 +90,14 @@ fn parse_run(spec: &str) -> Result<Run> {
         _ => (spec, "current"),
     };
     let db = Database::open(Path::new(path)).with_context(|| format!("run {spec:?}"))?;
-    let epochs = match which.split_once('-') {
+    let which = match which.split_once('-') {
         Some((lo, hi)) => {
             let (lo, hi): (u32, u32) = (lo.parse()?, hi.parse()?);
-            let mut v = Vec::new();
-            for n in lo..=hi {
-                v.extend(select_epochs(&db, &n.to_string()).with_context(|| format!("run {spec:?}"))?);
-            }
-            v
+            Epochs::List((lo..=hi).map(EpochId).collect())
         }
-        None => select_epochs(&db, which).with_context(|| format!("run {spec:?}"))?,
+        None => Epochs::parse(which).with_context(|| format!("run {spec:?}"))?,
     };
+    let epochs = db.select(&which).with_context(|| format!("run {spec:?}"))?;
     Ok(Run { db: PathBuf::from(path), epochs })
 }
 
@@ -111,33 +109,28 @@ fn is_epoch_word(e: &str) -> bool {
 /// Everything the sides share: the grouping, filters and symbolizer.
 struct Reader<'a> {
     sel: &'a CompareArgs,
+    filter: Filter,
     syms: Symbols,
 }
 
 impl Reader<'_> {
-    fn profiles(&self, side: &Side) -> Result<Vec<Profile>> {
-        let mut out = Vec::new();
+    fn flat(&self, side: &Side) -> Result<Flat> {
+        let mut out = Flat::default();
         for run in &side.runs {
             let db = Database::open(&run.db)?;
-            let (ps, problems) = load(&db, &run.epochs, self.sel.by, &|img| self.keep_image(img))?;
-            for p in problems {
+            let mut flat = db.flat(&run.epochs, detail(self.sel.by), &self.filter)?;
+            for p in std::mem::take(&mut flat.problems) {
                 eprintln!("loupe: skipping corrupt profile {p}");
             }
-            out.extend(ps);
+            out.extend(flat);
         }
         Ok(out)
     }
 
-    fn keep_image(&self, img: &str) -> bool {
-        self.sel.image.as_deref().is_none_or(|f| img.contains(f))
-    }
-
-    fn report(&mut self, profiles: &[Profile], event: &EventName) -> TopReport {
-        let comm = self.sel.comm.clone();
-        let keep = move |p: &ProcessKey| comm.is_empty() || comm.contains(&p.comm);
-        let filter = self.sel.image.clone();
-        let keep_image = move |img: &str| filter.as_deref().is_none_or(|f| img.contains(f));
-        top(profiles, std::slice::from_ref(event), group_by(self.sel.by), &keep, &keep_image, &mut self.syms)
+    fn report(&mut self, flat: &Flat, event: &EventName) -> TopReport {
+        let f = &self.filter;
+        let (keep, keep_image) = (|p: &_| f.keep_process(p), |i: &str| f.keep_image(i));
+        top(&flat.profiles, &flat.totals, std::slice::from_ref(event), group_by(self.sel.by), &keep, &keep_image, &mut self.syms)
     }
 }
 
@@ -145,12 +138,13 @@ impl Reader<'_> {
 fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
     let sides = specs.iter().map(|s| parse_side(s)).collect::<Result<Vec<_>>>()?;
     let dbs: Vec<&Path> = sides.iter().flat_map(|s| s.runs.iter().map(|r| r.db.as_path())).collect();
-    let mut reader = Reader { sel, syms: Symbols::for_dbs(&dbs) };
-    let profiles = sides.iter().map(|s| reader.profiles(s)).collect::<Result<Vec<_>>>()?;
-    let all: Vec<Profile> = profiles.iter().flatten().cloned().collect();
+    let filter = Filter { pids: Vec::new(), comms: sel.comm.clone(), image: sel.image.clone() };
+    let mut reader = Reader { sel, filter, syms: Symbols::for_dbs(&dbs) };
+    let flats = sides.iter().map(|s| reader.flat(s)).collect::<Result<Vec<_>>>()?;
+    let present: Vec<EventName> = flats.iter().flat_map(Flat::events).collect();
     let wanted: Vec<String> = sel.event.iter().cloned().collect();
-    let Some(event) = choose_events(&all, &wanted)?.into_iter().next() else { bail!("no samples in any of the runs") };
-    let reports = profiles.iter().map(|p| reader.report(p, &event)).collect();
+    let Some(event) = choose_events(&present, &wanted)?.into_iter().next() else { bail!("no samples in any of the runs") };
+    let reports = flats.iter().map(|f| reader.report(f, &event)).collect();
     Ok((sides, event, reports))
 }
 
@@ -357,10 +351,6 @@ pub fn stats(a: StatsArgs) -> Result<u8> {
         Format::Text => print_stats_text(&mut out, &rows, &event, &sides, &totals, grand, a.sel.by, a.sel.limit),
     }?;
     Ok(0)
-}
-
-fn pct(n: u64, total: u64) -> f64 {
-    loupe_analysis::top::pct(n, total)
 }
 
 fn print_stats_json(

@@ -170,9 +170,8 @@ impl Engine {
         }
         let epoch = db.current_epoch()?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        db.set_epoch_meta(epoch, "kernel", release.trim())?;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        db.set_epoch_meta(epoch, "host", host.trim())?;
+        db.update_epoch_meta(epoch, |m| (m.kernel, m.host) = (Some(release.trim().into()), Some(host.trim().into())))?;
         let mut engine = Engine {
             sampler,
             collector,
@@ -200,7 +199,7 @@ impl Engine {
     }
 
     /// Measures the core clock now and stores it with the current epoch
-    /// (all readings of the epoch and their median, [`clock::META_GHZ`]),
+    /// (all readings of the epoch and their median, [`loupe_store::Clock`]),
     /// for `loupe calc` to turn periods in ns into cycles.
     pub fn record_clock(&mut self) -> Result<()> {
         let cpu_before = own_cpu_seconds();
@@ -209,17 +208,11 @@ impl Engine {
         // exit and each epoch), not the running cost per sample.
         self.calibration_cpu_seconds += own_cpu_seconds() - cpu_before;
         let epoch = self.db.current_epoch()?;
-        let info = self.db.epochs()?.into_iter().find(|e| e.id == epoch);
-        let mut readings = info.and_then(|e| e.meta.get(clock::META_READINGS).map(|r| clock::parse_readings(r))).unwrap_or_default();
-        readings.push(ghz);
-        let text: Vec<String> = readings.iter().map(|g| format!("{g:.4}")).collect();
-        self.db.set_epoch_meta(epoch, clock::META_READINGS, &text.join(" "))?;
-        if let Some(m) = clock::median(&readings) {
-            self.db.set_epoch_meta(epoch, clock::META_GHZ, &format!("{m:.4}"))?;
-        }
-        if let Some(t) = clock::tsc_mhz() {
-            self.db.set_epoch_meta(epoch, clock::META_TSC, &format!("{t:.3}"))?;
-        }
+        let tsc = clock::tsc_mhz();
+        self.db.update_epoch_meta(epoch, |m| {
+            m.clock.add_reading(ghz);
+            m.clock.tsc_mhz = tsc.or(m.clock.tsc_mhz);
+        })?;
         self.last_clock = Instant::now();
         Ok(())
     }
@@ -552,7 +545,7 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, entries: u32) -> Resul
 
 /// The daemon's unix socket in the database directory.
 pub fn socket_path(db: &Path) -> PathBuf {
-    db.join("daemon.sock")
+    loupe_store::layout::daemon_socket(db)
 }
 
 /// Sends one command to a running daemon and returns its one-line answer.

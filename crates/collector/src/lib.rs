@@ -54,7 +54,7 @@ impl KernelInfo {
     pub fn read() -> KernelInfo {
         KernelInfo {
             text_base: kernel::text_base_from_file(Path::new("/proc/kallsyms")),
-            build_id: fs::read("/sys/kernel/notes").ok().and_then(|n| kernel::build_id_from_notes(&n)),
+            build_id: fs::read("/sys/kernel/notes").ok().and_then(|n| loupe_symbolize::build_id::of_notes(&n)),
             modules: kernel::parse_modules(&fs::read_to_string("/proc/modules").unwrap_or_default()),
         }
     }
