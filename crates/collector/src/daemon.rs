@@ -223,10 +223,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(cfg: &SamplerConfig, db: Database, flush_every: Duration, choice: BackendChoice) -> Result<Engine> {
         let events: Vec<EventName> = cfg.events.iter().map(|e| EventName::new(&e.name)).collect();
-        let mut sampler = Sampler::open(cfg)?;
-        // Records leave the rings as they come, whatever the loop is busy
-        // with: unwinding, a flush, a new image's tables, a CPU-starved turn.
-        sampler.read_in_background()?;
+        let sampler = Sampler::open(cfg)?;
         // Call stacks ride on the streaming path: user stacks are unwound in
         // the daemon from copies of the stack (DWARF CFI), which the BPF
         // tables, holding flat buckets, do not carry.
@@ -955,7 +952,7 @@ mod tests {
                 })
             })
             .collect();
-        // A 17 KiB record every 100 µs per CPU into 64 KiB rings, with every CPU busy: the reader thread falls behind.
+        // A 17 KiB record every 100 µs per CPU into 64 KiB rings, with every CPU busy: the rings overflow.
         engine.sampler.enable().unwrap();
         std::thread::sleep(Duration::from_millis(500));
         stop.store(true, Ordering::Relaxed);
