@@ -7,10 +7,15 @@ cd "$(dirname "$0")/.."
 source scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -q -- -D warnings
+# API docs build without warnings (broken intra-doc links, unclosed HTML in doc comments); --release
+# reuses the dependencies' metadata clippy --release has just built.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --release -q
 log=$(mktemp); trap 'rm -f "$log"' EXIT
 # --no-fail-fast: one failing test binary must not hide the others' results.
 status=0
 cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=1
+# Every fuzz target for FUZZ_SECONDS; its closing line has cargo's "test result:" form, one test per target.
+scripts/fuzz.sh 2>&1 | tee -a "$log" || status=1
 # Generated trace stubs: shared byte vectors in C, C++, Python, Go, Java (five
 # suites; sdk/test.sh stops at the first failing one).
 sdk_passed=5 sdk_failed=0

@@ -119,15 +119,15 @@ fn name_locations(loc_ix: HashMap<(ImageId, ImageOffset), u32>, syms: &mut dyn S
     for (image, locs) in by_image {
         let offs: Vec<ImageOffset> = locs.iter().map(|(o, _)| *o).collect();
         let (names, inlined) = if matches!(image.kind, ImageKind::Unknown) {
-            (vec![None; offs.len()], vec![Vec::new(); offs.len()])
+            (vec![Err(crate::Unnamed::NoImage); offs.len()], vec![Vec::new(); offs.len()])
         } else {
             (syms.symbolize(&image, &offs, true), syms.inlined(&image, &offs))
         };
         for (((off, i), sym), inl) in locs.into_iter().zip(names).zip(inlined) {
             let procedure = match (&sym, image.kind) {
                 (_, ImageKind::Unknown) => image.path.clone(),
-                (Some(s), _) => s.procedure.clone(),
-                (None, _) => unsymbolized(&image, off),
+                (Ok(s), _) => s.procedure.clone(),
+                (Err(_), _) => unsymbolized(&image, off),
             };
             let (file, line) = sym.map_or((None, None), |s| (s.file, s.line));
             out[i as usize] = Some(Location { image: image.clone(), offset: off, procedure, file, line, inlined: inl });
@@ -255,16 +255,14 @@ pub(crate) mod tests {
     /// 0x3xx = b, 0x4xx = c, 0x5xx = d; 0x45x has `inl` inlined into c.
     pub struct Table;
     impl SymbolSource for Table {
-        fn symbolize(&mut self, _: &ImageId, offs: &[ImageOffset], _: bool) -> Vec<Option<SymInfo>> {
+        fn symbolize(&mut self, _: &ImageId, offs: &[ImageOffset], _: bool) -> Vec<Result<SymInfo, crate::Unnamed>> {
             let names = ["?", "main", "a", "b", "c", "d"];
             offs.iter()
                 .map(|o| {
                     let k = (o.0 / 0x100) as usize;
-                    (k > 0 && k < names.len()).then(|| SymInfo {
-                        procedure: names[k].into(),
-                        file: Some("w.c".into()),
-                        line: Some(o.0 as u32 % 0x100),
-                    })
+                    (k > 0 && k < names.len())
+                        .then(|| SymInfo { procedure: names[k].into(), file: Some("w.c".into()), line: Some(o.0 as u32 % 0x100) })
+                        .ok_or(crate::Unnamed::NoSymbols)
                 })
                 .collect()
         }

@@ -37,7 +37,7 @@ mod tests {
             .map(|&(img, p, n)| TopRow { image: img.into(), procedure: Some(p.into()), line: None, counts: vec![n] })
             .collect::<Vec<_>>();
         let total = rows.iter().map(|r| r.counts[0]).sum();
-        TopReport { events: vec![EventName::new("cpu-clock")], totals: vec![total], unknown: vec![0], rows }
+        TopReport { events: vec![EventName::new("cpu-clock")], totals: vec![total], unknown: vec![0], rows, unnamed: Default::default() }
     }
 
     #[test]

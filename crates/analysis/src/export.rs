@@ -26,7 +26,7 @@ pub fn collapsed(data: &CallData, event: usize, inline: bool) -> String {
     lines.into_iter().map(|(k, n)| format!("{k} {n}\n")).collect()
 }
 
-/// speedscope's JSON (https://www.speedscope.app/file-format-schema.json):
+/// speedscope's JSON (<https://www.speedscope.app/file-format-schema.json>):
 /// one sampled profile per event, weights in samples.
 pub fn speedscope(data: &CallData, name: &str) -> String {
     let mut frames: Vec<serde_json::Value> = Vec::new();

@@ -22,11 +22,44 @@ pub struct SymInfo {
     pub line: Option<u32>,
 }
 
+/// Why an offset has no name: the few causes a table reports, each with
+/// what the user can do about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Unnamed {
+    /// The sample hit memory that no file backs (anonymous memory, JIT code).
+    NoImage,
+    /// The image's file is neither where it was mapped nor in the database's image cache.
+    ImageNotFound,
+    /// The file at the image's path is another build than the one sampled.
+    BuildIdMismatch,
+    /// The file has no symbol or DWARF function covering the address (stripped, no debug info).
+    NoSymbols,
+    /// The offset lies in no loadable segment of the file.
+    OutsideSegments,
+    /// Anything else (an unreadable file, no kernel symbols).
+    Other,
+}
+
+impl Unnamed {
+    /// A few words for a table's header.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Unnamed::NoImage => "no file (anonymous or JIT code)",
+            Unnamed::ImageNotFound => "file not found",
+            Unnamed::BuildIdMismatch => "file is another build",
+            Unnamed::NoSymbols => "stripped, no debug info",
+            Unnamed::OutsideSegments => "outside the file's segments",
+            Unnamed::Other => "other",
+        }
+    }
+}
+
 /// Names offsets. Implemented over ELF/DWARF/kallsyms by the CLI, and by
 /// tables in tests.
 pub trait SymbolSource {
-    /// One entry per offset, in order; `None` where the offset has no symbol.
-    fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Option<SymInfo>>;
+    /// One entry per offset, in order; the reason where the offset has no name.
+    fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Result<SymInfo, Unnamed>>;
 
     /// Per offset, the functions inlined there, innermost first (not
     /// including the procedure `symbolize` names). None by default.

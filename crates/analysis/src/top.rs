@@ -1,8 +1,8 @@
 //! `loupe top`: samples per image, procedure or source line, sorted
 //! descending, one column per event (DCPI's dcpiprof, Figure 1).
 
-use crate::{image_display, unsymbolized, SymbolSource};
-use loupe_model::{EventName, ImageKind, ImageOffset, ProcessKey, Profile};
+use crate::{image_display, unsymbolized, SymbolSource, Unnamed};
+use loupe_model::{EventName, ImageKind, ImageOffset, ImageTotals, ProcessKey, Profile};
 use std::collections::{BTreeMap, HashMap};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +32,9 @@ pub struct TopReport {
     pub unknown: Vec<u64>,
     /// Sorted by the first event's count, descending.
     pub rows: Vec<TopRow>,
+    /// Samples per event that got no procedure name, by why. Views finer
+    /// than images only; samples outside any image are always here.
+    pub unnamed: BTreeMap<Unnamed, Vec<u64>>,
 }
 
 impl TopReport {
@@ -49,23 +52,39 @@ pub fn pct(n: u64, total: u64) -> f64 {
 }
 
 /// Builds the table. `keep` selects processes (pid/comm filters);
-/// `keep_image` selects images by display name.
+/// `keep_image` selects images by display name. `totals` are images known
+/// only by their samples per process (a database's index): they count
+/// towards the totals and make image rows, having no offsets to group.
 pub fn top(
     profiles: &[Profile],
+    totals: &[ImageTotals],
     events: &[EventName],
     by: GroupBy,
     keep: &dyn Fn(&ProcessKey) -> bool,
     keep_image: &dyn Fn(&str) -> bool,
     syms: &mut dyn SymbolSource,
 ) -> TopReport {
-    let mut totals = vec![0; events.len()];
+    let mut sums = vec![0; events.len()];
     let mut unknown = vec![0; events.len()];
     let mut rows: HashMap<(String, Option<String>, Option<String>), Vec<u64>> = HashMap::new();
+    let mut unnamed: BTreeMap<Unnamed, Vec<u64>> = BTreeMap::new();
+    for t in totals {
+        let Some(ev) = events.iter().position(|e| *e == t.event) else { continue };
+        let n = t.samples(keep);
+        sums[ev] += n;
+        if t.image.kind == ImageKind::Unknown {
+            unknown[ev] += n;
+        }
+        let image = image_display(&t.image);
+        if n > 0 && keep_image(&image) {
+            rows.entry((image, None, None)).or_insert_with(|| vec![0; events.len()])[ev] += n;
+        }
+    }
     for p in profiles {
         let Some(ev) = events.iter().position(|e| *e == p.event) else { continue };
         let counts = p.by_offset(keep);
         let n: u64 = counts.values().sum();
-        totals[ev] += n;
+        sums[ev] += n;
         if p.image.kind == ImageKind::Unknown {
             unknown[ev] += n;
         }
@@ -73,8 +92,15 @@ pub fn top(
         if n == 0 || !keep_image(&image) {
             continue;
         }
-        for ((proc_, line), c) in group(p, &counts, by, syms) {
+        let mut why = BTreeMap::new();
+        if p.image.kind == ImageKind::Unknown {
+            why.insert(Unnamed::NoImage, n);
+        }
+        for ((proc_, line), c) in group(p, &counts, by, syms, &mut why) {
             rows.entry((image.clone(), proc_, line)).or_insert_with(|| vec![0; events.len()])[ev] += c;
+        }
+        for (reason, c) in why {
+            unnamed.entry(reason).or_insert_with(|| vec![0; events.len()])[ev] += c;
         }
     }
     let mut rows: Vec<TopRow> =
@@ -86,13 +112,20 @@ pub fn top(
             .then_with(|| a.procedure.cmp(&b.procedure))
             .then_with(|| a.line.cmp(&b.line))
     });
-    TopReport { events: events.to_vec(), totals, unknown, rows }
+    TopReport { events: events.to_vec(), totals: sums, unknown, rows, unnamed }
 }
 
 type GroupKey = (Option<String>, Option<String>);
 
 /// Sums one profile's offsets into (procedure, line) groups.
-fn group(p: &Profile, counts: &BTreeMap<ImageOffset, u64>, by: GroupBy, syms: &mut dyn SymbolSource) -> Vec<(GroupKey, u64)> {
+/// Samples that get no name are also added to `unnamed` by reason.
+fn group(
+    p: &Profile,
+    counts: &BTreeMap<ImageOffset, u64>,
+    by: GroupBy,
+    syms: &mut dyn SymbolSource,
+    unnamed: &mut BTreeMap<Unnamed, u64>,
+) -> Vec<(GroupKey, u64)> {
     if by == GroupBy::Image {
         return vec![((None, None), counts.values().sum())];
     }
@@ -104,10 +137,13 @@ fn group(p: &Profile, counts: &BTreeMap<ImageOffset, u64>, by: GroupBy, syms: &m
     let names = syms.symbolize(&p.image, &offsets, by == GroupBy::Line);
     let mut out: HashMap<GroupKey, u64> = HashMap::new();
     for ((off, n), sym) in counts.iter().zip(names) {
-        let procedure = sym.as_ref().map_or_else(|| unsymbolized(&p.image, *off), |s| s.procedure.clone());
+        if let Err(why) = sym {
+            *unnamed.entry(why).or_insert(0) += n;
+        }
+        let procedure = sym.as_ref().map_or_else(|_| unsymbolized(&p.image, *off), |s| s.procedure.clone());
         let line = match by {
             GroupBy::Line => Some(match &sym {
-                Some(s) if s.file.is_some() => format!("{}:{}", s.file.as_deref().unwrap_or("??"), s.line.unwrap_or(0)),
+                Ok(s) if s.file.is_some() => format!("{}:{}", s.file.as_deref().unwrap_or("??"), s.line.unwrap_or(0)),
                 _ => procedure.clone(),
             }),
             GroupBy::Instruction => Some(format!("0x{:x}", off.0)),
@@ -127,12 +163,12 @@ mod tests {
     /// Symbols by table: offsets below 0x100 are `f`, below 0x200 `g`, else none.
     struct Table;
     impl SymbolSource for Table {
-        fn symbolize(&mut self, _: &ImageId, offs: &[ImageOffset], lines: bool) -> Vec<Option<SymInfo>> {
+        fn symbolize(&mut self, _: &ImageId, offs: &[ImageOffset], lines: bool) -> Vec<Result<SymInfo, Unnamed>> {
             offs.iter()
                 .map(|o| match o.0 {
-                    0..=0xff => Some(SymInfo { procedure: "f".into(), file: lines.then(|| "a.c".into()), line: Some((o.0 / 0x10) as u32) }),
-                    0x100..=0x1ff => Some(SymInfo { procedure: "g".into(), file: None, line: None }),
-                    _ => None,
+                    0..=0xff => Ok(SymInfo { procedure: "f".into(), file: lines.then(|| "a.c".into()), line: Some((o.0 / 0x10) as u32) }),
+                    0x100..=0x1ff => Ok(SymInfo { procedure: "g".into(), file: None, line: None }),
+                    _ => Err(Unnamed::NoSymbols),
                 })
                 .collect()
         }
@@ -154,7 +190,7 @@ mod tests {
     }
 
     fn run(by: GroupBy, keep: &dyn Fn(&ProcessKey) -> bool) -> TopReport {
-        top(&profiles(), &[EventName::new("cpu-clock")], by, keep, &|_| true, &mut Table)
+        top(&profiles(), &[], &[EventName::new("cpu-clock")], by, keep, &|_| true, &mut Table)
     }
 
     #[test]
@@ -179,6 +215,21 @@ mod tests {
         assert_eq!(r.rows.len(), 1);
         assert_eq!(r.rows[0].image, "/bin/app");
         assert_eq!(r.percent(&r.rows[0], 0), 100.0);
+    }
+
+    #[test]
+    fn totals_make_the_same_image_rows_as_their_profiles() {
+        // Checks that index-only totals give the per-image table the whole profiles give, filters included.
+        let ev = [EventName::new("cpu-clock")];
+        let totals: Vec<ImageTotals> = profiles().iter().map(ImageTotals::of).collect();
+        let keeps: [&dyn Fn(&ProcessKey) -> bool; 2] = [&|_| true, &|p| p.pid == 1];
+        for keep in keeps {
+            let whole = top(&profiles(), &[], &ev, GroupBy::Image, keep, &|i| i != "/bin/app", &mut Table);
+            let from_totals = top(&[], &totals, &ev, GroupBy::Image, keep, &|i| i != "/bin/app", &mut Table);
+            assert_eq!(whole, from_totals);
+        }
+        let r = top(&[], &totals, &ev, GroupBy::Image, &|_| true, &|_| true, &mut Table);
+        assert_eq!((r.totals[0], r.unknown[0], r.rows[0].image.as_str(), r.rows[0].counts[0]), (17, 2, "/bin/app", 11));
     }
 
     #[test]
@@ -212,7 +263,7 @@ mod tests {
             a.add(ProcessKey::new(1, "app"), ImageOffset(off), 1, 0);
         }
         for _ in 0..5 {
-            let r = top(std::slice::from_ref(&a), std::slice::from_ref(&ev), GroupBy::Instruction, &|_| true, &|_| true, &mut Table);
+            let r = top(std::slice::from_ref(&a), &[], std::slice::from_ref(&ev), GroupBy::Instruction, &|_| true, &|_| true, &mut Table);
             let lines: Vec<&str> = r.rows.iter().map(|x| x.line.as_deref().unwrap()).collect();
             assert_eq!(lines, ["0x10", "0x18", "0x150"]);
         }

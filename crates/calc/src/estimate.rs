@@ -104,7 +104,7 @@ pub enum Combine {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     pub combine: Combine,
-    /// Re-level innermost loops whose body branches ([`branching_loop_estimate`]).
+    /// Re-level innermost loops whose body branches (`branching_loop_estimate`).
     pub branching_loops: bool,
     /// Instructions of a block taken as one issue point (1: each issue
     /// point alone, with DCPI's dependence window; see [`issue_points`]).

@@ -221,7 +221,7 @@ fn min_cycles(g: &cfg::Cfg, wanted: &[bool], model: &mut dyn mca::MachineModel) 
     Ok(m)
 }
 
-/// Most instructions scheduled in one piece (see [`min_cycles`]).
+/// Most instructions scheduled in one piece (see `min_cycles`).
 pub const MAX_PIECE: usize = 256;
 
 /// Where the samples of a block's retire gaps land. The timer interrupt

@@ -4,6 +4,7 @@
 use crate::flags::{AnnotateArgs, Format};
 use crate::procedure::{events, find_procedure, load, symbolizer, Filter};
 use anyhow::{anyhow, Result};
+use loupe_analysis::top::pct;
 use loupe_calc::decode::decode;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -41,14 +42,6 @@ pub fn run(a: AnnotateArgs) -> Result<u8> {
         Format::Text => text(&mut out, &sel.image.path, &proc_.name, &names, &rows, &totals, a.source),
     }?;
     Ok(0)
-}
-
-fn pct(n: u64, total: u64) -> f64 {
-    if total == 0 {
-        0.0
-    } else {
-        100.0 * n as f64 / total as f64
-    }
 }
 
 /// Samples per source line (first event), hottest first.

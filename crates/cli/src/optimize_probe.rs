@@ -3,78 +3,20 @@
 //! windows (`loupe-probe`), kept in DB/probes/BUILD.json and used by every
 //! export of that build in place of the sample estimates of those blocks.
 
-use crate::optimize::{image_profile, ProfileArgs};
+use crate::flags::optimize::{ProbeArgs, ProfileArgs};
+use crate::optimize::image_profile;
 use crate::procedure::symbolizer;
 use anyhow::{anyhow, bail, Context, Result};
-use clap::Args;
-use loupe_optimize::blocks::Measured;
-use loupe_probe::{ElfAddr, Group, Plan, Pooled, Run, Sampler, Tally};
-use std::collections::{BTreeMap, HashMap};
+use loupe_optimize::probing::Schedule;
+use loupe_probe::{ElfAddr, Group, Run, Sampler, Tally};
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub const HELP: &str = "Examples:\n  loupe optimize probe ./lua -- ./lua bench.lua\n  \
-loupe optimize probe --seconds 60 /usr/local/bin/lua\n\n\
-Timer samples cannot count short blocks on an out-of-order core (a block that retires beside others may never be \
-sampled, one that stalls draws samples out of proportion), and without a branch stack (LBR) nothing else counts \
-them. The debug registers can: an execute breakpoint traps on every execution. Probing arms four at a time (a \
-function's reference block and three others) on a thread running IMAGE for --window-us, reads the counts and \
-moves on; their ratios are exact relative execution counts of that stretch of the run, and windows at random \
-times average to the whole run's. Blocks are those of the --functions hottest functions of the profile already in \
-the database (record first); each function's reference is the most executed of its four most-sampled blocks, \
-found by counting them against each other first. Every armed execution traps (about 10 us in a VM), so the \
-program's slowdown is about the duty cycle, window / period (2% at the defaults), plus the timer samples taken \
-between windows (--sample-hz), which weigh each run's ratios by how often its references ran. Counts add up \
-across runs in DB/probes/BUILD.json; `optimize export`, `run` and the manager then take the measured blocks' \
-counts from there, scaled to the samples, and infer the rest of each function's counts by minimum-cost flow \
-around them (--no-probes: without them).";
-
-#[derive(Args, Debug)]
-pub struct ProbeArgs {
-    #[command(flatten)]
-    pub profile: ProfileArgs,
-    /// How long to probe running processes of IMAGE (with a command: until it exits).
-    #[arg(long, default_value_t = 30.0)]
-    pub seconds: f64,
-    /// Microseconds the breakpoints stay armed per window.
-    #[arg(long, default_value_t = 1000)]
-    pub window_us: u64,
-    /// Mean milliseconds between windows (each drawn from 0.5 to 1.5 times it, so windows do not lock to a
-    /// period of the program).
-    #[arg(long, default_value_t = 50)]
-    pub period_ms: u64,
-    /// Timer samples per second of a probed thread's CPU, taken between windows: how often each reference block
-    /// ran in this run, to weigh this run's ratios against other runs' (0: runs are summed unweighted).
-    #[arg(long, default_value_t = 2000)]
-    pub sample_hz: u64,
-    /// How many of the profile's hottest functions to probe.
-    #[arg(long, default_value_t = 16)]
-    pub functions: usize,
-    /// The command to run and probe (after --): the processes of IMAGE among it and its descendants; without
-    /// one, every running process of IMAGE is probed.
-    #[arg(last = true)]
-    pub command: Vec<String>,
-}
-
-/// Share of the reference's runs a block's ratio must have been counted
-/// beside to be used: all of them (up to rounding). At 0.9, SQLite blocks
-/// counted 0 under `insert` and `mixed` but never armed under `query`
-/// (7% of the reference's samples), where they ran 21 M times, were taken
-/// as measured zeros and split out cold.
-const MIN_COVERAGE: f64 = 0.999;
-
-/// Windows under every command a block counted 0 must have been armed in
-/// for that 0 to be used. A window sees about a hundred executions of a
-/// hot reference, one stretch of one phase: SQLite handlers run 4-21 M
-/// times in training were 0 in their 1-6 windows per command and were
-/// split out cold (against their 400-2,000 timer samples). Below this the
-/// samples decide.
-const MIN_ZERO_WINDOWS: u64 = 10;
-
 /// Where a build's probe counts are kept.
 pub fn tally_path(db: &Path, bid: &str) -> PathBuf {
-    db.join("probes").join(format!("{bid}.json"))
+    loupe_store::layout::probe_tally(db, bid)
 }
 
 /// The build's probe counts, if any; a corrupt file is named and left out.
@@ -86,41 +28,6 @@ pub fn tally_of(db: &Path, bid: &str) -> Option<Tally> {
             None
         }
     }
-}
-
-/// Per function start, its measured blocks: those counted against the
-/// reference inside `[start, start + size)` that ran most often.
-pub fn measured_by_function(t: &Tally, functions: &[(u64, u64)]) -> HashMap<u64, Measured> {
-    let by = t.by_reference();
-    let mut out = HashMap::new();
-    for &(start, size) in functions {
-        let refs = by.range(ElfAddr(start)..ElfAddr(start + size));
-        // The reference chosen by calibration, else the one counted most.
-        let best = match t.references.get(&start).and_then(|r| by.get_key_value(r)) {
-            Some(kv) => Some(kv),
-            None => refs.max_by_key(|(_, blocks)| blocks.values().map(|x| x.reference_count).sum::<u64>()),
-        };
-        if let Some((r, blocks)) = best {
-            // A ratio counted beside only part of what the reference ran (a command under which the block's
-            // group was never armed) may miss where the block runs: left to the samples.
-            let mut counts: BTreeMap<u64, (f64, u64)> = blocks
-                .iter()
-                .filter(|(_, x)| x.coverage >= MIN_COVERAGE && (x.ratio > 0.0 || x.min_windows >= MIN_ZERO_WINDOWS))
-                .map(|(b, x)| (b.0, (x.ratio, x.reference_count)))
-                .collect();
-            // The reference alone says nothing: its ratio to itself is 1 by definition, and its count
-            // would be its own samples' estimate, pinned (CPython's long_richcompare: no other ratio
-            // covered `text.py`, and the entry's stall-inflated 341 against its successor's 131 sent
-            // flow down a path run 18 times in 23 M). Left to the samples.
-            if counts.keys().all(|&b| b == r.0) {
-                continue;
-            }
-            let most = blocks.values().map(|x| x.reference_count).max().unwrap_or(0);
-            counts.insert(r.0, (1.0, most));
-            out.insert(start, Measured { counts });
-        }
-    }
-    out
 }
 
 /// A thread running the image, and what its ELF addresses are offset by.
@@ -166,77 +73,17 @@ fn targets(inode: u64, segments: &[(u64, u64, u64)], probe: ElfAddr, root: Optio
     out
 }
 
-/// Files the samplers' instruction pointers under the block holding them.
+/// Files the samplers' instruction pointers under the probed block holding them.
 fn drain(
     samplers: &mut HashMap<u32, (Sampler, i64)>,
-    extents: &BTreeMap<u64, u64>,
+    sched: &Schedule,
     into: &mut HashMap<u64, u64>,
     ips: &mut Vec<loupe_probe::RuntimeAddr>,
 ) {
     for (s, bias) in samplers.values_mut() {
         ips.clear();
         s.drain(ips);
-        for ip in ips.iter() {
-            let va = (ip.0 as i64 - *bias) as u64;
-            if let Some((&start, &end)) = extents.range(..=va).next_back() {
-                if va < end {
-                    *into.entry(start).or_default() += 1;
-                }
-            }
-        }
-    }
-}
-
-/// Windows each candidate reference block of a function is counted in
-/// before the most executed one is kept.
-const CALIBRATION_WINDOWS: u64 = 4;
-
-/// What the next window arms: a function's candidate references against
-/// each other, or a planned group.
-struct Schedule {
-    /// Functions whose reference is not chosen yet: (start, candidates, all blocks).
-    calibrating: Vec<(u64, Vec<ElfAddr>, Vec<ElfAddr>)>,
-    plan: Plan,
-    next: usize,
-    /// This command's counts so far (earlier runs of it and this one): groups whose blocks are settled give
-    /// their windows to the others.
-    seen: Pooled,
-}
-
-impl Schedule {
-    fn next_group(&mut self) -> Option<(Option<u64>, Vec<ElfAddr>)> {
-        if let Some((start, cands, _)) = self.calibrating.first() {
-            return Some((Some(*start), cands.clone()));
-        }
-        self.next = self.plan.next_unsettled(self.next, &self.seen)?;
-        Some((None, self.plan.groups[self.next].addrs()))
-    }
-
-    /// Adds one window's counts of `addrs` (the reference first) to what decides which groups are settled.
-    fn counted(&mut self, addrs: &[ElfAddr], counts: &[u64]) {
-        let (Some(&r), Some(&rc)) = (addrs.first(), counts.first()) else { return };
-        for (&b, &c) in addrs.iter().zip(counts).skip(1) {
-            let a = self.seen.entry((r, b)).or_default();
-            (a.0, a.1) = (a.0 + c, a.1 + rc);
-        }
-    }
-
-    /// After a calibration window of `start`: once it has enough, its
-    /// reference is the candidate counted most and its groups join the plan.
-    fn calibrated(&mut self, start: u64, run: &Run, tally: &mut Tally) {
-        let Some(i) = self.calibrating.iter().position(|c| c.0 == start) else { return };
-        let first = self.calibrating[i].1[0];
-        let pairs: Vec<&loupe_probe::Pair> =
-            run.pairs.iter().filter(|p| p.reference == first && self.calibrating[i].1.contains(&p.block)).collect();
-        let done = self.calibrating[i].1.len() == 1 || pairs.iter().all(|p| p.windows >= CALIBRATION_WINDOWS);
-        if !done {
-            return;
-        }
-        let rc = pairs.first().map_or(0, |p| p.reference_count);
-        let best = pairs.iter().filter(|p| p.count > rc).max_by_key(|p| p.count).map_or(first, |p| p.block);
-        let (start, _, blocks) = self.calibrating.remove(i);
-        tally.references.insert(start, best);
-        self.plan.add_function(best, &blocks);
+        sched.file_samples(ips.iter().map(|ip| (ip.0 as i64 - *bias) as u64), into);
     }
 }
 
@@ -273,50 +120,30 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
     let mut tally = tally_of(&db, &ip.build_id).unwrap_or_else(|| Tally { build_id: ip.build_id.clone(), ..Default::default() });
     let armed0 = tally.armed_secs;
     let mut run = Run { label: if a.command.is_empty() { "running".into() } else { a.command.join(" ") }, ..Default::default() };
-    // Every block of the probed functions by its first address, to file the samples taken between windows.
-    let mut extents: BTreeMap<u64, u64> = BTreeMap::new();
-    let seen = tally.pooled(&run.label);
-    let mut sched = Schedule { calibrating: vec![], plan: Plan::default(), next: 0, seen };
-    let chosen = ip.functions.iter().take(a.functions).filter(|f| !f.blocks.is_empty()).collect::<Vec<_>>();
-    for f in &chosen {
-        let blocks: Vec<ElfAddr> = f.blocks.iter().map(|b| ElfAddr(f.start + b.offset)).collect();
-        for (i, b) in blocks.iter().enumerate() {
-            extents.insert(b.0, blocks.get(i + 1).map_or(f.start + f.size, |n| n.0));
-        }
-        // The reference should be the function's most executed block, so that every window counts it often;
-        // samples do not say which that is, so the four blocks with the most are counted against each other.
-        let mut by_count: Vec<&loupe_optimize::blocks::BlockCount> = f.blocks.iter().collect();
-        by_count.sort_by(|x, y| y.count.total_cmp(&x.count));
-        let candidates: Vec<ElfAddr> = by_count.iter().take(loupe_probe::SLOTS).map(|b| ElfAddr(f.start + b.offset)).collect();
-        match tally.references.get(&f.start) {
-            Some(&r) => sched.plan.add_function(r, &blocks),
-            None => sched.calibrating.push((f.start, candidates, blocks)),
-        }
-    }
-    if chosen.is_empty() {
+    let Some(mut sched) = Schedule::new(&ip.functions, a.functions, &tally, &run.label) else {
         bail!("no sampled function of {} to probe", a.profile.image.display());
-    }
+    };
+    let probe_at = ElfAddr(ip.functions.iter().take(a.functions).find(|f| !f.blocks.is_empty()).map_or(0, |f| f.start));
     let file = a.profile.file();
     let inode = std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?.ino();
     let segments = loupe_probe::segments(file).with_context(|| format!("cannot read the segments of {}", file.display()))?;
-    let probe_at = ElfAddr(chosen[0].start);
     let mut child = match a.command.split_first() {
         Some((cmd, args)) => Some(std::process::Command::new(cmd).args(args).spawn().with_context(|| format!("cannot run {cmd}"))?),
         None => None,
     };
     let only = child.as_ref().map(|c| c.id());
-    let blocks: usize = chosen.iter().map(|f| f.blocks.len()).sum();
     eprintln!(
-        "loupe: probing {blocks} blocks of {} functions of {} ({} references still to choose): {} us windows every {} ms on average",
-        chosen.len(),
+        "loupe: probing {} blocks of {} functions of {} ({} references still to choose): {} us windows every {} ms on average",
+        sched.blocks,
+        sched.functions,
         a.profile.image.display(),
-        sched.calibrating.len(),
+        sched.calibrating(),
         a.window_us,
         a.period_ms
     );
     let (t0, mut rng) = (Instant::now(), t0_seed());
     // A random first group: short runs probed one after another still cover every group.
-    sched.next = rng as usize;
+    sched.start_after(rng as usize);
     let (mut turn, mut windows, mut failed) = (0usize, 0u64, 0u64);
     let mut found: Vec<Target> = vec![];
     let mut scanned = Instant::now() - Duration::from_secs(10);
@@ -342,10 +169,10 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
                     }
                 }
             }
-            drain(&mut samplers, &extents, &mut block_samples, &mut ips);
+            drain(&mut samplers, &sched, &mut block_samples, &mut ips);
         }
-        if let (Some(t), Some((calibrating, addrs))) = (found.get(turn % found.len().max(1)).copied(), sched.next_group()) {
-            let rt: Vec<_> = addrs.iter().map(|&va| loupe_probe::runtime(va, t.bias)).collect();
+        if let (Some(t), Some(w)) = (found.get(turn % found.len().max(1)).copied(), sched.next_window()) {
+            let rt: Vec<_> = w.addrs.iter().map(|&va| loupe_probe::runtime(va, t.bias)).collect();
             let w0 = Instant::now();
             // No timer samples of the thread while its breakpoints trap.
             let sampler = samplers.get(&t.tid).map(|(s, _)| s);
@@ -354,13 +181,9 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
             let _ = sampler.map(Sampler::enable);
             match counted {
                 Ok(counts) => {
-                    run.add_window(&addrs, &counts);
-                    sched.counted(&addrs, &counts);
+                    sched.counted(&w, &counts, &mut run, &mut tally);
                     tally.armed_secs += w0.elapsed().as_secs_f64();
                     windows += 1;
-                    if let Some(start) = calibrating {
-                        sched.calibrated(start, &run, &mut tally);
-                    }
                 }
                 // The thread ended, or its debug registers are taken (a debugger): look again.
                 Err(_) => {
@@ -378,11 +201,8 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
             eprintln!("loupe: the probed command exited with {st}");
         }
     }
-    drain(&mut samplers, &extents, &mut block_samples, &mut ips);
-    let mut refs: Vec<ElfAddr> = tally.references.values().copied().chain(sched.calibrating.iter().map(|c| c.1[0])).collect();
-    refs.sort();
-    refs.dedup();
-    run.reference_samples = refs.into_iter().map(|r| (r, block_samples.get(&r.0).copied().unwrap_or(0))).collect();
+    drain(&mut samplers, &sched, &mut block_samples, &mut ips);
+    run.reference_samples = sched.reference_samples(&tally, &block_samples);
     let sampled: u64 = run.reference_samples.iter().map(|&(_, n)| n).sum();
     if windows == 0 {
         bail!("no window was counted: no thread running {} was found ({failed} failed attempts)", a.profile.image.display());
@@ -396,56 +216,12 @@ fn run_probe(mut a: ProbeArgs) -> Result<String> {
         "{windows} windows over {wall:.1} s ({counted} block counts against a reference), armed {:.1}% of the time; \
          {} of {} references chosen, {sampled} timer samples in them between windows; counts in {}",
         100.0 * (tally.armed_secs - armed0) / wall,
-        chosen.len() - sched.calibrating.len(),
-        chosen.len(),
+        sched.functions - sched.calibrating(),
+        sched.functions,
         path.display()
     ))
 }
 
 fn t0_seed() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_ratios_counted_under_every_command_and_zeros_over_enough_windows_are_used() {
-        // Checks the two filters on a function at 0x100 with reference 0x100: block 0x110 counted under both
-        // commands (used), 0x120 only under "a" (its ratio misses what "b" ran: left out), 0x130 at 0 in
-        // MIN_ZERO_WINDOWS windows under each command (used: a measured zero), 0x140 at 0 in fewer windows
-        // under "b" (left to the samples).
-        let (r, b1, b2, b3, b4) = (ElfAddr(0x100), ElfAddr(0x110), ElfAddr(0x120), ElfAddr(0x130), ElfAddr(0x140));
-        let mut runs = vec![];
-        for label in ["a", "b"] {
-            let mut run = Run { label: label.into(), reference_samples: vec![(r, 100)], ..Default::default() };
-            for w in 0..MIN_ZERO_WINDOWS {
-                run.add_window(&[r, b1, b3], &[100, 50, 0]);
-                if label == "a" {
-                    run.add_window(&[r, b2, b4], &[100, 10, 0]);
-                } else if w == 0 {
-                    run.add_window(&[r, b4], &[100, 0]);
-                }
-            }
-            runs.push(run);
-        }
-        let t = Tally { runs, references: [(0x100, r)].into_iter().collect(), ..Default::default() };
-        let m = measured_by_function(&t, &[(0x100, 0x100)]);
-        let got: Vec<u64> = m[&0x100].counts.keys().copied().collect();
-        assert_eq!(got, vec![0x100, 0x110, 0x130], "{m:?}");
-        assert_eq!(m[&0x100].counts[&0x110].0, 0.5);
-    }
-
-    #[test]
-    fn a_function_with_no_usable_ratio_is_left_to_its_samples() {
-        // Checks a function whose only block ratio was counted under "a" while "b" also ran its reference
-        // (timer samples): no ratio is used, and the reference alone is no measurement.
-        let (r, b1) = (ElfAddr(0x100), ElfAddr(0x110));
-        let mut a = Run { label: "a".into(), reference_samples: vec![(r, 100)], ..Default::default() };
-        a.add_window(&[r, b1], &[100, 50]);
-        let b = Run { label: "b".into(), reference_samples: vec![(r, 100)], ..Default::default() };
-        let t = Tally { runs: vec![a, b], references: [(0x100, r)].into_iter().collect(), ..Default::default() };
-        assert!(measured_by_function(&t, &[(0x100, 0x100)]).is_empty());
-    }
 }

@@ -1,8 +1,8 @@
 //! The analysis crate's `SymbolSource`, backed by ELF/DWARF/kallsyms.
 
-use loupe_analysis::{SymInfo, SymbolSource};
+use loupe_analysis::{SymInfo, SymbolSource, Unnamed};
 use loupe_model::{ImageId, ImageOffset};
-use loupe_symbolize::{Symbolizer, SymbolizerOptions};
+use loupe_symbolize::{Reason, Symbolizer, SymbolizerOptions};
 use std::path::Path;
 
 pub struct Symbols {
@@ -19,21 +19,33 @@ impl Symbols {
     /// The same over several databases (diff and stats read more than one).
     pub fn for_dbs(dbs: &[&Path]) -> Symbols {
         let mut opts = SymbolizerOptions::default();
-        opts.image_cache_dirs.extend(dbs.iter().map(|db| db.join("images")));
+        opts.image_cache_dirs.extend(dbs.iter().map(|db| loupe_store::layout::images_dir(db)));
         Symbols { inner: Symbolizer::new(opts) }
     }
 }
 
 impl SymbolSource for Symbols {
-    fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Option<SymInfo>> {
+    fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Result<SymInfo, Unnamed>> {
         self.inner
             .symbolize(image, offsets, lines)
             .into_iter()
-            .map(|r| r.ok().map(|s| SymInfo { procedure: s.procedure, file: s.file, line: s.line }))
+            .map(|r| r.map(|s| SymInfo { procedure: s.procedure, file: s.file, line: s.line }).map_err(|why| unnamed(&why)))
             .collect()
     }
 
     fn inlined(&mut self, image: &ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
         self.inner.inline_frames(image, offsets)
+    }
+}
+
+/// The symbolizer's reason, as the class a table counts.
+fn unnamed(why: &Reason) -> Unnamed {
+    match why {
+        Reason::ImageNotFound(_) => Unnamed::ImageNotFound,
+        Reason::BuildIdMismatch { .. } => Unnamed::BuildIdMismatch,
+        Reason::NoSymbols => Unnamed::NoSymbols,
+        Reason::NotInAnySegment => Unnamed::OutsideSegments,
+        Reason::UnknownImage => Unnamed::NoImage,
+        _ => Unnamed::Other,
     }
 }

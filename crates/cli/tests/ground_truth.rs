@@ -124,3 +124,27 @@ fn binary_deleted_while_running_still_symbolizes() {
     let lib = sum_rows(&top, |r| r["procedure"] == "lib_spin") as f64;
     assert!(alpha / total > 0.25 && lib / total > 0.05, "deleted images lost their names: {top}");
 }
+
+#[test]
+fn top_says_why_samples_of_a_stripped_binary_have_no_name() {
+    // A copy of `burn` stripped of every symbol and its debug info can name none of its own samples:
+    // `top` counts each of them as "stripped, no debug info", exactly as many as its image has.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (db, bin) = (dir.path().join("db"), dir.path().join("burn-stripped"));
+    std::fs::copy(workloads().join("burn"), &bin).unwrap();
+    let st = std::process::Command::new("strip").arg("--strip-all").arg(&bin).status().unwrap();
+    assert!(st.success());
+    run_ok(loupe().args(["record", "--db"]).arg(&db).args(["--", bin.to_str().unwrap(), "--iterations", "300000000"]));
+    let image = bin.to_str().unwrap();
+    let by_image = top_json(&db, &["--by", "image"]);
+    let own = sum_rows(&by_image, |r| r["image"] == image);
+    assert!(own > 100, "too few samples in the stripped image to judge: {own}");
+    let top = top_json(&db, &["--by", "procedure", "--image", image]);
+    let unnamed = &top["unnamed_samples"];
+    assert_eq!(unnamed["stripped, no debug info"].as_u64(), Some(own), "{unnamed}");
+    let text = String::from_utf8(run_ok(loupe().args(["top", "--by", "procedure", "--image", image, "--db"]).arg(&db)).stdout).unwrap();
+    assert!(text.contains(&format!("# Unnamed: {own} samples")), "{text}");
+}

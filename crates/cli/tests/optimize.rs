@@ -472,7 +472,7 @@ fn drift_reoptimizes_from_the_installed_builds_samples() {
     // holds mode 1's functions, which only the installed build ran), validated against the original: installed
     // over the first when significantly faster, else discarded with the first left running. Either way PATH
     // never holds the original's build again and no decision restores it. (Whether the second version wins is
-    // not asserted: profiles mapped back from an optimized build are distorted by its layout, see DESIGN.md's
+    // not asserted: profiles mapped back from an optimized build are distorted by its layout, see docs/optimize.md's
     // regrow_factor note; in the 2026-11-23 runs 7 of 9 installed one.)
     if !require_root() {
         return;

@@ -208,7 +208,9 @@ mod tests {
         rec.extend(2u16.to_ne_bytes()); // misc: user mode
         rec.extend(((8 + body.len()) as u16).to_ne_bytes());
         rec.extend(body);
-        let layout = loupe_perf::Layout { ids: vec![(77, 0)], branch_events: vec![0], ..Default::default() };
+        use loupe_perf::sys::*;
+        let sample_type = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_BRANCH_STACK;
+        let layout = loupe_perf::Layout { ids: vec![(77, 0)], ..loupe_perf::Layout::new(loupe_perf::Format::new(sample_type)) };
         let r = loupe_perf::record::parse(&rec, &layout).expect("a well-formed sample");
         let kernel = KernelInfo { text_base: None, build_id: None, modules: vec![] };
         let mut c = Collector::new(vec![EventName::new("cycles")], kernel, None);

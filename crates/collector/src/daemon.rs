@@ -8,11 +8,13 @@
 
 use crate::budget::{self, InterruptCost};
 use crate::clock;
+use crate::kstacks::{KernelAggregator, KernelStacks};
 use crate::{Collector, KernelInfo, Stats};
+use loupe_bpf::stacks::StackAggregator;
 use loupe_bpf::{AggEntry, BpfAggregator};
 use loupe_model::EventName;
 use loupe_perf::{Record, Sampler, SamplerConfig};
-use loupe_store::{Database, EpochId, META_LOST_MAP_FULL, META_LOST_RING, META_THROTTLED};
+use loupe_store::{Database, EpochId};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -49,7 +51,8 @@ pub enum BackendChoice {
     Auto,
     /// Every sample through the perf ring buffers, aggregated in the daemon.
     Stream,
-    /// In-kernel aggregation; an error if BPF cannot be used.
+    /// In-kernel aggregation (with call stacks walked in the kernel when
+    /// stacks are on); an error if BPF cannot be used.
     Bpf,
 }
 
@@ -94,6 +97,10 @@ pub struct IntervalReport {
     /// (DCPI Table VI's interrupt handler cost, without entry and exit).
     pub bpf_runs: u64,
     pub bpf_handler_ns_per_sample: f64,
+    /// Stacks walked in the kernel: where the program's samples went since
+    /// start (counted, or to the perf ring with stack copies, by reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bpf_stacks: Option<loupe_bpf::stacks::StackCounters>,
     /// The overhead budget, when one is set.
     pub budget: Option<BudgetReport>,
     /// Call stacks since start (count, DWARF unwinds, stopped before the root), when on.
@@ -201,7 +208,7 @@ pub struct Engine {
     pub started: Instant,
     /// When the core clock was last measured ([`Engine::record_clock`]).
     last_clock: Instant,
-    bpf: Option<BpfAggregator>,
+    bpf: Option<KernelAggregator>,
     entries: Vec<AggEntry>,
     last_drain: Instant,
     /// Entries moved out of the BPF tables so far.
@@ -224,20 +231,15 @@ impl Engine {
     pub fn new(cfg: &SamplerConfig, db: Database, flush_every: Duration, choice: BackendChoice) -> Result<Engine> {
         let events: Vec<EventName> = cfg.events.iter().map(|e| EventName::new(&e.name)).collect();
         let sampler = Sampler::open(cfg)?;
-        // Call stacks ride on the streaming path: user stacks are unwound in
-        // the daemon from copies of the stack (DWARF CFI), which the BPF
-        // tables, holding flat buckets, do not carry.
-        let (bpf, backend_note) = match (cfg.callchain, choice) {
-            (true, BackendChoice::Bpf) => {
-                return Err("--backend bpf aggregates flat samples in the kernel; call stacks need the stream backend: add --no-stacks, or use --backend stream".into())
+        // Branch stacks reach the daemon only through the rings. Call stacks
+        // are walked in the kernel; what it cannot walk reaches the daemon
+        // through the rings with stack copies.
+        let (bpf, backend_note) = match choice {
+            BackendChoice::Bpf if cfg.branch_stack != 0 => {
+                return Err("--backend bpf aggregates in the kernel; branch records (--lbr) need the stream backend".into())
             }
-            // Branch stacks, too, reach the daemon only through the rings.
-            (false, BackendChoice::Bpf) if cfg.branch_stack != 0 => {
-                return Err("--backend bpf aggregates flat samples in the kernel; branch records (--lbr) need the stream backend".into())
-            }
-            (false, _) if cfg.branch_stack != 0 => (None, "stream (branch records from the LBR are read from the rings)".to_string()),
-            (true, _) => (None, "stream (call stacks: kernel chains, user stacks unwound in the daemon; --no-stacks lets BPF aggregate in the kernel)".to_string()),
-            (false, _) => open_backend(&sampler, choice, bpf_table_entries(cfg))?,
+            _ if cfg.branch_stack != 0 => (None, "stream (branch records from the LBR are read from the rings)".to_string()),
+            _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
         if cfg.callchain {
@@ -248,9 +250,8 @@ impl Engine {
         }
         let epoch = db.current_epoch()?;
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        db.set_epoch_meta(epoch, "kernel", release.trim())?;
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        db.set_epoch_meta(epoch, "host", host.trim())?;
+        db.update_epoch_meta(epoch, |m| (m.kernel, m.host) = (Some(release.trim().into()), Some(host.trim().into())))?;
         let mut engine = Engine {
             sampler,
             collector,
@@ -282,7 +283,7 @@ impl Engine {
     }
 
     /// Measures the core clock now and stores it with the current epoch
-    /// (all readings of the epoch and their median, [`clock::META_GHZ`]),
+    /// (all readings of the epoch and their median, [`loupe_store::Clock`]),
     /// for `loupe calc` to turn periods in ns into cycles.
     pub fn record_clock(&mut self) -> Result<()> {
         let cpu_before = own_cpu_seconds();
@@ -291,22 +292,16 @@ impl Engine {
         // the running cost per sample.
         self.clock_cpu_seconds += own_cpu_seconds() - cpu_before;
         let epoch = self.db.current_epoch()?;
-        let info = self.db.epochs()?.into_iter().find(|e| e.id == epoch);
-        let mut readings = info.and_then(|e| e.meta.get(clock::META_READINGS).map(|r| clock::parse_readings(r))).unwrap_or_default();
-        readings.push(ghz);
-        let text: Vec<String> = readings.iter().map(|g| format!("{g:.4}")).collect();
-        self.db.set_epoch_meta(epoch, clock::META_READINGS, &text.join(" "))?;
-        if let Some(m) = clock::median(&readings) {
-            self.db.set_epoch_meta(epoch, clock::META_GHZ, &format!("{m:.4}"))?;
-        }
-        if let Some(t) = clock::tsc_mhz() {
-            self.db.set_epoch_meta(epoch, clock::META_TSC, &format!("{t:.3}"))?;
-        }
+        let tsc = clock::tsc_mhz();
+        self.db.update_epoch_meta(epoch, |m| {
+            m.clock.add_reading(ghz);
+            m.clock.tsc_mhz = tsc.or(m.clock.tsc_mhz);
+        })?;
         self.last_clock = Instant::now();
         Ok(())
     }
 
-    pub fn bpf(&self) -> Option<&BpfAggregator> {
+    pub fn bpf(&self) -> Option<&KernelAggregator> {
         self.bpf.as_ref()
     }
 
@@ -345,10 +340,9 @@ impl Engine {
     fn stored_losses(&self) -> Result<Losses> {
         let epoch = self.db.current_epoch()?;
         let info = self.db.epochs()?.into_iter().find(|e| e.id == epoch);
-        Ok(info.map_or_else(Losses::default, |e| Losses {
-            ring_overrun: e.loss(META_LOST_RING),
-            map_full: e.loss(META_LOST_MAP_FULL),
-            throttled: e.loss(META_THROTTLED),
+        Ok(info.map_or_else(Losses::default, |e| {
+            let l = e.meta.losses;
+            Losses { ring_overrun: l.ring_overrun, map_full: l.map_full, throttled: l.throttled }
         }))
     }
 
@@ -382,9 +376,9 @@ impl Engine {
             return Ok(());
         }
         let epoch = self.db.current_epoch()?;
-        for (key, n) in [(META_LOST_RING, now.ring_overrun), (META_LOST_MAP_FULL, now.map_full), (META_THROTTLED, now.throttled)] {
-            self.db.set_epoch_meta(epoch, key, &n.to_string())?;
-        }
+        self.db.update_epoch_meta(epoch, |m| {
+            m.losses = loupe_store::meta::EpochLosses { ring_overrun: now.ring_overrun, map_full: now.map_full, throttled: now.throttled }
+        })?;
         Ok(())
     }
 
@@ -411,12 +405,7 @@ impl Engine {
         self.last_drain = Instant::now();
         self.drain_sideband();
         if let Some(bpf) = &mut self.bpf {
-            self.entries.clear();
-            bpf.drain(&mut self.entries)?;
-            self.bpf_entries_drained += self.entries.len() as u64;
-            for e in &self.entries {
-                self.collector.attribute(e.pid, e.ip, e.kernel, e.event_index, e.count, e.period);
-            }
+            self.bpf_entries_drained += bpf.drain(&mut self.collector, &mut self.entries)?;
         }
         self.collector.end_drain();
         self.sampler.rerandomize();
@@ -434,6 +423,9 @@ impl Engine {
         for r in &self.records {
             self.throttles += matches!(r, Record::Throttle { unthrottle: false, .. }) as u64;
             self.collector.process(r);
+        }
+        if let Some(bpf) = &mut self.bpf {
+            bpf.sync(&mut self.collector);
         }
     }
 
@@ -588,7 +580,7 @@ impl Budget {
     }
 
     /// Re-measures the load-dependent costs and re-chooses the rate, every
-    /// [`BUDGET_RECHECK`]. An interval that lost records lowers the ceiling
+    /// `BUDGET_RECHECK`. An interval that lost records lowers the ceiling
     /// to what the daemon kept up with.
     pub fn recheck(&mut self, engine: &mut Engine) {
         if self.at.elapsed() < self.next_after {
@@ -657,33 +649,58 @@ sampling at {} samples/s per CPU (ceiling --freq {}), estimated {:.2}%",
     }
 }
 
-/// Loads and attaches the BPF aggregator when chosen and possible.
-fn open_backend(sampler: &Sampler, choice: BackendChoice, entries: u32) -> Result<(Option<BpfAggregator>, String)> {
+/// Loads and attaches the in-kernel program when chosen and possible: the
+/// stack walker when call stacks are on, the flat aggregator otherwise.
+fn open_backend(sampler: &Sampler, choice: BackendChoice, cfg: &SamplerConfig, entries: u32) -> Result<(Option<KernelAggregator>, String)> {
     if choice == BackendChoice::Stream {
         return Ok((None, "stream (chosen with --backend stream)".into()));
     }
-    let attached = BpfAggregator::load(entries).and_then(|mut b| {
-        // Before attaching, so the kernel's run count covers every run.
-        if let Err(e) = b.enable_run_stats() {
-            eprintln!("loupe: warning: no BPF run-time statistics ({e}); handler cost is not reported");
-        }
-        let fds: Vec<(usize, i32)> = sampler.event_fds().collect();
-        b.attach(&fds)?;
-        Ok(b)
-    });
+    let fds: Vec<(usize, i32)> = sampler.event_fds().collect();
+    let attached = if cfg.callchain {
+        let fp_only = cfg.user_stack_bytes == 0;
+        StackAggregator::load(entries, STACK_MAP_ENTRIES, fp_only).and_then(|mut b| {
+            enable_run_stats(b.enable_run_stats());
+            b.attach(&fds)?;
+            Ok(KernelAggregator::Stacks(Box::new(KernelStacks::new(b, fp_only))))
+        })
+    } else {
+        BpfAggregator::load(entries).and_then(|mut b| {
+            enable_run_stats(b.enable_run_stats());
+            b.attach(&fds)?;
+            Ok(KernelAggregator::Flat(Box::new(b)))
+        })
+    };
     // libbpf enables an event when it attaches to it; sampling starts when
     // the caller says (or at exec, for a command).
     sampler.disable()?;
+    let what = if !cfg.callchain {
+        format!("bpf (in-kernel per-CPU aggregation, {entries} keys per table)")
+    } else if cfg.user_stack_bytes == 0 {
+        format!("bpf (call stacks walked by frame pointers and counted in the kernel, {entries} keys per table)")
+    } else {
+        format!("bpf (call stacks walked by frame pointers and counted in the kernel, {entries} keys per table; code without frame pointers unwound in the daemon from stack copies)")
+    };
     match (attached, choice) {
-        (Ok(b), _) => Ok((Some(b), format!("bpf (in-kernel per-CPU aggregation, {entries} keys per table)"))),
+        (Ok(b), _) => Ok((Some(b), what)),
         (Err(e), BackendChoice::Bpf) => Err(format!("the BPF backend cannot run here: {e}").into()),
         (Err(e), _) => Ok((None, format!("stream (BPF unavailable: {e})"))),
     }
 }
 
+/// Stacks each generation of the kernel's stack map holds (1 KiB each).
+const STACK_MAP_ENTRIES: u32 = 8192;
+
+/// Run-time statistics are asked for before attaching, so the kernel's run
+/// count covers every run; without them only the handler cost is missing.
+fn enable_run_stats(r: std::result::Result<(), loupe_bpf::Error>) {
+    if let Err(e) = r {
+        eprintln!("loupe: warning: no BPF run-time statistics ({e}); handler cost is not reported");
+    }
+}
+
 /// The daemon's unix socket in the database directory.
 pub fn socket_path(db: &Path) -> PathBuf {
-    db.join("daemon.sock")
+    loupe_store::layout::daemon_socket(db)
 }
 
 /// Sends one command to a running daemon and returns its one-line answer.
@@ -864,6 +881,7 @@ impl Meter {
             losses: e.losses().since(self.losses),
             bpf_runs: nruns,
             bpf_handler_ns_per_sample: handler_ns.unwrap_or(0.0),
+            bpf_stacks: e.bpf().and_then(|b| b.stack_counters()),
             rate_hz: e.sampler.freq(),
             budget: None,
             backend: if e.bpf().is_some() { "bpf" } else { "stream" },
@@ -1002,7 +1020,7 @@ mod tests {
         assert_eq!(engine.losses().ring_overrun, truth);
         let epoch = engine.db.current_epoch().unwrap();
         let info = engine.db.epochs().unwrap().into_iter().find(|e| e.id == epoch).unwrap();
-        assert_eq!((info.loss(META_LOST_RING), info.lost_samples()), (truth, truth));
+        assert_eq!((info.meta.losses.ring_overrun, info.lost_samples()), (truth, truth));
         let line = engine.closing_line(Duration::from_secs(1));
         assert!(line.contains(&format!(", {} lost (", thousands(truth))), "{line}");
     }

@@ -66,9 +66,7 @@ pub fn build_id_of_file(path: &Path) -> Option<BuildId> {
 }
 
 pub fn build_id_of_bytes(data: &[u8]) -> Option<BuildId> {
-    use object::Object;
-    let file = object::File::parse(data).ok()?;
-    file.build_id().ok().flatten().map(|b| BuildId(b.to_vec()))
+    loupe_symbolize::build_id::of_elf(data)
 }
 
 /// Interns image identities to small indices used on the sample path.

@@ -1,8 +1,7 @@
 //! What the daemon needs to know about the running kernel: where `_text` is
 //! (kernel offsets are relative to it, so KASLR does not move them), the
-//! kernel's build-id, and the load ranges of modules.
-
-use loupe_model::BuildId;
+//! kernel's build-id (read by `loupe_symbolize::build_id`), and the load
+//! ranges of modules.
 
 /// Lowest kernel address on x86-64 (canonical upper half).
 pub const KERNEL_SPACE_START: u64 = 0xffff_8000_0000_0000;
@@ -23,26 +22,6 @@ pub fn text_base_from_file(path: &std::path::Path) -> Option<u64> {
     use std::io::BufRead;
     let f = std::io::BufReader::new(std::fs::File::open(path).ok()?);
     f.lines().map_while(Result::ok).find_map(|l| text_base(&l))
-}
-
-/// The GNU build-id from an ELF notes blob such as `/sys/kernel/notes`.
-pub fn build_id_from_notes(mut notes: &[u8]) -> Option<BuildId> {
-    const NT_GNU_BUILD_ID: u32 = 3;
-    let word = |b: &[u8], i: usize| -> Option<u32> { Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
-    let align4 = |n: usize| (n + 3) & !3;
-    while notes.len() >= 12 {
-        let namesz = word(notes, 0)? as usize;
-        let descsz = word(notes, 4)? as usize;
-        let ty = word(notes, 8)?;
-        let name_end = 12 + align4(namesz);
-        let desc_end = name_end.checked_add(align4(descsz))?;
-        let name = notes.get(12..12 + namesz)?;
-        if ty == NT_GNU_BUILD_ID && name.starts_with(b"GNU") {
-            return Some(BuildId(notes.get(name_end..name_end + descsz)?.to_vec()));
-        }
-        notes = notes.get(desc_end..)?;
-    }
-    None
 }
 
 /// A loaded kernel module's text range.
@@ -75,23 +54,6 @@ mod tests {
         let k = "ffffffff81000000 T _stext\nffffffff81000000 T _text\nffffffff81001000 t foo\n";
         assert_eq!(text_base(k), Some(0xffffffff81000000));
         assert_eq!(text_base("0000000000000000 T foo\n"), None);
-    }
-
-    #[test]
-    fn parses_build_id_note_after_other_notes() {
-        // Checks note walking with 4-byte padding, skipping a non-GNU note.
-        let mut b = Vec::new();
-        for (name, ty, desc) in [(&b"Linux\0"[..], 6u32, &[1u8, 0, 0, 0][..]), (&b"GNU\0"[..], 3, &[0xde, 0xad, 0xbe, 0xef, 0x01][..])] {
-            b.extend((name.len() as u32).to_ne_bytes());
-            b.extend((desc.len() as u32).to_ne_bytes());
-            b.extend(ty.to_ne_bytes());
-            b.extend(name);
-            b.resize((b.len() + 3) & !3, 0);
-            b.extend(desc);
-            b.resize((b.len() + 3) & !3, 0);
-        }
-        assert_eq!(build_id_from_notes(&b).unwrap().to_hex(), "deadbeef01");
-        assert_eq!(build_id_from_notes(&b[..10]), None);
     }
 
     #[test]

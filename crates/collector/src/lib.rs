@@ -13,8 +13,10 @@ pub mod branches;
 pub mod budget;
 pub mod clock;
 pub mod daemon;
+pub mod framepointers;
 pub mod images;
 pub mod kernel;
+pub mod kstacks;
 pub mod process;
 pub mod stacks;
 pub mod unwind;
@@ -54,7 +56,7 @@ impl KernelInfo {
     pub fn read() -> KernelInfo {
         KernelInfo {
             text_base: kernel::text_base_from_file(Path::new("/proc/kallsyms")),
-            build_id: fs::read("/sys/kernel/notes").ok().and_then(|n| kernel::build_id_from_notes(&n)),
+            build_id: fs::read("/sys/kernel/notes").ok().and_then(|n| loupe_symbolize::build_id::of_notes(&n)),
             modules: kernel::parse_modules(&fs::read_to_string("/proc/modules").unwrap_or_default()),
         }
     }
@@ -284,6 +286,7 @@ impl Collector {
     fn invalidate_unwinder(&mut self, pid: u32) {
         if let Some(st) = &mut self.stacks {
             st.unwinders.invalidate(pid);
+            st.changed.insert(pid);
         }
     }
 
@@ -308,7 +311,7 @@ impl Collector {
         }
     }
 
-    fn kernel_location(&self, ip: u64) -> (u32, u64) {
+    pub(crate) fn kernel_location(&self, ip: u64) -> (u32, u64) {
         for (m, &img) in self.kernel.modules.iter().zip(&self.module_images) {
             if ip >= m.base && ip < m.base + m.size {
                 return (img, ip - m.base);

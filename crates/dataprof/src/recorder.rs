@@ -11,6 +11,7 @@ use crate::sample::{self, RawSample};
 use anyhow::{Context, Result};
 use loupe_perf::ring::{self, Ring};
 use loupe_perf::sys::{self, PerfEventAttr};
+use loupe_perf::{Format, Layout};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -66,7 +67,8 @@ pub struct Summary {
 pub struct Recorder {
     fds: Vec<OwnedFd>,
     rings: Vec<Ring>,
-    sample_type: u64,
+    /// The sample format the events were opened with.
+    layout: Layout,
     path: SamplePath,
     writer: Writer,
     db: PathBuf,
@@ -89,7 +91,7 @@ impl Recorder {
         let mut rec = Recorder {
             fds: Vec::new(),
             rings: Vec::new(),
-            sample_type: sample::TIMER_TYPE,
+            layout: Layout::default(),
             path: SamplePath::Timer { freq_hz },
             writer,
             db: db.to_path_buf(),
@@ -119,7 +121,7 @@ impl Recorder {
     fn open_all(&mut self, cpus: &[u32], pid: Option<i32>, pmu: Option<&PmuEvent>, freq_hz: u64) -> Result<()> {
         let attr = attr(pmu, freq_hz, pid.is_some());
         let pid = pid.unwrap_or(-1);
-        self.sample_type = attr.sample_type;
+        self.layout = Layout::new(Format::of(&attr));
         for &cpu in cpus {
             let fd = sys::perf_event_open(&attr, pid, cpu as i32, -1).with_context(|| format!("perf_event_open on CPU {cpu}"))?;
             let ring = Ring::map(fd.as_raw_fd(), RING_PAGES).context("mmap of the perf ring")?;
@@ -154,12 +156,12 @@ impl Recorder {
     fn drain(&mut self) -> Result<()> {
         let mut raw = Vec::new();
         let mut lost = 0;
-        let st = self.sample_type;
+        let layout = &self.layout;
         for ring in &mut self.rings {
             ring.read(|b| {
                 let kind = u32::from_ne_bytes(b[0..4].try_into().expect("header"));
                 if kind == sys::RECORD_SAMPLE {
-                    raw.extend(sample::parse(b, st, regs::MASK));
+                    raw.extend(sample::read(layout, b));
                 } else if kind == sys::RECORD_LOST && b.len() >= 24 {
                     lost += u64::from_ne_bytes(b[16..24].try_into().expect("8 bytes"));
                 }

@@ -150,7 +150,7 @@ type TypeLines = (Lines, HashMap<u64, (u64, Lines)>, Lines);
 
 /// Per type: (distinct sampled lines, estimated working set in bytes, distinct objects).
 /// Samples with a known object are estimated object by object (see
-/// [`object_bytes`]), the rest by Chao1; the type as a whole is at least
+/// `object_bytes`), the rest by Chao1; the type as a whole is at least
 /// the Chao1 estimate over all its lines.
 pub fn working_sets(samples: &[Sample], line_size: u64) -> HashMap<String, (usize, f64, usize)> {
     let mut per_type: HashMap<&str, TypeLines> = HashMap::new();

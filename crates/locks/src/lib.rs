@@ -33,12 +33,35 @@ use skel::{LocksSkel, LocksSkelBuilder};
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(String);
+/// What kind of step failed, for callers that react differently (a
+/// kernel without uprobes against a C library without lock symbols).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The BPF object did not open or the verifier refused it.
+    Load,
+    /// None of the C library's lock functions could be probed.
+    NoProbes,
+    /// Reading the kernel's lock table failed.
+    Read,
+}
 
-fn err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error(format!("{what}: {e}"))
+/// A lock-tracing error: which step failed, and the cause, on one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+}
+
+fn err(kind: ErrorKind, what: &str, e: impl std::fmt::Display) -> Error {
+    Error { kind, message: format!("{what}: {e}") }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -144,11 +167,11 @@ impl LockTracer {
         // libbpf's own messages would repeat ours, one line per probe.
         libbpf_rs::set_print(None);
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = LocksSkelBuilder::default().open(storage).map_err(|e| err("opening the lock probes", e))?;
+        let mut open = LocksSkelBuilder::default().open(storage).map_err(|e| err(ErrorKind::Load, "opening the lock probes", e))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.target_tgid = target.unwrap_or(0);
         }
-        let skel = open.load().map_err(|e| err("loading the lock probes (verifier)", e))?;
+        let skel = open.load().map_err(|e| err(ErrorKind::Load, "loading the lock probes (verifier)", e))?;
         let mut links = Vec::new();
         let mut warnings = Vec::new();
         let alloc_hooks = if target.is_some() { ALLOC_HOOKS } else { &[] };
@@ -171,7 +194,7 @@ impl LockTracer {
             }
         }
         if links.is_empty() {
-            return Err(Error(format!("no lock function of {} could be probed ({})", libc.display(), warnings.join("; "))));
+            return Err(err(ErrorKind::NoProbes, &format!("no lock function of {} could be probed", libc.display()), warnings.join("; ")));
         }
         Ok((LockTracer { skel, _links: links }, warnings))
     }
@@ -181,7 +204,9 @@ impl LockTracer {
         let map = &self.skel.maps.stats;
         let mut out = Vec::new();
         for key in map.keys() {
-            let Some(val) = map.lookup(&key, MapFlags::ANY).map_err(|e| err("reading the lock table", e))? else { continue };
+            let Some(val) = map.lookup(&key, MapFlags::ANY).map_err(|e| err(ErrorKind::Read, "reading the lock table", e))? else {
+                continue;
+            };
             if let Some(r) = parse(&key, &val) {
                 out.push(r);
             }

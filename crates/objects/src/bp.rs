@@ -10,6 +10,7 @@
 
 use loupe_perf::ring::Ring;
 use loupe_perf::sys::{self, PerfEventAttr};
+use loupe_perf::{Format, Layout};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -51,14 +52,13 @@ pub fn attr(addr: u64, len: u64, bp_type: u32) -> PerfEventAttr {
     }
 }
 
-/// Parses a PERF_RECORD_SAMPLE of [`SAMPLE_TYPE`] (whole record, header included).
+/// How every breakpoint's samples are laid out.
+const LAYOUT: Layout = Layout::new(Format::new(SAMPLE_TYPE));
+
+/// The hit of a PERF_RECORD_SAMPLE of `SAMPLE_TYPE` (whole record, header included).
 pub fn parse_sample(rec: &[u8]) -> Option<Hit> {
-    if rec.len() < 8 + 32 || u32::from_ne_bytes(rec[0..4].try_into().ok()?) != sys::RECORD_SAMPLE {
-        return None;
-    }
-    let u64_at = |o: usize| u64::from_ne_bytes(rec[o..o + 8].try_into().unwrap());
-    let u32_at = |o: usize| u32::from_ne_bytes(rec[o..o + 4].try_into().unwrap());
-    Some(Hit { ip: u64_at(8), pid: u32_at(16), tid: u32_at(20), time_ns: u64_at(24), cpu: u32_at(32) })
+    let s = loupe_perf::parse_sample(&LAYOUT, rec).ok()?;
+    Some(Hit { ip: s.ip?, pid: s.pid?, tid: s.tid?, time_ns: s.time?, cpu: s.cpu? })
 }
 
 /// One watched range on every CPU.

@@ -136,7 +136,8 @@ impl AllocationIndex {
                 .blocks
                 .iter()
                 .map(|a| {
-                    m = m.max(a.base + a.size.max(1));
+                    // A block may reach the top of the address space (a log says any size): its end saturates.
+                    m = m.max(a.base.saturating_add(a.size.max(1)));
                     m
                 })
                 .collect();
@@ -186,7 +187,7 @@ fn locate(snapshots: &[(u64, Vec<Mapping>)], addr: u64, time_ns: u64) -> Option<
     let after = snapshots.iter().filter(|(t, _)| *t > time_ns);
     before.chain(after).find_map(|(_, maps)| {
         let m = maps.iter().find(|m| addr >= m.start && addr < m.end && m.path.starts_with('/'))?;
-        Some(SiteLocation { path: m.path.clone(), offset: ImageOffset(addr - m.start + m.pgoff) })
+        Some(SiteLocation { path: m.path.clone(), offset: ImageOffset((addr - m.start).checked_add(m.pgoff)?) })
     })
 }
 
@@ -237,6 +238,26 @@ mod tests {
         let idx = AllocationIndex::from_records(vec![free(5, 0x9000), free(6, 0)]);
         assert_eq!(idx.stats.unmatched_frees, 1);
         assert!(idx.is_empty());
+    }
+
+    #[test]
+    fn block_reaching_the_top_of_the_address_space_ends_there() {
+        // Checks a logged block whose base + size passes 2^64 (fuzz target alloc_log): its end saturates instead of
+        // overflowing, and it is still found.
+        let idx = AllocationIndex::from_records(vec![alloc(10, u64::MAX - 15, 64, 0xa), alloc(11, 0x1000, 16, 0xb)]);
+        assert_eq!(idx.lookup(1, u64::MAX - 1, 15).map(|a| a.site), Some(0xa));
+        assert_eq!(idx.lookup(1, 0x1008, 15).map(|a| a.site), Some(0xb));
+        assert_eq!(idx.lookup(1, u64::MAX - 16, 15), None);
+    }
+
+    #[test]
+    fn site_in_a_mapping_whose_file_offset_overflows_has_no_location() {
+        // Checks a maps line with pgoff near 2^64 (review of the alloc_log target): no location rather than a wrapped offset.
+        let maps = "55001000-55003000 r-xp fffffffffffff000 08:01 1 /bin/x\n";
+        let idx =
+            AllocationIndex::from_records(vec![Record::Maps { pid: 1, time_ns: 1, text: maps.into() }, alloc(10, 0x1000, 8, 0x55002234)]);
+        let a = idx.lookup(1, 0x1000, 10).unwrap();
+        assert_eq!(idx.site_location(a), None);
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! spans all entries of both lists; several entries may share an output
 //! offset (an emptied block and its successor).
 
+use crate::error::{Error, ErrorKind, Result};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,11 @@ fn stamp(p: &Path) -> Option<FileStamp> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(p).ok()?;
     Some((m.ino(), m.len(), m.modified().ok()?))
+}
+
+/// A table or ELF file that does not read as BOLT writes them.
+fn bad(m: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Format, m)
 }
 
 /// The section's name.
@@ -66,13 +72,13 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, String> {
-        let b = *self.buf.get(self.pos).ok_or_else(|| format!("BAT table truncated at byte {}", self.pos))?;
+    fn byte(&mut self) -> Result<u8> {
+        let b = *self.buf.get(self.pos).ok_or_else(|| bad(format!("BAT table truncated at byte {}", self.pos)))?;
         self.pos += 1;
         Ok(b)
     }
 
-    fn uleb(&mut self) -> Result<u64, String> {
+    fn uleb(&mut self) -> Result<u64> {
         let (mut v, mut shift) = (0u64, 0u32);
         loop {
             let b = self.byte()?;
@@ -86,7 +92,7 @@ impl Reader<'_> {
         }
     }
 
-    fn sleb(&mut self) -> Result<i64, String> {
+    fn sleb(&mut self) -> Result<i64> {
         let (mut v, mut shift) = (0i64, 0u32);
         loop {
             let b = self.byte()?;
@@ -103,9 +109,9 @@ impl Reader<'_> {
         }
     }
 
-    fn bytes(&mut self, n: usize) -> Result<&[u8], String> {
+    fn bytes(&mut self, n: usize) -> Result<&[u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end = end.ok_or_else(|| format!("BAT table truncated at byte {}", self.pos))?;
+        let end = end.ok_or_else(|| bad(format!("BAT table truncated at byte {}", self.pos)))?;
         let s = &self.buf[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -114,16 +120,16 @@ impl Reader<'_> {
 
 impl Bat {
     /// Parses the whole `.note.bolt_bat` section (note header included).
-    pub fn parse(section: &[u8]) -> Result<Bat, String> {
+    pub fn parse(section: &[u8]) -> Result<Bat> {
         let word = |i: usize| section.get(i..i + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
         let (Some(namesz), Some(descsz), Some(kind)) = (word(0), word(4), word(8)) else {
-            return Err("BAT note shorter than its header".into());
+            return Err(bad("BAT note shorter than its header"));
         };
         let start = (12 + namesz as usize).next_multiple_of(4);
         if kind != NT_BOLT_BAT || section.get(12..16) != Some(b"BOLT".as_slice()) {
-            return Err("not a BOLT address translation note".into());
+            return Err(bad("not a BOLT address translation note"));
         }
-        let desc = section.get(start..start + descsz as usize).ok_or("BAT note shorter than its size")?;
+        let desc = section.get(start..start + descsz as usize).ok_or_else(|| bad("BAT note shorter than its size"))?;
         let mut r = Reader { buf: desc, pos: 0 };
         let mut bat = Bat::default();
         let mut prev = 0u64;
@@ -136,7 +142,7 @@ impl Bat {
                 prev = address;
                 let (hot, skew, secondary) = if cold {
                     hot_index = hot_index.wrapping_add(r.uleb()?);
-                    let hot = *hot_list.get(hot_index as usize).ok_or("BAT cold fragment names no hot fragment")?;
+                    let hot = *hot_list.get(hot_index as usize).ok_or_else(|| bad("BAT cold fragment names no hot fragment"))?;
                     (hot, r.uleb()?, 0)
                 } else {
                     r.bytes(8)?; // function hash
@@ -162,12 +168,13 @@ impl Bat {
         let off = u32::try_from(addr - f.address).ok()?;
         let i = f.entries.partition_point(|e| e.0 <= off).checked_sub(1)?;
         let (out, input, _) = f.entries[i];
-        Some((f.hot, input + (off - out)))
+        // Past an entry whose input offset is near u32::MAX (a damaged table) there is no input offset.
+        Some((f.hot, input.checked_add(off - out)?))
     }
 }
 
 /// One fragment's entries (see the module comment).
-fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Result<Vec<(u32, u32, bool)>, String> {
+fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Result<Vec<(u32, u32, bool)>> {
     let n = r.uleb()?;
     let equal = r.uleb()? as usize;
     let bits = r.bytes(equal.div_ceil(8))?.to_vec();
@@ -188,7 +195,7 @@ fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Res
             r.uleb()?; // block index delta
         }
         let (o, i) = (u32::try_from(out_off), u32::try_from(input >> 1));
-        let (Ok(o), Ok(i)) = (o, i) else { return Err(format!("BAT entry out of range in fragment {address:#x}")) };
+        let (Ok(o), Ok(i)) = (o, i) else { return Err(bad(format!("BAT entry out of range in fragment {address:#x}"))) };
         entries.push((o, i, branch));
     }
     Ok(entries)
@@ -197,8 +204,8 @@ fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Res
 /// A function symbol: name, start, size.
 type Func = (String, u64, u64);
 
-fn functions<'a>(data: &'a [u8], what: &Path) -> Result<(object::File<'a>, Vec<Func>), String> {
-    let file = object::File::parse(data).map_err(|e| format!("{}: not an ELF file: {e}", what.display()))?;
+fn functions<'a>(data: &'a [u8], what: &Path) -> Result<(object::File<'a>, Vec<Func>)> {
+    let file = object::File::parse(data).map_err(|e| bad(format!("{}: not an ELF file: {e}", what.display())))?;
     let funcs = file
         .symbols()
         .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.size() > 0)
@@ -257,7 +264,7 @@ impl Translator {
     /// installed version's samples on every pass (default every 60 s), and
     /// reading both ELF files and BOLT's table each time was its largest
     /// fixed cost.
-    pub fn open_cached(optimized: &Path, original: &Path) -> Result<Arc<Translator>, String> {
+    pub fn open_cached(optimized: &Path, original: &Path) -> Result<Arc<Translator>> {
         type Cache = HashMap<(PathBuf, PathBuf), (FileStamp, FileStamp, Arc<Translator>)>;
         static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
         let key = (optimized.to_path_buf(), original.to_path_buf());
@@ -276,14 +283,15 @@ impl Translator {
         Ok(t)
     }
 
-    pub fn open(optimized: &Path, original: &Path) -> Result<Translator, String> {
-        let data = std::fs::read(optimized).map_err(|e| format!("cannot read {}: {e}", optimized.display()))?;
+    pub fn open(optimized: &Path, original: &Path) -> Result<Translator> {
+        let data = std::fs::read(optimized).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", optimized.display())))?;
         let (file, mut opt_funcs) = functions(&data, optimized)?;
         let section = file
             .section_by_name(SECTION)
-            .ok_or_else(|| format!("{}: no {SECTION} section (not written by BOLT with -enable-bat)", optimized.display()))?;
-        let bat = Bat::parse(section.data().map_err(|e| format!("{}: {e}", optimized.display()))?)?;
-        let orig_data = std::fs::read(original).map_err(|e| format!("cannot read {}: {e}", original.display()))?;
+            .ok_or_else(|| bad(format!("{}: no {SECTION} section (not written by BOLT with -enable-bat)", optimized.display())))?;
+        let bat = Bat::parse(section.data().map_err(|e| bad(format!("{}: {e}", optimized.display())))?)?;
+        let orig_data =
+            std::fs::read(original).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", original.display())))?;
         let (_, orig_funcs) = functions(&orig_data, original)?;
         let orig_by_name = unique_by_name(&orig_funcs);
         let opt_by_name = unique_by_name(&opt_funcs);
@@ -297,7 +305,7 @@ impl Translator {
         let unmoved = opt_funcs.iter().filter(|f| orig_set.contains(f)).map(|f| (f.1, f.2)).collect();
         opt_funcs.sort_by_key(|f| f.1);
         let opt_text = Text::new(&file, data.clone());
-        let orig_file = object::File::parse(&*orig_data).map_err(|e| format!("{}: {e}", original.display()))?;
+        let orig_file = object::File::parse(&*orig_data).map_err(|e| bad(format!("{}: {e}", original.display())))?;
         let orig_text = Text::new(&orig_file, orig_data.clone());
         Ok(Translator { bat, optimized: opt_funcs, original_of, unmoved, opt_text, orig_text })
     }
@@ -453,6 +461,55 @@ fn unique_by_name(funcs: &[Func]) -> HashMap<&str, u64> {
     seen.into_iter().filter_map(|(n, a)| Some((n, a?))).collect()
 }
 
+/// BOLT's note holding the hand-built table of the tests: one hot fragment at 0x1000 (entries 0->0, 0x10->0x20
+/// branch, 0x18->0x40) and its cold fragment at 0x2000 (skew 0x60: 0->0x60).
+#[cfg(test)]
+fn hand_built_note() -> Vec<u8> {
+    let mut d = vec![1u8, 0x80, 0x20]; // 1 hot fragment, address 0x1000
+    d.extend([0; 8]); // function hash
+    d.extend([3, 0, 3, 1, 0]); // 3 blocks, 0 secondary, 3 entries, 1 equal, its branch bit
+    d.extend([0]); // entry 0: delta 0, block
+    d.extend([0; 8]);
+    d.push(0); // hash + index delta
+    d.extend([0x10, 0xc1, 0x00]); // entry 1: out +0x10, in 0x20<<1|1 = 0x41 (SLEB), branch: no hash
+    d.extend([0x08, 0x3f]); // entry 2: out +8, in (0x40<<1) - 0x41 = 0x3f
+    d.extend([0; 8]);
+    d.push(1);
+    // 1 cold fragment: 0x2000 - 0x1018 = 0xfe8, hot index +0, skew 0x60, 1 entry, 1 equal, bits 0.
+    d.extend([1, 0xe8, 0x1f, 0, 0x60, 1, 1, 0, 0]);
+    d.extend([0; 8]);
+    d.push(0);
+    let mut note = vec![5, 0, 0, 0];
+    note.extend((d.len() as u32).to_le_bytes());
+    note.extend(1u32.to_le_bytes());
+    note.extend(b"BOLT\0\0\0\0");
+    note.extend(&d);
+    note
+}
+
+/// The translator of the tests over `bat`: the hot fragment `f` at 0x1000 (size 0x30) taken from an original
+/// function at 0x5000, its cold part `f.cold.0` at 0x2000; all code one-byte nops but the original's 0x5041, a
+/// two-byte `66 90`.
+#[cfg(test)]
+fn translator_over(bat: Bat) -> Translator {
+    let mut orig = vec![0x90; 0x100];
+    orig[0x41] = 0x66;
+    Translator {
+        bat,
+        optimized: vec![("f".into(), 0x1000, 0x30), ("f.cold.0".into(), 0x2000, 0x10)],
+        original_of: HashMap::from([(0x1000, 0x5000)]),
+        unmoved: Default::default(),
+        opt_text: Text { data: vec![0x90; 0x40], sections: vec![(0x1000, 0x30, 0), (0x2000, 0x10, 0x30)] },
+        orig_text: Text { data: orig, sections: vec![(0x5000, 0x100, 0)] },
+    }
+}
+
+/// The translator over the hand-built table, for other modules' tests.
+#[cfg(test)]
+pub(crate) fn hand_built_translator() -> Translator {
+    translator_over(Bat::parse(&hand_built_note()).unwrap())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,25 +530,7 @@ mod tests {
     // its cold fragment at 0x2000 (skew 0x60: 0->0x60).
     #[test]
     fn hand_built_table() {
-        let mut d = vec![1u8, 0x80, 0x20]; // 1 hot fragment, address 0x1000
-        d.extend([0; 8]); // function hash
-        d.extend([3, 0, 3, 1, 0]); // 3 blocks, 0 secondary, 3 entries, 1 equal, its branch bit
-        d.extend([0]); // entry 0: delta 0, block
-        d.extend([0; 8]);
-        d.push(0); // hash + index delta
-        d.extend([0x10, 0xc1, 0x00]); // entry 1: out +0x10, in 0x20<<1|1 = 0x41 (SLEB), branch: no hash
-        d.extend([0x08, 0x3f]); // entry 2: out +8, in (0x40<<1) - 0x41 = 0x3f
-        d.extend([0; 8]);
-        d.push(1);
-        // 1 cold fragment: 0x2000 - 0x1018 = 0xfe8, hot index +0, skew 0x60, 1 entry, 1 equal, bits 0.
-        d.extend([1, 0xe8, 0x1f, 0, 0x60, 1, 1, 0, 0]);
-        d.extend([0; 8]);
-        d.push(0);
-        let mut note = vec![5, 0, 0, 0];
-        note.extend((d.len() as u32).to_le_bytes());
-        note.extend(1u32.to_le_bytes());
-        note.extend(b"BOLT\0\0\0\0");
-        note.extend(&d);
+        let note = hand_built_note();
         let bat = Bat::parse(&note).unwrap();
         check_hand_built_runs(bat.clone());
         assert_eq!(bat.fragments[&0x1000].entries, vec![(0, 0, false), (0x10, 0x20, true), (0x18, 0x40, false)]);
@@ -503,6 +542,24 @@ mod tests {
         assert_eq!(bat.translate(0xfff), None);
     }
 
+    // A table whose last entry has input offset u32::MAX - 1 (fuzz target bolt_bat's minimized input): an
+    // address past that entry has no translation instead of overflowing the input offset.
+    #[test]
+    fn translating_past_an_entry_near_u32_max_is_none_not_overflow() {
+        let d = [0x01, 0x0a, 0xff, 0xff, 0xff, 0x00, 0x00, 0x29, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x29, 0x00];
+        let mut note = vec![5, 0, 0, 0];
+        note.extend((d.len() as u32).to_le_bytes());
+        note.extend(1u32.to_le_bytes());
+        note.extend(b"BOLT\0\0\0\0");
+        note.extend(d);
+        let bat = Bat::parse(&note).unwrap();
+        let f = &bat.fragments[&0x0a];
+        let &(out, input, _) = f.entries.last().unwrap();
+        let at = f.address + out as u64;
+        assert_eq!(bat.translate(at), Some((0x0a, input)));
+        assert_eq!(bat.translate(at + (u32::MAX - input) as u64 + 1), None);
+    }
+
     /// Straight runs and branch ends through the hand-built table, the hot fragment `f` at 0x1000 (size 0x30)
     /// taken from an original function at 0x5000, its cold part `f.cold.0` at 0x2000; all code one-byte nops but
     /// the original's 0x5041, a two-byte `66 90`. A run inside one entry whose code decodes alike keeps its length
@@ -511,16 +568,7 @@ mod tests {
     /// not 0x14), nor one from the hot part into the cold one, nor a backward one. A branch end at an entry maps
     /// exactly (0x1018 -> 0x5040), past one only over code that decodes alike (0x1004 -> 0x5004; 0x101a: none).
     fn check_hand_built_runs(bat: Bat) {
-        let mut orig = vec![0x90; 0x100];
-        orig[0x41] = 0x66;
-        let t = Translator {
-            bat,
-            optimized: vec![("f".into(), 0x1000, 0x30), ("f.cold.0".into(), 0x2000, 0x10)],
-            original_of: HashMap::from([(0x1000, 0x5000)]),
-            unmoved: Default::default(),
-            opt_text: Text { data: vec![0x90; 0x40], sections: vec![(0x1000, 0x30, 0), (0x2000, 0x10, 0x30)] },
-            orig_text: Text { data: orig, sections: vec![(0x5000, 0x100, 0)] },
-        };
+        let t = translator_over(bat);
         assert_eq!(t.run_to_original(0x1000, 0x1008), Some((0x5000, 0x5008)));
         assert_eq!(t.run_to_original(0x1018, 0x101c), None);
         assert_eq!(t.run_to_original(0x1004, 0x1012), None);

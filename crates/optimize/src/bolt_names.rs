@@ -7,6 +7,7 @@
 //! sampled functions were lost that way, among them `luaH_newkey` and
 //! `index2value`.
 
+use crate::error::{Error, ErrorKind, Result};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,9 +46,10 @@ pub fn bolt_names(symbols: &[ElfSymbol]) -> HashMap<u64, String> {
 
 /// The symbols of the ELF file at `path` that BOLT names: defined, named,
 /// in an allocated section, neither file nor section symbols.
-pub fn read_symbols(path: &Path) -> Result<Vec<ElfSymbol>, String> {
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{}: not an ELF file: {e}", path.display()))?;
+pub fn read_symbols(path: &Path) -> Result<Vec<ElfSymbol>> {
+    let data = std::fs::read(path).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display())))?;
+    let file =
+        object::File::parse(&*data).map_err(|e| Error::new(ErrorKind::Format, format!("{}: not an ELF file: {e}", path.display())))?;
     let mut out = Vec::new();
     for s in file.symbols() {
         if s.is_undefined() || matches!(s.kind(), SymbolKind::File | SymbolKind::Section) {

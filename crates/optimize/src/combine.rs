@@ -3,6 +3,7 @@
 //! combining"), each weighted down by its age so usage that stopped fades.
 //! A set from another build of the program is never mixed in.
 
+use crate::error::{Error, ErrorKind, Result};
 use std::collections::{BTreeMap, HashMap};
 
 /// PC samples of one image in one epoch (or one run).
@@ -63,11 +64,12 @@ pub fn combine(build_id: &str, sets: &[SampleSet], half_life_secs: f64) -> Combi
 /// The guard of Morph's "module was updated" check, by build-id rather
 /// than path: a profile of `profile` may only be applied to a file whose
 /// build-id is `file`.
-pub fn check_build_id(profile: &str, file: Option<&str>) -> Result<(), String> {
+pub fn check_build_id(profile: &str, file: Option<&str>) -> Result<()> {
+    let refuse = |m: String| Err(Error::new(ErrorKind::Input, m));
     match file {
-        None => Err("the binary has no build-id note; cannot prove the profile belongs to it (link with -Wl,--build-id)".into()),
+        None => refuse("the binary has no build-id note; cannot prove the profile belongs to it (link with -Wl,--build-id)".into()),
         Some(f) if f.eq_ignore_ascii_case(profile) => Ok(()),
-        Some(f) => Err(format!("the profile is of build {profile} but the binary is build {f}: refusing to apply it")),
+        Some(f) => refuse(format!("the profile is of build {profile} but the binary is build {f}: refusing to apply it")),
     }
 }
 
@@ -111,7 +113,7 @@ mod tests {
     #[test]
     fn guard() {
         assert!(check_build_id("abcd", Some("ABCD")).is_ok());
-        assert!(check_build_id("abcd", Some("abce")).unwrap_err().contains("refusing"));
+        assert!(check_build_id("abcd", Some("abce")).unwrap_err().to_string().contains("refusing"));
         assert!(check_build_id("abcd", None).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! The manager's configuration (which programs, how to check and time
 //! them, the policy's thresholds) and its state between passes, both JSON.
 
+use crate::error::{Error, ErrorKind, Result};
 use crate::policy::Policy;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -69,27 +70,28 @@ impl Config {
     }
 
     /// Parses and checks the file's text.
-    pub fn parse(text: &str) -> Result<Config, String> {
-        let c: Config = serde_json::from_str(text).map_err(|e| format!("bad configuration: {e}"))?;
+    pub fn parse(text: &str) -> Result<Config> {
+        let bad = |m: String| Error::new(ErrorKind::Input, m);
+        let c: Config = serde_json::from_str(text).map_err(|e| bad(format!("bad configuration: {e}")))?;
         if c.programs.is_empty() {
-            return Err("bad configuration: no programs".into());
+            return Err(bad("bad configuration: no programs".into()));
         }
         for p in &c.programs {
             if !p.path.starts_with('/') {
-                return Err(format!("bad configuration: program path {:?} is not absolute", p.path));
+                return Err(bad(format!("bad configuration: program path {:?} is not absolute", p.path)));
             }
             if p.rounds < 5 {
-                return Err(format!(
+                return Err(bad(format!(
                     "bad configuration: {} has rounds {} (at least 5: fewer can never pass the sign test)",
                     p.path, p.rounds
-                ));
+                )));
             }
         }
         if c.probe_seconds > 0.0 && c.probe_functions == 0 {
-            return Err("bad configuration: probe_seconds without a function to probe (probe_functions is 0)".into());
+            return Err(bad("bad configuration: probe_seconds without a function to probe (probe_functions is 0)".into()));
         }
         if c.interval.is_nan() || c.interval <= 0.0 {
-            return Err("bad configuration: interval must be positive".into());
+            return Err(bad("bad configuration: interval must be positive".into()));
         }
         Ok(c)
     }
@@ -194,7 +196,7 @@ mod tests {
     // Bad files are refused with the reason: relative path, too few rounds, unknown key, no programs.
     #[test]
     fn refuses_bad_files() {
-        let e = |t: &str| Config::parse(t).unwrap_err();
+        let e = |t: &str| Config::parse(t).unwrap_err().to_string();
         assert!(e(r#"{"programs": [{"path": "x", "check": "", "bench": ""}]}"#).contains("not absolute"));
         assert!(e(r#"{"programs": [{"path": "/x", "check": "", "bench": "", "rounds": 3}]}"#).contains("at least 5"));
         assert!(e(r#"{"min_sample": 3, "programs": []}"#).contains("unknown field"));

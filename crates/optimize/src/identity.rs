@@ -5,12 +5,10 @@
 //! profile BOLT was given, so the same input and profile give the same id
 //! (a rebuild is recognised) and any other profile gives another.
 
-use object::{Object, ObjectSection};
+use crate::error::{Error, ErrorKind, Result};
+use loupe_symbolize::build_id;
 use std::path::Path;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
-
-/// NT_GNU_BUILD_ID.
-const NT_GNU_BUILD_ID: u32 = 3;
 
 /// `len` bytes derived from the input's build-id and the profile's bytes.
 pub fn derived_build_id(input: &[u8], profile: &[u8], len: usize) -> Vec<u8> {
@@ -28,49 +26,26 @@ pub fn derived_build_id(input: &[u8], profile: &[u8], len: usize) -> Vec<u8> {
     out
 }
 
-/// Where the descriptor of the GNU build-id note lies inside the bytes of
-/// a note section (little-endian ELF notes: namesz, descsz, type, name and
-/// descriptor each padded to 4 bytes).
-pub fn build_id_desc(notes: &[u8]) -> Option<std::ops::Range<usize>> {
-    let word = |at: usize| notes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
-    let pad = |n: usize| (n + 3) & !3;
-    let mut at = 0;
-    while at + 12 <= notes.len() {
-        let (namesz, descsz, kind) = (word(at)?, word(at + 4)?, word(at + 8)?);
-        let name = notes.get(at + 12..at + 12 + namesz)?;
-        let desc = at + 12 + pad(namesz);
-        if kind as u32 == NT_GNU_BUILD_ID && name == b"GNU\0" {
-            return (desc + descsz <= notes.len()).then_some(desc..desc + descsz);
-        }
-        at = desc + pad(descsz);
-    }
-    None
-}
-
 /// The build-id of the ELF file `data` and its place in the file.
-fn locate(data: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>), String> {
-    let file = object::File::parse(data).map_err(|e| format!("not an ELF file: {e}"))?;
-    let sec = file.section_by_name(".note.gnu.build-id").ok_or("no .note.gnu.build-id section")?;
-    let (off, size) = sec.file_range().ok_or("the build-id note has no bytes in the file")?;
-    let notes = data.get(off as usize..(off + size) as usize).ok_or("the build-id note lies outside the file")?;
-    let r = build_id_desc(notes).ok_or("no GNU build-id in .note.gnu.build-id")?;
-    let at = off as usize + r.start..off as usize + r.end;
+fn locate(data: &[u8]) -> Result<(Vec<u8>, std::ops::Range<usize>)> {
+    let at = build_id::locate(data).map_err(|e| Error::new(ErrorKind::Format, e.to_string()))?;
     Ok((data[at.clone()].to_vec(), at))
 }
 
 /// The build-id of the ELF file at `path`.
-pub fn read_build_id(path: &Path) -> Result<Vec<u8>, String> {
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    locate(&data).map(|(id, _)| id).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_build_id(path: &Path) -> Result<Vec<u8>> {
+    let data = std::fs::read(path).map_err(|e| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", path.display())))?;
+    locate(&data).map(|(id, _)| id).map_err(|e| e.context(path.display()))
 }
 
 /// Gives the optimized binary `output` (made from `input` with the profile
 /// `profile`) its own build-id; returns it. The note keeps its length.
-pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<u8>, String> {
+pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<u8>> {
+    let io = |p: &Path, e: std::io::Error| Error::new(ErrorKind::Io, format!("cannot read {}: {e}", p.display()));
     let input_id = read_build_id(input)?;
-    let prof = std::fs::read(profile).map_err(|e| format!("cannot read {}: {e}", profile.display()))?;
-    let mut data = std::fs::read(output).map_err(|e| format!("cannot read {}: {e}", output.display()))?;
-    let (_, at) = locate(&data).map_err(|e| format!("{}: {e}", output.display()))?;
+    let prof = std::fs::read(profile).map_err(|e| io(profile, e))?;
+    let mut data = std::fs::read(output).map_err(|e| io(output, e))?;
+    let (_, at) = locate(&data).map_err(|e| e.context(output.display()))?;
     let id = derived_build_id(&input_id, &prof, at.len());
     data[at].copy_from_slice(&id);
     // Written beside (with the output's mode: it is an executable) and
@@ -80,32 +55,13 @@ pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<
     std::fs::write(&tmp, &data)
         .and_then(|_| mode.and_then(|m| std::fs::set_permissions(&tmp, m)))
         .and_then(|_| std::fs::rename(&tmp, output))
-        .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+        .map_err(|e| Error::new(ErrorKind::Io, format!("cannot write {}: {e}", output.display())))?;
     Ok(id)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    // A literal note section: an ABI-tag note, then the GNU build-id note
-    // whose 4-byte descriptor sits at bytes 48..52 (32 + 12 header + 4 name).
-    #[test]
-    fn finds_the_descriptor() {
-        let mut n = Vec::new();
-        for w in [4u32, 16, 1] {
-            n.extend_from_slice(&w.to_le_bytes());
-        }
-        n.extend_from_slice(b"GNU\0");
-        n.extend_from_slice(&[0; 16]);
-        for w in [4u32, 4, 3] {
-            n.extend_from_slice(&w.to_le_bytes());
-        }
-        n.extend_from_slice(b"GNU\0");
-        n.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
-        assert_eq!(build_id_desc(&n), Some(48..52));
-        assert_eq!(build_id_desc(&n[..30]), None);
-    }
 
     // The same input and profile give the same id; another profile or
     // another input gives another; the length asked for is kept.

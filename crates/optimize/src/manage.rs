@@ -5,10 +5,56 @@
 //! significant. Installation renames, never writes in place; the original
 //! is kept beside it for `rollback`.
 
+use crate::error::{Error, ErrorKind, Result};
 use crate::stats::{median, sign_test};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// What a finished shell command gave.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Output {
+    /// The exit status as the shell reports it ("exit status: 1").
+    pub status: String,
+    /// The exit code (None when a signal ended it).
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// How the manager runs the user's check, benchmark and rebuild commands,
+/// and reads the CPU they used: the processes, behind a trait so tests can
+/// give literal outputs and times.
+pub trait Runner {
+    /// Runs `sh -c cmd` to completion.
+    fn sh(&self, cmd: &str) -> Result<Output>;
+    /// User+system CPU seconds of all children waited for so far.
+    fn children_cpu(&self) -> f64;
+}
+
+/// The real processes: `sh -c`, and `getrusage(RUSAGE_CHILDREN)`.
+pub struct Shell;
+
+impl Runner for Shell {
+    fn sh(&self, cmd: &str) -> Result<Output> {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .output()
+            .map_err(|e| Error::new(ErrorKind::Io, format!("cannot run sh -c {cmd:?}: {e}")))?;
+        Ok(Output { status: o.status.to_string(), code: o.status.code(), stdout: o.stdout, stderr: o.stderr })
+    }
+
+    fn children_cpu(&self) -> f64 {
+        children_cpu()
+    }
+}
 
 /// A shell command with `{}` standing for the binary under test.
 pub fn command_for(template: &str, binary: &Path) -> String {
@@ -20,10 +66,6 @@ pub fn command_for(template: &str, binary: &Path) -> String {
     }
 }
 
-fn sh(cmd: &str) -> Result<std::process::Output, String> {
-    Command::new("sh").arg("-c").arg(cmd).output().map_err(|e| format!("cannot run sh -c {cmd:?}: {e}"))
-}
-
 /// The rebuild command with `{profile}` and `{out}` replaced by the
 /// quoted paths.
 pub fn rebuild_command(template: &str, profile: &Path, out: &Path) -> String {
@@ -32,32 +74,33 @@ pub fn rebuild_command(template: &str, profile: &Path, out: &Path) -> String {
 }
 
 /// Runs the rebuild (sampled-profile PGO); it must succeed and write `out`.
-pub fn rebuild(template: &str, profile: &Path, out: &Path) -> Result<(), String> {
+pub fn rebuild(run: &dyn Runner, template: &str, profile: &Path, out: &Path) -> Result<()> {
     if !template.contains("{profile}") || !template.contains("{out}") {
-        return Err("--rebuild needs {profile} and {out} in its command".into());
+        return Err(Error::new(ErrorKind::Input, "--rebuild needs {profile} and {out} in its command"));
     }
     let _ = std::fs::remove_file(out);
-    let o = sh(&rebuild_command(template, profile, out))?;
-    if !o.status.success() || !out.is_file() {
+    let o = run.sh(&rebuild_command(template, profile, out))?;
+    if !o.success() || !out.is_file() {
         let err = String::from_utf8_lossy(&o.stderr);
         let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        return Err(format!("rebuild failed ({}): {last}", o.status));
+        return Err(Error::new(ErrorKind::Tool, format!("rebuild failed ({}): {last}", o.status)));
     }
     Ok(())
 }
 
 /// The check: same exit status and same standard output for both binaries.
-pub fn check(template: &str, original: &Path, candidate: &Path) -> Result<(), String> {
-    let a = sh(&command_for(template, original))?;
-    let b = sh(&command_for(template, candidate))?;
-    if !a.status.success() {
-        return Err(format!("the check fails on the original too ({}): fix the check command", a.status));
+pub fn check(run: &dyn Runner, template: &str, original: &Path, candidate: &Path) -> Result<()> {
+    let a = run.sh(&command_for(template, original))?;
+    let b = run.sh(&command_for(template, candidate))?;
+    let fails = |m: String| Err(Error::new(ErrorKind::Check, m));
+    if !a.success() {
+        return fails(format!("the check fails on the original too ({}): fix the check command", a.status));
     }
-    if a.status.code() != b.status.code() {
-        return Err(format!("check: candidate exited with {} where the original gave {}", b.status, a.status));
+    if a.code != b.code {
+        return fails(format!("check: candidate exited with {} where the original gave {}", b.status, a.status));
     }
     if a.stdout != b.stdout {
-        return Err("check: candidate's output differs from the original's".into());
+        return fails("check: candidate's output differs from the original's".into());
     }
     Ok(())
 }
@@ -90,27 +133,27 @@ pub fn children_cpu() -> f64 {
 
 /// The command's CPU time (user+system, itself and its children): on a
 /// VM shared with other tenants it moves less than wall time does.
-fn time(cmd: &str) -> Result<f64, String> {
-    let before = children_cpu();
-    let out = sh(cmd)?;
-    if !out.status.success() {
-        return Err(format!("benchmark {cmd:?} failed: {}", out.status));
+fn time(run: &dyn Runner, cmd: &str) -> Result<f64> {
+    let before = run.children_cpu();
+    let out = run.sh(cmd)?;
+    if !out.success() {
+        return Err(Error::new(ErrorKind::Benchmark, format!("benchmark {cmd:?} failed: {}", out.status)));
     }
-    Ok(children_cpu() - before)
+    Ok(run.children_cpu() - before)
 }
 
 /// Runs the benchmark A B A B ... `rounds` times (the order flips every
 /// round so neither side always runs second).
-pub fn measure(template: &str, original: &Path, candidate: &Path, rounds: usize) -> Result<Measurement, String> {
+pub fn measure(run: &dyn Runner, template: &str, original: &Path, candidate: &Path, rounds: usize) -> Result<Measurement> {
     let (ca, cb) = (command_for(template, original), command_for(template, candidate));
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for r in 0..rounds {
         if r % 2 == 0 {
-            a.push(time(&ca)?);
-            b.push(time(&cb)?);
+            a.push(time(run, &ca)?);
+            b.push(time(run, &cb)?);
         } else {
-            b.push(time(&cb)?);
-            a.push(time(&ca)?);
+            b.push(time(run, &cb)?);
+            a.push(time(run, &ca)?);
         }
     }
     Ok(summarize(a, b))
@@ -132,16 +175,17 @@ pub fn summarize(a: Vec<f64>, b: Vec<f64>) -> Measurement {
 }
 
 /// Accept only a significant gain of at least `min_gain` (0.01 = 1%).
-pub fn decide(m: &Measurement, min_gain: f64, alpha: f64) -> Result<(), String> {
+pub fn decide(m: &Measurement, min_gain: f64, alpha: f64) -> Result<()> {
     let gain = 1.0 - m.ratio_median;
+    let slow = |m: String| Err(Error::new(ErrorKind::NotFaster, m));
     if m.p_value > alpha {
-        return Err(format!(
+        return slow(format!(
             "not significantly faster: {} of {} rounds faster (sign test p = {:.3}), median ratio {:.3}",
             m.wins, m.rounds, m.p_value, m.ratio_median
         ));
     }
     if gain < min_gain {
-        return Err(format!("gain {:.1}% below the required {:.1}%", gain * 100.0, min_gain * 100.0));
+        return slow(format!("gain {:.1}% below the required {:.1}%", gain * 100.0, min_gain * 100.0));
     }
     Ok(())
 }
@@ -157,25 +201,27 @@ pub fn saved_original(image: &Path) -> PathBuf {
 /// `IMAGE.loupe-orig` (kept if already there from an earlier install), the
 /// candidate copied next to the image and renamed over it, so a running or
 /// starting process sees either the old file or the new one, never a mix.
-pub fn install(image: &Path, candidate: &Path) -> Result<(), String> {
+pub fn install(image: &Path, candidate: &Path) -> Result<()> {
+    let fail = |m: String| Error::new(ErrorKind::Install, m);
     let orig = saved_original(image);
     if !orig.exists() {
-        std::fs::hard_link(image, &orig).map_err(|e| format!("cannot keep the original as {}: {e}", orig.display()))?;
+        std::fs::hard_link(image, &orig).map_err(|e| fail(format!("cannot keep the original as {}: {e}", orig.display())))?;
     }
     let mut tmp = image.as_os_str().to_owned();
     tmp.push(".loupe-new");
     let tmp = PathBuf::from(tmp);
-    std::fs::copy(candidate, &tmp).map_err(|e| format!("cannot copy the candidate beside {}: {e}", image.display()))?;
-    std::fs::rename(&tmp, image).map_err(|e| format!("cannot rename the candidate over {}: {e}", image.display()))
+    std::fs::copy(candidate, &tmp).map_err(|e| fail(format!("cannot copy the candidate beside {}: {e}", image.display())))?;
+    std::fs::rename(&tmp, image).map_err(|e| fail(format!("cannot rename the candidate over {}: {e}", image.display())))
 }
 
 /// Puts the original back (a rename) and forgets the saved copy.
-pub fn rollback(image: &Path) -> Result<(), String> {
+pub fn rollback(image: &Path) -> Result<()> {
+    let fail = |m: String| Error::new(ErrorKind::Install, m);
     let orig = saved_original(image);
     if !orig.exists() {
-        return Err(format!("{} has no saved original ({} missing): nothing to roll back", image.display(), orig.display()));
+        return Err(fail(format!("{} has no saved original ({} missing): nothing to roll back", image.display(), orig.display())));
     }
-    std::fs::rename(&orig, image).map_err(|e| format!("cannot restore {}: {e}", image.display()))
+    std::fs::rename(&orig, image).map_err(|e| fail(format!("cannot restore {}: {e}", image.display())))
 }
 
 /// One decision of the manager, kept in its log.
@@ -206,10 +252,10 @@ mod tests {
         );
         let d = tempfile::tempdir().unwrap();
         let out = d.path().join("new");
-        assert!(rebuild("cc x.c", Path::new("/p"), &out).unwrap_err().contains("{profile}"));
-        rebuild("cat {profile} > {out}", Path::new("/etc/hostname"), &out).unwrap();
+        assert!(rebuild(&Shell, "cc x.c", Path::new("/p"), &out).unwrap_err().to_string().contains("{profile}"));
+        rebuild(&Shell, "cat {profile} > {out}", Path::new("/etc/hostname"), &out).unwrap();
         assert_eq!(std::fs::read(&out).unwrap(), std::fs::read("/etc/hostname").unwrap());
-        assert!(rebuild("false {profile} {out}", Path::new("/p"), &out).unwrap_err().contains("rebuild failed"));
+        assert!(rebuild(&Shell, "false {profile} {out}", Path::new("/p"), &out).unwrap_err().to_string().contains("rebuild failed"));
     }
 
     // `{}` becomes the quoted binary; without it the binary comes first.
@@ -226,9 +272,9 @@ mod tests {
         assert_eq!((m.wins, m.ratio_median), (10, 0.9));
         assert!(decide(&m, 0.01, 0.05).is_ok());
         let mixed = summarize(vec![1.0; 10], vec![0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 1.1, 1.1, 1.1, 1.1]);
-        assert!(decide(&mixed, 0.01, 0.05).unwrap_err().contains("not significantly"));
+        assert!(decide(&mixed, 0.01, 0.05).unwrap_err().to_string().contains("not significantly"));
         let small = summarize(vec![1.0; 10], vec![0.995; 10]);
-        assert!(decide(&small, 0.01, 0.05).unwrap_err().contains("below"));
+        assert!(decide(&small, 0.01, 0.05).unwrap_err().to_string().contains("below"));
     }
 
     // Install renames over the image and keeps the original; rollback
@@ -257,8 +303,8 @@ mod tests {
         for p in [&a, &b] {
             std::process::Command::new("chmod").arg("+x").arg(p).status().unwrap();
         }
-        assert!(check("{}", &a, &a).is_ok());
-        assert!(check("{}", &a, &b).unwrap_err().contains("differs"));
-        assert!(check("{}; false", &a, &a).unwrap_err().contains("original too"));
+        assert!(check(&Shell, "{}", &a, &a).is_ok());
+        assert!(check(&Shell, "{}", &a, &b).unwrap_err().to_string().contains("differs"));
+        assert!(check(&Shell, "{}; false", &a, &a).unwrap_err().to_string().contains("original too"));
     }
 }

@@ -1,6 +1,7 @@
 //! The external optimizers behind a trait, so tests and other back ends
 //! can stand in for them: llvm-bolt (Debian's `bolt-19`).
 
+use crate::error::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,7 +14,7 @@ pub struct ToolOutput {
 
 pub trait Tool {
     fn describe(&self) -> String;
-    fn run(&self, args: &[String]) -> Result<ToolOutput, String>;
+    fn run(&self, args: &[String]) -> Result<ToolOutput>;
 }
 
 /// A program on disk, run with its arguments.
@@ -26,8 +27,11 @@ impl Tool for Program {
         self.path.display().to_string()
     }
 
-    fn run(&self, args: &[String]) -> Result<ToolOutput, String> {
-        let out = Command::new(&self.path).args(args).output().map_err(|e| format!("cannot run {}: {e}", self.path.display()))?;
+    fn run(&self, args: &[String]) -> Result<ToolOutput> {
+        let out = Command::new(&self.path)
+            .args(args)
+            .output()
+            .map_err(|e| Error::new(ErrorKind::Tool, format!("cannot run {}: {e}", self.path.display())))?;
         Ok(ToolOutput {
             success: out.status.success(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -39,7 +43,7 @@ impl Tool for Program {
 /// Where llvm-bolt is: the explicit path, else LLVM 19's own directory.
 /// Not `/usr/bin/perf2bolt-19`: that symlink acts as llvm-bolt or perf2bolt
 /// by its name, and Debian's names confuse it.
-pub fn find_bolt(explicit: Option<&Path>) -> Result<Program, String> {
+pub fn find_bolt(explicit: Option<&Path>) -> Result<Program> {
     let candidates: Vec<PathBuf> = match explicit {
         Some(p) => vec![p.to_path_buf()],
         None => vec!["/usr/lib/llvm-19/bin/llvm-bolt".into(), "/usr/bin/llvm-bolt-19".into(), "/usr/bin/llvm-bolt".into()],
@@ -48,7 +52,7 @@ pub fn find_bolt(explicit: Option<&Path>) -> Result<Program, String> {
         .into_iter()
         .find(|p| p.is_file())
         .map(|path| Program { path })
-        .ok_or_else(|| "llvm-bolt not found: install Debian package bolt-19 or pass --bolt PATH".to_string())
+        .ok_or_else(|| Error::new(ErrorKind::Tool, "llvm-bolt not found: install Debian package bolt-19 or pass --bolt PATH"))
 }
 
 /// Morph's three layout optimizations in BOLT's terms: block reordering
@@ -117,12 +121,12 @@ const NEEDS_RELOCS: &str = "function reordering only works when relocations are 
 /// Runs BOLT on `input` with `fdata`, writing `output`. A binary linked
 /// without relocations gets what BOLT can do without them (block
 /// reordering and splitting inside functions), and the report says so.
-pub fn run_bolt(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path) -> Result<BoltReport, String> {
+pub fn run_bolt(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path) -> Result<BoltReport> {
     run_bolt_with(tool, input, fdata, output, &default_opts())
 }
 
 /// `run_bolt` with optimization options `opts` in place of the defaults.
-pub fn run_bolt_with(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path, opts: &[String]) -> Result<BoltReport, String> {
+pub fn run_bolt_with(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path, opts: &[String]) -> Result<BoltReport> {
     let mut args = bolt_args_with(input, fdata, output, opts);
     let mut out = tool.run(&args)?;
     if !out.success && format!("{}{}", out.stdout, out.stderr).contains(NEEDS_RELOCS) {
@@ -132,7 +136,7 @@ pub fn run_bolt_with(tool: &dyn Tool, input: &Path, fdata: &Path, output: &Path,
     let log = format!("{}{}", out.stdout, out.stderr);
     if !out.success || !output.is_file() {
         let last = log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-        return Err(format!("{} failed: {last}", tool.describe()));
+        return Err(Error::new(ErrorKind::Tool, format!("{} failed: {last}", tool.describe())));
     }
     let mut report = parse_bolt_log(&log);
     // An input without a build-id leaves the output without one too.
@@ -167,7 +171,7 @@ mod tests {
             fn describe(&self) -> String {
                 "fake-bolt".into()
             }
-            fn run(&self, args: &[String]) -> Result<ToolOutput, String> {
+            fn run(&self, args: &[String]) -> Result<ToolOutput> {
                 self.0.borrow_mut().push(args.to_vec());
                 if args.iter().any(|a| a.starts_with("-reorder-functions")) {
                     return Ok(ToolOutput { success: false, stdout: String::new(), stderr: format!("BOLT-ERROR: {NEEDS_RELOCS}\n") });
@@ -192,11 +196,11 @@ mod tests {
             fn describe(&self) -> String {
                 "fake-bolt".into()
             }
-            fn run(&self, _: &[String]) -> Result<ToolOutput, String> {
+            fn run(&self, _: &[String]) -> Result<ToolOutput> {
                 Ok(ToolOutput { success: false, stdout: String::new(), stderr: "BOLT-ERROR: bad\n".into() })
             }
         }
         let e = run_bolt(&Fails, Path::new("/nonexistent/in"), Path::new("p.fdata"), Path::new("/nonexistent/out")).unwrap_err();
-        assert_eq!(e, "fake-bolt failed: BOLT-ERROR: bad");
+        assert_eq!((e.to_string().as_str(), e.kind()), ("fake-bolt failed: BOLT-ERROR: bad", ErrorKind::Tool));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Design constraint: nothing here interprets samples; it delivers owned,
 //! parsed [`Record`]s in ring order and leaves attribution to the collector.
-//! Record parsing is a pure function over bytes ([`record::parse`]).
+//! Record parsing is a pure function over bytes ([`record::parse`]; samples
+//! of any `sample_type` by [`sample::parse_sample`]).
 //!
 //! ```no_run
 //! use loupe_perf::{Sampler, SamplerConfig};
@@ -18,11 +19,13 @@ mod child;
 mod events;
 pub mod record;
 pub mod ring;
+pub mod sample;
 pub mod sys;
 
 pub use child::GatedChild;
 pub use events::{is_hardware, known_events, parse_event, probe_events, EventSpec};
-pub use record::{BranchEntry, Layout, Mmap, Record, Sample, UserRegs};
+pub use record::{Mmap, Record, Sample, UserRegs};
+pub use sample::{parse_sample, BranchEntry, Format, Layout, SampleError, SampleErrorKind};
 
 use ring::Ring;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -232,7 +235,7 @@ impl Sampler {
             events: Vec::new(),
             rings: Vec::new(),
             cpus: cpus.clone(),
-            layout: Layout { callchain: cfg.callchain, user_stack: cfg.user_stack_bytes > 0, ids: Vec::new(), branch_events },
+            layout: Layout::default(),
             rng: seed(),
             randomize: cfg.randomize.clamp(0.0, 0.5),
             samples: 0,
@@ -251,6 +254,9 @@ impl Sampler {
             Target::Process { pid } => pid,
             _ => -1,
         };
+        let formats: Vec<Format> = cfg.events.iter().map(|e| Format::of(&s.attr(cfg, e, None, false))).collect();
+        s.layout.format = formats.first().copied().unwrap_or_default();
+        s.layout.per_event = formats.into_iter().enumerate().collect();
         for &cpu in &cpus {
             s.open_cpu(cfg, pid, cpu as i32)?;
         }

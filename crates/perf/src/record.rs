@@ -1,8 +1,12 @@
 //! Parsing perf records from bytes. Pure functions over byte slices, so
-//! every record layout is tested on literal input.
+//! every record layout is tested on literal input. Samples are read by
+//! [`crate::sample::parse_sample`] and kept here in an owned form.
 
+use crate::sample;
 use crate::sys::*;
 use loupe_model::CpuMode;
+
+pub use crate::sample::{BranchEntry, Layout};
 
 /// A sample: one interrupt of one event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,34 +33,25 @@ pub struct Sample {
     pub branches: Vec<BranchEntry>,
 }
 
-/// One taken branch of a branch stack (`struct perf_branch_entry`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BranchEntry {
-    pub from: u64,
-    pub to: u64,
-    /// The branch's target was mispredicted.
-    pub mispredicted: bool,
-    /// The target was predicted (both false: the CPU does not say).
-    pub predicted: bool,
-    pub in_tx: bool,
-    pub abort: bool,
-    /// Core cycles since the previous branch record (0: not reported).
-    pub cycles: u16,
-}
-
-impl BranchEntry {
-    /// Decodes the flags word: bit 0 mispred, 1 predicted, 2 in_tx,
-    /// 3 abort, bits 4-19 cycles (then type, spec, new_type, priv, which
-    /// Loupe does not use), as the kernel's little-endian bitfield lays them out.
-    pub fn from_raw(from: u64, to: u64, flags: u64) -> BranchEntry {
-        BranchEntry {
-            from,
-            to,
-            mispredicted: flags & 1 != 0,
-            predicted: flags & 2 != 0,
-            in_tx: flags & 4 != 0,
-            abort: flags & 8 != 0,
-            cycles: (flags >> 4) as u16,
+impl From<&sample::Sample<'_>> for Sample {
+    /// Keeps what the collector uses: the call chain without perf's context
+    /// markers, the unwinder's registers, the filled part of the stack copy.
+    fn from(s: &sample::Sample<'_>) -> Sample {
+        const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
+        let user_regs = s.regs_user.and_then(|r| Some(UserRegs { ip: r.get(REG_IP)?, sp: r.get(REG_SP)?, bp: r.get(REG_BP)? }));
+        Sample {
+            event_index: s.event_index,
+            pid: s.pid.unwrap_or(0),
+            tid: s.tid.unwrap_or(0),
+            ip: s.ip.unwrap_or(0),
+            time: s.time.unwrap_or(0),
+            cpu: s.cpu.unwrap_or(0),
+            period: s.period.unwrap_or(0),
+            mode: s.mode(),
+            callchain: s.callchain.map_or_else(Vec::new, |c| c.iter().filter(|&a| a < PERF_CONTEXT_MAX).collect()),
+            user_regs,
+            user_stack: s.stack_user.map_or_else(Vec::new, |u| u.valid().to_vec()),
+            branches: s.branches.map_or_else(Vec::new, |b| b.iter().collect()),
         }
     }
 }
@@ -114,20 +109,6 @@ impl Record {
     }
 }
 
-/// How to read the variable parts: which fields the sample type holds, and
-/// which event each sample id belongs to.
-#[derive(Clone, Debug, Default)]
-pub struct Layout {
-    pub callchain: bool,
-    /// `REGS_USER` with [`USER_REGS_MASK`] and `STACK_USER` are in the sample.
-    pub user_stack: bool,
-    /// (kernel event id, event index)
-    pub ids: Vec<(u64, usize)>,
-    /// Indices of the events whose samples carry a branch stack (only
-    /// hardware events can; the others of the same sampler do not).
-    pub branch_events: Vec<usize>,
-}
-
 /// Size of the `sample_id_all` trailer: TID, TIME, CPU, IDENTIFIER.
 const TRAILER: usize = 32;
 
@@ -148,20 +129,10 @@ impl<'a> Cursor<'a> {
         Some(v)
     }
     fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        let v = self.b.get(self.at..self.at + n)?;
+        // A length read from the record (STACK_USER's size) may be anything: no overflow past the end.
+        let v = self.b.get(self.at..self.at.checked_add(n)?)?;
         self.at += n;
         Some(v)
-    }
-}
-
-fn cpu_mode(misc: u16) -> CpuMode {
-    match misc & MISC_CPUMODE_MASK {
-        1 => CpuMode::Kernel,
-        2 => CpuMode::User,
-        3 => CpuMode::Hypervisor,
-        4 => CpuMode::GuestKernel,
-        5 => CpuMode::GuestUser,
-        _ => CpuMode::Unknown,
     }
 }
 
@@ -184,10 +155,12 @@ pub fn parse(rec: &[u8], layout: &Layout) -> Option<Record> {
     let kind = c.u32()?;
     let misc = u16::from_ne_bytes(c.bytes(2)?.try_into().ok()?);
     let _size = c.bytes(2)?;
+    if kind == RECORD_SAMPLE {
+        return Some(Record::Sample(Sample::from(&sample::parse_sample(layout, rec).ok()?)));
+    }
     let body_end = rec.len().checked_sub(TRAILER)?;
     let time = trailer_time(rec);
     Some(match kind {
-        RECORD_SAMPLE => Record::Sample(parse_sample(&mut c, misc, layout)?),
         RECORD_MMAP | RECORD_MMAP2 => Record::Mmap(parse_mmap(&mut c, kind, misc, body_end, time)?),
         RECORD_COMM => {
             let (pid, tid) = (c.u32()?, c.u32()?);
@@ -208,65 +181,6 @@ pub fn parse(rec: &[u8], layout: &Layout) -> Option<Record> {
         RECORD_THROTTLE | RECORD_UNTHROTTLE => Record::Throttle { time: c.u64()?, unthrottle: kind == RECORD_UNTHROTTLE },
         other => Record::Other { kind: other },
     })
-}
-
-fn parse_sample(c: &mut Cursor, misc: u16, layout: &Layout) -> Option<Sample> {
-    let id = c.u64()?;
-    let ip = c.u64()?;
-    let (pid, tid) = (c.u32()?, c.u32()?);
-    let time = c.u64()?;
-    let cpu = c.u32()?;
-    let _res = c.u32()?;
-    let period = c.u64()?;
-    let mut callchain = Vec::new();
-    if layout.callchain {
-        let n = c.u64()? as usize;
-        const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
-        for _ in 0..n.min(4096) {
-            let a = c.u64()?;
-            if a < PERF_CONTEXT_MAX {
-                callchain.push(a);
-            }
-        }
-    }
-    let event_index = layout.ids.iter().find(|(i, _)| *i == id).map_or(0, |(_, e)| *e);
-    // BRANCH_STACK comes after CALLCHAIN (and RAW, never requested) and before REGS_USER.
-    let branches = if layout.branch_events.contains(&event_index) { parse_branch_stack(c)? } else { Vec::new() };
-    let (mut user_regs, mut user_stack) = (None, Vec::new());
-    if layout.user_stack {
-        (user_regs, user_stack) = parse_user_stack(c)?;
-    }
-    Some(Sample { event_index, pid, tid, ip, time, cpu, period, mode: cpu_mode(misc), callchain, user_regs, user_stack, branches })
-}
-
-/// `u64 nr`, then `nr` x `{from, to, flags}` (no `hw_idx`: Loupe never
-/// asks for PERF_SAMPLE_BRANCH_HW_INDEX). The hardware holds at most 32
-/// (Intel, AMD) or 64 (Arm BRBE) entries: a larger `nr` is a misread record.
-fn parse_branch_stack(c: &mut Cursor) -> Option<Vec<BranchEntry>> {
-    let n = c.u64()?;
-    if n > 256 {
-        return None;
-    }
-    (0..n).map(|_| Some(BranchEntry::from_raw(c.u64()?, c.u64()?, c.u64()?))).collect()
-}
-
-/// `REGS_USER` (abi, then BP, SP, IP when abi != 0) and `STACK_USER`
-/// (size, bytes, and the dynamic size actually valid when size != 0).
-fn parse_user_stack(c: &mut Cursor) -> Option<(Option<UserRegs>, Vec<u8>)> {
-    let abi = c.u64()?;
-    let regs = if abi != 0 {
-        let (bp, sp, ip) = (c.u64()?, c.u64()?, c.u64()?);
-        Some(UserRegs { ip, sp, bp })
-    } else {
-        None
-    };
-    let size = c.u64()? as usize;
-    if size == 0 {
-        return Some((regs, Vec::new()));
-    }
-    let bytes = c.bytes(size)?;
-    let valid = (c.u64()? as usize).min(size);
-    Some((regs, bytes[..valid].to_vec()))
 }
 
 fn parse_mmap(c: &mut Cursor, kind: u32, misc: u16, body_end: usize, time: u64) -> Option<Mmap> {
@@ -292,6 +206,14 @@ fn parse_mmap(c: &mut Cursor, kind: u32, misc: u16, body_end: usize, time: u64) 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::sample::Format;
+
+    const BASE: u64 = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU | SAMPLE_PERIOD;
+
+    /// The sampler's format: BASE and `extra`, user registers BP, SP, IP.
+    fn format(extra: u64) -> Format {
+        Format { sample_type: BASE | extra, regs_user: USER_REGS_MASK, ..Format::default() }
+    }
 
     pub fn header(kind: u32, misc: u16, body: &[u8]) -> Vec<u8> {
         let mut r = Vec::new();
@@ -335,7 +257,7 @@ pub(crate) mod tests {
     #[test]
     fn sample_fields_in_abi_order() {
         // Checks the IDENTIFIER|IP|TID|TIME|CPU|PERIOD layout and id -> event index mapping.
-        let layout = Layout { ids: vec![(5, 0), (9, 1)], ..Default::default() };
+        let layout = Layout { ids: vec![(5, 0), (9, 1)], ..Layout::new(format(0)) };
         let Some(Record::Sample(s)) = parse(&sample_bytes(9, 0x401000, 42, 1234, None), &layout) else { panic!() };
         assert_eq!((s.event_index, s.ip, s.pid, s.tid, s.time, s.cpu, s.period), (1, 0x401000, 42, 43, 1234, 1, 1_000_000));
         assert_eq!(s.mode, CpuMode::User);
@@ -344,7 +266,7 @@ pub(crate) mod tests {
     #[test]
     fn callchain_drops_context_markers() {
         // Checks that PERF_CONTEXT_* entries are removed from call chains.
-        let layout = Layout { callchain: true, ..Default::default() };
+        let layout = Layout::new(format(SAMPLE_CALLCHAIN));
         let chain = [(-128i64) as u64, 0xffffffff81000010, (-512i64) as u64, 0x401000, 0x402000];
         let Some(Record::Sample(s)) = parse(&sample_bytes(1, 0x401000, 1, 1, Some(&chain)), &layout) else { panic!() };
         assert_eq!(s.callchain, vec![0xffffffff81000010, 0x401000, 0x402000]);
@@ -353,7 +275,7 @@ pub(crate) mod tests {
     #[test]
     fn user_registers_and_stack_copy() {
         // Checks REGS_USER (BP, SP, IP order) and STACK_USER with a dynamic size shorter than the copy.
-        let layout = Layout { callchain: true, user_stack: true, ..Default::default() };
+        let layout = Layout::new(format(SAMPLE_CALLCHAIN | SAMPLE_REGS_USER | SAMPLE_STACK_USER));
         let mut b = sample_bytes(1, 0x401000, 1, 1, Some(&[0x401000, 0x402000]));
         for v in [2u64, 0x7ffd_0010, 0x7ffd_0000, 0x401000, 16] {
             b.extend(v.to_ne_bytes());
@@ -373,7 +295,9 @@ pub(crate) mod tests {
         // Checks the BRANCH_STACK layout (nr, then from/to/flags, newest first) and the flag bits, on bytes
         // written by hand per perf_event.h: a sample of event 1 (which asked for branches) with a call chain
         // and user registers around it, and one of event 0 (which did not).
-        let layout = Layout { callchain: true, user_stack: true, ids: vec![(5, 0), (9, 1)], branch_events: vec![1] };
+        let plain = format(SAMPLE_CALLCHAIN | SAMPLE_REGS_USER | SAMPLE_STACK_USER);
+        let branches = format(SAMPLE_CALLCHAIN | SAMPLE_BRANCH_STACK | SAMPLE_REGS_USER | SAMPLE_STACK_USER);
+        let layout = Layout { format: plain, per_event: vec![(1, branches)], ids: vec![(5, 0), (9, 1)] };
         let mut b = sample_bytes(9, 0x401010, 7, 1, Some(&[0x401010]));
         let words: [u64; 7] = [
             2,        // nr
@@ -415,9 +339,20 @@ pub(crate) mod tests {
     #[test]
     fn absurd_branch_count_is_rejected() {
         // Checks that an nr larger than any LBR makes the record malformed instead of a huge allocation.
-        let layout = Layout { branch_events: vec![0], ..Default::default() };
+        let layout = Layout::new(format(SAMPLE_BRANCH_STACK));
         let mut b = sample_bytes(1, 0x401000, 1, 1, None);
         b.extend(1_000_000u64.to_ne_bytes());
+        assert!(parse(&b, &layout).is_none());
+    }
+
+    #[test]
+    fn user_stack_size_near_u64_max_is_rejected_not_overflowed() {
+        // Checks a STACK_USER size that overflows the read position (found by fuzz target perf_record): None, no panic.
+        let layout = Layout::new(format(SAMPLE_REGS_USER | SAMPLE_STACK_USER));
+        let mut b = sample_bytes(1, 0x401000, 1, 1, None);
+        for v in [0u64, u64::MAX - 8] {
+            b.extend(v.to_ne_bytes());
+        }
         assert!(parse(&b, &layout).is_none());
     }
 

@@ -8,17 +8,35 @@ pub const PERF_TYPE_HARDWARE: u32 = 0;
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
 pub const PERF_TYPE_HW_CACHE: u32 = 3;
 
+/// `sample_type` bits, in the order their fields appear in a sample
+/// (IDENTIFIER first; WEIGHT_STRUCT shares WEIGHT's place, AUX is last).
 pub const SAMPLE_IP: u64 = 1 << 0;
 pub const SAMPLE_TID: u64 = 1 << 1;
 pub const SAMPLE_TIME: u64 = 1 << 2;
+pub const SAMPLE_ADDR: u64 = 1 << 3;
+pub const SAMPLE_READ: u64 = 1 << 4;
 pub const SAMPLE_CALLCHAIN: u64 = 1 << 5;
+pub const SAMPLE_ID: u64 = 1 << 6;
 pub const SAMPLE_CPU: u64 = 1 << 7;
 pub const SAMPLE_PERIOD: u64 = 1 << 8;
+pub const SAMPLE_STREAM_ID: u64 = 1 << 9;
+pub const SAMPLE_RAW: u64 = 1 << 10;
 /// The last branches the CPU took (Intel LBR, AMD BRS/LbrExtV2, Arm BRBE):
 /// `u64 nr`, then `nr` x `{u64 from, u64 to, u64 flags}`, newest first.
 pub const SAMPLE_BRANCH_STACK: u64 = 1 << 11;
 pub const SAMPLE_REGS_USER: u64 = 1 << 12;
 pub const SAMPLE_STACK_USER: u64 = 1 << 13;
+pub const SAMPLE_WEIGHT: u64 = 1 << 14;
+pub const SAMPLE_DATA_SRC: u64 = 1 << 15;
+pub const SAMPLE_IDENTIFIER: u64 = 1 << 16;
+pub const SAMPLE_TRANSACTION: u64 = 1 << 17;
+pub const SAMPLE_REGS_INTR: u64 = 1 << 18;
+pub const SAMPLE_PHYS_ADDR: u64 = 1 << 19;
+pub const SAMPLE_AUX: u64 = 1 << 20;
+pub const SAMPLE_CGROUP: u64 = 1 << 21;
+pub const SAMPLE_DATA_PAGE_SIZE: u64 = 1 << 22;
+pub const SAMPLE_CODE_PAGE_SIZE: u64 = 1 << 23;
+pub const SAMPLE_WEIGHT_STRUCT: u64 = 1 << 24;
 
 /// x86-64 `perf_regs.h` indices of the registers an unwinder starts from.
 pub const REG_BP: u32 = 6;
@@ -26,7 +44,6 @@ pub const REG_SP: u32 = 7;
 pub const REG_IP: u32 = 8;
 /// `sample_regs_user` mask: BP, SP, IP (delivered in that order).
 pub const USER_REGS_MASK: u64 = (1 << REG_BP) | (1 << REG_SP) | (1 << REG_IP);
-pub const SAMPLE_IDENTIFIER: u64 = 1 << 16;
 
 /// `branch_sample_type` bits: privilege levels of the branches kept, and
 /// which kinds of branch (ANY = every taken branch).
@@ -35,6 +52,10 @@ pub mod branch {
     pub const KERNEL: u64 = 1 << 1;
     pub const HV: u64 = 1 << 2;
     pub const ANY: u64 = 1 << 3;
+    /// The sample's branch stack starts with `hw_idx`.
+    pub const HW_INDEX: u64 = 1 << 17;
+    /// A counters word per branch follows the entries.
+    pub const COUNTERS: u64 = 1 << 19;
 }
 
 /// `read_format` bit (kernel 6.0+): a read() of the event also returns the

@@ -5,6 +5,7 @@
 use crate::RuntimeAddr;
 use loupe_perf::ring::Ring;
 use loupe_perf::sys::{self, PerfEventAttr};
+use loupe_perf::{parse_sample, Format, Layout};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -15,6 +16,7 @@ const FLAG_EXCLUDE_HV: u64 = 1 << 6;
 pub struct Sampler {
     fd: OwnedFd,
     ring: Ring,
+    layout: Layout,
 }
 
 impl Sampler {
@@ -32,7 +34,7 @@ impl Sampler {
         };
         let fd = sys::perf_event_open(&a, tid as i32, -1, -1)?;
         let ring = Ring::map(fd.as_raw_fd(), 64)?;
-        Ok(Sampler { fd, ring })
+        Ok(Sampler { fd, ring, layout: Layout::new(Format::of(&a)) })
     }
 
     pub fn enable(&self) -> io::Result<()> {
@@ -45,11 +47,8 @@ impl Sampler {
 
     /// The instruction pointers sampled since the last call.
     pub fn drain(&mut self, out: &mut Vec<RuntimeAddr>) {
-        self.ring.read(|rec| {
-            if rec.len() >= 16 && u32::from_ne_bytes(rec[0..4].try_into().unwrap()) == sys::RECORD_SAMPLE {
-                out.push(RuntimeAddr(u64::from_ne_bytes(rec[8..16].try_into().unwrap())));
-            }
-        });
+        let layout = &self.layout;
+        self.ring.read(|rec| out.extend(parse_sample(layout, rec).ok().and_then(|s| s.ip).map(RuntimeAddr)));
     }
 }
 
@@ -69,11 +68,15 @@ mod tests {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
         let mut s = Sampler::open(tid, 100_000).unwrap();
+        // Spins for `ms` of this thread's CPU time (not wall time: on a loaded machine 5 ms of wall clock can
+        // be 1 ms of CPU), reading the clock (a syscall, in kernel mode where no sample is kept) rarely.
         let spin = |ms: u64| {
-            let t = std::time::Instant::now();
+            let t = loupe_perf::thread_cpu_ns();
             let mut x = 0u64;
-            while t.elapsed().as_millis() < ms as u128 {
-                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+            while loupe_perf::thread_cpu_ns() - t < ms * 1_000_000 {
+                for _ in 0..10_000 {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+                }
             }
         };
         spin(5);

@@ -16,6 +16,7 @@
 //! println!("{:?}", r[0]);
 //! ```
 
+pub mod build_id;
 mod code;
 mod elf;
 mod kernel;
@@ -168,10 +169,7 @@ impl Symbolizer {
 
     /// The GNU build-id note of an ELF file.
     pub fn read_build_id(path: &Path) -> Option<BuildId> {
-        use object::Object;
-        let data = std::fs::read(path).ok()?;
-        let file = object::File::parse(&*data).ok()?;
-        file.build_id().ok().flatten().map(|b| BuildId(b.to_vec()))
+        build_id::read(path)
     }
 }
 

@@ -67,10 +67,20 @@ impl Geometry {
     fn len(&self) -> usize {
         self.data_offset() + self.ncpu as usize * self.nsub as usize * self.sub_size as usize
     }
+    /// [`Geometry::len`] when it fits the address space: a header's counts may be anything.
+    fn checked_len(&self) -> Option<usize> {
+        let (ncpu, nsub) = (self.ncpu as usize, self.nsub as usize);
+        let data_offset = ncpu.checked_mul(self.ctl_stride())?.checked_add(GLOBAL)?.checked_next_multiple_of(4096)?;
+        let len = ncpu.checked_mul(nsub)?.checked_mul(self.sub_size as usize)?.checked_add(data_offset)?;
+        (len <= isize::MAX as usize).then_some(len)
+    }
     fn check(&self) -> io::Result<()> {
         let pow2 = |v: u32| v != 0 && v.is_power_of_two();
-        let ok =
-            self.ncpu > 0 && pow2(self.nsub) && pow2(self.sub_size) && self.sub_size as usize >= PACKET_HEADER + crate::record::MAX_RECORD;
+        let ok = self.ncpu > 0
+            && pow2(self.nsub)
+            && pow2(self.sub_size)
+            && self.sub_size as usize >= PACKET_HEADER + crate::record::MAX_RECORD
+            && self.checked_len().is_some();
         ok.then_some(()).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("bad buffer geometry {self:?}")))
     }
 }
@@ -369,10 +379,9 @@ impl Buffer {
         let head = self.ctl(cpu, OFF_HEAD);
         loop {
             let h = head.load(Ordering::Acquire);
-            if h.is_multiple_of(s) {
-                return;
-            }
-            if head.compare_exchange(h, h.next_multiple_of(s), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            // A head in the last packet before 2^64 bytes (only a corrupting writer puts it there) cannot be closed.
+            let Some(next) = h.checked_next_multiple_of(s).filter(|_| !h.is_multiple_of(s)) else { return };
+            if head.compare_exchange(h, next, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 self.pad(cpu, h);
                 return;
             }
@@ -528,5 +537,39 @@ mod tests {
         assert!(out[104..].iter().all(|&x| x == 0));
         assert_eq!(packet_header(&out).unwrap().content, 104);
         assert!(Buffer::open(&dir.path().join("missing")).is_err());
+    }
+
+    // A consumer flushing a CPU whose head a writer set near u64::MAX (fuzz target trace_buffer's minimized
+    // input: head 0xffff_ffff_ffff_8a2a) leaves the buffer as it is instead of overflowing.
+    #[test]
+    fn flush_of_a_head_near_u64_max_leaves_the_buffer_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Buffer::create(&dir.path().join("b"), geo(2)).unwrap();
+        b.ctl(0, OFF_HEAD).store(0xffff_ffff_ffff_8a2a, Ordering::Relaxed);
+        b.flush(0);
+        assert_eq!(b.ctl(0, OFF_HEAD).load(Ordering::Relaxed), 0xffff_ffff_ffff_8a2a);
+        assert!(!b.take(0, &mut Vec::new()));
+    }
+
+    // A header whose counts make the buffer's size wrap around 2^64 (64 CPUs of 2^31 packets of 2 GiB: 2^68
+    // bytes of data, which wraps to the file's 1 TiB + 16 KiB) is refused: a writer would log outside the mapping.
+    #[test]
+    fn header_whose_geometry_wraps_the_size_is_refused() {
+        let huge = Geometry { ncpu: 64, nsub: 1 << 31, sub_size: 1 << 31 };
+        assert!(huge.check().is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b");
+        let mut header = vec![0u8; GLOBAL];
+        header[..8].copy_from_slice(&MAGIC.to_le_bytes());
+        for (at, v) in [(8, VERSION), (12, huge.ncpu), (16, huge.nsub), (20, huge.sub_size)] {
+            header[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        std::fs::write(&path, &header).unwrap();
+        // The size the wrapping sum gives (a sparse file: nothing is written past the header).
+        let wrapped = huge.data_offset().wrapping_add((huge.ncpu as usize).wrapping_mul(1 << 62));
+        assert_eq!(wrapped, (1 << 40) + 16384);
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(wrapped as u64).unwrap();
+        let err = Buffer::open(&path).err().expect("refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
 }

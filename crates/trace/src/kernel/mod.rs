@@ -271,7 +271,7 @@ impl Kernel {
     }
 
     /// Moves what the rings hold into packets, handing each event to the
-    /// online `clients` that want records; events younger than [`HOLD_NS`]
+    /// online `clients` that want records; events younger than `HOLD_NS`
     /// wait for the next call, except with `last`, which also writes the open packets.
     pub fn drain(&mut self, last: bool, clients: &mut [&mut dyn Client]) -> std::io::Result<()> {
         // Taken before any ring is read: whatever is stamped before it is in its ring by then.

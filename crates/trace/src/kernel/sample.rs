@@ -5,14 +5,17 @@
 use super::tracefs::{self, Tracepoint};
 use super::Select;
 use crate::record::Value;
+use loupe_perf::sample::{parse_sample, Format, Layout, Sample};
 use loupe_perf::sys;
 use std::collections::HashMap;
 
-const SAMPLE_ADDR: u64 = 1 << 3;
-const SAMPLE_RAW: u64 = 1 << 10;
 /// IDENTIFIER, IP, TID, TIME, ADDR, RAW: in the record, in the ABI's order
 /// id, ip, pid+tid, time, addr, raw size + raw bytes.
-pub const SAMPLE_TYPE: u64 = sys::SAMPLE_IDENTIFIER | sys::SAMPLE_IP | sys::SAMPLE_TID | sys::SAMPLE_TIME | SAMPLE_ADDR | SAMPLE_RAW;
+pub const SAMPLE_TYPE: u64 =
+    sys::SAMPLE_IDENTIFIER | sys::SAMPLE_IP | sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_ADDR | sys::SAMPLE_RAW;
+
+/// How every source's samples are laid out.
+const LAYOUT: Layout = Layout::new(Format::new(SAMPLE_TYPE));
 
 /// A kernel event source; tracepoints carry their raw-field layout.
 #[derive(Clone, Debug)]
@@ -40,27 +43,30 @@ impl Source {
 
     /// The event's field values from one sample (None if the raw data is short).
     fn values(&self, s: &Sample) -> Option<Vec<Value>> {
-        let f = |tp: &Tracepoint, i: usize| tp.fields[i].uint(s.raw);
+        let (raw, pid, tid, ip) = (s.raw?, s.pid? as u64, s.tid? as u64, s.ip?);
+        let f = |tp: &Tracepoint, i: usize| tp.fields[i].uint(raw);
         Some(match self {
-            Source::Fault => vec![Value::U(s.tid as u64), Value::U(s.addr), Value::U(s.ip)],
-            Source::Sample => vec![Value::U(s.pid as u64), Value::U(s.tid as u64), Value::U(s.ip), Value::U(0)],
+            Source::Fault => vec![Value::U(tid), Value::U(s.addr?), Value::U(ip)],
+            Source::Sample => vec![Value::U(pid), Value::U(tid), Value::U(ip), Value::U(0)],
             Source::Switch(tp) => {
-                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::I(f(tp, 2)? as i64), Value::Str(tp.fields[3].text(s.raw)?)]
+                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::I(f(tp, 2)? as i64), Value::Str(tp.fields[3].text(raw)?)]
             }
-            Source::Syscall(tp) => vec![Value::U(s.tid as u64), Value::I(f(tp, 0)? as i64)],
+            Source::Syscall(tp) => vec![Value::U(tid), Value::I(f(tp, 0)? as i64)],
             Source::BlockIssue(tp) => {
-                let text = |i: usize| tp.fields[i].text(s.raw);
+                let text = |i: usize| tp.fields[i].text(raw);
                 vec![
                     Value::U(f(tp, 0)?),
                     Value::U(f(tp, 1)?),
                     Value::U(f(tp, 2)?),
                     Value::Str(text(3)?),
-                    Value::U(s.tid as u64),
+                    Value::U(tid),
                     Value::Str(text(4)?),
                 ]
             }
             Source::BlockComplete(tp) => {
-                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::U(f(tp, 2)? * 512), Value::I(f(tp, 3)? as i32 as i64)]
+                // Sectors to bytes; a count too large for that is no real request.
+                let bytes = f(tp, 2)?.checked_mul(512)?;
+                vec![Value::U(f(tp, 0)?), Value::U(f(tp, 1)?), Value::U(bytes), Value::I(f(tp, 3)? as i32 as i64)]
             }
         })
     }
@@ -102,17 +108,6 @@ pub fn sources(sel: Select) -> (Vec<Source>, Vec<String>) {
     (out, skipped)
 }
 
-/// The fixed part of a sample record.
-pub struct Sample<'a> {
-    pub id: u64,
-    pub ip: u64,
-    pub pid: u32,
-    pub tid: u32,
-    pub time: u64,
-    pub addr: u64,
-    pub raw: &'a [u8],
-}
-
 /// What one ring record is.
 pub enum Parsed {
     Event {
@@ -126,22 +121,6 @@ pub enum Parsed {
     Unreadable,
 }
 
-/// Reads a PERF_RECORD_SAMPLE laid out as [`SAMPLE_TYPE`] asks.
-pub fn sample_of(r: &[u8]) -> Option<Sample<'_>> {
-    let u64_at = |o: usize| r.get(o..o + 8).map(|b| u64::from_ne_bytes(b.try_into().unwrap()));
-    let u32_at = |o: usize| r.get(o..o + 4).map(|b| u32::from_ne_bytes(b.try_into().unwrap()));
-    let raw_len = u32_at(48)? as usize;
-    Some(Sample {
-        id: u64_at(8)?,
-        ip: u64_at(16)?,
-        pid: u32_at(24)?,
-        tid: u32_at(28)?,
-        time: u64_at(32)?,
-        addr: u64_at(40)?,
-        raw: r.get(52..52 + raw_len)?,
-    })
-}
-
 /// A ring record as a spec event of its source, a count of lost records, an
 /// unreadable sample, or None for other records.
 pub fn parse(r: &[u8], sources: &HashMap<u64, Source>) -> Option<Parsed> {
@@ -149,10 +128,10 @@ pub fn parse(r: &[u8], sources: &HashMap<u64, Source>) -> Option<Parsed> {
     match kind {
         sys::RECORD_SAMPLE => {
             let event = |s: Sample| {
-                let src = sources.get(&s.id)?;
-                Some(Parsed::Event { time: s.time, name: src.name(), values: src.values(&s)? })
+                let src = sources.get(&s.identifier?)?;
+                Some(Parsed::Event { time: s.time?, name: src.name(), values: src.values(&s)? })
             };
-            Some(sample_of(r).and_then(event).unwrap_or(Parsed::Unreadable))
+            Some(parse_sample(&LAYOUT, r).ok().and_then(event).unwrap_or(Parsed::Unreadable))
         }
         sys::RECORD_LOST => Some(Parsed::Lost(u64::from_ne_bytes(r.get(16..24)?.try_into().ok()?))),
         _ => None,
@@ -213,5 +192,19 @@ mod tests {
         let mut comm = record(9, 0, 8, 5, 0, &raw);
         comm[0..4].copy_from_slice(&3u32.to_ne_bytes()); // PERF_RECORD_COMM
         assert!(parse(&comm, &sources).is_none());
+    }
+
+    // A block completion whose sector count overflows when turned into bytes (an 8-byte nr_sector field, as the
+    // fuzz target trace_kernel lays it out) is an unreadable sample, not an overflow.
+    #[test]
+    fn block_completion_with_a_sector_count_overflowing_bytes_is_unreadable() {
+        let fields = [(0, 4), (8, 8), (16, 8), (24, 4)].map(|(offset, size)| Field { offset, size }).to_vec();
+        let sources = HashMap::from([(5, Source::BlockComplete(Tracepoint { id: 0, fields }))]);
+        let mut raw = vec![0u8; 32];
+        raw[16..24].copy_from_slice(&(u64::MAX / 256).to_le_bytes());
+        assert!(matches!(parse(&record(5, 0, 8, 5, 0, &raw), &sources), Some(Parsed::Unreadable)));
+        raw[16..24].copy_from_slice(&8u64.to_le_bytes());
+        let Some(Parsed::Event { values, .. }) = parse(&record(5, 0, 8, 5, 0, &raw), &sources) else { panic!() };
+        assert_eq!(values[2], Value::U(4096));
     }
 }

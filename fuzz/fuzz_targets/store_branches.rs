@@ -1,0 +1,15 @@
+//! Branch-record files (`loupe_store::branches::decode`), raw and framed with a
+//! valid checksum; what decodes round-trips through `encode`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use loupe_store::branches::{decode, encode, KIND_BRANCHES};
+
+use loupe_fuzz::frame;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = decode(data);
+    if let Ok(p) = decode(&frame::framed(KIND_BRANCHES, data)) {
+        assert_eq!(decode(&encode(&p)).as_ref(), Ok(&p));
+    }
+});
