@@ -230,10 +230,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(cfg: &SamplerConfig, db: Database, flush_every: Duration, choice: BackendChoice) -> Result<Engine> {
         let events: Vec<EventName> = cfg.events.iter().map(|e| EventName::new(&e.name)).collect();
-        let mut sampler = Sampler::open(cfg)?;
-        // Records leave the rings as they come, whatever the loop is busy
-        // with: unwinding, a flush, a new image's tables, a CPU-starved turn.
-        sampler.read_in_background()?;
+        let sampler = Sampler::open(cfg)?;
         // Branch stacks reach the daemon only through the rings. Call stacks
         // are walked in the kernel; what it cannot walk reaches the daemon
         // through the rings with stack copies.
@@ -521,6 +518,10 @@ const CLOCK_EVERY: Duration = Duration::from_secs(600);
 /// cost, not the daemon's or the BPF handler's.
 const BUDGET_RECHECK: Duration = Duration::from_secs(10);
 const BUDGET_FIRST_RECHECK: Duration = Duration::from_secs(2);
+/// How long the main loop may stall in its first seconds (building the
+/// first images' unwind tables, under load) without the rings overflowing,
+/// before the daemon's cost per sample is known.
+const BUDGET_START_STALL: Duration = Duration::from_secs(2);
 const MIN_RATE_HZ: u64 = 10;
 
 /// Chooses the sampling rate from measured costs (`--max-overhead`).
@@ -528,6 +529,9 @@ pub struct Budget {
     pub fraction: f64,
     /// The highest rate allowed: --freq, lowered after an interval that lost records.
     pub ceiling_hz: u64,
+    /// Until the first re-check has measured the daemon's cost: the rate at
+    /// which the rings hold [`BUDGET_START_STALL`] of records.
+    start_cap: Option<u64>,
     pub interrupt: InterruptCost,
     /// Interrupt cost per sample now, seconds: the measured entry and exit,
     /// plus the BPF handler's run time in the last interval.
@@ -552,9 +556,14 @@ impl Budget {
             eprintln!("loupe: warning: cannot measure the sampling interrupt's cost ({e}); the budget counts the daemon's CPU and the BPF handler only");
             InterruptCost::default()
         });
+        // A record: the stack copy, the call chain, registers and the rest.
+        let record_bytes = cfg.user_stack_bytes as u64 + if cfg.callchain { 1024 } else { 0 } + 256;
+        let ring_bytes = (cfg.ring_pages * loupe_perf::ring::page_size()) as u64;
+        let start_cap = ring_bytes * 1000 / (record_bytes * BUDGET_START_STALL.as_millis() as u64);
         let mut b = Budget {
             fraction: max_overhead_pct / 100.0,
             ceiling_hz: engine.sampler.freq(),
+            start_cap: Some(start_cap.max(MIN_RATE_HZ)),
             interrupt,
             interrupt_s: interrupt.interrupt_us / 1e6,
             daemon_s: 0.0,
@@ -578,6 +587,7 @@ impl Budget {
             return;
         }
         self.next_after = BUDGET_RECHECK;
+        self.start_cap = None;
         let (cpu, samples, lost) = (own_cpu_seconds(), engine.samples_taken(), engine.losses().records());
         let n = samples.saturating_sub(self.samples);
         if n >= 100 {
@@ -604,7 +614,8 @@ impl Budget {
     }
 
     fn apply(&mut self, engine: &mut Engine) {
-        let rate = budget::rate_for_budget(self.fraction, self.interrupt_s, self.daemon_s, MIN_RATE_HZ, self.ceiling_hz);
+        let ceiling = self.start_cap.map_or(self.ceiling_hz, |c| c.min(self.ceiling_hz));
+        let rate = budget::rate_for_budget(self.fraction, self.interrupt_s, self.daemon_s, MIN_RATE_HZ, ceiling);
         let current = engine.sampler.freq();
         if rate.abs_diff(current) * 20 > current || current > self.ceiling_hz {
             engine.sampler.set_freq(rate);
@@ -973,7 +984,7 @@ mod tests {
                 })
             })
             .collect();
-        // A 17 KiB record every 100 µs per CPU into 64 KiB rings, with every CPU busy: the reader thread falls behind.
+        // A 17 KiB record every 100 µs per CPU into 64 KiB rings, with every CPU busy: the rings overflow.
         engine.sampler.enable().unwrap();
         std::thread::sleep(Duration::from_millis(500));
         stop.store(true, Ordering::Relaxed);

@@ -29,8 +29,6 @@ pub use sample::{parse_sample, BranchEntry, Format, Layout, SampleError, SampleE
 
 use ring::Ring;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use sys::PerfEventAttr;
 
@@ -149,86 +147,6 @@ pub struct Sampler {
     freq_hz: u64,
     /// Whether the events count their lost samples (`FORMAT_LOST`).
     lost_count: bool,
-    /// The thread that empties the rings, when one does ([`Sampler::read_in_background`]).
-    reader: Option<Reader>,
-}
-
-/// Bytes of parsed records a background reader holds for the caller before
-/// it stops reading (the rings then fill, and the kernel counts what it
-/// cannot write): a bound on memory when the caller stalls for long.
-const READER_QUEUE_LIMIT: usize = 256 << 20;
-
-/// What the reader thread and the caller share.
-struct ReaderShared {
-    rings: Vec<Ring>,
-    /// Records read and not yet drained, in ring order per ring.
-    queue: Vec<Record>,
-    queued_bytes: usize,
-    malformed: u64,
-}
-
-/// A thread that moves records out of the rings as soon as the kernel
-/// wakes it, so a caller busy with something else (unwinding, merging into
-/// the database, starved of CPU) does not make the rings overflow.
-struct Reader {
-    shared: Arc<(Mutex<ReaderShared>, Condvar)>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Reader {
-    fn start(rings: Vec<Ring>, fds: Vec<i32>, layout: Layout) -> std::io::Result<Reader> {
-        let shared = Arc::new((Mutex::new(ReaderShared { rings, queue: Vec::new(), queued_bytes: 0, malformed: 0 }), Condvar::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (sh, st) = (Arc::clone(&shared), Arc::clone(&stop));
-        let thread = std::thread::Builder::new().name("loupe-rings".into()).spawn(move || {
-            while !st.load(Ordering::Relaxed) {
-                // Woken at each ring's watermark; the timeout bounds the reaction to `stop`.
-                poll_fds(&fds, Duration::from_millis(100));
-                let (lock, ready) = &*sh;
-                let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
-                if read_rings(&mut g, &layout) {
-                    ready.notify_all();
-                }
-            }
-        })?;
-        Ok(Reader { shared, stop, thread: Some(thread) })
-    }
-}
-
-/// Moves every complete record of every ring into the queue, unless it is
-/// full; whether any was moved.
-fn read_rings(g: &mut ReaderShared, layout: &Layout) -> bool {
-    if g.queued_bytes >= READER_QUEUE_LIMIT {
-        return false;
-    }
-    let ReaderShared { rings, queue, queued_bytes, malformed } = g;
-    let before = queue.len();
-    for ring in rings.iter_mut() {
-        ring.read(|bytes| match record::parse(bytes, layout) {
-            Some(r) => {
-                *queued_bytes += bytes.len();
-                queue.push(r);
-            }
-            None => *malformed += 1,
-        });
-    }
-    queue.len() > before
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn poll_fds(fds: &[i32], timeout: Duration) {
-    let mut pfds: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
-    // SAFETY: `pfds` is a valid array of pollfd of the length passed.
-    unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout.as_millis() as i32) };
 }
 
 /// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), in ns: what
@@ -330,7 +248,6 @@ impl Sampler {
             period_sums: vec![(0, 0); cfg.events.len()],
             freq_hz: cfg.freq_hz,
             lost_count: true,
-            reader: None,
         };
         if let Target::Thread { tid } = cfg.target {
             s.cpus.clear();
@@ -458,33 +375,8 @@ impl Sampler {
         Ok(())
     }
 
-    /// From now on a thread of its own empties the rings as the kernel
-    /// fills them; [`Sampler::poll`] and [`Sampler::drain`] then wait for
-    /// and take what it read (and read the rings themselves, so a drain
-    /// after [`Sampler::disable`] still gets every record).
-    pub fn read_in_background(&mut self) -> Result<(), Error> {
-        if self.reader.is_some() {
-            return Ok(());
-        }
-        let fds = self.ring_fds();
-        let rings = std::mem::take(&mut self.rings);
-        self.reader = Some(Reader::start(rings, fds, self.layout.clone()).map_err(|e| Error::io("starting the ring reader thread", e))?);
-        Ok(())
-    }
-
-    /// One fd per ring (each CPU's first event), to poll.
-    fn ring_fds(&self) -> Vec<i32> {
-        self.events.iter().step_by(self.period_sums.len().max(1)).map(|e| e.fd.as_raw_fd()).collect()
-    }
-
     /// Blocks until a ring passes its watermark or `timeout` runs out.
     pub fn poll(&self, timeout: Duration) -> Result<(), Error> {
-        if let Some(r) = &self.reader {
-            let (lock, ready) = &*r.shared;
-            let g = lock.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = ready.wait_timeout_while(g, timeout, |g| g.queue.is_empty());
-            return Ok(());
-        }
         let mut fds: Vec<libc::pollfd> = self
             .events
             .iter()
@@ -502,49 +394,33 @@ impl Sampler {
         Ok(())
     }
 
-    /// Moves every complete record out of every ring (and whatever the
-    /// background reader took from them before).
+    /// Moves every complete record out of every ring.
     pub fn drain(&mut self, out: &mut Vec<Record>) {
-        let start = out.len();
-        match &self.reader {
-            Some(r) => {
-                let mut g = r.shared.0.lock().unwrap_or_else(|e| e.into_inner());
-                // What the thread read came first; then what is in the rings now.
-                for _ in 0..2 {
-                    out.append(&mut g.queue);
-                    g.queued_bytes = 0;
-                    read_rings(&mut g, &self.layout);
-                }
-                self.malformed += std::mem::take(&mut g.malformed);
-            }
-            None => {
-                let layout = &self.layout;
-                for ring in &mut self.rings {
-                    ring.read(|bytes| match record::parse(bytes, layout) {
-                        Some(r) => out.push(r),
-                        None => self.malformed += 1,
-                    });
-                }
-            }
-        }
-        for r in &out[start..] {
-            match r {
-                Record::Sample(s) => {
-                    self.samples += 1;
-                    if let Some(x) = self.period_sums.get_mut(s.event_index) {
-                        x.0 += s.period;
-                        x.1 += 1;
+        let layout = &self.layout;
+        let (mut samples, mut lost, mut malformed) = (0, 0, 0);
+        let sums = &mut self.period_sums;
+        for ring in &mut self.rings {
+            ring.read(|bytes| match record::parse(bytes, layout) {
+                Some(r) => {
+                    match &r {
+                        Record::Sample(s) => {
+                            samples += 1;
+                            if let Some(x) = sums.get_mut(s.event_index) {
+                                x.0 += s.period;
+                                x.1 += 1;
+                            }
+                        }
+                        Record::Lost { lost: n, .. } => lost += n,
+                        _ => {}
                     }
+                    out.push(r);
                 }
-                Record::Lost { lost: n, .. } => self.lost += n,
-                _ => {}
-            }
+                None => malformed += 1,
+            });
         }
-    }
-
-    /// Bytes of records the background reader holds for the next drain.
-    pub fn queued_bytes(&self) -> usize {
-        self.reader.as_ref().map_or(0, |r| r.shared.0.lock().unwrap_or_else(|e| e.into_inner()).queued_bytes)
+        self.samples += samples;
+        self.lost += lost;
+        self.malformed += malformed;
     }
 
     /// Gives every event a fresh random period (DCPI §4.1.1).
@@ -624,13 +500,6 @@ impl Sampler {
     /// Event index of each open fd (for callers that attach programs to them).
     pub fn event_fds(&self) -> impl Iterator<Item = (usize, i32)> + '_ {
         self.events.iter().map(|e| (e.index, e.fd.as_raw_fd()))
-    }
-}
-
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        // The reader thread polls the events' fds: stop it before they close.
-        self.reader.take();
     }
 }
 
