@@ -16,52 +16,6 @@ use loupe_store::{Database, EpochId};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const DIFF_HELP: &str = "\
-Sides: A and B are each a database directory (its current epoch), DB:EPOCH (EPOCH is a number, N-M, \
-`current` or `all`), or several of those joined by commas, which are summed (DCPI's advice: sum runs to \
-get enough samples). B is the more stressed side (more load, more CPUs, more data).
-
-Examples:
-  loupe diff one-cpu.db two-cpu.db --mode weighted --work 1 2 --by line
-  loupe diff prof.db:1 prof.db:2                              two epochs of one database
-  loupe diff run1.db,run2.db,run3.db big1.db,big2.db --by procedure --format json
-  loupe diff n3.db n4.db --mode saturation --load 3 4 --saturation 0.5
-  loupe diff n3.db n4.db --mode powerlaw --load 3 4 --comm myprog
-
-Significance: a bucket with a samples in A and b in B is tested exactly: given n = a + b, b is binomial \
-with p = r/(1+r) where r is the B/A ratio of an unchanged bucket (--work W_A W_B gives r = W_B/W_A; \
-without it r is the sample-weighted median of the buckets' ratios, i.e. most of the profile is assumed \
-unchanged; saturation and powerlaw modes test for any change of the measurement). The p-values are \
-controlled for the number of buckets with Benjamini–Hochberg at --level (default 0.05): at most 5% of the \
-rows marked significant are expected to be false alarms, and when nothing changed the chance of even one \
-false alarm in the whole table is at most 5%. Rows not significant are marked `no` and sorted below. \
-Sampling noise is the only noise the test knows: run-to-run variation beyond it (caches, frequency) can \
-be absorbed with --min-change.
-
-Saturation and powerlaw measurements are each bucket's fraction of all samples of its side; the score is \
-the projected load at which that fraction reaches --saturation (infinite when it does not grow).
-
-Lock tables: when A and B are files written by `loupe locks --format json`, the buckets are locks (by \
-name) and the measurement is the fraction of the run each was held; measured times carry no sampling \
-noise, so every row counts as significant and p_value is null.
-  loupe diff load1.json load2.json --mode saturation --load 1 2 --saturation 1.0";
-
-pub const STATS_HELP: &str = "\
-Each RUN is one sample set: a database directory (its current epoch), DB:EPOCH (a number, N-M, `current` \
-or `all`), or several joined by commas (summed into one set).
-
-Columns as in DCPI's Figure 3: range% = (max - min) / sum; sum; % of all samples; N = sets with samples \
-in the bucket; mean, standard deviation (n-1), min and max over all sets (a set without the bucket counts \
-as 0). Sorted by range%, so the procedures whose cost varies most across runs come first. Because a \
-bucket with one stray sample has a range of 100%, each row also gets a Poisson dispersion test \
-(sum of (count - mean)^2 / mean is chi-square with N-1 degrees of freedom when only sampling noise \
-differs between runs), Benjamini-Hochberg controlled at --level; rows that do not vary more than \
-sampling noise are marked `no` and sorted below.
-
-Examples:
-  loupe stats prof.db:1 prof.db:2 prof.db:3 prof.db:4 prof.db:5 prof.db:6 prof.db:7 prof.db:8
-  loupe stats run*.db --by procedure --format json";
-
 /// One run: a database and the epochs read from it.
 struct Run {
     db: PathBuf,
@@ -138,7 +92,7 @@ impl Reader<'_> {
 fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
     let sides = specs.iter().map(|s| parse_side(s)).collect::<Result<Vec<_>>>()?;
     let dbs: Vec<&Path> = sides.iter().flat_map(|s| s.runs.iter().map(|r| r.db.as_path())).collect();
-    let filter = Filter { pids: Vec::new(), comms: sel.comm.clone(), image: sel.image.clone() };
+    let filter = Filter { pids: Vec::new(), comms: sel.comm.comm.clone(), image: sel.image.image.clone() };
     let mut reader = Reader { sel, filter, syms: Symbols::for_dbs(&dbs) };
     let flats = sides.iter().map(|s| reader.flat(s)).collect::<Result<Vec<_>>>()?;
     let present: Vec<EventName> = flats.iter().flat_map(Flat::events).collect();

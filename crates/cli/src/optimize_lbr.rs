@@ -5,7 +5,8 @@
 //! decides what is kept, weighted and mapped), then written by
 //! [`loupe_optimize::lbr::write_fdata`].
 
-use crate::optimize::{build_id_of, code_image, db_image, epoch_ages, ProfileArgs, View};
+use crate::flags::optimize::ProfileArgs;
+use crate::optimize::{build_id_of, code_image, db_image, epoch_ages, View};
 use crate::optimize_bat::{made_from, translators};
 use anyhow::{anyhow, Result};
 use loupe_model::ImageKind;

@@ -4,11 +4,10 @@
 //! niced, within a CPU budget, and logs every decision to
 //! DB/optimize/decisions.jsonl.
 
-use crate::flags::DbArg;
+use crate::flags::optimize::ManageArgs;
 use crate::optimize::{build_id_of, db_image, epoch_ages, log_decision, now_unix, profile_from, sample_sets};
 use crate::procedure::symbolizer;
 use anyhow::{anyhow, Context, Result};
-use clap::Args;
 use loupe_optimize::blocks::ColdPolicy;
 use loupe_optimize::combine::{age_weight, Combined, SampleSet};
 use loupe_optimize::config::{Config, State};
@@ -27,54 +26,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-#[derive(Args, Debug)]
-pub struct ManageArgs {
-    #[command(flatten)]
-    pub db: DbArg,
-    /// The programs to manage and the policy's thresholds (JSON; see --help).
-    #[arg(long)]
-    pub config: PathBuf,
-    /// One pass over the programs, then exit.
-    #[arg(long)]
-    pub once: bool,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Average share of one CPU the manager's work (BOLT, checks, benchmarks) may use.
-    #[arg(long, default_value_t = 0.25)]
-    pub cpu_budget: f64,
-    /// CPU seconds that may be spent at once before the budget applies.
-    #[arg(long, default_value_t = 300.0)]
-    pub cpu_burst: f64,
-    /// Niceness of the manager and of everything it runs (default: the configuration's `nice`, 19).
-    #[arg(long)]
-    pub nice: Option<i32>,
-    /// Path of llvm-bolt (default /usr/lib/llvm-19/bin/llvm-bolt).
-    #[arg(long)]
-    pub bolt: Option<PathBuf>,
-}
-
-pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/optimize.json\n  \
-loupe daemon --optimize /etc/loupe/optimize.json\n\n\
-Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
-{\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 30000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
-\"retry_factor\": 2, \"regrow_factor\": 0, \"half_life\": 604800, \"cold_fraction\": 0.01, \"infer\": false,\n   \"probe_seconds\": 0, \"probe_functions\": 16, \"nice\": 19, \
-\"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
-\"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\
-A program is optimized once it has min_share of the sampled time and min_samples (aged) samples; the candidate \
-must pass `check` and be faster under `bench`; it is then renamed over `path` (original kept as PATH.loupe-orig), \
-so later runs use it. An installed version the manager has not measured (or not for recheck_secs) is measured \
-against the original and rolled back unless faster. When usage drifts (max_drift of the time moved between \
-functions since the profile behind the installed version), the installed version keeps running: its samples since \
-it was installed are mapped back to the original through BOLT's address table, and a candidate built from them \
-(checked and measured against the original) replaces it. When they cannot be mapped (no table, or a version Loupe \
-did not make), the original is put back and a fresh profile collected. Without drift, once that mapped profile \
-holds regrow_factor times the samples the installed version was built from (0, the default: never; candidates \
-from mapped profiles have not yet beaten the version they were to replace, see BENCHMARKS.md), a candidate from \
-it must beat the installed version itself to replace it. With probe_seconds, the first candidate of a build waits \
-for that long a run of `optimize probe` on the program's running processes (execute breakpoints count the blocks of \
-its probe_functions hottest functions exactly; the program slows by about 2% meanwhile).";
 
 pub fn run(a: ManageArgs) -> Result<u8> {
     let text = std::fs::read_to_string(&a.config).with_context(|| format!("cannot read {}", a.config.display()))?;

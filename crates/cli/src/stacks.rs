@@ -2,7 +2,7 @@
 //! read the stack tables of the selected epochs, name them, hand them to
 //! the analysis crate, write the result.
 
-use crate::flags::{ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, StackSelection, TopArgs};
+use crate::flags::{EventFlag, ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, Selection as StackSelection, TopArgs};
 use crate::symbols::Symbols;
 use anyhow::{bail, Context, Result};
 use loupe_analysis::callgraph::{self, CallData, Selection};
@@ -33,7 +33,7 @@ fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
         bail!("no call stacks in the selected epochs of {} (recorded with --no-stacks, or before stacks existed?)", s.db.db.display());
     }
     let events = choose_stack_events(&stacks.tables, s.event.as_deref(), all_events)?;
-    let filter = Filter { pids: s.pid.clone(), comms: s.comm.clone(), image: s.image.clone() };
+    let filter = Filter { pids: s.pid.pid.clone(), comms: s.comm.comm.clone(), image: s.image.image.clone() };
     let (keep, keep_image) = (|p: &_| filter.keep_process(p), |i: &str| filter.keep_image(i));
     let mut syms = Symbols::for_db(&s.db.db);
     Ok(callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms))
@@ -93,7 +93,7 @@ pub fn top(a: TopArgs) -> Result<u8> {
         pid: a.pid.clone(),
         comm: a.comm.clone(),
         image: a.image.clone(),
-        event: a.events.first().cloned(),
+        event: EventFlag { event: a.events.first().cloned() },
     };
     let d = load(&sel, false)?;
     let mut out = std::io::stdout().lock();

@@ -14,7 +14,7 @@ pub fn run(a: TopArgs) -> Result<u8> {
         return crate::stacks::top(a);
     }
     let db = Database::open(&a.db.db)?;
-    let filter = Filter { pids: a.pid.clone(), comms: a.comm.clone(), image: a.image.clone() };
+    let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone() };
     let sel = Selection { epochs: Epochs::parse(&a.epoch)?, filter, events: a.events.clone() };
     let epochs = db.select(&sel.epochs)?;
     let flat = db.flat(&epochs, detail(a.by), &sel.filter)?;
@@ -29,7 +29,7 @@ pub fn run(a: TopArgs) -> Result<u8> {
     let mut out = std::io::stdout().lock();
     match a.format {
         Format::Json => print_json(&mut out, &report, a.by, a.limit)?,
-        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs)?,
+        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
     }
     Ok(0)
 }
@@ -96,9 +96,18 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: &[EpochId]) -> Result<()> {
+/// Samples the collector lost in the selected epochs (stored with each).
+fn lost_samples(db: &Database, epochs: &[EpochId]) -> Result<u64> {
+    Ok(db.epochs()?.iter().filter(|e| epochs.contains(&e.id)).map(|e| e.lost_samples()).sum())
+}
+
+fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: &[EpochId], lost: u64) -> Result<()> {
     let eps: Vec<String> = epochs.iter().map(|e| e.to_string()).collect();
     writeln!(out, "# Loupe top, epoch {}", eps.join(","))?;
+    if lost > 0 {
+        let which = if epochs.len() == 1 { "this epoch" } else { "these epochs" };
+        writeln!(out, "# {} samples lost in {which}", loupe_collector::daemon::thousands(lost))?;
+    }
     for (i, e) in r.events.iter().enumerate() {
         writeln!(out, "# Samples: {} of event '{}', unknown: {} ({:.2}%)", r.totals[i], e, r.unknown[i], pct(r.unknown[i], r.totals[i]))?;
         if let Some(line) = unnamed_line(r, i) {
@@ -156,4 +165,26 @@ fn unnamed_line(r: &TopReport, event: usize) -> Option<String> {
         let each: Vec<String> = parts.iter().map(|(c, why)| format!("{c} {why}")).collect();
         format!("# Unnamed: {n} samples ({:.2}%): {}", pct(n, r.totals[event]), each.join("; "))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_names_lost_samples_only_when_there_are_some() {
+        // Checks the loss line under the header: absent at 0 (output unchanged), "N samples lost in this epoch" else.
+        let r = TopReport { events: vec![], totals: vec![], unknown: vec![], rows: vec![], unnamed: Default::default() };
+        let text = |lost, epochs: &[EpochId]| {
+            let mut out = Vec::new();
+            print_text(&mut out, &r, By::Image, 10, epochs, lost).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(text(0, &[EpochId(1)]), "# Loupe top, epoch 1\n# No samples in the selection.\n");
+        assert_eq!(
+            text(12_345, &[EpochId(2)]),
+            "# Loupe top, epoch 2\n# 12,345 samples lost in this epoch\n# No samples in the selection.\n"
+        );
+        assert!(text(7, &[EpochId(1), EpochId(2)]).contains("\n# 7 samples lost in these epochs\n"));
+    }
 }

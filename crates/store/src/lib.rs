@@ -126,6 +126,13 @@ pub struct EpochInfo {
     pub meta: EpochMeta,
 }
 
+impl EpochInfo {
+    /// Samples (and records) lost in the epoch, all causes together.
+    pub fn lost_samples(&self) -> u64 {
+        self.meta.losses.samples()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexEntry {
     pub file: String,
@@ -641,6 +648,18 @@ fn read_for_merge<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn epoch_losses_read_back_and_sum() {
+        // Checks the loss keys stored with an epoch: missing reads as 0, ring and map losses sum, throttles apart.
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path()).unwrap();
+        let e = db.current_epoch().unwrap();
+        let info = |db: &Database| db.epochs().unwrap().into_iter().find(|x| x.id == e).unwrap();
+        assert_eq!(info(&db).lost_samples(), 0);
+        db.update_epoch_meta(e, |m| m.losses = meta::EpochLosses { ring_overrun: 1200, map_full: 3, throttled: 2 }).unwrap();
+        assert_eq!((info(&db).lost_samples(), info(&db).meta.losses.throttled), (1203, 2));
+    }
     use loupe_model::{BuildId, ImageOffset};
 
     fn prof(n: u64, build: u8) -> Profile {

@@ -12,6 +12,10 @@ const READINGS: &str = "cpu_ghz_readings";
 /// Key of the TSC's nominal rate, MHz.
 const TSC: &str = "tsc_mhz";
 const KERNEL: &str = "kernel";
+/// Keys of what the collector lost in the epoch (see [`EpochLosses`]).
+const LOST_RING: &str = "lost_ring_overrun";
+const LOST_MAP_FULL: &str = "lost_map_full";
+const THROTTLED: &str = "throttled";
 const HOST: &str = "host";
 
 /// The core clock measured while the epoch was recorded (the collector
@@ -50,6 +54,25 @@ pub fn median(readings: &[f64]) -> Option<f64> {
     }
 }
 
+/// What the collector lost in the epoch, counted since the epoch began
+/// (every collector that wrote into it adds its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EpochLosses {
+    /// Records the kernel dropped from full perf rings (PERF_RECORD_LOST).
+    pub ring_overrun: u64,
+    /// Samples the BPF program could not count (table and overflow ring full).
+    pub map_full: u64,
+    /// Times the kernel throttled sampling.
+    pub throttled: u64,
+}
+
+impl EpochLosses {
+    /// Samples (and records) lost, all causes together; throttling is not a loss of a taken sample.
+    pub fn samples(&self) -> u64 {
+        self.ring_overrun + self.map_full
+    }
+}
+
 /// What is recorded about an epoch besides its samples.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EpochMeta {
@@ -58,6 +81,7 @@ pub struct EpochMeta {
     /// Host name of the recording machine.
     pub host: Option<String>,
     pub clock: Clock,
+    pub losses: EpochLosses,
     /// Keys this version does not know (written by a newer one, or by
     /// [`crate::Database::set_epoch_meta`]), kept as they are.
     pub other: BTreeMap<String, String>,
@@ -67,6 +91,12 @@ impl EpochMeta {
     /// Reads the stored map; a value that does not parse is left out of its
     /// typed field and kept in `other`, so nothing is lost on rewrite.
     pub(crate) fn from_map(mut map: BTreeMap<String, String>) -> EpochMeta {
+        let mut take_u64 = |key: &str| -> u64 {
+            let Some(v) = map.get(key).and_then(|v| v.parse().ok()) else { return 0 };
+            map.remove(key);
+            v
+        };
+        let losses = EpochLosses { ring_overrun: take_u64(LOST_RING), map_full: take_u64(LOST_MAP_FULL), throttled: take_u64(THROTTLED) };
         let mut take_f64 = |key: &str| -> Option<f64> {
             let v = map.get(key)?.parse().ok()?;
             map.remove(key);
@@ -75,7 +105,7 @@ impl EpochMeta {
         let ghz = take_f64(GHZ);
         let tsc_mhz = take_f64(TSC);
         let readings = map.remove(READINGS).map_or_else(Vec::new, |t| t.split_whitespace().filter_map(|w| w.parse().ok()).collect());
-        EpochMeta { kernel: map.remove(KERNEL), host: map.remove(HOST), clock: Clock { readings, ghz, tsc_mhz }, other: map }
+        EpochMeta { kernel: map.remove(KERNEL), host: map.remove(HOST), clock: Clock { readings, ghz, tsc_mhz }, losses, other: map }
     }
 
     /// The map stored on disk, in the formats the collector always wrote.
@@ -92,6 +122,11 @@ impl EpochMeta {
         put(READINGS, (!c.readings.is_empty()).then(|| c.readings.iter().map(|g| format!("{g:.4}")).collect::<Vec<_>>().join(" ")));
         put(GHZ, c.ghz.map(|g| format!("{g:.4}")));
         put(TSC, c.tsc_mhz.map(|t| format!("{t:.3}")));
+        // Only what happened: an epoch that lost nothing keeps the map older versions wrote.
+        let l = &self.losses;
+        for (key, n) in [(LOST_RING, l.ring_overrun), (LOST_MAP_FULL, l.map_full), (THROTTLED, l.throttled)] {
+            put(key, (n > 0).then(|| n.to_string()));
+        }
         map
     }
 }
