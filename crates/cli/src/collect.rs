@@ -176,6 +176,17 @@ fn summarize(e: &Engine, took: Duration) {
             st.frames as f64 / st.stacks.max(1) as f64
         );
     }
+    if let Some(c) = e.bpf().and_then(|b| b.stack_counters()) {
+        eprintln!(
+            "loupe: in the kernel: {} samples, {} counted there; to stack copies: {} outside code with frame pointers ({} at the leaf), {} of processes not yet described, {} with no room",
+            c.samples,
+            c.counted,
+            c.streamed_leaf + c.streamed_chain,
+            c.streamed_leaf,
+            c.streamed_unknown,
+            c.streamed_stackid + c.streamed_table_full
+        );
+    }
     if let Some(b) = e.collector.branch_stats() {
         eprintln!(
             "loupe: {} branch stacks, {} branch records: {} stored, {} between images, {} outside known mappings; {} straight runs between records stored, {} not believed",

@@ -101,6 +101,10 @@ pub struct IntervalReport {
     /// start (counted, or to the perf ring with stack copies, by reason).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bpf_stacks: Option<loupe_bpf::stacks::StackCounters>,
+    /// Stacks walked in the kernel: per image without frame pointers, its
+    /// mappings left out of the program's ranges, and chains cut there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_fallbacks: Option<std::collections::BTreeMap<String, crate::kstacks::ImageFallbacks>>,
     /// The overhead budget, when one is set.
     pub budget: Option<BudgetReport>,
     /// Call stacks since start (count, DWARF unwinds, stopped before the root), when on.
@@ -882,6 +886,7 @@ impl Meter {
             bpf_runs: nruns,
             bpf_handler_ns_per_sample: handler_ns.unwrap_or(0.0),
             bpf_stacks: e.bpf().and_then(|b| b.stack_counters()),
+            stack_fallbacks: e.bpf().and_then(|b| b.stack_fallbacks()),
             rate_hz: e.sampler.freq(),
             budget: None,
             backend: if e.bpf().is_some() { "bpf" } else { "stream" },

@@ -55,6 +55,14 @@ impl KernelAggregator {
         }
     }
 
+    /// Per image without frame pointers, sorted by path (stacks only).
+    pub fn stack_fallbacks(&self) -> Option<std::collections::BTreeMap<String, ImageFallbacks>> {
+        match self {
+            KernelAggregator::Flat(_) => None,
+            KernelAggregator::Stacks(k) => Some(k.fallbacks.iter().map(|(p, f)| (p.clone(), f.clone())).collect()),
+        }
+    }
+
     pub fn run_stats(&self) -> RunStats {
         match self {
             KernelAggregator::Flat(b) => b.run_stats(),
@@ -105,9 +113,9 @@ impl KernelAggregator {
 pub struct ImageFallbacks {
     /// Distinct walked stacks cut in the image (the program was not told of it yet).
     pub cut: u64,
-    /// Processes described to the program with the image among their
-    /// ranges (their samples through it take the stream path).
-    pub processes: u64,
+    /// Mappings of it left out when processes were described to the
+    /// program (samples through them take stack copies).
+    pub mappings_left_out: u64,
 }
 
 /// Stack walking in the kernel, seen from the collector.
@@ -245,7 +253,7 @@ impl KernelStacks {
         for m in maps {
             if !self.has_frame_pointers(c, pid, m.image) {
                 let path = c.images.get(m.image).path.clone();
-                self.fallbacks.entry(path).or_default().processes += 1;
+                self.fallbacks.entry(path).or_default().mappings_left_out += 1;
                 continue;
             }
             match ranges.last_mut() {
