@@ -63,7 +63,6 @@ pub fn give_identity(input: &Path, profile: &Path, output: &Path) -> Result<Vec<
 mod tests {
     use super::*;
 
-
     // The same input and profile give the same id; another profile or
     // another input gives another; the length asked for is kept.
     #[test]

@@ -348,7 +348,7 @@ pub(crate) mod tests {
     #[test]
     fn user_stack_size_near_u64_max_is_rejected_not_overflowed() {
         // Checks a STACK_USER size that overflows the read position (found by fuzz target perf_record): None, no panic.
-        let layout = Layout { user_stack: true, ..Default::default() };
+        let layout = Layout::new(format(SAMPLE_REGS_USER | SAMPLE_STACK_USER));
         let mut b = sample_bytes(1, 0x401000, 1, 1, None);
         for v in [0u64, u64::MAX - 8] {
             b.extend(v.to_ne_bytes());
