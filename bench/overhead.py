@@ -70,7 +70,7 @@ def run_loupe(rate, tmp, config):
          "aggregation_factor": report.get("aggregation_factor", 0.0), "handler_ns": report.get("bpf_handler_ns_per_sample", 0.0),
          "rate_hz": report.get("rate_hz", rate)}
     if report.get("budget"):
-        x["budget_interrupt_us"] = report["budget"]["calibration"]["interrupt_us"]
+        x["budget_interrupt_us"] = report["budget"]["interrupt"]["interrupt_us"]
     return t, x
 
 
@@ -123,7 +123,7 @@ def main():
                                   f"handler {statistics.median(x['handler_ns'] for x in e):.0f} ns/sample")
                     if c == "budget":
                         extra += (f"; chosen rate {statistics.median(x['rate_hz'] for x in e):.0f}/s "
-                                  f"(calibrated {statistics.median(x['budget_interrupt_us'] for x in e):.1f} µs/sample)")
+                                  f"(measured {statistics.median(x['budget_interrupt_us'] for x in e):.1f} µs/sample)")
                 elif c == "perf":
                     extra = f"perf CPU {statistics.median(x['perf_cpu_s'] for x in extras[c]):.3f} s per round"
                 print(f"| {rate} | {c} | {statistics.median(ts):.3f} | {min(ts):.3f}-{max(ts):.3f} | "

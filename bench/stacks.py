@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The cost and reach of call stacks.
 
-  overhead  slowdown of `burn --threads $(nproc)` at RATE/s per CPU, configs in
-            rotating order each round: none, perf record -a -g (frame pointers),
-            loupe daemon --no-stacks --backend stream (flat), loupe daemon
-            --stack-bytes 0 (kernel frame-pointer chains), loupe daemon (default:
-            chains + 16 KiB user stack copies unwound with DWARF CFI).
+  overhead  slowdown of `burn --threads $(nproc)` at RATE/s per CPU, and the
+            daemon's CPU per sample over the workload, configs in rotating
+            order each round: none, perf record -a -g (frame pointers), loupe
+            daemon --no-stacks (flat, in the kernel), --stack-bytes 0 (frame
+            pointers) with --backend stream and in the kernel, and stacks
+            with stack copies (the default) with --backend stream and in the
+            kernel (walked there, copies only for code without frame pointers).
   size      database bytes of the flat profiles vs the stack tables, one
             system-wide recording while a mix runs.
   truth     callstack's self-measured inclusive/self shares beside loupe's and
@@ -18,7 +20,7 @@
 Usage: bench/stacks.py [truth|overhead|size|reach ...] [--rounds N] [--rate HZ]
 Environment: LOUPE (default target/release/loupe). Run as root.
 """
-import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, signal, socket, statistics, subprocess, sys, tempfile, time
 
 from common import LOUPE, WL, build, burn, proc_cpu, start_daemon, stop_daemon
 # A stack reaches its root when it holds the thread's entry: _start or libc's
@@ -43,24 +45,38 @@ def with_perf(args, tmp):
     return t, {"profiler_cpu_s": cpu}
 
 
+def daemon_samples(db):
+    """Samples the running daemon has attributed since it started (its `stats` answer)."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.path.join(db, "daemon.sock"))
+    s.sendall(b"stats\n")
+    line = s.makefile().readline()
+    s.close()
+    return json.loads(line)["stats"]["samples"]
+
+
 def with_loupe(args, tmp):
     db = os.path.join(tmp, f"db-{time.time_ns()}")
     # The rate is the benchmark's, not the overhead budget's.
     p = start_daemon(db, ["--max-overhead", "off", *args])
     time.sleep(1.0)
+    # The daemon's CPU and samples over the workload alone: start-up (the
+    # BPF load, the /proc scan) is not the cost per sample.
+    cpu0, n0 = proc_cpu(p.pid), daemon_samples(db)
     t = burn()
-    cpu = proc_cpu(p.pid)
+    cpu, n = proc_cpu(p.pid) - cpu0, daemon_samples(db) - n0
     rep = stop_daemon(p)[0] or {}
-    n = rep.get("stats", {}).get("samples", 0)
-    return t, {"profiler_cpu_s": cpu, "samples": n, "lost": rep.get("kernel_lost", 0)}
+    return t, {"profiler_cpu_s": cpu, "samples": n, "lost": rep.get("kernel_lost", 0), "backend": rep.get("backend")}
 
 
 def overhead(rounds, rate):
     configs = {
         "none": lambda tmp: (burn(), {}),
         "perf -g": lambda tmp: with_perf(["-g", "-F", str(rate)], tmp),
-        "loupe flat": lambda tmp: with_loupe(["--freq", str(rate), "--no-stacks", "--backend", "stream"], tmp),
+        "loupe flat": lambda tmp: with_loupe(["--freq", str(rate), "--no-stacks"], tmp),
+        "loupe fp stream": lambda tmp: with_loupe(["--freq", str(rate), "--stack-bytes", "0", "--backend", "stream"], tmp),
         "loupe fp": lambda tmp: with_loupe(["--freq", str(rate), "--stack-bytes", "0"], tmp),
+        "loupe stacks stream": lambda tmp: with_loupe(["--freq", str(rate), "--backend", "stream"], tmp),
         "loupe stacks": lambda tmp: with_loupe(["--freq", str(rate)], tmp),
     }
     names = list(configs)
@@ -75,11 +91,13 @@ def overhead(rounds, rate):
                 extra[n].append(x)
                 print(f"round {r} {n}: {t:.3f} s {x}", file=sys.stderr)
     ratios = {n: statistics.median([res[n][i] / res["none"][i] for i in range(rounds)]) for n in names}
-    print(f"| config | median s | min-max s | slowdown vs none | profiler CPU s (median) |")
-    print("|---|---|---|---|---|")
+    print(f"| config | median s | min-max s | slowdown vs none | profiler CPU s (median) | daemon µs per sample (median) |")
+    print("|---|---|---|---|---|---|")
     for n in names:
         cpu = [x.get("profiler_cpu_s", 0) for x in extra[n]]
-        print(f"| {n} | {statistics.median(res[n]):.3f} | {min(res[n]):.3f}-{max(res[n]):.3f} | {100 * (ratios[n] - 1):+.2f}% | {statistics.median(cpu):.2f} |")
+        per = [1e6 * x["profiler_cpu_s"] / x["samples"] for x in extra[n] if x.get("samples")]
+        per_s = f"{statistics.median(per):.3f}" if per else "-"
+        print(f"| {n} | {statistics.median(res[n]):.3f} | {min(res[n]):.3f}-{max(res[n]):.3f} | {100 * (ratios[n] - 1):+.2f}% | {statistics.median(cpu):.2f} | {per_s} |")
 
 
 def du(path, pred):

@@ -2,7 +2,7 @@
 //! descending, one column per event (DCPI's dcpiprof, Figure 1).
 
 use crate::{image_display, unsymbolized, SymbolSource, Unnamed};
-use loupe_model::{EventName, ImageKind, ImageOffset, ProcessKey, Profile};
+use loupe_model::{EventName, ImageKind, ImageOffset, ImageTotals, ProcessKey, Profile};
 use std::collections::{BTreeMap, HashMap};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,24 +52,39 @@ pub fn pct(n: u64, total: u64) -> f64 {
 }
 
 /// Builds the table. `keep` selects processes (pid/comm filters);
-/// `keep_image` selects images by display name.
+/// `keep_image` selects images by display name. `totals` are images known
+/// only by their samples per process (a database's index): they count
+/// towards the totals and make image rows, having no offsets to group.
 pub fn top(
     profiles: &[Profile],
+    totals: &[ImageTotals],
     events: &[EventName],
     by: GroupBy,
     keep: &dyn Fn(&ProcessKey) -> bool,
     keep_image: &dyn Fn(&str) -> bool,
     syms: &mut dyn SymbolSource,
 ) -> TopReport {
-    let mut totals = vec![0; events.len()];
+    let mut sums = vec![0; events.len()];
     let mut unknown = vec![0; events.len()];
     let mut rows: HashMap<(String, Option<String>, Option<String>), Vec<u64>> = HashMap::new();
     let mut unnamed: BTreeMap<Unnamed, Vec<u64>> = BTreeMap::new();
+    for t in totals {
+        let Some(ev) = events.iter().position(|e| *e == t.event) else { continue };
+        let n = t.samples(keep);
+        sums[ev] += n;
+        if t.image.kind == ImageKind::Unknown {
+            unknown[ev] += n;
+        }
+        let image = image_display(&t.image);
+        if n > 0 && keep_image(&image) {
+            rows.entry((image, None, None)).or_insert_with(|| vec![0; events.len()])[ev] += n;
+        }
+    }
     for p in profiles {
         let Some(ev) = events.iter().position(|e| *e == p.event) else { continue };
         let counts = p.by_offset(keep);
         let n: u64 = counts.values().sum();
-        totals[ev] += n;
+        sums[ev] += n;
         if p.image.kind == ImageKind::Unknown {
             unknown[ev] += n;
         }
@@ -97,7 +112,7 @@ pub fn top(
             .then_with(|| a.procedure.cmp(&b.procedure))
             .then_with(|| a.line.cmp(&b.line))
     });
-    TopReport { events: events.to_vec(), totals, unknown, rows, unnamed }
+    TopReport { events: events.to_vec(), totals: sums, unknown, rows, unnamed }
 }
 
 type GroupKey = (Option<String>, Option<String>);
@@ -175,7 +190,7 @@ mod tests {
     }
 
     fn run(by: GroupBy, keep: &dyn Fn(&ProcessKey) -> bool) -> TopReport {
-        top(&profiles(), &[EventName::new("cpu-clock")], by, keep, &|_| true, &mut Table)
+        top(&profiles(), &[], &[EventName::new("cpu-clock")], by, keep, &|_| true, &mut Table)
     }
 
     #[test]
@@ -200,6 +215,21 @@ mod tests {
         assert_eq!(r.rows.len(), 1);
         assert_eq!(r.rows[0].image, "/bin/app");
         assert_eq!(r.percent(&r.rows[0], 0), 100.0);
+    }
+
+    #[test]
+    fn totals_make_the_same_image_rows_as_their_profiles() {
+        // Checks that index-only totals give the per-image table the whole profiles give, filters included.
+        let ev = [EventName::new("cpu-clock")];
+        let totals: Vec<ImageTotals> = profiles().iter().map(ImageTotals::of).collect();
+        let keeps: [&dyn Fn(&ProcessKey) -> bool; 2] = [&|_| true, &|p| p.pid == 1];
+        for keep in keeps {
+            let whole = top(&profiles(), &[], &ev, GroupBy::Image, keep, &|i| i != "/bin/app", &mut Table);
+            let from_totals = top(&[], &totals, &ev, GroupBy::Image, keep, &|i| i != "/bin/app", &mut Table);
+            assert_eq!(whole, from_totals);
+        }
+        let r = top(&[], &totals, &ev, GroupBy::Image, &|_| true, &|_| true, &mut Table);
+        assert_eq!((r.totals[0], r.unknown[0], r.rows[0].image.as_str(), r.rows[0].counts[0]), (17, 2, "/bin/app", 11));
     }
 
     #[test]
@@ -233,7 +263,7 @@ mod tests {
             a.add(ProcessKey::new(1, "app"), ImageOffset(off), 1, 0);
         }
         for _ in 0..5 {
-            let r = top(std::slice::from_ref(&a), std::slice::from_ref(&ev), GroupBy::Instruction, &|_| true, &|_| true, &mut Table);
+            let r = top(std::slice::from_ref(&a), &[], std::slice::from_ref(&ev), GroupBy::Instruction, &|_| true, &|_| true, &mut Table);
             let lines: Vec<&str> = r.rows.iter().map(|x| x.line.as_deref().unwrap()).collect();
             assert_eq!(lines, ["0x10", "0x18", "0x150"]);
         }

@@ -34,6 +34,7 @@ mod skel {
     #![allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, non_camel_case_types, missing_docs, unsafe_op_in_unsafe_fn)]
     include!(concat!(env!("OUT_DIR"), "/aggregate.skel.rs"));
 }
+pub mod stacks;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, PerfEventOpts, RingBufferBuilder};
@@ -159,22 +160,7 @@ impl BpfAggregator {
     /// Attaches to sampling perf events, given as (event index, fd); the
     /// index comes back in each entry through the BPF attach cookie.
     pub fn attach(&mut self, fds: &[(usize, i32)]) -> Result<(), Error> {
-        for &(index, fd) in fds {
-            let opts = PerfEventOpts { cookie: index as u64, ..Default::default() };
-            // libbpf's perf-event link closes the fd it is given when it is
-            // dropped; give it its own duplicate so the sampler's fd stays valid.
-            // SAFETY: dup of a descriptor the caller keeps open for this call.
-            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-            if dup < 0 {
-                return Err(err("duplicating a perf event fd", std::io::Error::last_os_error()));
-            }
-            let link = self.skel.progs.on_sample.attach_perf_event_with_opts(dup, opts).map_err(|e| {
-                // SAFETY: closing the duplicate nobody took ownership of.
-                unsafe { libc::close(dup) };
-                err("attaching to a perf event", e)
-            })?;
-            self.links.push(link);
-        }
+        self.links.extend(attach_all(&self.skel.progs.on_sample, fds)?);
         Ok(())
     }
 
@@ -223,35 +209,18 @@ impl BpfAggregator {
     /// Asks the kernel to count the program's runs and run time (about two
     /// clock reads per run); on until the aggregator is dropped.
     pub fn enable_run_stats(&mut self) -> Result<(), Error> {
-        // SAFETY: a plain syscall wrapper; it returns a new fd or -errno.
-        let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
-        if fd < 0 {
-            return Err(err("enabling BPF run-time statistics", std::io::Error::from_raw_os_error(-fd)));
-        }
-        // SAFETY: the fd was just returned to us and is owned by nobody else.
-        self.stats_fd = Some(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) });
+        self.stats_fd = Some(enable_stats()?);
         Ok(())
     }
 
     /// The kernel's counts for the program (zero time unless
     /// [`enable_run_stats`](Self::enable_run_stats) was called).
     pub fn run_stats(&self) -> RunStats {
-        let mut info = libbpf_sys::bpf_prog_info::default();
-        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-        let fd = self.skel.progs.on_sample.as_fd().as_raw_fd();
-        // SAFETY: info is a zeroed bpf_prog_info and len its size.
-        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-        if rc != 0 {
-            return RunStats::default();
-        }
-        RunStats { run_count: info.run_cnt, run_time_ns: info.run_time_ns }
+        prog_run_stats(&self.skel.progs.on_sample)
     }
 
     pub fn counters(&self) -> Counters {
-        let sum = |stat: u32| -> u64 {
-            let values = self.skel.maps.stats.lookup_percpu(&stat.to_ne_bytes(), MapFlags::ANY).ok().flatten().unwrap_or_default();
-            values.iter().map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap_or([0; 8]))).sum()
-        };
+        let sum = |stat: u32| percpu_sum(&self.skel.maps.stats, stat);
         Counters {
             samples: sum(codes::STAT_SAMPLES),
             entries_created: sum(codes::STAT_CREATED),
@@ -272,6 +241,60 @@ impl BpfAggregator {
     }
 }
 
+/// Attaches `prog` to sampling perf events, given as (event index, fd); the
+/// index comes back in the program through the BPF attach cookie.
+fn attach_all(prog: &libbpf_rs::ProgramMut<'_>, fds: &[(usize, i32)]) -> Result<Vec<Link>, Error> {
+    let mut links = Vec::new();
+    for &(index, fd) in fds {
+        let opts = PerfEventOpts { cookie: index as u64, ..Default::default() };
+        // libbpf's perf-event link closes the fd it is given when it is
+        // dropped; give it its own duplicate so the sampler's fd stays valid.
+        // SAFETY: dup of a descriptor the caller keeps open for this call.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(err("duplicating a perf event fd", std::io::Error::last_os_error()));
+        }
+        let link = prog.attach_perf_event_with_opts(dup, opts).map_err(|e| {
+            // SAFETY: closing the duplicate nobody took ownership of.
+            unsafe { libc::close(dup) };
+            err("attaching to a perf event", e)
+        })?;
+        links.push(link);
+    }
+    Ok(links)
+}
+
+/// Asks the kernel to count programs' runs and run time (about two clock
+/// reads per run), for as long as the returned fd is open.
+fn enable_stats() -> Result<std::os::fd::OwnedFd, Error> {
+    // SAFETY: a plain syscall wrapper; it returns a new fd or -errno.
+    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
+    if fd < 0 {
+        return Err(err("enabling BPF run-time statistics", std::io::Error::from_raw_os_error(-fd)));
+    }
+    // SAFETY: the fd was just returned to us and is owned by nobody else.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
+}
+
+/// The kernel's information about a loaded program.
+fn prog_info(prog: &impl AsFd) -> Option<libbpf_sys::bpf_prog_info> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info is a zeroed bpf_prog_info and len its size.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(prog.as_fd().as_raw_fd(), &mut info, &mut len) };
+    (rc == 0).then_some(info)
+}
+
+fn prog_run_stats(prog: &impl AsFd) -> RunStats {
+    prog_info(prog).map(|i| RunStats { run_count: i.run_cnt, run_time_ns: i.run_time_ns }).unwrap_or_default()
+}
+
+/// One counter of a per-CPU stats array, summed over CPUs.
+fn percpu_sum(map: &impl MapCore, stat: u32) -> u64 {
+    let values = map.lookup_percpu(&stat.to_ne_bytes(), MapFlags::ANY).ok().flatten().unwrap_or_default();
+    values.iter().map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap_or([0; 8]))).sum()
+}
+
 /// Decodes a key and a (count, period) value.
 fn parse_entry(key: &[u8], value: &[u8]) -> Option<AggEntry> {
     let u64_at = |b: &[u8], i: usize| Some(u64::from_ne_bytes(b.get(i..i + 8)?.try_into().ok()?));
@@ -287,8 +310,18 @@ fn parse_entry(key: &[u8], value: &[u8]) -> Option<AggEntry> {
 
 /// Empties one per-CPU table in batches, summing each key's CPU slots.
 fn drain_table(fd: i32, ncpus: usize, out: &mut Vec<AggEntry>) -> Result<(), Error> {
+    drain_table_with(fd, ncpus, KEY_SIZE, |key, n, period| {
+        if let Some(e) = parse_entry(key, &[n.to_ne_bytes(), period.to_ne_bytes()].concat()) {
+            out.push(e);
+        }
+    })
+}
+
+/// Empties a per-CPU hash of `key_size`-byte keys and (count, period)
+/// values in batches, handing each key with its CPU slots summed to `each`.
+fn drain_table_with(fd: i32, ncpus: usize, key_size: usize, mut each: impl FnMut(&[u8], u64, u64)) -> Result<(), Error> {
     let per_key = VALUE_SIZE * ncpus;
-    let mut keys = vec![0u8; BATCH as usize * KEY_SIZE];
+    let mut keys = vec![0u8; BATCH as usize * key_size];
     let mut values = vec![0u8; BATCH as usize * per_key];
     let (mut cursor_in, mut cursor_out) = ([0u8; 16], [0u8; 16]);
     let mut first = true;
@@ -316,7 +349,7 @@ fn drain_table(fd: i32, ncpus: usize, out: &mut Vec<AggEntry>) -> Result<(), Err
             return Err(err("draining a BPF table", std::io::Error::from_raw_os_error(errno)));
         }
         for i in 0..count as usize {
-            let key = &keys[i * KEY_SIZE..(i + 1) * KEY_SIZE];
+            let key = &keys[i * key_size..(i + 1) * key_size];
             let vals = &values[i * per_key..(i + 1) * per_key];
             let (mut n, mut period) = (0u64, 0u64);
             for c in vals.chunks_exact(VALUE_SIZE) {
@@ -324,9 +357,7 @@ fn drain_table(fd: i32, ncpus: usize, out: &mut Vec<AggEntry>) -> Result<(), Err
                 period += u64::from_ne_bytes(c[8..16].try_into().expect("8 bytes"));
             }
             if n > 0 {
-                if let Some(e) = parse_entry(key, &[n.to_ne_bytes(), period.to_ne_bytes()].concat()) {
-                    out.push(e);
-                }
+                each(key, n, period);
             }
         }
         if rc < 0 {

@@ -81,3 +81,104 @@ fn full_table_evicts_instead_of_losing() {
     assert!(c.evicted > 0, "{c:?}");
     assert_eq!(total + c.dropped, c.samples, "{c:?}");
 }
+
+mod stacks {
+    use super::burn;
+    use loupe_bpf::stacks::{ProcessUnwind, StackAggregator, StackEntry};
+    use loupe_perf::{Record, Sampler, SamplerConfig};
+
+    fn setup(fp_only: bool) -> (Sampler, StackAggregator) {
+        let cfg = SamplerConfig { freq_hz: 1000, callchain: true, ..Default::default() };
+        let s = Sampler::open(&cfg).expect("open sampler (run as root)");
+        let mut bpf = StackAggregator::load(16384, 16384, fp_only).expect("load the stack program");
+        bpf.enable_run_stats().unwrap();
+        let fds: Vec<(usize, i32)> = s.event_fds().collect();
+        bpf.attach(&fds).unwrap();
+        eprintln!("stacks.bpf.c: the verifier processed {:?} instructions", bpf.verified_instructions());
+        (s, bpf)
+    }
+
+    /// Burns `ms` of CPU in a thread while draining the rings and the
+    /// kernel's tables as the daemon would (every 100 ms).
+    fn run(s: &mut Sampler, bpf: &mut StackAggregator, ms: u64) -> (u32, Vec<StackEntry>, Vec<Record>) {
+        let (mut entries, mut recs) = (Vec::new(), Vec::new());
+        s.enable().unwrap();
+        let t = std::thread::spawn(move || burn(ms));
+        while !t.is_finished() {
+            s.poll(std::time::Duration::from_millis(100)).unwrap();
+            s.drain(&mut recs);
+            bpf.drain(&mut entries).unwrap();
+        }
+        s.disable().unwrap();
+        let pid = t.join().unwrap();
+        bpf.drain(&mut entries).unwrap();
+        bpf.drain(&mut entries).unwrap();
+        s.drain(&mut recs);
+        (pid, entries, recs)
+    }
+
+    #[test]
+    fn frame_pointer_walks_are_counted_in_the_kernel_and_add_up() {
+        // Checks samples = counted + streamed = the kernel's runs, counted samples reach user space only as counts with stacks whose leaf is the pc, and streamed ones reach the ring.
+        let (mut s, mut bpf) = setup(true);
+        let (pid, entries, recs) = run(&mut s, &mut bpf, 1500);
+        let c = bpf.counters();
+        eprintln!("{c:?}, {} entries", entries.len());
+        let drained: u64 = entries.iter().map(|e| e.count).sum();
+        assert_eq!(drained, c.counted, "{c:?}");
+        assert_eq!(c.counted + c.streamed(), c.samples, "{c:?}");
+        assert_eq!(bpf.run_stats().run_count, c.samples);
+        let in_ring = recs.iter().filter(|r| matches!(r, Record::Sample(_))).count() as u64;
+        assert_eq!(in_ring + s.lost(), c.streamed(), "every streamed sample, and only those, reaches the ring");
+        assert_eq!(c.streamed_table_full, 0, "{c:?}");
+        let mine: Vec<&StackEntry> = entries.iter().filter(|e| e.pid == pid).collect();
+        let n: u64 = mine.iter().map(|e| e.count).sum();
+        assert!(n > 1000, "{n} samples of the busy process counted in the kernel");
+        for e in &mine {
+            assert!(!e.lost_stack);
+            for st in e.user.iter().chain(&e.kernel_stack) {
+                assert!(st.frames.len() <= 127);
+            }
+            if e.kernel {
+                assert_eq!(e.kernel_stack.as_ref().unwrap().frames[0], e.ip);
+            } else {
+                assert!(e.kernel_stack.is_none());
+                assert_eq!(
+                    e.user.as_ref().expect("a user-mode sample has a user stack").frames[0],
+                    e.ip,
+                    "the user stack starts at the pc"
+                );
+            }
+        }
+        assert!(bpf.stacks_read > 0);
+        assert_eq!(bpf.hash_mismatches, 0, "stacks.bpf.c's hash_stack and stack_hash agree on every stack read");
+        // Drained every 100 ms: about 100 samples of the loop per drain.
+        assert!(n as f64 / mine.len() as f64 > 4.0, "stacks aggregate: {n} samples in {} entries", mine.len());
+    }
+
+    #[test]
+    fn processes_are_streamed_until_described_and_when_marked() {
+        // Checks that an undescribed process and a process marked for stack copies take the ring, each counted by its reason, and a described one is counted in the kernel.
+        let (mut s, mut bpf) = setup(false);
+        let me = std::process::id();
+        let (_, entries, recs) = run(&mut s, &mut bpf, 400);
+        let c0 = bpf.counters();
+        assert!(!entries.iter().any(|e| e.pid == me), "an undescribed process is not walked by frame pointers");
+        assert!(recs.iter().any(|r| matches!(r, Record::Sample(x) if x.pid == me && !x.callchain.is_empty())));
+        assert!(c0.streamed_unknown >= 300, "{c0:?}");
+        bpf.set_process(me, &ProcessUnwind { stream: true, frame_pointers: vec![] }).unwrap();
+        run(&mut s, &mut bpf, 400);
+        let c1 = bpf.counters();
+        assert!(c1.streamed_process - c0.streamed_process >= 300, "{c1:?}");
+        bpf.set_process(me, &ProcessUnwind { stream: false, frame_pointers: vec![(0, 0x7fff_ffff_ffff)] }).unwrap();
+        let (_, entries, _) = run(&mut s, &mut bpf, 400);
+        let n: u64 = entries.iter().filter(|e| e.pid == me).map(|e| e.count).sum();
+        assert!(n >= 300, "{n} counted once all its code is said to keep frame pointers");
+        bpf.set_process(me, &ProcessUnwind::default()).unwrap();
+        let c2 = bpf.counters();
+        let (_, entries, _) = run(&mut s, &mut bpf, 400);
+        assert!(!entries.iter().any(|e| e.pid == me && e.user.is_some()), "a leaf outside the ranges takes the ring");
+        assert!(bpf.counters().streamed_leaf - c2.streamed_leaf >= 300);
+        bpf.forget_process(me);
+    }
+}

@@ -10,8 +10,8 @@ use loupe_calc::estimate::{Combine, Options};
 use loupe_calc::hwbound::{self, Bound, EventSamples, HwEvents, Penalties};
 use loupe_calc::mca::MachineModel;
 use loupe_calc::{analyze_with, Calc};
-use loupe_collector::clock;
 use loupe_model::EventName;
+use loupe_store::query::ProfileSource;
 use loupe_store::Database;
 use std::io::Write;
 use std::path::Path;
@@ -126,16 +126,16 @@ fn hw_events(sel: &Selected, names: &[&str]) -> HwEvents {
 /// epochs with samples); None when no epoch with samples has one.
 fn recorded_ghz(db: &Path, sel: &Selected, ev: &EventName) -> Result<Option<(f64, usize, usize)>> {
     let db = Database::open(db)?;
-    let infos = db.epochs()?;
+    let infos = db.list_epochs()?;
     let (mut sum, mut weight, mut with, mut of) = (0.0, 0.0, 0, 0);
     for &e in &sel.epochs {
-        let (index, _) = db.index(e)?;
-        let w: u64 = index.entries.iter().filter(|x| x.image == sel.image && &x.event == ev).map(|x| x.period_sum).sum();
+        let (totals, _) = db.totals(e)?;
+        let w: u64 = totals.iter().filter(|x| x.image == sel.image && &x.event == ev).map(|x| x.period_sum).sum();
         if w == 0 {
             continue;
         }
         of += 1;
-        let ghz = infos.iter().find(|i| i.id == e).and_then(|i| i.meta.get(clock::META_GHZ)?.parse::<f64>().ok());
+        let ghz = infos.iter().find(|i| i.id == e).and_then(|i| i.meta.clock.ghz);
         if let Some(g) = ghz.filter(|g| *g > 0.0) {
             with += 1;
             sum += g * w as f64;

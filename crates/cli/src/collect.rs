@@ -1,6 +1,6 @@
 //! `record`, `daemon`, `flush`, `epoch`, `epochs`, `events`.
 
-use crate::flags::{DaemonArgs, DbArg, RecordArgs, SamplingArgs};
+use crate::flags::{DaemonArgs, DbArg, Lbr, RecordArgs, SamplingArgs};
 use anyhow::{bail, Context, Result};
 use loupe_collector::daemon::{self, DaemonOptions, Engine};
 use loupe_perf::{EventSpec, GatedChild, SamplerConfig, Target};
@@ -37,15 +37,6 @@ fn resolve_events(names: &[String]) -> Result<Vec<EventSpec>> {
         eprintln!("loupe: sampling {}; unavailable here: {}", names.join(", "), missing.join(", "));
     }
     Ok(out)
-}
-
-/// Which branches `--lbr` keeps (`branch_sample_type`: every taken branch
-/// at these privilege levels).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lbr {
-    User,
-    Kernel,
-    All,
 }
 
 impl Lbr {
@@ -86,9 +77,6 @@ fn sampler_config(s: &SamplingArgs) -> Result<SamplerConfig> {
         cfg.ring_pages = cfg.ring_pages.max(512);
     }
     if !s.no_stacks {
-        if s.backend == crate::flags::Backend::Bpf {
-            bail!("--backend bpf keeps flat profiles only; add --no-stacks, or use --backend stream for call stacks");
-        }
         cfg.callchain = true;
         cfg.user_stack_bytes = s.stack_bytes;
         // Stack copies make samples ~100x larger: give the rings room.
@@ -176,22 +164,12 @@ pub fn record(a: RecordArgs) -> Result<u8> {
 }
 
 fn summarize(e: &Engine, took: Duration) {
-    let s = e.collector.stats();
-    let epoch = e.db.current_epoch().map(|e| e.to_string()).unwrap_or_else(|_| "?".into());
-    eprintln!(
-        "loupe: {} samples in {:.1} s ({} kernel, {} unknown, {} lost) -> {} epoch {}",
-        s.samples,
-        took.as_secs_f64(),
-        s.kernel_samples,
-        s.unknown_samples,
-        e.sampler.lost(),
-        e.db.root().display(),
-        epoch
-    );
+    eprintln!("loupe: {}", e.closing_line(took));
     if let Some(st) = e.collector.stack_stats() {
         eprintln!(
-            "loupe: {} stacks ({} unwound from stack copies), {} stopped before the root ({:.2}%), {:.1} frames on average",
+            "loupe: {} stacks ({} walked in the kernel, {} unwound from stack copies), {} stopped before the root ({:.2}%), {:.1} frames on average",
             st.stacks,
+            st.kernel_walks,
             st.dwarf_unwinds,
             st.truncated,
             100.0 * st.truncated as f64 / st.stacks.max(1) as f64,

@@ -1,9 +1,8 @@
 //! `loupe data`: DProf's views of where memory time goes, by data type and
 //! field rather than by code.
 
-use crate::flags::{DbArg, Format, RecordArgs};
+use crate::flags::{Allocs, DataArgs, DataCommand, Format, PidFlag, RecordArgs, ViewArgs};
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
 use loupe_dataprof::cache::Geometry;
 use loupe_dataprof::log::{AccessRecord, Status};
 use loupe_dataprof::recorder::{Meta, Recorder, Summary};
@@ -16,83 +15,6 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-#[derive(Args, Debug)]
-pub struct DataArgs {
-    #[command(subcommand)]
-    pub cmd: DataCommand,
-}
-
-pub const SOURCE_NOTE: &str = "\
-Access samples are timer (cpu-clock) samples of user code whose data address is computed exactly by \
-interpreting the instruction retiring at the interrupt with the sampled registers (or, on machines with \
-PEBS/IBS, the address the PMU reports). Without hit/miss data a sample's memory cost is the sample itself: \
-time spent at a memory-referencing instruction. Types come from DWARF: statics by address, others from the \
-variable held in the instruction's base register; heap blocks with no type are grouped by allocation site.";
-
-#[derive(Subcommand, Debug)]
-pub enum DataCommand {
-    /// Data types and fields sorted by sampled memory cost (DProf's data profile).
-    #[command(after_help = "Examples:\n  loupe record --data --db d.db -- ./my-program\n  loupe data profile --db d.db\n  \
-loupe data profile --db d.db --format json\n\n\
-`bounces`: at least 5% of the field's samples had its cache line written by another thread on another CPU \
-within --window-ms. Percentages are of all samples of the recorded processes.")]
-    Profile(ViewArgs),
-    /// Miss classification per type and field: true/false sharing, conflict, capacity.
-    #[command(after_help = "Examples:\n  loupe data classify --db d.db\n  loupe data classify --db d.db --format json\n\n\
-Sharing: another thread on another CPU wrote the accessed line within --window-ms (true sharing when the bytes \
-overlap, false otherwise). Conflict: the access's L1 set holds more distinct sampled lines than it has ways and \
-at least 4x the mean (the L1 is virtually indexed, so virtual addresses give its sets). Capacity: the type's \
-estimated working set (Chao1 over sampled lines) exceeds a tenth of the last-level cache while all types together \
-exceed it. Share: the row's samples over all memory samples.")]
-    Classify(ViewArgs),
-    /// Working set: which types occupy the cache, how many objects, which sets they crowd.
-    #[command(
-        name = "workingset",
-        after_help = "Examples:\n  loupe data workingset --db d.db\n  loupe data workingset --db d.db --format json\n\n\
-Estimated bytes: Chao1 estimate of the distinct cache lines the type touches, from the sampled lines seen once \
-and twice. L1 lines: what an LRU model of this machine's L1 data cache holds at the end when fed the sampled \
-lines in time order (a sampled, not a complete, stream)."
-    )]
-    Workingset(ViewArgs),
-    /// Object access histories from hardware breakpoints: every access to chosen offsets of chosen objects, allocation to free.
-    #[command(after_help = crate::objects::HISTORY_HELP)]
-    History(crate::objects::HistoryArgs),
-    /// Data flow: the common paths objects take from allocation to free, CPU changes marked (text, JSON, DOT, SVG).
-    #[command(after_help = crate::objects::FLOW_HELP)]
-    Flow(crate::objects::FlowArgs),
-    /// Runs a command with its heap allocations tracked (uprobes or LD_PRELOAD) and lists the allocation sites.
-    #[command(after_help = crate::objects::ALLOCS_HELP)]
-    Allocs(crate::objects::AllocsArgs),
-}
-
-/// How `record --data` tracks heap allocations.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Allocs {
-    Shim,
-    Uprobes,
-    Off,
-}
-
-/// Selection shared by the views.
-#[derive(Args, Debug)]
-pub struct ViewArgs {
-    #[command(flatten)]
-    pub db: DbArg,
-    /// Show at most this many rows.
-    #[arg(long, default_value_t = 40)]
-    pub limit: usize,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
-    /// Sharing window: another CPU's writes this close in time count as invalidations, and one thread's
-    /// sampled writes to the same bytes up to this far apart count as continuous writing.
-    #[arg(long, default_value_t = 20.0, value_name = "MS")]
-    pub window_ms: f64,
-    /// Only samples of these process ids (repeatable).
-    #[arg(long)]
-    pub pid: Vec<u32>,
-}
 
 pub fn run(a: DataArgs) -> Result<u8> {
     let v = match a.cmd {
@@ -435,7 +357,7 @@ fn report(s: &Summary) {
 /// The access samples of `db` that fell in heap blocks of its allocation
 /// log, as `history --hottest` chooses from them.
 pub(crate) fn heap_accesses(db: &crate::flags::DbArg) -> Result<Vec<loupe_dataprof::hottest::HeapAccess>> {
-    let v = ViewArgs { db: db.clone(), limit: 0, format: Format::Text, window_ms: 0.0, pid: Vec::new() };
+    let v = ViewArgs { db: db.clone(), limit: 0, format: Format::Text, window_ms: 0.0, pid: PidFlag::default() };
     let l = load(&v)?;
     Ok(l.samples()
         .iter()

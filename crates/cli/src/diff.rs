@@ -4,62 +4,17 @@
 
 use crate::flags::{By, CompareArgs, DiffArgs, DiffMode, Format, StatsArgs};
 use crate::symbols::Symbols;
-use crate::top::{choose_events, group_by, load, select_epochs};
+use crate::top::{detail, group_by};
 use anyhow::{bail, Context, Result};
 use loupe_analysis::compare::{align, BucketKey};
 use loupe_analysis::diff::{diff as diff_rows, diff_measured, DiffParams, DiffRow, Mode};
 use loupe_analysis::stats::{stats as stats_rows, StatsRow};
 use loupe_analysis::top::{pct, top, TopReport};
-use loupe_model::{EventName, ProcessKey, Profile};
+use loupe_model::EventName;
+use loupe_store::query::{choose_events, Epochs, Filter, Flat, ProfileSource};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-pub const DIFF_HELP: &str = "\
-Sides: A and B are each a database directory (its current epoch), DB:EPOCH (EPOCH is a number, N-M, \
-`current` or `all`), or several of those joined by commas, which are summed (DCPI's advice: sum runs to \
-get enough samples). B is the more stressed side (more load, more CPUs, more data).
-
-Examples:
-  loupe diff one-cpu.db two-cpu.db --mode weighted --work 1 2 --by line
-  loupe diff prof.db:1 prof.db:2                              two epochs of one database
-  loupe diff run1.db,run2.db,run3.db big1.db,big2.db --by procedure --format json
-  loupe diff n3.db n4.db --mode saturation --load 3 4 --saturation 0.5
-  loupe diff n3.db n4.db --mode powerlaw --load 3 4 --comm myprog
-
-Significance: a bucket with a samples in A and b in B is tested exactly: given n = a + b, b is binomial \
-with p = r/(1+r) where r is the B/A ratio of an unchanged bucket (--work W_A W_B gives r = W_B/W_A; \
-without it r is the sample-weighted median of the buckets' ratios, i.e. most of the profile is assumed \
-unchanged; saturation and powerlaw modes test for any change of the measurement). The p-values are \
-controlled for the number of buckets with Benjamini–Hochberg at --level (default 0.05): at most 5% of the \
-rows marked significant are expected to be false alarms, and when nothing changed the chance of even one \
-false alarm in the whole table is at most 5%. Rows not significant are marked `no` and sorted below. \
-Sampling noise is the only noise the test knows: run-to-run variation beyond it (caches, frequency) can \
-be absorbed with --min-change.
-
-Saturation and powerlaw measurements are each bucket's fraction of all samples of its side; the score is \
-the projected load at which that fraction reaches --saturation (infinite when it does not grow).
-
-Lock tables: when A and B are files written by `loupe locks --format json`, the buckets are locks (by \
-name) and the measurement is the fraction of the run each was held; measured times carry no sampling \
-noise, so every row counts as significant and p_value is null.
-  loupe diff load1.json load2.json --mode saturation --load 1 2 --saturation 1.0";
-
-pub const STATS_HELP: &str = "\
-Each RUN is one sample set: a database directory (its current epoch), DB:EPOCH (a number, N-M, `current` \
-or `all`), or several joined by commas (summed into one set).
-
-Columns as in DCPI's Figure 3: range% = (max - min) / sum; sum; % of all samples; N = sets with samples \
-in the bucket; mean, standard deviation (n-1), min and max over all sets (a set without the bucket counts \
-as 0). Sorted by range%, so the procedures whose cost varies most across runs come first. Because a \
-bucket with one stray sample has a range of 100%, each row also gets a Poisson dispersion test \
-(sum of (count - mean)^2 / mean is chi-square with N-1 degrees of freedom when only sampling noise \
-differs between runs), Benjamini-Hochberg controlled at --level; rows that do not vary more than \
-sampling noise are marked `no` and sorted below.
-
-Examples:
-  loupe stats prof.db:1 prof.db:2 prof.db:3 prof.db:4 prof.db:5 prof.db:6 prof.db:7 prof.db:8
-  loupe stats run*.db --by procedure --format json";
 
 /// One run: a database and the epochs read from it.
 struct Run {
@@ -89,17 +44,14 @@ fn parse_run(spec: &str) -> Result<Run> {
         _ => (spec, "current"),
     };
     let db = Database::open(Path::new(path)).with_context(|| format!("run {spec:?}"))?;
-    let epochs = match which.split_once('-') {
+    let which = match which.split_once('-') {
         Some((lo, hi)) => {
             let (lo, hi): (u32, u32) = (lo.parse()?, hi.parse()?);
-            let mut v = Vec::new();
-            for n in lo..=hi {
-                v.extend(select_epochs(&db, &n.to_string()).with_context(|| format!("run {spec:?}"))?);
-            }
-            v
+            Epochs::List((lo..=hi).map(EpochId).collect())
         }
-        None => select_epochs(&db, which).with_context(|| format!("run {spec:?}"))?,
+        None => Epochs::parse(which).with_context(|| format!("run {spec:?}"))?,
     };
+    let epochs = db.select(&which).with_context(|| format!("run {spec:?}"))?;
     Ok(Run { db: PathBuf::from(path), epochs })
 }
 
@@ -111,33 +63,28 @@ fn is_epoch_word(e: &str) -> bool {
 /// Everything the sides share: the grouping, filters and symbolizer.
 struct Reader<'a> {
     sel: &'a CompareArgs,
+    filter: Filter,
     syms: Symbols,
 }
 
 impl Reader<'_> {
-    fn profiles(&self, side: &Side) -> Result<Vec<Profile>> {
-        let mut out = Vec::new();
+    fn flat(&self, side: &Side) -> Result<Flat> {
+        let mut out = Flat::default();
         for run in &side.runs {
             let db = Database::open(&run.db)?;
-            let (ps, problems) = load(&db, &run.epochs, self.sel.by, &|img| self.keep_image(img))?;
-            for p in problems {
+            let mut flat = db.flat(&run.epochs, detail(self.sel.by), &self.filter)?;
+            for p in std::mem::take(&mut flat.problems) {
                 eprintln!("loupe: skipping corrupt profile {p}");
             }
-            out.extend(ps);
+            out.extend(flat);
         }
         Ok(out)
     }
 
-    fn keep_image(&self, img: &str) -> bool {
-        self.sel.image.as_deref().is_none_or(|f| img.contains(f))
-    }
-
-    fn report(&mut self, profiles: &[Profile], event: &EventName) -> TopReport {
-        let comm = self.sel.comm.clone();
-        let keep = move |p: &ProcessKey| comm.is_empty() || comm.contains(&p.comm);
-        let filter = self.sel.image.clone();
-        let keep_image = move |img: &str| filter.as_deref().is_none_or(|f| img.contains(f));
-        top(profiles, std::slice::from_ref(event), group_by(self.sel.by), &keep, &keep_image, &mut self.syms)
+    fn report(&mut self, flat: &Flat, event: &EventName) -> TopReport {
+        let f = &self.filter;
+        let (keep, keep_image) = (|p: &_| f.keep_process(p), |i: &str| f.keep_image(i));
+        top(&flat.profiles, &flat.totals, std::slice::from_ref(event), group_by(self.sel.by), &keep, &keep_image, &mut self.syms)
     }
 }
 
@@ -145,12 +92,13 @@ impl Reader<'_> {
 fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
     let sides = specs.iter().map(|s| parse_side(s)).collect::<Result<Vec<_>>>()?;
     let dbs: Vec<&Path> = sides.iter().flat_map(|s| s.runs.iter().map(|r| r.db.as_path())).collect();
-    let mut reader = Reader { sel, syms: Symbols::for_dbs(&dbs) };
-    let profiles = sides.iter().map(|s| reader.profiles(s)).collect::<Result<Vec<_>>>()?;
-    let all: Vec<Profile> = profiles.iter().flatten().cloned().collect();
+    let filter = Filter { pids: Vec::new(), comms: sel.comm.comm.clone(), image: sel.image.image.clone() };
+    let mut reader = Reader { sel, filter, syms: Symbols::for_dbs(&dbs) };
+    let flats = sides.iter().map(|s| reader.flat(s)).collect::<Result<Vec<_>>>()?;
+    let present: Vec<EventName> = flats.iter().flat_map(Flat::events).collect();
     let wanted: Vec<String> = sel.event.iter().cloned().collect();
-    let Some(event) = choose_events(&all, &wanted)?.into_iter().next() else { bail!("no samples in any of the runs") };
-    let reports = profiles.iter().map(|p| reader.report(p, &event)).collect();
+    let Some(event) = choose_events(&present, &wanted)?.into_iter().next() else { bail!("no samples in any of the runs") };
+    let reports = flats.iter().map(|f| reader.report(f, &event)).collect();
     Ok((sides, event, reports))
 }
 

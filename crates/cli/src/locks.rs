@@ -14,26 +14,6 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-pub const LOCKS_HELP: &str = "\
-Measures, per lock, the time it was held (from the return of the lock call to the unlock call), the \
-time threads waited for it (lock call to its return), acquisitions, and the fraction of the run it was \
-held, with eBPF uprobes on the C library's pthread_mutex_*, pthread_rwlock_*, pthread_spin_* and \
-pthread_cond_*wait functions (glibc's pthread_spin_lock begins with a lock-prefixed instruction that \
-the kernel cannot uprobe, so spinlocks are named in a warning and not traced there). Static locks are named by their data symbol; heap locks by the procedure \
-that allocated their block (malloc/calloc, traced with a command only), else by the one that \
-called pthread_*_init for them. Read locks held by several threads at once add up, so an rwlock's \
-held fraction can exceed 1. Each probe costs a trap (about 1-3 us here), which also biases each hold \
-and wait by about that much; locks taken through inlined atomics (not the C library) are not seen.
-
-Feed two runs to the saturation profile (McKenney): the lock nearest to being held all the time comes first.
-  loupe locks --format json -- ./server --clients 4 > load4.json
-  loupe locks --format json -- ./server --clients 8 > load8.json
-  loupe diff load4.json load8.json --mode saturation --load 4 8 --saturation 1.0
-
-Examples:
-  loupe locks -- ./my-threaded-program args
-  loupe locks --duration 10                    every process for 10 s";
-
 struct Named {
     rec: LockRecord,
     name: String,

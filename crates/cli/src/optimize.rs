@@ -2,10 +2,9 @@
 //! database as BOLT fdata or an LLVM sample profile, and llvm-bolt run on
 //! it with validation, installation and rollback.
 
-use crate::flags::DbArg;
-use crate::procedure::{symbolizer, Mem};
+use crate::flags::optimize::{BoltProfile, ExportArgs, ExportFormat, OptimizeArgs, OptimizeCommand, ProfileArgs, RunArgs, StatusArgs};
+use crate::procedure::symbolizer;
 use anyhow::{anyhow, bail, Context, Result};
-use clap::{Args, Subcommand, ValueEnum};
 use loupe_model::{ImageId, ImageKind};
 use loupe_optimize::blocks::ColdPolicy;
 use loupe_optimize::combine::{check_build_id, combine, Combined, SampleSet};
@@ -14,167 +13,18 @@ use loupe_optimize::manage::{self, Decision};
 use loupe_optimize::manager::{self, Optimizer, Trial};
 use loupe_optimize::profile::{block_profiles, CodeView, ImageProfile, Symbol};
 use loupe_optimize::{fdata, tool};
-use loupe_store::Database;
+use loupe_store::query::{Epochs, ProfileSource};
+use loupe_store::{layout, Database};
 use loupe_symbolize::{Code, Symbolizer};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-#[derive(Args, Debug)]
-pub struct OptimizeArgs {
-    #[command(subcommand)]
-    pub command: OptimizeCommand,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum OptimizeCommand {
-    /// Write the image's profile for an optimizer: BOLT fdata (branch records when the database has LBR records of
-    /// this build, else no-LBR block counts), an LLVM text sample profile, or block counts as JSON.
-    #[command(after_help = "Examples:\n  loupe optimize export --format bolt ./layout > layout.fdata\n  \
-loupe optimize export --format llvm-sample --epoch all -o prof.txt /usr/local/bin/lua\n  \
-loupe optimize export --build-id 3f9c0a7e5d /usr/local/bin/lua\n  \
-llvm-bolt ./layout -o layout.bolt -data=layout.fdata -reorder-blocks=ext-tsp -split-functions\n\n\
-Samples of every epoch are combined, each weighted by 0.5^(age/--half-life). Only samples of the build whose \
-build-id the file on disk has (or --build-id names: a build since replaced at that path, read from the database's \
-image cache) are used.")]
-    Export(ExportArgs),
-    /// Run llvm-bolt on the image with its profile, check and measure the result, and install it if it is faster.
-    #[command(after_help = "Examples:\n  loupe optimize run ./layout --check '{} 200' --bench '{} 20000'\n  \
-loupe optimize run ./layout --check '{} 200' --bench '{} 20000' --rounds 20 --install\n\n\
-{} in --check and --bench stands for the binary under test. The candidate must give the same exit status and \
-standard output as the original under --check, and be faster under --bench in a sign test over alternating runs \
-(p < 0.05) by at least --min-gain. Every decision is appended to DB/optimize/decisions.jsonl.")]
-    Run(RunArgs),
-    /// The decisions taken for an image and whether an optimized version is installed.
-    Status(StatusArgs),
-    /// Put the original binary back in place of the installed optimized one.
-    Rollback(StatusArgs),
-    /// Count the hottest functions' blocks exactly with execute breakpoints (the debug registers), in short
-    /// windows on a running program: what timer samples cannot count without a branch stack.
-    #[command(after_help = crate::optimize_probe::HELP)]
-    Probe(crate::optimize_probe::ProbeArgs),
-    /// Watch configured programs and re-optimize them by itself: decide, optimize at low priority within a CPU budget, validate, install, roll back.
-    #[command(after_help = crate::optimize_manage::HELP)]
-    Manage(crate::optimize_manage::ManageArgs),
-}
-
-#[derive(Args, Debug)]
-pub struct ProfileArgs {
-    #[command(flatten)]
-    pub db: DbArg,
-    /// The executable: its path on disk (its build-id selects the samples).
-    pub image: PathBuf,
-    /// Epochs to combine: a number, `current` or `all`.
-    #[arg(long, default_value = "all")]
-    pub epoch: String,
-    /// Age in seconds at which an epoch's samples count half (0: no aging).
-    #[arg(long, default_value_t = 7.0 * 86400.0)]
-    pub half_life: f64,
-    /// A never-sampled block is cold when the 95% upper bound of its count is below this fraction of its function's hottest block.
-    #[arg(long, default_value_t = 0.01)]
-    pub cold_fraction: f64,
-    /// Count each block from all its samples: no correction for the timer's skid (which moves a
-    /// predecessor's samples onto a block's first instruction).
-    #[arg(long)]
-    pub no_skid: bool,
-    /// Make block and edge counts flow-consistent by minimum-cost flow (LLVM's profi method): a
-    /// chain of blocks that must run equally often gets the median of their estimates.
-    #[arg(long)]
-    pub infer: bool,
-    /// Leave out the block counts of `optimize probe` (execute breakpoints) even when the database has some
-    /// for this build.
-    #[arg(long)]
-    pub no_probes: bool,
-    /// The ELF file of the build profiled, when it is no longer at `image`
-    /// (`export --build-id`: its copy in the database's image cache).
-    #[arg(skip)]
-    pub file: Option<PathBuf>,
-}
 
 impl ProfileArgs {
     /// The ELF file of the build profiled.
     pub(crate) fn file(&self) -> &Path {
         self.file.as_deref().unwrap_or(&self.image)
     }
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExportFormat {
-    /// BOLT fdata: the LBR's branch records when recorded (`loupe record --lbr`), else the no-LBR form (block counts).
-    Bolt,
-    /// BOLT fdata, branch records: edge counts synthesized from block counts.
-    BoltEdges,
-    LlvmSample,
-    Json,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BoltProfile {
-    Edges,
-    Blocks,
-}
-
-#[derive(Args, Debug)]
-pub struct ExportArgs {
-    #[command(flatten)]
-    pub profile: ProfileArgs,
-    #[arg(long, value_enum, default_value_t = ExportFormat::Bolt)]
-    pub format: ExportFormat,
-    /// Write here instead of standard output.
-    #[arg(short, long)]
-    pub output: Option<PathBuf>,
-    /// Export this build of the program at IMAGE (its samples filed under IMAGE), read from the file at IMAGE
-    /// when it is that build, else from the database's image cache (DB/images/HEX): for an original that is gone
-    /// from its path.
-    #[arg(long, value_name = "HEX")]
-    pub build_id: Option<String>,
-}
-
-#[derive(Args, Debug)]
-pub struct RunArgs {
-    #[command(flatten)]
-    pub profile: ProfileArgs,
-    /// Shell command that must behave the same on the candidate ({} = binary).
-    #[arg(long)]
-    pub check: String,
-    /// Shell command timed on original and candidate in alternation ({} = binary).
-    #[arg(long)]
-    pub bench: String,
-    /// Do not optimize from fewer samples of the image (after aging): a sparse profile lays out whatever a few
-    /// samples hit; keep collecting instead (the default is where sampled profiles stopped improving, BENCHMARKS.md).
-    #[arg(long, default_value_t = 30000.0)]
-    pub min_samples: f64,
-    /// Alternating rounds of --bench (at least 5: fewer can never pass the sign test at p < 0.05).
-    #[arg(long, default_value_t = 10)]
-    pub rounds: usize,
-    /// Smallest median gain accepted (0.01 = 1%).
-    #[arg(long, default_value_t = 0.01)]
-    pub min_gain: f64,
-    /// Install the candidate in place of the image when it passes (the original is kept as IMAGE.loupe-orig;
-    /// given IMAGE.loupe-orig itself, the candidate replaces the version installed at IMAGE).
-    #[arg(long)]
-    pub install: bool,
-    /// Where the candidate is written (default IMAGE.loupe-bolt).
-    #[arg(long)]
-    pub output: Option<PathBuf>,
-    /// Profile given to BOLT: `edges` (branch records from edge counts synthesized from block counts) or `blocks` (no-LBR block counts).
-    #[arg(long, value_enum, default_value_t = BoltProfile::Edges)]
-    pub profile_kind: BoltProfile,
-    /// Path of llvm-bolt (default /usr/lib/llvm-19/bin/llvm-bolt).
-    #[arg(long)]
-    pub bolt: Option<PathBuf>,
-    /// Instead of llvm-bolt, rebuild the program with the LLVM sample profile (clang -fprofile-sample-use):
-    /// a shell command where {profile} is the profile Loupe writes and {out} where the new binary must go,
-    /// e.g. 'clang -O2 -g -fprofile-sample-use={profile} -o {out} src/*.c'. Checked, measured and installed as BOLT's output is.
-    #[arg(long, value_name = "CMD")]
-    pub rebuild: Option<String>,
-}
-
-#[derive(Args, Debug)]
-pub struct StatusArgs {
-    #[command(flatten)]
-    pub db: DbArg,
-    pub image: PathBuf,
 }
 
 pub fn run(a: OptimizeArgs) -> Result<u8> {
@@ -209,7 +59,7 @@ pub(crate) fn sample_sets(
     let mut sets = Vec::new();
     let mut code_images: HashMap<ImageId, ImageId> = HashMap::new();
     for (e, age) in epoch_ages(db, epochs)? {
-        let (profiles, bad) = db.load(e, &|x| x.image.kind == ImageKind::Elf && (x.image.path == want || x.image.path == path))?;
+        let (profiles, bad) = db.profiles(e, &|i| i.kind == ImageKind::Elf && (i.path == want || i.path == path))?;
         for p in &bad {
             eprintln!("loupe: skipping corrupt profile {p}");
         }
@@ -238,15 +88,7 @@ pub(crate) fn now_unix() -> u64 {
 /// Each of `epochs` with the age its samples are weighted by: seconds since
 /// it ended (the next epoch's start; the newest has not ended: 0).
 pub(crate) fn epoch_ages(db: &Database, epochs: &[loupe_store::EpochId]) -> Result<Vec<(loupe_store::EpochId, f64)>> {
-    let all = db.epochs()?;
-    let now = now_unix();
-    Ok(epochs
-        .iter()
-        .map(|&e| {
-            let end = all.iter().find(|x| x.id.0 > e.0).map_or(now, |x| x.started_unix);
-            (e, now.saturating_sub(end) as f64)
-        })
-        .collect())
+    Ok(db.ages(epochs, now_unix())?.into_iter().map(|(e, age)| (e, age as f64)).collect())
 }
 
 /// Where the code of build `bid`, sampled at `path`, is read: the file at
@@ -278,7 +120,7 @@ impl CodeView for View<'_> {
 
 pub(crate) fn image_profile(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<ImageProfile> {
     let db = Database::open(&p.db.db)?;
-    let epochs = crate::top::select_epochs(&db, &p.epoch)?;
+    let epochs = db.select(&Epochs::parse(&p.epoch)?)?;
     let file_bid = build_id_of(p.file())?;
     let path = p.image.display().to_string();
     let mut sets = sample_sets(&db, &epochs, &path, &|b| b == file_bid, syms)?;
@@ -389,11 +231,11 @@ fn file_of_build(db: &Path, image: &Path, hex: &str) -> Result<PathBuf> {
     if build_id_of(image).is_ok_and(|b| b.eq_ignore_ascii_case(&hex)) {
         return Ok(image.to_path_buf());
     }
-    let cached = db.join("images").join(&hex);
+    let cached = layout::cached_image(db, &hex);
     if build_id_of(&cached).is_ok_and(|b| b.eq_ignore_ascii_case(&hex)) {
         return Ok(cached);
     }
-    bail!("build {hex} is neither at {} nor in the image cache {}", image.display(), db.join("images").display())
+    bail!("build {hex} is neither at {} nor in the image cache {}", image.display(), layout::images_dir(db).display())
 }
 
 fn export(mut a: ExportArgs) -> Result<u8> {
@@ -440,9 +282,8 @@ fn emit(output: Option<&Path>, text: &str) -> Result<u8> {
 }
 
 pub(crate) fn log_decision(db: &Path, d: &Decision) -> Result<()> {
-    let dir = db.join("optimize");
-    std::fs::create_dir_all(&dir)?;
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("decisions.jsonl"))?;
+    std::fs::create_dir_all(layout::optimize_dir(db))?;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(layout::decisions_log(db))?;
     writeln!(f, "{}", serde_json::to_string(d)?)?;
     Ok(())
 }
@@ -532,7 +373,7 @@ fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, 
 }
 
 fn status(a: StatusArgs) -> Result<u8> {
-    let log = a.db.db.join("optimize/decisions.jsonl");
+    let log = layout::decisions_log(&a.db.db);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let want = a.image.display().to_string();
     let saved = manage::saved_original(&a.image);

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// Candidate build-ids the database's decision log records as made from `orig_bid`.
 pub(crate) fn made_from(db_dir: &Path, orig_bid: &str) -> BTreeSet<String> {
-    let text = std::fs::read_to_string(db_dir.join("optimize/decisions.jsonl")).unwrap_or_default();
+    let text = std::fs::read_to_string(loupe_store::layout::decisions_log(db_dir)).unwrap_or_default();
     lineage::made_from(&text, orig_bid)
 }
 
@@ -26,7 +26,7 @@ pub(crate) fn made_from(db_dir: &Path, orig_bid: &str) -> BTreeSet<String> {
 /// replaced version, whose samples stay in the database).
 pub(crate) fn build_file(db_dir: &Path, image: &Path, bid: &str) -> Option<PathBuf> {
     let on_disk = candidate_files(image).into_iter().find(|f| build_id_of(f).is_ok_and(|b| b.eq_ignore_ascii_case(bid)));
-    on_disk.or_else(|| Some(db_dir.join("images").join(bid)).filter(|p| p.is_file()))
+    on_disk.or_else(|| Some(loupe_store::layout::cached_image(db_dir, bid)).filter(|p| p.is_file()))
 }
 
 /// Every optimized build Loupe made from build `orig_bid` of `image` whose

@@ -5,7 +5,8 @@
 //! decides what is kept, weighted and mapped), then written by
 //! [`loupe_optimize::lbr::write_fdata`].
 
-use crate::optimize::{build_id_of, code_image, db_image, epoch_ages, ProfileArgs, View};
+use crate::flags::optimize::ProfileArgs;
+use crate::optimize::{build_id_of, code_image, db_image, epoch_ages, View};
 use crate::optimize_bat::{made_from, translators};
 use anyhow::{anyhow, Result};
 use loupe_model::ImageKind;
@@ -14,6 +15,7 @@ use loupe_optimize::combine::age_weight;
 use loupe_optimize::lbr::{self, LbrFdata};
 use loupe_optimize::lbr_fold::{Fold, Folded};
 use loupe_optimize::lineage::{candidate_files, installed_path};
+use loupe_store::query::{Epochs, ProfileSource};
 use loupe_store::{Database, EpochId};
 use loupe_symbolize::Symbolizer;
 use std::path::Path;
@@ -21,7 +23,7 @@ use std::path::Path;
 /// The image's branch fdata, or None when no epoch holds branch records of
 /// the build (then the caller writes the no-LBR form).
 pub(crate) fn lbr_fdata(p: &ProfileArgs, syms: &mut Symbolizer) -> Result<Option<LbrFdata>> {
-    let epochs = crate::top::select_epochs(&Database::open(&p.db.db)?, &p.epoch)?;
+    let epochs = Database::open(&p.db.db)?.select(&Epochs::parse(&p.epoch)?)?;
     lbr_fdata_of(&p.db.db, &p.image, p.file(), &epochs, p.half_life, syms)
 }
 
@@ -44,7 +46,7 @@ fn fold(
     let want = std::fs::canonicalize(path).map(|x| x.display().to_string()).unwrap_or(s.clone());
     let mut out = Folded::default();
     for &(e, age) in ages {
-        let (profiles, bad) = db.load_branches(e, &|i| i.kind == ImageKind::Elf && (i.path == want || i.path == s))?;
+        let (profiles, bad) = db.branch_records(e, &|i| i.kind == ImageKind::Elf && (i.path == want || i.path == s))?;
         for b in &bad {
             eprintln!("loupe: skipping corrupt branch records {b}");
         }

@@ -4,11 +4,10 @@
 //! niced, within a CPU budget, and logs every decision to
 //! DB/optimize/decisions.jsonl.
 
-use crate::flags::DbArg;
+use crate::flags::optimize::ManageArgs;
 use crate::optimize::{build_id_of, db_image, epoch_ages, log_decision, now_unix, profile_from, sample_sets};
 use crate::procedure::symbolizer;
 use anyhow::{anyhow, Context, Result};
-use clap::Args;
 use loupe_optimize::blocks::ColdPolicy;
 use loupe_optimize::combine::{age_weight, Combined, SampleSet};
 use loupe_optimize::config::{Config, State};
@@ -19,6 +18,7 @@ use loupe_optimize::manager::{Clock, Env, Files, Manager, Profiles, Stop, Store}
 use loupe_optimize::profile::ImageProfile;
 use loupe_optimize::tool::{self, Tool};
 use loupe_optimize::{Error, ErrorKind};
+use loupe_store::query::{Epochs, ProfileSource};
 use loupe_store::{Database, EpochId};
 use loupe_symbolize::Symbolizer;
 use std::collections::BTreeSet;
@@ -26,54 +26,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-#[derive(Args, Debug)]
-pub struct ManageArgs {
-    #[command(flatten)]
-    pub db: DbArg,
-    /// The programs to manage and the policy's thresholds (JSON; see --help).
-    #[arg(long)]
-    pub config: PathBuf,
-    /// One pass over the programs, then exit.
-    #[arg(long)]
-    pub once: bool,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    pub duration: Option<f64>,
-    /// Average share of one CPU the manager's work (BOLT, checks, benchmarks) may use.
-    #[arg(long, default_value_t = 0.25)]
-    pub cpu_budget: f64,
-    /// CPU seconds that may be spent at once before the budget applies.
-    #[arg(long, default_value_t = 300.0)]
-    pub cpu_burst: f64,
-    /// Niceness of the manager and of everything it runs (default: the configuration's `nice`, 19).
-    #[arg(long)]
-    pub nice: Option<i32>,
-    /// Path of llvm-bolt (default /usr/lib/llvm-19/bin/llvm-bolt).
-    #[arg(long)]
-    pub bolt: Option<PathBuf>,
-}
-
-pub const HELP: &str = "Examples:\n  loupe optimize manage --config /etc/loupe/optimize.json\n  \
-loupe daemon --optimize /etc/loupe/optimize.json\n\n\
-Configuration (JSON; every key but `programs` optional, defaults shown):\n  \
-{\"interval\": 60, \"min_share\": 0.05, \"min_samples\": 30000, \"max_drift\": 0.25, \"recheck_secs\": 86400,\n   \
-\"retry_factor\": 2, \"regrow_factor\": 0, \"half_life\": 604800, \"cold_fraction\": 0.01, \"infer\": false,\n   \"probe_seconds\": 0, \"probe_functions\": 16, \"nice\": 19, \
-\"programs\": [{\"path\": \"/usr/local/bin/lua\", \"check\": \"{} test.lua\", \"bench\": \"{} bench.lua\",\n                 \
-\"rounds\": 10, \"min_gain\": 0.01, \"bolt_opts\": null}]}\n\n\
-A program is optimized once it has min_share of the sampled time and min_samples (aged) samples; the candidate \
-must pass `check` and be faster under `bench`; it is then renamed over `path` (original kept as PATH.loupe-orig), \
-so later runs use it. An installed version the manager has not measured (or not for recheck_secs) is measured \
-against the original and rolled back unless faster. When usage drifts (max_drift of the time moved between \
-functions since the profile behind the installed version), the installed version keeps running: its samples since \
-it was installed are mapped back to the original through BOLT's address table, and a candidate built from them \
-(checked and measured against the original) replaces it. When they cannot be mapped (no table, or a version Loupe \
-did not make), the original is put back and a fresh profile collected. Without drift, once that mapped profile \
-holds regrow_factor times the samples the installed version was built from (0, the default: never; candidates \
-from mapped profiles have not yet beaten the version they were to replace, see BENCHMARKS.md), a candidate from \
-it must beat the installed version itself to replace it. With probe_seconds, the first candidate of a build waits \
-for that long a run of `optimize probe` on the program's running processes (execute breakpoints count the blocks of \
-its probe_functions hottest functions exactly; the program slows by about 2% meanwhile).";
 
 pub fn run(a: ManageArgs) -> Result<u8> {
     let text = std::fs::read_to_string(&a.config).with_context(|| format!("cannot read {}", a.config.display()))?;
@@ -89,7 +41,8 @@ pub fn run(a: ManageArgs) -> Result<u8> {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
     let db = a.db.db.clone();
-    let state = std::fs::read(db.join("optimize/state.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let state =
+        std::fs::read(loupe_store::layout::optimize_state(&db)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
     let bolt = a.bolt.clone();
     let env = Env {
         profiles: Box::new(DbProfiles { db: db.clone(), syms: symbolizer(&db) }),
@@ -99,7 +52,7 @@ pub fn run(a: ManageArgs) -> Result<u8> {
         clock: Box::new(Wall(Instant::now())),
         bolt: Box::new(move || Ok(Box::new(tool::find_bolt(bolt.as_deref())?) as Box<dyn Tool>)),
     };
-    let mut m = Manager::new(cfg, state, a.cpu_budget, a.cpu_burst, db.join("optimize/work"), env);
+    let mut m = Manager::new(cfg, state, a.cpu_budget, a.cpu_burst, loupe_store::layout::optimize_work(&db), env);
     eprintln!(
         "loupe: optimize manager {} watching {} program(s), pass every {} s",
         std::process::id(),
@@ -131,7 +84,7 @@ impl DbProfiles {
 impl Profiles for DbProfiles {
     fn epochs(&mut self) -> loupe_optimize::Result<Vec<u32>> {
         let db = Database::open(&self.db).map_err(|e| ext(e.into()))?;
-        Ok(db.epochs().map_err(|e| ext(e.into()))?.into_iter().map(|e| e.id.0).collect())
+        Ok(db.select(&Epochs::All).map_err(|e| ext(e.into()))?.into_iter().map(|e| e.0).collect())
     }
 
     fn sample_sets(&mut self, epochs: &[u32], path: &Path, wanted: &dyn Fn(&str) -> bool) -> loupe_optimize::Result<Vec<SampleSet>> {
@@ -177,11 +130,10 @@ fn share(db: &Path, epochs: &[EpochId], image: &Path, half_life: f64) -> Result<
     let (mut mine, mut total) = (0.0, 0.0);
     for (e, age) in epoch_ages(&db, epochs)? {
         let w = age_weight(age, half_life);
-        let (idx, _) = db.index(e)?;
-        for x in &idx.entries {
-            total += w * x.total_samples as f64;
+        for x in db.totals(e)?.0 {
+            total += w * x.samples(|_| true) as f64;
             if x.image.path == want {
-                mine += w * x.total_samples as f64;
+                mine += w * x.samples(|_| true) as f64;
             }
         }
     }
@@ -212,7 +164,7 @@ impl Store for DbStore {
         if bid.is_empty() {
             return;
         }
-        let dir = self.db.join("images");
+        let dir = loupe_store::layout::images_dir(&self.db);
         let dst = dir.join(bid);
         if dst.exists() {
             return;
@@ -228,7 +180,7 @@ impl Store for DbStore {
     }
 
     fn save_state(&mut self, state: &State) -> loupe_optimize::Result<()> {
-        let path = self.db.join("optimize/state.json");
+        let path = loupe_store::layout::optimize_state(&self.db);
         std::fs::create_dir_all(path.parent().unwrap())?;
         let text = serde_json::to_vec_pretty(state)?;
         loupe_store::write_atomic(&path, &text).map_err(|e| ext(e.into()))

@@ -3,10 +3,10 @@
 //! windows (`loupe-probe`), kept in DB/probes/BUILD.json and used by every
 //! export of that build in place of the sample estimates of those blocks.
 
-use crate::optimize::{image_profile, ProfileArgs};
+use crate::flags::optimize::{ProbeArgs, ProfileArgs};
+use crate::optimize::image_profile;
 use crate::procedure::symbolizer;
 use anyhow::{anyhow, bail, Context, Result};
-use clap::Args;
 use loupe_optimize::probing::Schedule;
 use loupe_probe::{ElfAddr, Group, Run, Sampler, Tally};
 use std::collections::HashMap;
@@ -14,52 +14,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub const HELP: &str = "Examples:\n  loupe optimize probe ./lua -- ./lua bench.lua\n  \
-loupe optimize probe --seconds 60 /usr/local/bin/lua\n\n\
-Timer samples cannot count short blocks on an out-of-order core (a block that retires beside others may never be \
-sampled, one that stalls draws samples out of proportion), and without a branch stack (LBR) nothing else counts \
-them. The debug registers can: an execute breakpoint traps on every execution. Probing arms four at a time (a \
-function's reference block and three others) on a thread running IMAGE for --window-us, reads the counts and \
-moves on; their ratios are exact relative execution counts of that stretch of the run, and windows at random \
-times average to the whole run's. Blocks are those of the --functions hottest functions of the profile already in \
-the database (record first); each function's reference is the most executed of its four most-sampled blocks, \
-found by counting them against each other first. Every armed execution traps (about 10 us in a VM), so the \
-program's slowdown is about the duty cycle, window / period (2% at the defaults), plus the timer samples taken \
-between windows (--sample-hz), which weigh each run's ratios by how often its references ran. Counts add up \
-across runs in DB/probes/BUILD.json; `optimize export`, `run` and the manager then take the measured blocks' \
-counts from there, scaled to the samples, and infer the rest of each function's counts by minimum-cost flow \
-around them (--no-probes: without them).";
-
-#[derive(Args, Debug)]
-pub struct ProbeArgs {
-    #[command(flatten)]
-    pub profile: ProfileArgs,
-    /// How long to probe running processes of IMAGE (with a command: until it exits).
-    #[arg(long, default_value_t = 30.0)]
-    pub seconds: f64,
-    /// Microseconds the breakpoints stay armed per window.
-    #[arg(long, default_value_t = 1000)]
-    pub window_us: u64,
-    /// Mean milliseconds between windows (each drawn from 0.5 to 1.5 times it, so windows do not lock to a
-    /// period of the program).
-    #[arg(long, default_value_t = 50)]
-    pub period_ms: u64,
-    /// Timer samples per second of a probed thread's CPU, taken between windows: how often each reference block
-    /// ran in this run, to weigh this run's ratios against other runs' (0: runs are summed unweighted).
-    #[arg(long, default_value_t = 2000)]
-    pub sample_hz: u64,
-    /// How many of the profile's hottest functions to probe.
-    #[arg(long, default_value_t = 16)]
-    pub functions: usize,
-    /// The command to run and probe (after --): the processes of IMAGE among it and its descendants; without
-    /// one, every running process of IMAGE is probed.
-    #[arg(last = true)]
-    pub command: Vec<String>,
-}
-
 /// Where a build's probe counts are kept.
 pub fn tally_path(db: &Path, bid: &str) -> PathBuf {
-    db.join("probes").join(format!("{bid}.json"))
+    loupe_store::layout::probe_tally(db, bid)
 }
 
 /// The build's probe counts, if any; a corrupt file is named and left out.

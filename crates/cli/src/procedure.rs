@@ -1,9 +1,9 @@
 //! What `loupe annotate` and `loupe calc` share: finding one procedure of
 //! one image in the database, its code, and its samples per event.
 
-use crate::top::select_epochs;
 use anyhow::{bail, Result};
-use loupe_model::{EventName, ImageId, ProcessKey};
+use loupe_model::{EventName, ImageId};
+use loupe_store::query::{Epochs, Filter as Processes, ProfileSource};
 use loupe_store::{Database, EpochId};
 use loupe_symbolize::{Code, ProcedureRange, Symbolizer, SymbolizerOptions};
 use std::collections::{BTreeMap, HashMap};
@@ -35,52 +35,27 @@ pub struct Filter<'a> {
 }
 
 impl Filter<'_> {
-    fn keep(&self, p: &ProcessKey) -> bool {
-        (self.pids.is_empty() || self.pids.contains(&p.pid)) && (self.comms.is_empty() || self.comms.contains(&p.comm))
+    fn processes(&self) -> Processes {
+        Processes { pids: self.pids.to_vec(), comms: self.comms.to_vec(), image: None }
     }
 }
 
 pub fn symbolizer(db: &Path) -> Symbolizer {
     let mut opts = SymbolizerOptions::default();
-    opts.image_cache_dirs.push(db.join("images"));
+    opts.image_cache_dirs.push(loupe_store::layout::images_dir(db));
     Symbolizer::new(opts)
-}
-
-/// The one image whose path matches `--image` (exactly, by file name, or
-/// as a substring, in that order of preference).
-fn choose_image(db: &Database, epochs: &[EpochId], want: &str) -> Result<ImageId> {
-    let mut found: Vec<ImageId> = Vec::new();
-    for &e in epochs {
-        let (index, _) = db.index(e)?;
-        for x in index.entries {
-            if x.image.path.contains(want) && !found.contains(&x.image) {
-                found.push(x.image);
-            }
-        }
-    }
-    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
-    let exact: Vec<&ImageId> = found.iter().filter(|i| i.path == want).collect();
-    let named: Vec<&ImageId> = found.iter().filter(|i| base(&i.path) == want).collect();
-    let pick = [exact, named, found.iter().collect()].into_iter().find(|v| !v.is_empty()).unwrap_or_default();
-    let mut paths: Vec<&str> = pick.iter().map(|i| i.path.as_str()).collect();
-    paths.dedup();
-    match (pick.len(), paths.len()) {
-        (0, _) => bail!("no image matching {want:?} has samples in the selected epochs"),
-        (1, _) => Ok(pick[0].clone()),
-        (_, 1) => bail!("{} has samples under {} build-ids in these epochs; choose one with --epoch", paths[0], pick.len()),
-        _ => bail!("--image {want:?} matches several images: {}", paths.join(", ")),
-    }
 }
 
 pub fn load(db_path: &Path, f: &Filter, syms: &mut Symbolizer) -> Result<Selected> {
     let db = Database::open(db_path)?;
-    let epochs = select_epochs(&db, f.epoch)?;
-    let image = choose_image(&db, &epochs, f.image)?;
+    let epochs = db.select(&Epochs::parse(f.epoch)?)?;
+    let image = db.find_image(&epochs, f.image)?;
     let code = syms.code(&image).map_err(|r| anyhow::anyhow!("cannot read {}: {r}", image.path))?;
+    let processes = f.processes();
     let mut samples: BTreeMap<EventName, HashMap<u64, u64>> = BTreeMap::new();
     let mut totals: BTreeMap<EventName, (u64, u64)> = BTreeMap::new();
     for &e in &epochs {
-        let (profiles, bad) = db.load(e, &|x| x.image == image)?;
+        let (profiles, bad) = db.profiles(e, &|i| *i == image)?;
         for p in &bad {
             eprintln!("loupe: skipping corrupt profile {p}");
         }
@@ -89,7 +64,7 @@ pub fn load(db_path: &Path, f: &Filter, syms: &mut Symbolizer) -> Result<Selecte
             t.0 += p.total_samples();
             t.1 += p.period_sum;
             let per = samples.entry(p.event.clone()).or_default();
-            for (off, n) in p.by_offset(|k| f.keep(k)) {
+            for (off, n) in p.by_offset(|k| processes.keep_process(k)) {
                 if let Some(va) = code.vaddr(off) {
                     *per.entry(va).or_insert(0) += n;
                 }

@@ -2,67 +2,41 @@
 //! read the stack tables of the selected epochs, name them, hand them to
 //! the analysis crate, write the result.
 
-use crate::flags::{ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, StackSelection, TopArgs};
+use crate::flags::{EventFlag, ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, Selection as StackSelection, TopArgs};
 use crate::symbols::Symbols;
 use anyhow::{bail, Context, Result};
 use loupe_analysis::callgraph::{self, CallData, Selection};
 use loupe_analysis::top::pct;
 use loupe_analysis::{export as ex, flame, pprof};
-use loupe_model::stacks::StackProfile;
-use loupe_model::{EventName, ProcessKey};
+use loupe_store::query::{choose_stack_events, Epochs, Filter, ProfileSource};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 use std::path::Path;
 
 /// Epochs for a selection: --since/--until by start times, else --epoch.
 fn epochs(db: &Database, s: &StackSelection) -> Result<Vec<EpochId>> {
-    let Some(since) = s.since else { return crate::top::select_epochs(db, &s.epoch) };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
-    let (from, to) = (now.saturating_sub(since), now.saturating_sub(s.until.unwrap_or(0)));
-    let all = db.epochs()?;
-    // An epoch runs from its start to the next one's start.
-    let ends: Vec<u64> = all.iter().skip(1).map(|e| e.started_unix).chain([u64::MAX]).collect();
-    Ok(all.iter().zip(ends).filter(|(e, end)| e.started_unix <= to && *end >= from).map(|(e, _)| e.id).collect())
+    let which = match s.since {
+        Some(since) => Epochs::last_seconds(since, s.until, std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs()),
+        None => Epochs::parse(&s.epoch)?,
+    };
+    Ok(db.select(&which)?)
 }
 
 /// Loads, merges per event, and names the selected stacks.
 fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
     let db = Database::open(&s.db.db)?;
-    let mut merged: Vec<StackProfile> = Vec::new();
-    for e in epochs(&db, s)? {
-        let (ps, problems) = db.load_stacks(e)?;
-        for p in problems {
-            eprintln!("loupe: skipping corrupt stack file {p}");
-        }
-        for p in ps {
-            match merged.iter_mut().find(|m| m.event == p.event) {
-                Some(m) => m.merge(&p).map_err(anyhow::Error::msg)?,
-                None => merged.push(p),
-            }
-        }
+    let stacks = db.stacks(&epochs(&db, s)?)?;
+    for p in &stacks.problems {
+        eprintln!("loupe: skipping corrupt stack file {p}");
     }
-    if merged.is_empty() {
+    if stacks.tables.is_empty() {
         bail!("no call stacks in the selected epochs of {} (recorded with --no-stacks, or before stacks existed?)", s.db.db.display());
     }
-    let events = choose_event(&merged, s.event.as_deref(), all_events)?;
-    let keep = |p: &ProcessKey| (s.pid.is_empty() || s.pid.contains(&p.pid)) && (s.comm.is_empty() || s.comm.contains(&p.comm));
-    let keep_image = |img: &str| s.image.as_deref().is_none_or(|f| img.contains(f));
+    let events = choose_stack_events(&stacks.tables, s.event.as_deref(), all_events)?;
+    let filter = Filter { pids: s.pid.pid.clone(), comms: s.comm.comm.clone(), image: s.image.image.clone() };
+    let (keep, keep_image) = (|p: &_| filter.keep_process(p), |i: &str| filter.keep_image(i));
     let mut syms = Symbols::for_db(&s.db.db);
-    Ok(callgraph::resolve(&merged, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms))
-}
-
-fn choose_event(ps: &[StackProfile], wanted: Option<&str>, all: bool) -> Result<Vec<EventName>> {
-    let mut present: Vec<EventName> = ps.iter().map(|p| p.event.clone()).collect();
-    present.sort_by_key(|e| (e.as_str() != "cpu-clock", e.clone()));
-    match wanted {
-        Some(w) if present.iter().any(|e| e.as_str() == w) => Ok(vec![EventName::new(w)]),
-        Some(w) => bail!(
-            "no stacks of event {w} in the selection (events present: {})",
-            present.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(", ")
-        ),
-        None if all => Ok(present),
-        None => Ok(present.into_iter().take(1).collect()),
-    }
+    Ok(callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms))
 }
 
 fn write_out(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
@@ -119,7 +93,7 @@ pub fn top(a: TopArgs) -> Result<u8> {
         pid: a.pid.clone(),
         comm: a.comm.clone(),
         image: a.image.clone(),
-        event: a.events.first().cloned(),
+        event: EventFlag { event: a.events.first().cloned() },
     };
     let d = load(&sel, false)?;
     let mut out = std::io::stdout().lock();

@@ -19,7 +19,7 @@ impl Symbols {
     /// The same over several databases (diff and stats read more than one).
     pub fn for_dbs(dbs: &[&Path]) -> Symbols {
         let mut opts = SymbolizerOptions::default();
-        opts.image_cache_dirs.extend(dbs.iter().map(|db| db.join("images")));
+        opts.image_cache_dirs.extend(dbs.iter().map(|db| loupe_store::layout::images_dir(db)));
         Symbols { inner: Symbolizer::new(opts) }
     }
 }

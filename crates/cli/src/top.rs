@@ -3,10 +3,10 @@
 
 use crate::flags::{By, Format, TopArgs};
 use crate::symbols::Symbols;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use loupe_analysis::top::{pct, top, GroupBy, TopReport};
-use loupe_model::{EventName, ImageOffset, ProcessKey, Profile};
-use loupe_store::{Database, EpochId, IndexEntry};
+use loupe_store::query::{choose_events, Detail, Epochs, Filter, ProfileSource, Selection};
+use loupe_store::{Database, EpochId};
 use std::io::Write;
 
 pub fn run(a: TopArgs) -> Result<u8> {
@@ -14,22 +14,22 @@ pub fn run(a: TopArgs) -> Result<u8> {
         return crate::stacks::top(a);
     }
     let db = Database::open(&a.db.db)?;
-    let epochs = select_epochs(&db, &a.epoch)?;
-    let image_filter = a.image.clone();
-    let keep_image = move |img: &str| image_filter.as_deref().is_none_or(|f| img.contains(f));
-    let (profiles, problems) = load(&db, &epochs, a.by, &keep_image)?;
-    for p in &problems {
+    let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone() };
+    let sel = Selection { epochs: Epochs::parse(&a.epoch)?, filter, events: a.events.clone() };
+    let epochs = db.select(&sel.epochs)?;
+    let flat = db.flat(&epochs, detail(a.by), &sel.filter)?;
+    for p in &flat.problems {
         eprintln!("loupe: skipping corrupt profile {p}");
     }
-    let events = choose_events(&profiles, &a.events)?;
-    let keep = |p: &ProcessKey| (a.pid.is_empty() || a.pid.contains(&p.pid)) && (a.comm.is_empty() || a.comm.contains(&p.comm));
+    let events = choose_events(&flat.events(), &sel.events)?;
     let by = group_by(a.by);
     let mut syms = Symbols::for_db(&a.db.db);
-    let report = top(&profiles, &events, by, &keep, &keep_image, &mut syms);
+    let (keep, keep_image) = (|p: &_| sel.filter.keep_process(p), |i: &str| sel.filter.keep_image(i));
+    let report = top(&flat.profiles, &flat.totals, &events, by, &keep, &keep_image, &mut syms);
     let mut out = std::io::stdout().lock();
     match a.format {
         Format::Json => print_json(&mut out, &report, a.by, a.limit)?,
-        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs)?,
+        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
     }
     Ok(0)
 }
@@ -43,78 +43,13 @@ pub(crate) fn group_by(by: By) -> GroupBy {
     }
 }
 
-pub(crate) fn select_epochs(db: &Database, which: &str) -> Result<Vec<EpochId>> {
-    let all: Vec<EpochId> = db.epochs()?.into_iter().map(|e| e.id).collect();
-    Ok(match which {
-        "all" => all,
-        "current" => vec![db.current_epoch()?],
-        n => {
-            let Ok(n) = n.parse::<u32>() else { bail!("--epoch takes a number, `current` or `all`, not {n:?}") };
-            if !all.contains(&EpochId(n)) {
-                bail!(
-                    "no epoch {n} in {} (epochs: {})",
-                    db.root().display(),
-                    all.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")
-                );
-            }
-            vec![EpochId(n)]
-        }
-    })
-}
-
-/// Per-image totals come from the index alone; finer views read only the
-/// profile files of the images that pass the filter.
-pub(crate) fn load(db: &Database, epochs: &[EpochId], by: By, keep_image: &dyn Fn(&str) -> bool) -> Result<(Vec<Profile>, Vec<String>)> {
-    let mut profiles = Vec::new();
-    let mut problems = Vec::new();
-    for &e in epochs {
-        let (index, bad) = db.index(e)?;
-        problems.extend(bad.iter().map(|p| p.to_string()));
-        let wanted = |x: &IndexEntry| by != By::Image && keep_image(&x.image.path);
-        // Images left out still count towards the totals the percentages use.
-        profiles.extend(index.entries.iter().filter(|x| !wanted(x)).map(profile_from_index));
-        if index.entries.iter().any(wanted) {
-            let (ps, bad) = db.load(e, &wanted)?;
-            profiles.extend(ps);
-            problems.extend(bad.iter().map(|p| p.to_string()));
-        }
+/// Per-image tables need only the index; finer ones the profile files.
+pub(crate) fn detail(by: By) -> Detail {
+    if by == By::Image {
+        Detail::Images
+    } else {
+        Detail::Offsets
     }
-    Ok((profiles, problems))
-}
-
-/// A stand-in profile with each process's total at offset 0.
-fn profile_from_index(x: &IndexEntry) -> Profile {
-    let mut p = Profile::new(x.image.clone(), x.event.clone());
-    for (proc_, n) in &x.processes {
-        p.add(proc_.clone(), ImageOffset(0), *n, 0);
-    }
-    p.period_sum = x.period_sum;
-    p
-}
-
-pub(crate) fn choose_events(profiles: &[Profile], wanted: &[String]) -> Result<Vec<EventName>> {
-    let mut present: Vec<EventName> = profiles.iter().map(|p| p.event.clone()).collect();
-    present.sort();
-    present.dedup();
-    if wanted.is_empty() {
-        // cpu-clock first when present: it is the default event.
-        present.sort_by_key(|e| e.as_str() != "cpu-clock");
-        return Ok(present);
-    }
-    wanted
-        .iter()
-        .map(|w| {
-            let e = EventName::new(w);
-            if present.contains(&e) || present.is_empty() {
-                Ok(e)
-            } else {
-                bail!(
-                    "no samples of event {w} in the selection (events present: {})",
-                    present.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(", ")
-                )
-            }
-        })
-        .collect()
 }
 
 fn print_json(out: &mut dyn Write, r: &TopReport, by: By, limit: usize) -> Result<()> {
@@ -161,9 +96,18 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: &[EpochId]) -> Result<()> {
+/// Samples the collector lost in the selected epochs (stored with each).
+fn lost_samples(db: &Database, epochs: &[EpochId]) -> Result<u64> {
+    Ok(db.epochs()?.iter().filter(|e| epochs.contains(&e.id)).map(|e| e.lost_samples()).sum())
+}
+
+fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: &[EpochId], lost: u64) -> Result<()> {
     let eps: Vec<String> = epochs.iter().map(|e| e.to_string()).collect();
     writeln!(out, "# Loupe top, epoch {}", eps.join(","))?;
+    if lost > 0 {
+        let which = if epochs.len() == 1 { "this epoch" } else { "these epochs" };
+        writeln!(out, "# {} samples lost in {which}", loupe_collector::daemon::thousands(lost))?;
+    }
     for (i, e) in r.events.iter().enumerate() {
         writeln!(out, "# Samples: {} of event '{}', unknown: {} ({:.2}%)", r.totals[i], e, r.unknown[i], pct(r.unknown[i], r.totals[i]))?;
         if let Some(line) = unnamed_line(r, i) {
@@ -221,4 +165,26 @@ fn unnamed_line(r: &TopReport, event: usize) -> Option<String> {
         let each: Vec<String> = parts.iter().map(|(c, why)| format!("{c} {why}")).collect();
         format!("# Unnamed: {n} samples ({:.2}%): {}", pct(n, r.totals[event]), each.join("; "))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_header_names_lost_samples_only_when_there_are_some() {
+        // Checks the loss line under the header: absent at 0 (output unchanged), "N samples lost in this epoch" else.
+        let r = TopReport { events: vec![], totals: vec![], unknown: vec![], rows: vec![], unnamed: Default::default() };
+        let text = |lost, epochs: &[EpochId]| {
+            let mut out = Vec::new();
+            print_text(&mut out, &r, By::Image, 10, epochs, lost).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(text(0, &[EpochId(1)]), "# Loupe top, epoch 1\n# No samples in the selection.\n");
+        assert_eq!(
+            text(12_345, &[EpochId(2)]),
+            "# Loupe top, epoch 2\n# 12,345 samples lost in this epoch\n# No samples in the selection.\n"
+        );
+        assert!(text(7, &[EpochId(1), EpochId(2)]).contains("\n# 7 samples lost in these epochs\n"));
+    }
 }

@@ -131,3 +131,94 @@ fn no_stacks_records_flat_profiles_only() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no call stacks"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Inclusive samples of `procedures` and the process's total, from `top --children`.
+fn inclusive(db: &Path, pid: &str, procedures: &[&str]) -> (f64, Vec<f64>) {
+    let top = top_json(db, &["--children", "--pid", pid]);
+    let total = top["total_samples"].as_u64().unwrap() as f64;
+    let row =
+        |p: &str| top["rows"].as_array().unwrap().iter().find(|r| r["procedure"] == p).map_or(0.0, |r| r["inclusive"].as_f64().unwrap());
+    (total, procedures.iter().map(|p| row(p)).collect())
+}
+
+/// A stream-backend daemon collecting into `db`; running once its socket exists.
+fn start_stream_daemon(db: &Path) -> std::process::Child {
+    let child = loupe()
+        .args(["daemon", "--freq", "1000", "--max-overhead", "off", "--backend", "stream", "--db"])
+        .arg(db)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !db.join("daemon.sock").exists() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(60), "daemon did not come up");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child
+}
+
+/// Stops a daemon and returns its closing report.
+fn stop_daemon(d: std::process::Child) -> serde_json::Value {
+    // SAFETY: sending SIGTERM to our own child.
+    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+    let out = d.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let last =
+        stderr.lines().find_map(|l| l.strip_prefix("loupe: daemon stopped: ")).unwrap_or_else(|| panic!("no closing report: {stderr}"));
+    serde_json::from_str(last).unwrap()
+}
+
+#[test]
+fn kernel_walked_and_streamed_stacks_agree_on_the_same_run() {
+    // Checks one run of callstack, collected at once by `record` (stacks walked in the kernel) and a --backend stream daemon, with and without frame pointers in its library: both within 2 points of the truth and of each other, both reaching main.
+    if !require_root() {
+        return;
+    }
+    for binary in ["callstack", "nofp/callstack"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (kdb, sdb) = (dir.path().join("auto"), dir.path().join("stream"));
+        // The daemon samples the whole machine; `record` only the workload,
+        // so its ring carries only the workload's streamed samples. (Samples
+        // lost from a ring would be those of the streamed code only, a bias;
+        // system-wide on a loaded machine, both daemons lost thousands.)
+        let s = start_stream_daemon(&sdb);
+        let truth_file = dir.path().join("truth.json");
+        let k = run_ok(
+            loupe()
+                .args(["record", "--freq", "1000", "--db"])
+                .arg(&kdb)
+                .arg("--")
+                .arg(workloads().join(binary))
+                .args(["--seconds", "6", "--out"])
+                .arg(&truth_file),
+        );
+        let sr = stop_daemon(s);
+        let kernel_log = String::from_utf8_lossy(&k.stderr).into_owned();
+        assert!(kernel_log.contains("loupe: backend bpf (call stacks walked"), "{kernel_log}");
+        assert_eq!(sr["backend"], "stream", "{sr}");
+        let walked: u64 = kernel_log.split(" walked in the kernel").next().and_then(|l| l.rsplit('(').next()).unwrap().parse().unwrap();
+        assert!(walked > 1000, "{binary}: {walked} stacks walked in the kernel\n{kernel_log}");
+        let truth: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth_file).unwrap()).unwrap();
+        let pid = truth["pid"].as_u64().unwrap().to_string();
+        eprintln!("{binary}: stream daemon lost {}; record: {kernel_log}", sr["kernel_lost"]);
+        check_shares(&truth, &kdb);
+        check_shares(&truth, &sdb);
+        let procs = ["main", "a", "b", "d", "c_work"];
+        let ((kt, ki), (st, si)) = (inclusive(&kdb, &pid, &procs), inclusive(&sdb, &pid, &procs));
+        let report: Vec<String> = procs
+            .iter()
+            .zip(ki.iter().zip(&si))
+            .map(|(p, (k, s))| format!("{p}: kernel {:.2}% stream {:.2}%", 100.0 * k / kt, 100.0 * s / st))
+            .collect();
+        eprintln!("{binary}: {walked} walked in the kernel\n{}", report.join("\n"));
+        for (p, (k, s)) in procs.iter().zip(ki.iter().zip(&si)) {
+            assert!(
+                (100.0 * k / kt - 100.0 * s / st).abs() <= 2.0,
+                "{binary} {p} inclusive differs by more than 2 points:\n{}",
+                report.join("\n")
+            );
+        }
+        assert!(ki[0] / kt >= 0.97 && si[0] / st >= 0.97, "{binary}: stacks reach main:\n{}", report.join("\n"));
+    }
+}

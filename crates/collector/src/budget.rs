@@ -4,66 +4,165 @@
 //! A sample costs the interrupted program two things: the interrupt itself
 //! (entry, the handler — BPF program or perf ring write — and exit; about
 //! 14 µs in a Firecracker VM, a few µs on bare metal) and the daemon's CPU
-//! to drain and merge it. The first is a property of the host and backend,
-//! so it is measured once at start: spinning threads, one per CPU, count
-//! their own progress in alternating windows at a high and a near-zero
-//! sampling rate; the drop in progress divided by the extra samples counted
-//! is the cost of one sample. The load-dependent parts — the handler's
-//! hash-table miss rate (DCPI Table VI) and the daemon's CPU per sample
-//! under churn — are re-measured every interval, and the rate is re-chosen.
+//! to drain and merge it. Both are measured from the collection itself:
+//! the daemon's CPU per sample and the BPF program's run time (the kernel's
+//! per-program statistics) every re-check, and the interrupt's entry and
+//! exit once at start, on the daemon's own thread ([`measure_interrupt_cost`]:
+//! a few milliseconds on one CPU, whatever the number of CPUs; nothing else
+//! is made to spin).
+//!
+//! Lowering the rate never loses a record: the rate moves the period of
+//! the next samples, and records already taken stay in the rings until
+//! drained. A ring that overflowed anyway (the daemon starved of CPU) makes
+//! the budget lower its ceiling ([`ceiling_after_loss`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use loupe_perf::{Record, Sampler, SamplerConfig, Target};
+use std::time::Instant;
 
-/// What one sample costs, as measured on this host.
+/// What one sample's interrupt costs the thread it interrupts, measured on
+/// the calling thread by [`measure_interrupt_cost`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
-pub struct SampleCost {
-    /// Time the interrupted CPU loses per sample, in microseconds.
+pub struct InterruptCost {
+    /// Time the interrupted thread loses per sample, in microseconds:
+    /// the median over window pairs.
     pub interrupt_us: f64,
-    /// Median relative slowdown of the spinning threads at the high rate.
-    pub slowdown: f64,
-    /// Samples per second per CPU counted in the high and low windows.
-    pub high_hz: f64,
-    pub low_hz: f64,
-    /// Window pairs measured.
+    /// Window pairs kept (those in which the thread never blocked) and the samples
+    /// their sampled windows took.
     pub pairs: usize,
+    pub samples: u64,
+    /// CPU time the measurement took, seconds (part of start-up).
+    pub cpu_seconds: f64,
 }
 
-/// How the calibration drives sampling: set the rate (samples/s per CPU)
-/// and return how many samples were taken since the previous call.
-pub trait RateSwitch {
-    fn set_rate(&mut self, hz: u64) -> u64;
-}
+/// Rate of the measurement's samples, per second: high enough that their
+/// cost stands well above the noise of a 2 ms window (14 µs x 20 = 14%).
+const PROBE_HZ: u64 = 10_000;
+/// Length of one window of fixed work, about.
+const PROBE_WINDOW_NS: u64 = 2_000_000;
+/// Window pairs wanted, and the most tried (a pair in which the thread
+/// blocked is discarded).
+const PROBE_PAIRS: usize = 8;
+const PROBE_TRIES: usize = 16;
 
-/// Measures the per-sample interrupt cost with `pairs` alternating
-/// (high, low) windows of `window` each. Takes about `2 * pairs * window`.
-pub fn measure_sample_cost(switch: &mut dyn RateSwitch, high_hz: u64, low_hz: u64, pairs: usize, window: Duration) -> SampleCost {
-    let spin = Spinners::start(loupe_perf::online_cpus().len());
-    let mut ratios = Vec::with_capacity(pairs);
-    let (mut high_rate, mut low_rate) = (Vec::new(), Vec::new());
-    for i in 0..pairs {
-        // Alternate which comes first so a drift in speed does not bias one side.
-        let order = if i % 2 == 0 { [high_hz, low_hz] } else { [low_hz, high_hz] };
-        let mut speed = [0.0; 2];
-        for hz in order {
-            switch.set_rate(hz);
-            let (progress, secs) = spin.measure(window);
-            let samples = switch.set_rate(low_hz);
-            let per_cpu_hz = samples as f64 / secs / spin.threads as f64;
-            let slot = usize::from(hz == low_hz);
-            speed[slot] = progress / secs;
-            if slot == 0 { &mut high_rate } else { &mut low_rate }.push(per_cpu_hz);
+/// Measures the interrupt cost of one sample with the collection's sample
+/// format (`cfg`: call chains, stack copy), on the calling thread only.
+///
+/// A per-thread event on this thread samples at [`PROBE_HZ`] in alternate
+/// windows of the same fixed work; the extra time of a sampled window
+/// divided by its samples is the cost of one. The time is wall time less
+/// the time the thread waited behind others (so a loaded machine does not
+/// inflate it), not the thread's CPU time: a kernel with IRQ time
+/// accounting leaves the handler out of the latter. About 40 ms of one CPU.
+pub fn measure_interrupt_cost(cfg: &SamplerConfig) -> Result<InterruptCost, loupe_perf::Error> {
+    let cpu0 = loupe_perf::thread_cpu_ns();
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let probe = SamplerConfig {
+        target: Target::Thread { tid },
+        freq_hz: PROBE_HZ,
+        enable_on_exec: false,
+        ring_pages: probe_ring_pages(cfg),
+        ..cfg.clone()
+    };
+    let mut sampler = Sampler::open(&probe)?;
+    let work = work_for(PROBE_WINDOW_NS);
+    let mut records: Vec<Record> = Vec::new();
+    let mut per_sample = Vec::with_capacity(PROBE_PAIRS);
+    let mut samples = 0;
+    for i in 0..PROBE_TRIES {
+        if per_sample.len() == PROBE_PAIRS {
+            break;
         }
-        if speed[1] > 0.0 {
-            ratios.push(speed[0] / speed[1]);
+        // Alternate which comes first so a drift in speed biases neither.
+        let (mut off, mut on) = (Window::default(), Window::default());
+        for sampled in [i % 2 == 0, i % 2 != 0] {
+            if sampled {
+                sampler.enable()?;
+                on = Window::run(work);
+                sampler.disable()?;
+            } else {
+                off = Window::run(work);
+            }
         }
+        let before = sampler.samples_seen() + sampler.lost();
+        records.clear();
+        sampler.drain(&mut records);
+        let n = sampler.samples_seen() + sampler.lost() - before;
+        if on.blocked || off.blocked || n == 0 {
+            continue;
+        }
+        samples += n;
+        per_sample.push((on.on_cpu_ns - off.on_cpu_ns) / n as f64);
     }
-    spin.stop();
-    let slowdown = (1.0 - median(&mut ratios)).max(0.0);
-    let (high, low) = (median(&mut high_rate), median(&mut low_rate));
-    let interrupt_us = if high > low { slowdown / (high - low) * 1e6 } else { 0.0 };
-    SampleCost { interrupt_us, slowdown, high_hz: high, low_hz: low, pairs }
+    let pairs = per_sample.len();
+    let interrupt_us = (median(&mut per_sample) / 1e3).max(0.0);
+    let cpu_seconds = (loupe_perf::thread_cpu_ns() - cpu0) as f64 / 1e9;
+    Ok(InterruptCost { interrupt_us, pairs, samples, cpu_seconds })
+}
+
+/// Data pages for the probe's ring: twice one window's records, so none is
+/// lost (a lost record costs the kernel less than a written one).
+fn probe_ring_pages(cfg: &SamplerConfig) -> usize {
+    let callchain = if cfg.callchain { 128 * 8 } else { 0 };
+    let record = 256 + callchain + cfg.user_stack_bytes as usize + if cfg.user_stack_bytes > 0 { 8 * 20 } else { 0 };
+    let per_window = (PROBE_HZ * PROBE_WINDOW_NS / 1_000_000_000) as usize + 4;
+    (2 * per_window * record / loupe_perf::ring::page_size()).next_power_of_two().max(8)
+}
+
+/// One window of fixed work: the time this thread was on a CPU for it
+/// (wall time less the time it waited behind other threads) and whether
+/// it blocked.
+#[derive(Default)]
+struct Window {
+    on_cpu_ns: f64,
+    blocked: bool,
+}
+
+impl Window {
+    fn run(work: u64) -> Window {
+        let (s0, d0) = (voluntary_switches(), run_delay_ns());
+        let t = Instant::now();
+        spin(work);
+        let wall = t.elapsed().as_nanos() as f64;
+        Window { on_cpu_ns: wall - (run_delay_ns() - d0) as f64, blocked: voluntary_switches() != s0 }
+    }
+}
+
+/// Time this thread has waited on a run queue, ns (the second field of
+/// /proc/thread-self/schedstat; 0 where the kernel keeps none).
+fn run_delay_ns() -> u64 {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    text.split_whitespace().nth(1).and_then(|f| f.parse().ok()).unwrap_or(0)
+}
+
+/// Times this thread blocked so far.
+fn voluntary_switches() -> i64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        ru
+    };
+    ru.ru_nvcsw
+}
+
+/// Units of [`spin`] that take about `ns` of this thread's time.
+fn work_for(ns: u64) -> u64 {
+    let unit = 64;
+    let t = Instant::now();
+    spin(unit);
+    let took = t.elapsed().as_nanos().max(1) as u64;
+    (unit * ns / took).max(unit)
+}
+
+fn spin(units: u64) {
+    let mut x = units | 1;
+    for _ in 0..units {
+        for _ in 0..1000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        }
+        std::hint::black_box(x);
+    }
 }
 
 /// The highest rate (samples/s per CPU) whose cost fits `budget` (a
@@ -80,6 +179,18 @@ pub fn rate_for_budget(budget: f64, interrupt_s: f64, daemon_s: f64, min_hz: u64
     ((budget / per_sample) as u64).clamp(min_hz, max_hz)
 }
 
+/// The ceiling after an interval at `rate` in which `lost` of `taken + lost`
+/// records were lost (the rings filled before the daemon drained them):
+/// the rate that would have fit, less a fifth for margin, never below
+/// `min_hz` and never above `ceiling`.
+pub fn ceiling_after_loss(ceiling: u64, rate: u64, taken: u64, lost: u64, min_hz: u64) -> u64 {
+    if lost == 0 {
+        return ceiling;
+    }
+    let fit = rate as f64 * taken as f64 / (taken + lost) as f64;
+    ((0.8 * fit) as u64).clamp(min_hz, ceiling.max(min_hz))
+}
+
 fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -90,74 +201,6 @@ fn median(v: &mut [f64]) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// One busy thread per CPU, pinned, each counting units of fixed work.
-struct Spinners {
-    threads: usize,
-    counters: Arc<Vec<PaddedCounter>>,
-    stop: Arc<AtomicBool>,
-    handles: Vec<std::thread::JoinHandle<()>>,
-}
-
-#[repr(align(128))]
-#[derive(Default)]
-struct PaddedCounter(AtomicU64);
-
-impl Spinners {
-    fn start(threads: usize) -> Spinners {
-        let threads = threads.max(1);
-        let counters: Arc<Vec<PaddedCounter>> = Arc::new((0..threads).map(|_| PaddedCounter::default()).collect());
-        let stop = Arc::new(AtomicBool::new(false));
-        let handles = (0..threads)
-            .map(|cpu| {
-                let (counters, stop) = (Arc::clone(&counters), Arc::clone(&stop));
-                std::thread::spawn(move || {
-                    pin_to_cpu(cpu);
-                    let mut x = cpu as u64 + 1;
-                    while !stop.load(Ordering::Relaxed) {
-                        for _ in 0..2000 {
-                            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                        }
-                        std::hint::black_box(x);
-                        counters[cpu].0.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        // Let them get onto their CPUs.
-        std::thread::sleep(Duration::from_millis(20));
-        Spinners { threads, counters, stop, handles }
-    }
-
-    fn total(&self) -> u64 {
-        self.counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
-    }
-
-    /// Work done over one window, and the window's length in seconds.
-    fn measure(&self, window: Duration) -> (f64, f64) {
-        let (t0, n0) = (Instant::now(), self.total());
-        std::thread::sleep(window);
-        let (n1, secs) = (self.total(), t0.elapsed().as_secs_f64());
-        ((n1 - n0) as f64, secs)
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for h in self.handles {
-            let _ = h.join();
-        }
-    }
-}
-
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
-    // sched_setaffinity only touch the set we own.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
@@ -176,10 +219,34 @@ mod tests {
     }
 
     #[test]
+    fn a_loss_lowers_the_ceiling_to_what_fit() {
+        // Checks the ceiling after a lossy interval: 80% of the rate that would have fit, clamped; none without loss.
+        assert_eq!(ceiling_after_loss(1000, 1000, 750, 250, 10), 600);
+        assert_eq!(ceiling_after_loss(1000, 500, 1000, 0, 10), 1000);
+        assert_eq!(ceiling_after_loss(1000, 1000, 0, 500, 10), 10);
+        assert_eq!(ceiling_after_loss(400, 1000, 999, 1, 10), 400);
+    }
+
+    #[test]
     fn median_of_even_and_odd() {
         // Checks the median used to resist noisy windows.
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(median(&mut []), 0.0);
+    }
+
+    #[test]
+    fn the_interrupt_probe_measures_a_cost_on_one_thread() {
+        // Checks the probe on this machine: samples were taken, pairs kept, a positive cost below 1 ms per sample
+        // and the measurement's own CPU time within its bound.
+        let cost = match measure_interrupt_cost(&SamplerConfig::default()) {
+            Ok(c) => c,
+            Err(e) if matches!(e.kind(), loupe_perf::ErrorKind::Permission) => return,
+            Err(e) => panic!("{e}"),
+        };
+        eprintln!("{cost:?}");
+        assert!(cost.samples > 0 && cost.pairs > 0, "{cost:?}");
+        assert!(cost.interrupt_us > 0.0 && cost.interrupt_us < 1000.0, "{cost:?}");
+        assert!(cost.cpu_seconds < 0.2, "{cost:?}");
     }
 }

@@ -13,8 +13,10 @@ pub mod branches;
 pub mod budget;
 pub mod clock;
 pub mod daemon;
+pub mod framepointers;
 pub mod images;
 pub mod kernel;
+pub mod kstacks;
 pub mod process;
 pub mod stacks;
 pub mod unwind;
@@ -284,6 +286,7 @@ impl Collector {
     fn invalidate_unwinder(&mut self, pid: u32) {
         if let Some(st) = &mut self.stacks {
             st.unwinders.invalidate(pid);
+            st.changed.insert(pid);
         }
     }
 
@@ -308,7 +311,7 @@ impl Collector {
         }
     }
 
-    fn kernel_location(&self, ip: u64) -> (u32, u64) {
+    pub(crate) fn kernel_location(&self, ip: u64) -> (u32, u64) {
         for (m, &img) in self.kernel.modules.iter().zip(&self.module_images) {
             if ip >= m.base && ip < m.base + m.size {
                 return (img, ip - m.base);

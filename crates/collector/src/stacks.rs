@@ -23,6 +23,11 @@ pub struct StackStats {
     /// Samples whose unwind stopped before the root (marked in the stack).
     pub truncated: u64,
     pub frames: u64,
+    /// Samples whose stack was walked and counted in the kernel (BPF).
+    pub kernel_walks: u64,
+    /// Of those, samples whose frame-pointer chain was cut where it passed
+    /// through code without frame pointers (marked as stopped early).
+    pub cut: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,6 +41,9 @@ struct Key {
 /// Stacks counted since the last flush.
 pub struct StackState {
     pub(crate) unwinders: Unwinders,
+    /// Processes whose mappings changed since the BPF stack walker was last
+    /// told about them (see [`crate::kstacks`]).
+    pub(crate) changed: std::collections::HashSet<u32>,
     stacks: HashMap<Vec<(u32, u64)>, u32>,
     table: Vec<Vec<(u32, u64)>>,
     counts: HashMap<Key, u64>,
@@ -43,7 +51,7 @@ pub struct StackState {
     comms: Vec<String>,
     comm_index: HashMap<String, u32>,
     pub stats: StackStats,
-    truncated_image: u32,
+    pub(crate) truncated_image: u32,
     scratch: Vec<u64>,
 }
 
@@ -51,6 +59,7 @@ impl StackState {
     pub(crate) fn new(vdso: Option<Vec<u8>>, truncated_image: u32) -> StackState {
         StackState {
             unwinders: Unwinders::new(vdso),
+            changed: std::collections::HashSet::new(),
             stacks: HashMap::new(),
             table: Vec::new(),
             counts: HashMap::new(),
@@ -72,18 +81,19 @@ impl StackState {
         (self.comms.len() - 1) as u32
     }
 
-    fn count(&mut self, pid: u32, comm: &str, event: u16, frames: Vec<(u32, u64)>, period: u64) {
-        let stack = match self.stacks.get(&frames) {
+    /// Counts `n` samples of one stack (their periods summing to `period`).
+    pub(crate) fn count(&mut self, pid: u32, comm: &str, event: u16, frames: &[(u32, u64)], n: u64, period: u64) {
+        let stack = match self.stacks.get(frames) {
             Some(&s) => s,
             None => {
                 let s = self.table.len() as u32;
-                self.table.push(frames.clone());
-                self.stacks.insert(frames, s);
+                self.table.push(frames.to_vec());
+                self.stacks.insert(frames.to_vec(), s);
                 s
             }
         };
         let comm = self.intern_comm(comm);
-        *self.counts.entry(Key { pid, comm, event, stack }).or_insert(0) += 1;
+        *self.counts.entry(Key { pid, comm, event, stack }).or_insert(0) += n;
         *self.period_sums.entry(event).or_insert(0) += period;
     }
 }
@@ -142,11 +152,11 @@ impl Collector {
         st.stats.stacks += 1;
         st.stats.frames += frames.len() as u64;
         let comm = self.procs.get(s.pid).map_or("swapper", |p| self.agg.comm(p.comm)).to_string();
-        st.count(s.pid, &comm, s.event_index as u16, frames, s.period);
+        st.count(s.pid, &comm, s.event_index as u16, &frames, 1, s.period);
         self.stacks = Some(st);
     }
 
-    fn frame_of(&mut self, pid: u32, addr: u64) -> (u32, u64) {
+    pub(crate) fn frame_of(&mut self, pid: u32, addr: u64) -> (u32, u64) {
         if addr >= kernel::KERNEL_SPACE_START {
             return self.kernel_location(addr);
         }

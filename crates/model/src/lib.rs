@@ -276,6 +276,40 @@ impl Profile {
     }
 }
 
+/// An (image, event)'s samples per process without their offsets: what a
+/// database's index holds, enough for per-image totals without reading
+/// (or faking) a profile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageTotals {
+    pub image: ImageId,
+    pub event: EventName,
+    /// Samples per process.
+    pub processes: Vec<(ProcessKey, u64)>,
+    /// Sum of the sampling periods of all samples, as [`Profile::period_sum`].
+    pub period_sum: u64,
+}
+
+impl ImageTotals {
+    /// The totals of a whole profile.
+    pub fn of(p: &Profile) -> ImageTotals {
+        let mut per_proc = vec![0u64; p.processes.len()];
+        for (&(pi, _), &n) in &p.entries {
+            per_proc[pi as usize] += n;
+        }
+        ImageTotals {
+            image: p.image.clone(),
+            event: p.event.clone(),
+            processes: p.processes.iter().cloned().zip(per_proc).collect(),
+            period_sum: p.period_sum,
+        }
+    }
+
+    /// Samples of the processes that `keep` accepts.
+    pub fn samples(&self, keep: impl Fn(&ProcessKey) -> bool) -> u64 {
+        self.processes.iter().filter(|(p, _)| keep(p)).map(|(_, n)| n).sum()
+    }
+}
+
 /// CPU mode a sample was taken in, from the perf record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum CpuMode {
@@ -293,6 +327,18 @@ mod tests {
 
     fn img() -> ImageId {
         ImageId::elf("/bin/x", Some(BuildId(vec![1, 2, 3])))
+    }
+
+    #[test]
+    fn totals_sum_each_process_and_filter() {
+        // Checks that a profile's totals hold each process's samples and that `samples` sums the kept ones.
+        let mut p = Profile::new(img(), EventName::new("cpu-clock"));
+        p.add(ProcessKey::new(1, "a"), ImageOffset(0x10), 3, 30);
+        p.add(ProcessKey::new(2, "b"), ImageOffset(0x10), 4, 40);
+        p.add(ProcessKey::new(1, "a"), ImageOffset(0x20), 5, 50);
+        let t = ImageTotals::of(&p);
+        assert_eq!(t.processes, vec![(ProcessKey::new(1, "a"), 8), (ProcessKey::new(2, "b"), 4)]);
+        assert_eq!((t.samples(|_| true), t.samples(|k| k.pid == 2), t.period_sum), (12, 4, 120));
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub use sample::{parse_sample, BranchEntry, Format, Layout, SampleError, SampleE
 
 use ring::Ring;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use sys::PerfEventAttr;
 
@@ -77,6 +79,11 @@ pub enum Target {
     /// That process and all its descendants.
     Process {
         pid: i32,
+    },
+    /// One thread, on whichever CPU it runs: one event and one ring in all
+    /// (what a measurement of the calling thread needs, on any number of CPUs).
+    Thread {
+        tid: i32,
     },
 }
 
@@ -136,6 +143,88 @@ pub struct Sampler {
     period_sums: Vec<(u64, u64)>,
     /// Mean samples/s per CPU the nominal periods correspond to.
     freq_hz: u64,
+    /// Whether the events count their lost samples (`FORMAT_LOST`).
+    lost_count: bool,
+    /// The thread that empties the rings, when one does ([`Sampler::read_in_background`]).
+    reader: Option<Reader>,
+}
+
+/// Bytes of parsed records a background reader holds for the caller before
+/// it stops reading (the rings then fill, and the kernel counts what it
+/// cannot write): a bound on memory when the caller stalls for long.
+const READER_QUEUE_LIMIT: usize = 256 << 20;
+
+/// What the reader thread and the caller share.
+struct ReaderShared {
+    rings: Vec<Ring>,
+    /// Records read and not yet drained, in ring order per ring.
+    queue: Vec<Record>,
+    queued_bytes: usize,
+    malformed: u64,
+}
+
+/// A thread that moves records out of the rings as soon as the kernel
+/// wakes it, so a caller busy with something else (unwinding, merging into
+/// the database, starved of CPU) does not make the rings overflow.
+struct Reader {
+    shared: Arc<(Mutex<ReaderShared>, Condvar)>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reader {
+    fn start(rings: Vec<Ring>, fds: Vec<i32>, layout: Layout) -> std::io::Result<Reader> {
+        let shared = Arc::new((Mutex::new(ReaderShared { rings, queue: Vec::new(), queued_bytes: 0, malformed: 0 }), Condvar::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sh, st) = (Arc::clone(&shared), Arc::clone(&stop));
+        let thread = std::thread::Builder::new().name("loupe-rings".into()).spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                // Woken at each ring's watermark; the timeout bounds the reaction to `stop`.
+                poll_fds(&fds, Duration::from_millis(100));
+                let (lock, ready) = &*sh;
+                let mut g = lock.lock().unwrap_or_else(|e| e.into_inner());
+                if read_rings(&mut g, &layout) {
+                    ready.notify_all();
+                }
+            }
+        })?;
+        Ok(Reader { shared, stop, thread: Some(thread) })
+    }
+}
+
+/// Moves every complete record of every ring into the queue, unless it is
+/// full; whether any was moved.
+fn read_rings(g: &mut ReaderShared, layout: &Layout) -> bool {
+    if g.queued_bytes >= READER_QUEUE_LIMIT {
+        return false;
+    }
+    let ReaderShared { rings, queue, queued_bytes, malformed } = g;
+    let before = queue.len();
+    for ring in rings.iter_mut() {
+        ring.read(|bytes| match record::parse(bytes, layout) {
+            Some(r) => {
+                *queued_bytes += bytes.len();
+                queue.push(r);
+            }
+            None => *malformed += 1,
+        });
+    }
+    queue.len() > before
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn poll_fds(fds: &[i32], timeout: Duration) {
+    let mut pfds: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    // SAFETY: `pfds` is a valid array of pollfd of the length passed.
+    unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout.as_millis() as i32) };
 }
 
 /// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), in ns: what
@@ -236,32 +325,45 @@ impl Sampler {
             malformed: 0,
             period_sums: vec![(0, 0); cfg.events.len()],
             freq_hz: cfg.freq_hz,
+            lost_count: true,
+            reader: None,
+        };
+        if let Target::Thread { tid } = cfg.target {
+            s.cpus.clear();
+            s.open_cpu(cfg, tid, -1)?;
+            return Ok(s);
+        }
+        let pid = match cfg.target {
+            Target::Process { pid } => pid,
+            _ => -1,
         };
         let formats: Vec<Format> = cfg.events.iter().map(|e| Format::of(&s.attr(cfg, e, None, false))).collect();
         s.layout.format = formats.first().copied().unwrap_or_default();
         s.layout.per_event = formats.into_iter().enumerate().collect();
         for &cpu in &cpus {
-            s.open_cpu(cfg, cpu)?;
+            s.open_cpu(cfg, pid, cpu as i32)?;
         }
         Ok(s)
     }
 
-    fn open_cpu(&mut self, cfg: &SamplerConfig, cpu: u32) -> Result<(), Error> {
-        let pid = match cfg.target {
-            Target::SystemWide => -1,
-            Target::Process { pid } => pid,
-        };
+    fn open_cpu(&mut self, cfg: &SamplerConfig, pid: i32, cpu: i32) -> Result<(), Error> {
         let mut leader: Option<i32> = None;
         for (index, e) in cfg.events.iter().enumerate() {
             let period = nominal_period(e, cfg.freq_hz);
-            let attr = self.attr(cfg, e, period, leader.is_none());
-            let fd = match sys::perf_event_open(&attr, pid, cpu as i32, -1) {
-                Err(err) if err.raw_os_error() == Some(libc::EINVAL) && attr.flags & sys::flag::BUILD_ID != 0 => {
-                    // Kernels before 5.12 have no build-ids in MMAP2.
-                    let attr = PerfEventAttr { flags: attr.flags & !sys::flag::BUILD_ID, ..attr };
-                    sys::perf_event_open(&attr, pid, cpu as i32, -1)
+            let mut attr = self.attr(cfg, e, period, leader.is_none());
+            let fd = loop {
+                match sys::perf_event_open(&attr, pid, cpu, -1) {
+                    Err(err) if err.raw_os_error() == Some(libc::EINVAL) && attr.read_format != 0 => {
+                        // Kernels before 6.0 have no lost-sample count.
+                        attr.read_format = 0;
+                        self.lost_count = false;
+                    }
+                    Err(err) if err.raw_os_error() == Some(libc::EINVAL) && attr.flags & sys::flag::BUILD_ID != 0 => {
+                        // Kernels before 5.12 have no build-ids in MMAP2.
+                        attr.flags &= !sys::flag::BUILD_ID;
+                    }
+                    r => break r,
                 }
-                r => r,
             }
             .map_err(|err| open_error(e, err, attr.sample_type & sys::SAMPLE_BRANCH_STACK != 0))?;
             let raw = fd.as_raw_fd();
@@ -325,6 +427,7 @@ impl Sampler {
             // Wake the reader when a quarter of the ring is full.
             wakeup_events_or_watermark: (cfg.ring_pages * ring::page_size() / 4) as u32,
             sample_max_stack: 127,
+            read_format: if self.lost_count { sys::FORMAT_LOST } else { 0 },
             sample_regs_user,
             sample_stack_user,
             branch_sample_type,
@@ -347,8 +450,33 @@ impl Sampler {
         Ok(())
     }
 
+    /// From now on a thread of its own empties the rings as the kernel
+    /// fills them; [`Sampler::poll`] and [`Sampler::drain`] then wait for
+    /// and take what it read (and read the rings themselves, so a drain
+    /// after [`Sampler::disable`] still gets every record).
+    pub fn read_in_background(&mut self) -> Result<(), Error> {
+        if self.reader.is_some() {
+            return Ok(());
+        }
+        let fds = self.ring_fds();
+        let rings = std::mem::take(&mut self.rings);
+        self.reader = Some(Reader::start(rings, fds, self.layout.clone()).map_err(|e| Error::io("starting the ring reader thread", e))?);
+        Ok(())
+    }
+
+    /// One fd per ring (each CPU's first event), to poll.
+    fn ring_fds(&self) -> Vec<i32> {
+        self.events.iter().step_by(self.period_sums.len().max(1)).map(|e| e.fd.as_raw_fd()).collect()
+    }
+
     /// Blocks until a ring passes its watermark or `timeout` runs out.
     pub fn poll(&self, timeout: Duration) -> Result<(), Error> {
+        if let Some(r) = &self.reader {
+            let (lock, ready) = &*r.shared;
+            let g = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = ready.wait_timeout_while(g, timeout, |g| g.queue.is_empty());
+            return Ok(());
+        }
         let mut fds: Vec<libc::pollfd> = self
             .events
             .iter()
@@ -366,33 +494,49 @@ impl Sampler {
         Ok(())
     }
 
-    /// Moves every complete record out of every ring.
+    /// Moves every complete record out of every ring (and whatever the
+    /// background reader took from them before).
     pub fn drain(&mut self, out: &mut Vec<Record>) {
-        let layout = &self.layout;
-        let (mut samples, mut lost, mut malformed) = (0, 0, 0);
-        let sums = &mut self.period_sums;
-        for ring in &mut self.rings {
-            ring.read(|bytes| match record::parse(bytes, layout) {
-                Some(r) => {
-                    match &r {
-                        Record::Sample(s) => {
-                            samples += 1;
-                            if let Some(x) = sums.get_mut(s.event_index) {
-                                x.0 += s.period;
-                                x.1 += 1;
-                            }
-                        }
-                        Record::Lost { lost: n, .. } => lost += n,
-                        _ => {}
-                    }
-                    out.push(r);
+        let start = out.len();
+        match &self.reader {
+            Some(r) => {
+                let mut g = r.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+                // What the thread read came first; then what is in the rings now.
+                for _ in 0..2 {
+                    out.append(&mut g.queue);
+                    g.queued_bytes = 0;
+                    read_rings(&mut g, &self.layout);
                 }
-                None => malformed += 1,
-            });
+                self.malformed += std::mem::take(&mut g.malformed);
+            }
+            None => {
+                let layout = &self.layout;
+                for ring in &mut self.rings {
+                    ring.read(|bytes| match record::parse(bytes, layout) {
+                        Some(r) => out.push(r),
+                        None => self.malformed += 1,
+                    });
+                }
+            }
         }
-        self.samples += samples;
-        self.lost += lost;
-        self.malformed += malformed;
+        for r in &out[start..] {
+            match r {
+                Record::Sample(s) => {
+                    self.samples += 1;
+                    if let Some(x) = self.period_sums.get_mut(s.event_index) {
+                        x.0 += s.period;
+                        x.1 += 1;
+                    }
+                }
+                Record::Lost { lost: n, .. } => self.lost += n,
+                _ => {}
+            }
+        }
+    }
+
+    /// Bytes of records the background reader holds for the next drain.
+    pub fn queued_bytes(&self) -> usize {
+        self.reader.as_ref().map_or(0, |r| r.shared.0.lock().unwrap_or_else(|e| e.into_inner()).queued_bytes)
     }
 
     /// Gives every event a fresh random period (DCPI §4.1.1).
@@ -433,9 +577,31 @@ impl Sampler {
         self.samples
     }
 
-    /// Records the kernel could not write because the ring was full.
+    /// Records the kernel could not write because the ring was full, as
+    /// its PERF_RECORD_LOST records said. Losses after the last record the
+    /// kernel wrote are not in it yet; [`Sampler::lost_by_kernel`] has them.
     pub fn lost(&self) -> u64 {
         self.lost
+    }
+
+    /// Samples the kernel could not write because the ring was full, from
+    /// each event's own counter (a read() with `FORMAT_LOST`, kernel 6.0+;
+    /// `None` before): the count PERF_RECORD_LOST reports later.
+    pub fn lost_by_kernel(&self) -> Option<u64> {
+        if !self.lost_count {
+            return None;
+        }
+        let mut total = 0;
+        for e in &self.events {
+            let mut buf = [0u64; 2];
+            // SAFETY: reading at most 16 bytes into a 16-byte buffer we own.
+            let n = unsafe { libc::read(e.fd.as_raw_fd(), buf.as_mut_ptr().cast(), 16) };
+            if n != 16 {
+                return None;
+            }
+            total += buf[1];
+        }
+        Some(total)
     }
 
     pub fn malformed(&self) -> u64 {
@@ -450,6 +616,13 @@ impl Sampler {
     /// Event index of each open fd (for callers that attach programs to them).
     pub fn event_fds(&self) -> impl Iterator<Item = (usize, i32)> + '_ {
         self.events.iter().map(|e| (e.index, e.fd.as_raw_fd()))
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        // The reader thread polls the events' fds: stop it before they close.
+        self.reader.take();
     }
 }
 

@@ -58,6 +58,10 @@ pub mod branch {
     pub const COUNTERS: u64 = 1 << 19;
 }
 
+/// `read_format` bit (kernel 6.0+): a read() of the event also returns the
+/// samples it lost because its ring was full.
+pub const FORMAT_LOST: u64 = 1 << 4;
+
 /// Bits of the flags word after `read_format`.
 pub mod flag {
     pub const DISABLED: u64 = 1 << 0;

@@ -5,12 +5,18 @@
 //! DB/LOUPE_DB                      marker: format version, creation time
 //! DB/CURRENT                       number of the current epoch
 //! DB/lock                          flock held while merging or switching epochs
+//! DB/daemon.sock                   the running daemon's control socket
 //! DB/images/<build-id hex>         copies of binaries (vDSO, replaced files)
 //! DB/epochs/000001/epoch.json      {"started_unix", "meta": {..}}
 //! DB/epochs/000001/index.json      per file: image, event, totals, per-process totals
 //! DB/epochs/000001/<key>.<event>.prof   see [`format`]
 //! DB/epochs/000001/<key>.<event>.branches   branch records (LBR), see [`branches`]
+//! DB/epochs/000001/stacks.<event>.stacks     call-stack tables, see [`stacks`]
+//! DB/probes/<build-id hex>.json    the optimizer's probe counts, see [`layout`]
+//! DB/optimize/                     the optimizer's decisions, state and work files
 //! ```
+//! Readers go through [`query`] (which epochs, filters, index or profile
+//! files); nothing outside this crate knows these names.
 //! Every file is replaced atomically (temporary file, fsync, rename, fsync
 //! of the directory), so a crash or `kill -9` leaves the old or the new
 //! version, never a torn one. Readers name and skip corrupt files.
@@ -31,11 +37,16 @@
 
 pub mod branches;
 pub mod format;
+pub mod layout;
+pub mod meta;
+pub mod query;
 pub mod stacks;
+
+pub use meta::{Clock, EpochMeta};
 
 use loupe_model::branches::BranchProfile;
 use loupe_model::stacks::StackProfile;
-use loupe_model::{EventName, ImageId, ProcessKey, Profile};
+use loupe_model::{EventName, ImageId, ImageTotals, ProcessKey, Profile};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -53,6 +64,12 @@ pub enum ErrorKind {
     Io,
     Corrupt,
     NoSuchEpoch,
+    /// A selection that does not parse (an epoch word that is no epoch).
+    BadSelection,
+    /// Events asked for that the selection has no samples of.
+    NoSuchEvent,
+    /// No image, or more than one, matches what was asked for.
+    NoSuchImage,
 }
 
 /// A database error: what failed, on which path, and why, on one line.
@@ -67,6 +84,10 @@ impl Error {
     fn new(kind: ErrorKind, path: &Path, reason: impl fmt::Display) -> Error {
         Error { kind, path: path.to_path_buf(), reason: reason.to_string() }
     }
+    /// An error of a selection rather than of a file: no path to name.
+    fn query(kind: ErrorKind, reason: impl fmt::Display) -> Error {
+        Error::new(kind, Path::new(""), reason)
+    }
     fn io(path: &Path, e: std::io::Error) -> Error {
         Error::new(ErrorKind::Io, path, e)
     }
@@ -80,6 +101,9 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.as_os_str().is_empty() {
+            return write!(f, "{}", self.reason);
+        }
         write!(f, "{}: {}", self.path.display(), self.reason)
     }
 }
@@ -98,9 +122,15 @@ impl fmt::Display for EpochId {
 #[derive(Clone, Debug)]
 pub struct EpochInfo {
     pub id: EpochId,
-    pub dir: PathBuf,
     pub started_unix: u64,
-    pub meta: BTreeMap<String, String>,
+    pub meta: EpochMeta,
+}
+
+impl EpochInfo {
+    /// Samples (and records) lost in the epoch, all causes together.
+    pub fn lost_samples(&self) -> u64 {
+        self.meta.losses.samples()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,19 +148,21 @@ pub struct IndexEntry {
 
 impl IndexEntry {
     fn of(file: &str, p: &Profile) -> IndexEntry {
-        let mut per_proc = vec![0u64; p.processes.len()];
-        for (&(pi, _), &n) in &p.entries {
-            per_proc[pi as usize] += n;
-        }
+        let t = ImageTotals::of(p);
         IndexEntry {
             file: file.to_string(),
-            image: p.image.clone(),
-            event: p.event.clone(),
-            total_samples: per_proc.iter().sum(),
-            period_sum: p.period_sum,
-            processes: p.processes.iter().cloned().zip(per_proc).collect(),
+            image: t.image,
+            event: t.event,
+            total_samples: t.processes.iter().map(|(_, n)| n).sum(),
+            period_sum: t.period_sum,
+            processes: t.processes,
             entries: p.entries.len() as u64,
         }
+    }
+
+    /// The file's samples per process, without the file.
+    pub fn totals(&self) -> ImageTotals {
+        ImageTotals { image: self.image.clone(), event: self.event.clone(), processes: self.processes.clone(), period_sum: self.period_sum }
     }
 }
 
@@ -258,7 +290,7 @@ impl Database {
     }
 
     pub fn images_dir(&self) -> PathBuf {
-        self.root.join("images")
+        layout::images_dir(&self.root)
     }
 
     fn epoch_dir(&self, e: EpochId) -> PathBuf {
@@ -325,22 +357,48 @@ impl Database {
         Ok(ids)
     }
 
+    /// Sets one metadata value by its stored key (one the typed
+    /// [`EpochMeta`] does not know lands in its `other`).
     pub fn set_epoch_meta(&self, epoch: EpochId, key: &str, value: &str) -> Result<(), Error> {
-        let _lock = self.lock()?;
-        let path = self.epoch_dir(epoch).join("epoch.json");
-        let mut ef: EpochFile = fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-        ef.meta.insert(key.to_string(), value.to_string());
-        write_atomic(&path, &serde_json::to_vec_pretty(&ef).expect("serializable"))
+        self.edit_epoch_file(epoch, |ef| {
+            ef.meta.insert(key.to_string(), value.to_string());
+        })
     }
 
+    /// Changes the epoch's metadata in one locked, atomic rewrite.
+    pub fn update_epoch_meta(&self, epoch: EpochId, change: impl FnOnce(&mut EpochMeta)) -> Result<(), Error> {
+        self.edit_epoch_file(epoch, |ef| {
+            let mut meta = EpochMeta::from_map(std::mem::take(&mut ef.meta));
+            change(&mut meta);
+            ef.meta = meta.to_map();
+        })
+    }
+
+    /// The epoch's metadata; empty when it has none (or no such epoch).
+    pub fn epoch_meta(&self, epoch: EpochId) -> EpochMeta {
+        EpochMeta::from_map(self.read_epoch_file(epoch).meta)
+    }
+
+    fn read_epoch_file(&self, epoch: EpochId) -> EpochFile {
+        let path = self.epoch_dir(epoch).join("epoch.json");
+        fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    }
+
+    fn edit_epoch_file(&self, epoch: EpochId, change: impl FnOnce(&mut EpochFile)) -> Result<(), Error> {
+        let _lock = self.lock()?;
+        let mut ef = self.read_epoch_file(epoch);
+        change(&mut ef);
+        write_atomic(&self.epoch_dir(epoch).join("epoch.json"), &serde_json::to_vec_pretty(&ef).expect("serializable"))
+    }
+
+    /// Every epoch, in order, with its start and metadata.
     pub fn epochs(&self) -> Result<Vec<EpochInfo>, Error> {
         Ok(self
             .epoch_ids()?
             .into_iter()
             .map(|id| {
-                let dir = self.epoch_dir(id);
-                let ef: EpochFile = fs::read(dir.join("epoch.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-                EpochInfo { id, dir, started_unix: ef.started_unix, meta: ef.meta }
+                let ef = self.read_epoch_file(id);
+                EpochInfo { id, started_unix: ef.started_unix, meta: EpochMeta::from_map(ef.meta) }
             })
             .collect())
     }
@@ -590,6 +648,18 @@ fn read_for_merge<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn epoch_losses_read_back_and_sum() {
+        // Checks the loss keys stored with an epoch: missing reads as 0, ring and map losses sum, throttles apart.
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path()).unwrap();
+        let e = db.current_epoch().unwrap();
+        let info = |db: &Database| db.epochs().unwrap().into_iter().find(|x| x.id == e).unwrap();
+        assert_eq!(info(&db).lost_samples(), 0);
+        db.update_epoch_meta(e, |m| m.losses = meta::EpochLosses { ring_overrun: 1200, map_full: 3, throttled: 2 }).unwrap();
+        assert_eq!((info(&db).lost_samples(), info(&db).meta.losses.throttled), (1203, 2));
+    }
     use loupe_model::{BuildId, ImageOffset};
 
     fn prof(n: u64, build: u8) -> Profile {

@@ -1,0 +1,140 @@
+//! `loupe record` and `loupe daemon`.
+
+use super::DbArg;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+pub const RECORD_HELP: &str = "Examples:\n  loupe record -- make -j2\n  loupe record --freq 5000 --duration 30 --db /tmp/p.db\n  \
+loupe record --lbr -- ./prog   (then: loupe optimize export --format bolt ./prog > prog.fdata)\n\n\
+Recording into an existing database adds to its current epoch, so several runs of a program sum into one profile.\n\
+With a command, loupe exits with the command's exit status; its stdout and stderr pass through untouched.";
+
+pub const DAEMON_HELP: &str = "Examples:\n  loupe daemon --db /var/lib/loupe --flush-every 60 --stats 10\n\n\
+Control a running daemon with `loupe flush --db DIR` and `loupe epoch --db DIR`. SIGTERM or SIGINT flushes and exits.";
+
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Mean samples per second per CPU per event; each period is drawn at random within ±10%.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub freq: u64,
+    /// Event to sample (repeatable): cpu-clock, task-clock, page-faults, cycles, instructions, cache-misses, ...
+    /// Hardware events the machine lacks fall back to cpu-clock with a warning.
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    pub events: Vec<String>,
+    /// Collection backend. `auto` uses in-kernel BPF aggregation (call stacks walked and counted in the kernel)
+    /// when the kernel (5.17+) and privileges allow it, and says why when it falls back to streaming.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// Do not collect call stacks (flat per-instruction profiles only).
+    #[arg(long)]
+    pub no_stacks: bool,
+    /// Bytes of user stack copied per sample for DWARF unwinding of code without frame pointers
+    /// (deeper stacks end in an `[unwind stopped]` frame); 0 = frame pointers only.
+    #[arg(long, default_value_t = 16384, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=65528))]
+    pub stack_bytes: u32,
+    /// Also record the CPU's last branch records (LBR) with each sample of a hardware event (cycles unless -e names
+    /// one): taken branches of `user` code (the default), `kernel` or `all`, for `loupe optimize export --format bolt`.
+    /// Without a branch stack (no PMU, or a VM that hides it) Loupe says so and records IP samples only.
+    #[arg(long, value_enum, value_name = "WHICH", num_args = 0..=1, default_missing_value = "user")]
+    pub lbr: Option<Lbr>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// BPF when possible, else the stream.
+    Auto,
+    /// Samples counted per CPU in kernel hash tables by an eBPF program (DCPI's driver), with their call stacks walked
+    /// there; only the buckets, and each stack once, reach user space.
+    Bpf,
+    /// Every sample streamed through per-CPU perf ring buffers and aggregated in the daemon.
+    Stream,
+}
+
+impl Backend {
+    pub fn choice(self) -> loupe_collector::daemon::BackendChoice {
+        use loupe_collector::daemon::BackendChoice;
+        match self {
+            Backend::Auto => BackendChoice::Auto,
+            Backend::Bpf => BackendChoice::Bpf,
+            Backend::Stream => BackendChoice::Stream,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Stop after this many seconds (system-wide mode: default until Ctrl-C).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Merge into the database this often while recording, in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub flush_every: f64,
+    /// Collect access samples for `loupe data` (data address of each sample, heap allocations) instead of a code profile.
+    #[arg(long)]
+    pub data: bool,
+    /// With --data: how heap allocations are tracked: `shim` (LD_PRELOAD, ~0.1 us per call), `uprobes`
+    /// (eBPF, ~15 us per call here, catches calls the dynamic linker does not route), or `off`.
+    #[arg(long, value_enum, default_value_t = Allocs::Shim, value_name = "HOW")]
+    pub allocs: Allocs,
+    /// Command to run and profile, with its arguments (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DaemonArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Merge in-memory profiles into the database within this many seconds; the work is spread evenly over the interval.
+    #[arg(long, default_value_t = 60.0)]
+    pub flush_every: f64,
+    /// Keep the cost of sampling under this percent of each CPU: at start the daemon measures what one sample
+    /// costs on this host (about 1.5 s of spinning threads at two rates), then samples at the highest rate that fits,
+    /// never above --freq, re-checking its own CPU per sample and the BPF handler's cost every 10 s.
+    /// `off` samples at --freq regardless.
+    #[arg(long, value_name = "PCT|off", default_value = "1", value_parser = parse_overhead)]
+    pub max_overhead: Overhead,
+    /// Print per-interval statistics (samples, unknown, lost, daemon CPU per sample, RSS) as JSON lines to stderr every SECONDS.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "10")]
+    pub stats: Option<f64>,
+    /// Also run the re-optimization manager (`loupe optimize manage --config CONFIG`) beside the daemon, niced, until the daemon stops.
+    #[arg(long, value_name = "CONFIG")]
+    pub optimize: Option<PathBuf>,
+}
+
+/// `--max-overhead`: a percent of each CPU, or off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Overhead(pub Option<f64>);
+
+fn parse_overhead(s: &str) -> Result<Overhead, String> {
+    if s == "off" {
+        return Ok(Overhead(None));
+    }
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 100.0 => Ok(Overhead(Some(p))),
+        _ => Err(format!("expected a percent in (0, 100] or `off`, got {s:?}")),
+    }
+}
+
+/// Which branches `--lbr` keeps (`branch_sample_type`: every taken branch
+/// at these privilege levels).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lbr {
+    User,
+    Kernel,
+    All,
+}
+
+/// How `record --data` tracks heap allocations.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allocs {
+    Shim,
+    Uprobes,
+    Off,
+}

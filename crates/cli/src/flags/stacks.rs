@@ -1,0 +1,58 @@
+//! `loupe flame` and `loupe export`.
+
+use super::Selection;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+pub const FLAME_HELP: &str = "Examples:\n  loupe flame -o cpu.svg\n  loupe flame --comm postgres --epoch all -o pg.html\n\n\
+Inlined functions are expanded from DWARF and marked `(inlined)`. Stacks whose unwind stopped before the thread's root \
+sit under an `[unwind stopped]` frame; the subtitle gives their share. Click a box to zoom, Ctrl-F to search.";
+
+pub const EXPORT_HELP: &str = "Examples:\n  loupe export --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz\n  \
+loupe export --format collapsed | inferno-flamegraph > cpu.svg\n  loupe export --format perfetto --pid 4242 -o trace.pftrace   (open in ui.perfetto.dev)\n  \
+loupe export --format speedscope --since 3600 -o cpu.speedscope.json\n\n\
+The database keeps counts per epoch, so --since/--until select whole epochs.";
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlameFormat {
+    Svg,
+    Html,
+}
+
+#[derive(Args, Debug)]
+pub struct FlameArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    /// Output file (default: stdout).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// svg, or html (the SVG in a page); default from the output's extension.
+    #[arg(long, value_enum)]
+    pub format: Option<FlameFormat>,
+    /// Title at the top of the graph.
+    #[arg(long, default_value = "Loupe flame graph")]
+    pub title: String,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// profile.proto, gzipped (go tool pprof, Pyroscope, Parca).
+    Pprof,
+    /// `root;...;leaf count` lines (flamegraph.pl, inferno).
+    Collapsed,
+    /// A Perfetto trace protobuf (ui.perfetto.dev).
+    Perfetto,
+    /// speedscope's JSON (speedscope.app).
+    Speedscope,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub select: Selection,
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    /// Output file (default: stdout).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}

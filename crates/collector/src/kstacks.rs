@@ -1,0 +1,337 @@
+//! The in-kernel sample paths brought into the collector: flat buckets
+//! from [`BpfAggregator`], or call stacks walked and counted in the kernel
+//! by [`StackAggregator`] (`stacks.bpf.c`).
+//!
+//! With stacks, the daemon keeps the program told which code of each
+//! process keeps frame pointers ([`framepointers`](crate::framepointers)),
+//! so a sample whose chain passes through any other code below its root
+//! (code without them, or mapped since the daemon last looked) takes the
+//! stream path with its stack copy (DWARF-unwound, as `--backend stream`
+//! does). The collector checks each walked stack once by the same rule
+//! ([`trustworthy_prefix`]): a chain the program judged on stale ranges
+//! (an image replaced at the same address) is cut there and marked as
+//! stopped early.
+//! With frame pointers only (`--stack-bytes 0`) every process is walked in
+//! the kernel, as the stream backend's kernel chains would be.
+//!
+//! Each (process, user stack, kernel stack) is turned into (image, offset)
+//! frames once and remembered until the process's mappings change.
+
+use crate::{images, Collector};
+use loupe_bpf::stacks::{ProcessUnwind, StackAggregator, StackCounters, StackEntry};
+use loupe_bpf::{AggEntry, BpfAggregator, Counters, RunStats};
+use loupe_model::ImageKind;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The chain length at which the kernel's call chain stops (`sample_max_stack`,
+/// counting its context markers): a chain this long may have been cut short.
+const KERNEL_CHAIN_LIMIT: usize = 127;
+
+/// Which in-kernel program feeds the collector.
+pub enum KernelAggregator {
+    Flat(Box<BpfAggregator>),
+    Stacks(Box<KernelStacks>),
+}
+
+impl KernelAggregator {
+    /// The counters in the flat program's terms: `evicted` are samples sent
+    /// to the perf ring (stacks: every `streamed_*` reason), never lost.
+    pub fn counters(&self) -> Counters {
+        match self {
+            KernelAggregator::Flat(b) => b.counters(),
+            KernelAggregator::Stacks(k) => {
+                let c = k.bpf.counters();
+                Counters { samples: c.samples, entries_created: c.new_keys, evicted: c.streamed(), dropped: 0 }
+            }
+        }
+    }
+
+    pub fn stack_counters(&self) -> Option<StackCounters> {
+        match self {
+            KernelAggregator::Flat(_) => None,
+            KernelAggregator::Stacks(k) => Some(k.bpf.counters()),
+        }
+    }
+
+    pub fn run_stats(&self) -> RunStats {
+        match self {
+            KernelAggregator::Flat(b) => b.run_stats(),
+            KernelAggregator::Stacks(k) => k.bpf.run_stats(),
+        }
+    }
+
+    pub fn map_memory_bytes(&self) -> u64 {
+        match self {
+            KernelAggregator::Flat(b) => b.map_memory_bytes(),
+            KernelAggregator::Stacks(k) => k.bpf.map_memory_bytes(),
+        }
+    }
+
+    pub fn table_capacity(&self) -> u32 {
+        match self {
+            KernelAggregator::Flat(b) => b.table_capacity(),
+            KernelAggregator::Stacks(k) => k.bpf.table_capacity(),
+        }
+    }
+
+    /// Moves the kernel's counts into the collector; returns the entries moved.
+    pub fn drain(&mut self, collector: &mut Collector, flat: &mut Vec<AggEntry>) -> Result<u64, loupe_bpf::Error> {
+        match self {
+            KernelAggregator::Flat(b) => {
+                flat.clear();
+                b.drain(flat)?;
+                for e in flat.iter() {
+                    collector.attribute(e.pid, e.ip, e.kernel, e.event_index, e.count, e.period);
+                }
+                Ok(flat.len() as u64)
+            }
+            KernelAggregator::Stacks(k) => k.drain(collector),
+        }
+    }
+
+    /// Tells the stack program about processes whose mappings changed or
+    /// that are gone (after side-band records were applied).
+    pub fn sync(&mut self, collector: &mut Collector) {
+        if let KernelAggregator::Stacks(k) = self {
+            k.sync(collector);
+        }
+    }
+}
+
+/// Per image without frame pointers, for `--stats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ImageFallbacks {
+    /// Distinct walked stacks cut in the image (the program was not told of it yet).
+    pub cut: u64,
+    /// Processes described to the program with the image among their
+    /// ranges (their samples through it take the stream path).
+    pub processes: u64,
+}
+
+/// Stack walking in the kernel, seen from the collector.
+pub struct KernelStacks {
+    bpf: StackAggregator,
+    frame_pointers_only: bool,
+    entries: Vec<StackEntry>,
+    /// Per process: frames derived from (user stack, kernel stack) hashes.
+    derived: HashMap<u32, HashMap<(u64, u64), Arc<Derived>>>,
+    /// Per image index: built with frame pointers?
+    verdicts: HashMap<u32, bool>,
+    vdso: Option<Vec<u8>>,
+    described: HashSet<u32>,
+    /// Fallbacks by image path.
+    pub fallbacks: HashMap<String, ImageFallbacks>,
+}
+
+/// One stack in (image, offset) frames, ready to count.
+#[derive(Debug, PartialEq, Eq)]
+struct Derived {
+    frames: Vec<(u32, u64)>,
+    truncated: bool,
+    cut: bool,
+}
+
+impl KernelStacks {
+    pub fn new(bpf: StackAggregator, frame_pointers_only: bool) -> KernelStacks {
+        KernelStacks {
+            bpf,
+            frame_pointers_only,
+            entries: Vec::new(),
+            derived: HashMap::new(),
+            verdicts: HashMap::new(),
+            vdso: images::own_vdso().1,
+            described: HashSet::new(),
+            fallbacks: HashMap::new(),
+        }
+    }
+
+    pub fn aggregator(&self) -> &StackAggregator {
+        &self.bpf
+    }
+
+    fn drain(&mut self, c: &mut Collector) -> Result<u64, loupe_bpf::Error> {
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.clear();
+        self.bpf.drain(&mut entries)?;
+        for e in &entries {
+            c.attribute(e.pid, e.ip, e.kernel, e.event_index, e.count, e.period);
+            let d = self.derive(c, e);
+            c.count_walked_stack(e.pid, e.event_index, &d.frames, d.truncated, d.cut, e.count, e.period);
+        }
+        let n = entries.len() as u64;
+        self.entries = entries;
+        Ok(n)
+    }
+
+    /// The frames of an entry's stacks, derived once per process.
+    fn derive(&mut self, c: &mut Collector, e: &StackEntry) -> Arc<Derived> {
+        let key = (e.user.as_ref().map_or(0, |s| s.hash), e.kernel_stack.as_ref().map_or(0, |s| s.hash));
+        if let Some(d) = self.derived.get(&e.pid).and_then(|m| m.get(&key)) {
+            return d.clone();
+        }
+        let kernel_chain: &[u64] = e.kernel_stack.as_ref().map_or(&[], |s| &s.frames);
+        let user_chain: &[u64] = e.user.as_ref().map_or(&[], |s| &s.frames);
+        let mut frames: Vec<(u32, u64)> =
+            kernel_chain.iter().enumerate().map(|(i, &a)| c.kernel_location(if i == 0 { a } else { a - 1 })).collect();
+        let pc_in_user = frames.is_empty();
+        let user: Vec<(u32, u64)> = user_chain
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| c.frame_of(e.pid, if i == 0 && pc_in_user { a } else { a.wrapping_sub(1) }))
+            .collect();
+        let (keep, cut) = if self.frame_pointers_only {
+            (user.len(), false)
+        } else {
+            let images: Vec<u32> = user.iter().map(|f| f.0).collect();
+            let mut fp = |img: u32| self.has_frame_pointers(c, e.pid, img);
+            trustworthy_prefix(&images, &mut fp)
+        };
+        if cut {
+            let path = c.images.get(user[keep - 1].0).path.clone();
+            self.fallbacks.entry(path).or_default().cut += 1;
+        }
+        frames.extend_from_slice(&user[..keep]);
+        let truncated = cut || e.lost_stack || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
+        let d = Arc::new(Derived { frames, truncated, cut });
+        self.derived.entry(e.pid).or_default().insert(key, d.clone());
+        d
+    }
+
+    /// Judges an image once; anything that is not user code counts as
+    /// having frame pointers (the kernel's own unwinder walks the kernel).
+    fn has_frame_pointers(&mut self, c: &Collector, pid: u32, image: u32) -> bool {
+        if let Some(&v) = self.verdicts.get(&image) {
+            return v;
+        }
+        let id = c.images.get(image);
+        let verdict = match id.kind {
+            ImageKind::Vdso => self.vdso.as_deref().and_then(crate::framepointers::judge),
+            ImageKind::Elf => image_bytes(c, pid, image, &id.path).and_then(|m| crate::framepointers::judge(&m)),
+            _ => return true,
+        };
+        let v = verdict.is_some_and(|v| v.has_frame_pointers());
+        self.verdicts.insert(image, v);
+        v
+    }
+
+    fn sync(&mut self, c: &mut Collector) {
+        let changed: Vec<u32> = c.stacks.as_mut().map(|st| st.changed.drain().collect()).unwrap_or_default();
+        for pid in changed {
+            self.derived.remove(&pid);
+            // With frame pointers only the program consults no process table.
+            if self.frame_pointers_only || c.procs.get(pid).is_none() {
+                continue;
+            }
+            let p = self.describe(c, pid);
+            if self.bpf.set_process(pid, &p).is_ok() {
+                self.described.insert(pid);
+            }
+        }
+        let gone: Vec<u32> = self.described.iter().copied().filter(|&pid| c.procs.get(pid).is_none()).collect();
+        for pid in gone {
+            self.bpf.forget_process(pid);
+            self.described.remove(&pid);
+            self.derived.remove(&pid);
+        }
+    }
+
+    /// What the program needs to know of one process: the ranges of its
+    /// executable mappings built with frame pointers, merged.
+    fn describe(&mut self, c: &Collector, pid: u32) -> ProcessUnwind {
+        let maps: Vec<crate::process::Mapping> = c.procs.get(pid).map(|p| p.mappings().copied().collect()).unwrap_or_default();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for m in maps {
+            if !self.has_frame_pointers(c, pid, m.image) {
+                let path = c.images.get(m.image).path.clone();
+                self.fallbacks.entry(path).or_default().processes += 1;
+                continue;
+            }
+            match ranges.last_mut() {
+                Some(last) if last.1 == m.start => last.1 = m.end,
+                _ => ranges.push((m.start, m.end)),
+            }
+        }
+        ProcessUnwind { stream: false, frame_pointers: ranges }
+    }
+}
+
+/// How much of a frame-pointer chain to believe, given the image of each
+/// user frame (leaf first): every frame up to and including the first one
+/// below the root in code without frame pointers. The frame above it was
+/// found through a frame pointer that code did not maintain (at the leaf,
+/// its caller was skipped); a root frame there has nothing above it to get
+/// wrong. `needs_copy` in stacks.bpf.c applies the same rule before
+/// counting. Returns (frames to keep, whether the chain was cut).
+pub(crate) fn trustworthy_prefix(images: &[u32], has_frame_pointers: &mut dyn FnMut(u32) -> bool) -> (usize, bool) {
+    let below_root = if images.len() == 1 { 1 } else { images.len().saturating_sub(1) };
+    match (0..below_root).find(|&i| !has_frame_pointers(images[i])) {
+        Some(i) => (i + 1, true),
+        None => (images.len(), false),
+    }
+}
+
+/// An image's bytes, mapped: through a live mapping of it when one exists
+/// (the exact file mapped), else from its path.
+fn image_bytes(c: &Collector, pid: u32, image: u32, path: &str) -> Option<memmap2::Mmap> {
+    let live = c.procs.get(pid).and_then(|p| p.mappings().find(|m| m.image == image)).map(|m| images::map_files_path(pid, m.start, m.end));
+    let f = live.and_then(|p| std::fs::File::open(p).ok()).or_else(|| std::fs::File::open(PathBuf::from(path)).ok())?;
+    // SAFETY: a read-only private mapping of an executable image, read once
+    // and dropped; a concurrent truncation could fault, the same risk the
+    // DWARF unwinder's mappings of images take.
+    unsafe { memmap2::Mmap::map(&f) }.ok()
+}
+
+impl Collector {
+    /// Counts `n` samples of a stack walked in the kernel (the flat profile
+    /// got their leaf through [`Collector::attribute`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn count_walked_stack(
+        &mut self,
+        pid: u32,
+        event: u16,
+        frames: &[(u32, u64)],
+        truncated: bool,
+        cut: bool,
+        n: u64,
+        period: u64,
+    ) {
+        let Some(mut st) = self.stacks.take() else { return };
+        let comm = self.procs.get(pid).map_or("swapper", |p| self.agg.comm(p.comm)).to_string();
+        if truncated {
+            let mut f = frames.to_vec();
+            f.push((st.truncated_image, 0));
+            st.count(pid, &comm, event, &f, n, period);
+            st.stats.truncated += n;
+            st.stats.frames += f.len() as u64 * n;
+        } else {
+            st.count(pid, &comm, event, frames, n, period);
+            st.stats.frames += frames.len() as u64 * n;
+        }
+        st.stats.stacks += n;
+        st.stats.kernel_walks += n;
+        st.stats.cut += cut as u64 * n;
+        self.stacks = Some(st);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_are_cut_after_the_first_caller_without_frame_pointers() {
+        // Checks the kept prefix of frame-pointer chains: all of an all-FP chain, up to a non-FP leaf or caller, and a non-FP root kept whole.
+        let fp = |i: u32| i != 9;
+        // leaf, callers..., root: image 9 has no frame pointers.
+        assert_eq!(trustworthy_prefix(&[1, 1, 2, 2], &mut |i| fp(i)), (4, false));
+        assert_eq!(trustworthy_prefix(&[1, 9, 2, 2], &mut |i| fp(i)), (2, true), "frames above a libc callback are not believed");
+        assert_eq!(trustworthy_prefix(&[1, 1, 9, 7, 7], &mut |i| fp(i)), (3, true));
+        assert_eq!(trustworthy_prefix(&[1, 1, 1, 9], &mut |i| fp(i)), (4, false), "__libc_start_call_main at the root is fine");
+        assert_eq!(trustworthy_prefix(&[9, 1, 1], &mut |i| fp(i)), (1, true), "a leaf without frame pointers hides its caller");
+        assert_eq!(trustworthy_prefix(&[9], &mut |i| fp(i)), (1, true));
+        assert_eq!(trustworthy_prefix(&[1], &mut |i| fp(i)), (1, false));
+        assert_eq!(trustworthy_prefix(&[], &mut |i| fp(i)), (0, false));
+    }
+}

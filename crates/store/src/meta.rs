@@ -1,0 +1,182 @@
+//! Typed epoch metadata. On disk it stays the string map `epoch.json` has
+//! always held (`{"started_unix", "meta": {key: text}}`), so databases
+//! written before the types load unchanged and older binaries read newer
+//! ones; the keys and how each value is written are known here only.
+
+use std::collections::BTreeMap;
+
+/// Key of the median core clock while recording, GHz.
+const GHZ: &str = "cpu_ghz";
+/// Key of every clock reading of the epoch, GHz, space-separated.
+const READINGS: &str = "cpu_ghz_readings";
+/// Key of the TSC's nominal rate, MHz.
+const TSC: &str = "tsc_mhz";
+const KERNEL: &str = "kernel";
+/// Keys of what the collector lost in the epoch (see [`EpochLosses`]).
+const LOST_RING: &str = "lost_ring_overrun";
+const LOST_MAP_FULL: &str = "lost_map_full";
+const THROTTLED: &str = "throttled";
+const HOST: &str = "host";
+
+/// The core clock measured while the epoch was recorded (the collector
+/// measures it at start, at exit and at each new epoch), which `calc`
+/// needs to turn a clock event's period (ns) into cycles.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Clock {
+    /// Every reading, GHz, as stored (4 decimals).
+    pub readings: Vec<f64>,
+    /// Their median, GHz: the rate the epoch's samples are converted at.
+    pub ghz: Option<f64>,
+    /// The TSC's nominal rate, MHz, for the record (it is not the core clock).
+    pub tsc_mhz: Option<f64>,
+}
+
+impl Clock {
+    /// Adds a reading and makes the median of all readings the epoch's clock.
+    pub fn add_reading(&mut self, ghz: f64) {
+        self.readings.push(ghz);
+        if let Some(m) = median(&self.readings) {
+            self.ghz = Some(m);
+        }
+    }
+}
+
+/// The median of clock readings (GHz), ignoring non-positive and non-finite
+/// ones; None when there are none.
+pub fn median(readings: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = readings.iter().copied().filter(|x| x.is_finite() && *x > 0.0).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// What the collector lost in the epoch, counted since the epoch began
+/// (every collector that wrote into it adds its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EpochLosses {
+    /// Records the kernel dropped from full perf rings (PERF_RECORD_LOST).
+    pub ring_overrun: u64,
+    /// Samples the BPF program could not count (table and overflow ring full).
+    pub map_full: u64,
+    /// Times the kernel throttled sampling.
+    pub throttled: u64,
+}
+
+impl EpochLosses {
+    /// Samples (and records) lost, all causes together; throttling is not a loss of a taken sample.
+    pub fn samples(&self) -> u64 {
+        self.ring_overrun + self.map_full
+    }
+}
+
+/// What is recorded about an epoch besides its samples.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EpochMeta {
+    /// Kernel release of the recording machine.
+    pub kernel: Option<String>,
+    /// Host name of the recording machine.
+    pub host: Option<String>,
+    pub clock: Clock,
+    pub losses: EpochLosses,
+    /// Keys this version does not know (written by a newer one, or by
+    /// [`crate::Database::set_epoch_meta`]), kept as they are.
+    pub other: BTreeMap<String, String>,
+}
+
+impl EpochMeta {
+    /// Reads the stored map; a value that does not parse is left out of its
+    /// typed field and kept in `other`, so nothing is lost on rewrite.
+    pub(crate) fn from_map(mut map: BTreeMap<String, String>) -> EpochMeta {
+        let mut take_u64 = |key: &str| -> u64 {
+            let Some(v) = map.get(key).and_then(|v| v.parse().ok()) else { return 0 };
+            map.remove(key);
+            v
+        };
+        let losses = EpochLosses { ring_overrun: take_u64(LOST_RING), map_full: take_u64(LOST_MAP_FULL), throttled: take_u64(THROTTLED) };
+        let mut take_f64 = |key: &str| -> Option<f64> {
+            let v = map.get(key)?.parse().ok()?;
+            map.remove(key);
+            Some(v)
+        };
+        let ghz = take_f64(GHZ);
+        let tsc_mhz = take_f64(TSC);
+        let readings = map.remove(READINGS).map_or_else(Vec::new, |t| t.split_whitespace().filter_map(|w| w.parse().ok()).collect());
+        EpochMeta { kernel: map.remove(KERNEL), host: map.remove(HOST), clock: Clock { readings, ghz, tsc_mhz }, losses, other: map }
+    }
+
+    /// The map stored on disk, in the formats the collector always wrote.
+    pub(crate) fn to_map(&self) -> BTreeMap<String, String> {
+        let mut map = self.other.clone();
+        let mut put = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                map.insert(k.to_string(), v);
+            }
+        };
+        put(KERNEL, self.kernel.clone());
+        put(HOST, self.host.clone());
+        let c = &self.clock;
+        put(READINGS, (!c.readings.is_empty()).then(|| c.readings.iter().map(|g| format!("{g:.4}")).collect::<Vec<_>>().join(" ")));
+        put(GHZ, c.ghz.map(|g| format!("{g:.4}")));
+        put(TSC, c.tsc_mhz.map(|t| format!("{t:.3}")));
+        // Only what happened: an epoch that lost nothing keeps the map older versions wrote.
+        let l = &self.losses;
+        for (key, n) in [(LOST_RING, l.ring_overrun), (LOST_MAP_FULL, l.map_full), (THROTTLED, l.throttled)] {
+            put(key, (n > 0).then(|| n.to_string()));
+        }
+        map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn old_string_map_reads_typed_and_writes_back_the_same() {
+        // Checks that the map an older collector wrote becomes typed fields and is written back byte for byte.
+        let old = map(&[
+            ("cpu_ghz", "3.6512"),
+            ("cpu_ghz_readings", "3.6400 3.6512 3.7000"),
+            ("host", "box"),
+            ("kernel", "6.8.0-1"),
+            ("tsc_mhz", "2600.000"),
+            ("team", "db"),
+        ]);
+        let m = EpochMeta::from_map(old.clone());
+        assert_eq!((m.clock.ghz, m.clock.tsc_mhz), (Some(3.6512), Some(2600.0)));
+        assert_eq!(m.clock.readings, vec![3.64, 3.6512, 3.7]);
+        assert_eq!((m.kernel.as_deref(), m.host.as_deref()), (Some("6.8.0-1"), Some("box")));
+        assert_eq!(m.other, map(&[("team", "db")]));
+        assert_eq!(m.to_map(), old);
+    }
+
+    #[test]
+    fn unparsable_values_are_kept_not_lost() {
+        // Checks that a clock value that is not a number stays in `other` and is written back unchanged.
+        let m = EpochMeta::from_map(map(&[("cpu_ghz", "fast"), ("cpu_ghz_readings", "3.5 x 3.7")]));
+        assert_eq!(m.clock.ghz, None);
+        assert_eq!(m.clock.readings, vec![3.5, 3.7]);
+        assert_eq!(m.to_map().get("cpu_ghz").map(String::as_str), Some("fast"));
+    }
+
+    #[test]
+    fn readings_keep_their_median() {
+        // Checks the median of odd and even counts of readings, skipping non-positive ones.
+        let mut c = Clock::default();
+        for g in [3.7, 3.5, 3.9] {
+            c.add_reading(g);
+        }
+        assert_eq!(c.ghz, Some(3.7));
+        assert_eq!(median(&[3.6, 3.8, 0.0]), Some(3.7));
+        assert_eq!(median(&[3.6, 3.8]), Some(3.7));
+        assert_eq!(median(&[]), None);
+    }
+}
