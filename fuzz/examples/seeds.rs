@@ -121,7 +121,7 @@ fn store() {
     let e = db.current_epoch().unwrap();
     db.merge(e, &[p]).unwrap();
     db.set_epoch_meta(e, "clock", "monotonic").unwrap();
-    let dir = db.epochs().unwrap()[0].dir.clone();
+    let dir = root.join("epochs").join(format!("{:06}", e.0));
     let mut idx = std::fs::read(dir.join("index.json")).unwrap();
     idx.push(0xff);
     idx.extend(std::fs::read(dir.join("epoch.json")).unwrap());
