@@ -47,7 +47,7 @@ const PROBE_TRIES: usize = 16;
 /// Measures the interrupt cost of one sample with the collection's sample
 /// format (`cfg`: call chains, stack copy), on the calling thread only.
 ///
-/// A per-thread event on this thread samples at [`PROBE_HZ`] in alternate
+/// A per-thread event on this thread samples at `PROBE_HZ` in alternate
 /// windows of the same fixed work; the extra time of a sampled window
 /// divided by its samples is the cost of one. The time is wall time less
 /// the time the thread waited behind others (so a loaded machine does not

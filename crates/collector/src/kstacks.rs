@@ -8,7 +8,7 @@
 //! (code without them, or mapped since the daemon last looked) takes the
 //! stream path with its stack copy (DWARF-unwound, as `--backend stream`
 //! does). The collector checks each walked stack once by the same rule
-//! ([`trustworthy_prefix`]): a chain the program judged on stale ranges
+//! (`trustworthy_prefix`): a chain the program judged on stale ranges
 //! (an image replaced at the same address) is cut there and marked as
 //! stopped early.
 //! With frame pointers only (`--stack-bytes 0`) every process is walked in

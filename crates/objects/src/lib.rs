@@ -21,6 +21,7 @@ pub mod history;
 pub mod index;
 pub mod log;
 pub mod preload;
+pub mod sideband;
 pub mod sites;
 pub mod track;
 

@@ -10,6 +10,8 @@ use loupe_perf::GatedChild;
 use loupe_symbolize::{Symbolizer, SymbolizerOptions};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 type Multiset = BTreeMap<String, usize>;
 
@@ -75,6 +77,28 @@ fn uprobe_log_holds_exactly_the_blocks_the_workload_reports() {
     let tracker = AllocTracker::start(db.path(), &[child.pid as u32], &TrackerOptions::default()).unwrap();
     child.release().unwrap();
     assert_eq!(child.wait().unwrap(), 0);
+    assert_eq!(tracker.stop().unwrap().dropped, 0);
+    check(db.path(), &exe, &tally, Source::Uprobes);
+}
+
+#[test]
+fn sites_of_a_workload_that_exits_before_the_reader_runs_are_kept() {
+    // Regression: maps were read from /proc only when the reader first saw a process's event, so a workload that had exited by then lost every allocation site (an empty log under load); the reader here starts only after the workload is reaped.
+    if !common::require_root() {
+        return;
+    }
+    let exe = common::workloads().join("allocs");
+    let db = tempfile::tempdir().unwrap();
+    let tally = db.path().join("tally.txt");
+    let gate = Arc::new(AtomicBool::new(false));
+    let opts = TrackerOptions { reader_gate: Some(Arc::clone(&gate)), ..Default::default() };
+    let mut child = GatedChild::spawn(exe.to_str().unwrap(), &["200".into(), tally.to_str().unwrap().into()]).unwrap();
+    let pid = child.pid;
+    let tracker = AllocTracker::start(db.path(), &[pid as u32], &opts).unwrap();
+    child.release().unwrap();
+    assert_eq!(child.wait().unwrap(), 0);
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the workload is reaped: its maps are gone");
+    gate.store(true, Ordering::Release);
     assert_eq!(tracker.stop().unwrap().dropped, 0);
     check(db.path(), &exe, &tally, Source::Uprobes);
 }

@@ -83,6 +83,19 @@ pub struct BlockCount {
     pub upper: f64,
     /// Confidently (almost) never run: may be split out of line.
     pub cold: bool,
+    /// With inferred flow: the count that came from outside the graph
+    /// (calls of the entry, escapes where the graph has no way in), so
+    /// count = edges in + `entered` = edges out + `left` exactly.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub entered: f64,
+    /// With inferred flow: the count that left the graph (returns, tail
+    /// calls, escapes).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub left: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -177,6 +190,8 @@ pub fn function_profile(
                 count: per(o),
                 upper: per(poisson_upper(o)),
                 cold: false,
+                entered: 0.0,
+                left: 0.0,
             }
         })
         .collect();
@@ -191,9 +206,9 @@ pub fn function_profile(
         let evidence: Vec<usize> = own.iter().map(|&(_, _, k)| k).collect();
         let estimate: Vec<f64> = blocks.iter().map(|b| b.count).collect();
         let flow = infer::infer(&g, &estimate, &evidence);
-        for (b, &c) in blocks.iter_mut().zip(&flow.blocks) {
-            b.count = c;
-            b.upper = b.upper.max(c);
+        for (k, b) in blocks.iter_mut().enumerate() {
+            (b.count, b.entered, b.left) = (flow.blocks[k], flow.entered[k], flow.left[k]);
+            b.upper = b.upper.max(b.count);
         }
         g.edges
             .iter()

@@ -85,7 +85,7 @@ mod tests {
     use crate::blocks::BlockCount;
 
     fn block(offset: u64, count: f64, cold: bool) -> BlockCount {
-        BlockCount { offset, insns: 1, samples: count, count, upper: count, cold }
+        BlockCount { offset, insns: 1, samples: count, count, upper: count, cold, entered: 0.0, left: 0.0 }
     }
 
     // Literal profile: hot blocks scaled, an unsampled warm block kept at 1,

@@ -37,6 +37,13 @@ pub struct Inferred {
     pub blocks: Vec<f64>,
     /// Per edge of `g.edges`.
     pub edges: Vec<f64>,
+    /// Per block, flow from outside the graph: the entry's calls, and
+    /// escapes where the graph has no way in. Block count = its edges in
+    /// + this.
+    pub entered: Vec<f64>,
+    /// Per block, flow out of the graph: returns, tail calls, escapes.
+    /// Block count = its edges out + this.
+    pub left: Vec<f64>,
 }
 
 /// `estimate[b]` is block b's count (samples per instruction),
@@ -46,7 +53,7 @@ pub fn infer(g: &Cfg, estimate: &[f64], evidence: &[usize]) -> Inferred {
     let nb = g.blocks.len();
     let top = estimate.iter().copied().fold(0.0, f64::max);
     if nb == 0 || top <= 0.0 {
-        return Inferred { blocks: vec![0.0; nb], edges: vec![0.0; g.edges.len()] };
+        return Inferred { blocks: vec![0.0; nb], edges: vec![0.0; g.edges.len()], entered: vec![0.0; nb], left: vec![0.0; nb] };
     }
     let scale = UNITS / top;
     let w: Vec<i64> = estimate.iter().map(|&c| (c * scale).round() as i64).collect();
@@ -57,6 +64,8 @@ pub fn infer(g: &Cfg, estimate: &[f64], evidence: &[usize]) -> Inferred {
     let mut net = Network::new(2 * nb + 4);
     let mut inc = Vec::with_capacity(nb);
     let mut dec = Vec::with_capacity(nb);
+    // Per block, its arcs from S and to T.
+    let (mut ins, mut outs) = (vec![Vec::new(); nb], vec![Vec::new(); nb]);
     for (b, blk) in g.blocks.iter().enumerate() {
         let (i, o) = (2 * b, 2 * b + 1);
         let k = evidence[b] as i64;
@@ -64,18 +73,46 @@ pub fn infer(g: &Cfg, estimate: &[f64], evidence: &[usize]) -> Inferred {
         net.add(i, tt, w[b], 0);
         inc.push(net.add(i, o, UNBOUNDED, COST_BLOCK * k));
         dec.push(net.add(o, i, w[b], COST_BLOCK * k));
-        let entry = b == 0 || blk.preds.is_empty();
-        let exit = blk.exits || blk.unresolved || blk.succs.is_empty();
         let escape = COST_BLOCK * ESCAPE_INSNS;
-        net.add(s, i, UNBOUNDED, if entry { 0 } else { escape });
-        net.add(o, t, UNBOUNDED, if exit { 0 } else { escape });
+        // The entry, returns, tail calls and unresolved jumps meet the outside freely. A block the graph
+        // gives no way in (or out) is entered (or left) some other way, a landing pad, a call that does
+        // not return: free only up to its own estimate, or an unsampled one, such as the nop padding
+        // after a jump, feeds its successor from nowhere at no cost.
+        let exit = blk.exits || blk.unresolved;
+        let free_in = if b == 0 {
+            UNBOUNDED
+        } else if blk.preds.is_empty() {
+            w[b]
+        } else {
+            0
+        };
+        let free_out = if exit {
+            UNBOUNDED
+        } else if blk.succs.is_empty() {
+            w[b]
+        } else {
+            0
+        };
+        if free_in > 0 {
+            ins[b].push(net.add(s, i, free_in, 0));
+        }
+        if free_out > 0 {
+            outs[b].push(net.add(o, t, free_out, 0));
+        }
+        if free_in != UNBOUNDED {
+            ins[b].push(net.add(s, i, UNBOUNDED, escape));
+        }
+        if free_out != UNBOUNDED {
+            outs[b].push(net.add(o, t, UNBOUNDED, escape));
+        }
     }
     net.add(t, s, UNBOUNDED, 0);
     let edges: Vec<usize> = g.edges.iter().map(|e| net.add(2 * e.from + 1, 2 * e.to, UNBOUNDED, COST_EDGE)).collect();
     net.solve(ss, tt);
     let blocks = (0..nb).map(|b| (w[b] + net.flow(inc[b]) - net.flow(dec[b])) as f64 / scale).collect();
     let edges = edges.iter().map(|&a| net.flow(a) as f64 / scale).collect();
-    Inferred { blocks, edges }
+    let total = |arcs: &Vec<usize>| arcs.iter().map(|&a| net.flow(a)).sum::<i64>() as f64 / scale;
+    Inferred { blocks, edges, entered: ins.iter().map(total).collect(), left: outs.iter().map(total).collect() }
 }
 
 #[cfg(test)]
@@ -119,6 +156,23 @@ mod tests {
         // The add block unsampled: the entry's count goes straight to the return.
         let r = infer(&g, &[50.0, 0.0, 50.0], &[2, 3, 1]);
         assert_eq!(round(&r.blocks), vec![50.0, 0.0, 50.0]);
+    }
+
+    // jmp L; nop (padding, no way in); L: add; ret. Regression: the
+    // unsampled padding fed its successor from outside for free, so the
+    // successor kept its estimate while the entry kept its own, and the
+    // padding got a count with no flow into it.
+    #[test]
+    fn padding_with_no_way_in_is_no_free_entry() {
+        let code = [0xb8, 0x01, 0, 0, 0, 0xeb, 0x01, 0x90, 0x83, 0xc0, 0x01, 0xc3];
+        let g = graph(&code);
+        assert_eq!(g.blocks.len(), 3);
+        assert!(g.blocks[1].preds.is_empty());
+        let r = infer(&g, &[10.0, 0.0, 100.0], &[2, 0, 2]);
+        assert_eq!(r.blocks[1], 0.0, "{r:?}");
+        assert_eq!(r.blocks[0], r.blocks[2], "{r:?}");
+        assert_eq!((r.entered[0], r.entered[1], r.entered[2]), (r.blocks[0], 0.0, 0.0), "{r:?}");
+        assert_eq!(r.left, vec![0.0, 0.0, r.blocks[2]], "{r:?}");
     }
 
     // An unsampled block on the only way between two sampled ones runs as

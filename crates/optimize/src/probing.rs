@@ -216,7 +216,16 @@ mod tests {
     use crate::blocks::BlockCount;
 
     fn function(start: u64, size: u64, blocks: &[(u64, f64)]) -> FunctionProfile {
-        let block = |&(offset, count): &(u64, f64)| BlockCount { offset, insns: 1, samples: count, count, upper: count, cold: false };
+        let block = |&(offset, count): &(u64, f64)| BlockCount {
+            offset,
+            insns: 1,
+            samples: count,
+            count,
+            upper: count,
+            cold: false,
+            entered: 0.0,
+            left: 0.0,
+        };
         FunctionProfile {
             name: format!("f{start:x}"),
             start,

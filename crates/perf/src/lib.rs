@@ -105,6 +105,9 @@ pub struct SamplerConfig {
     /// `branch_sample_type` for the hardware events' samples (see
     /// [`sys::branch`]); 0 = no branch stack. Software events never carry one.
     pub branch_stack: u64,
+    /// Stamp records with CLOCK_MONOTONIC (what eBPF's `bpf_ktime_get_ns`
+    /// reads) instead of the perf clock, so they order against eBPF events.
+    pub monotonic_clock: bool,
 }
 
 impl Default for SamplerConfig {
@@ -119,6 +122,7 @@ impl Default for SamplerConfig {
             enable_on_exec: false,
             randomize: 0.1,
             branch_stack: 0,
+            monotonic_clock: false,
         }
     }
 }
@@ -393,6 +397,9 @@ impl Sampler {
         if sideband {
             flags |= MMAP | MMAP2 | COMM | COMM_EXEC | TASK | BUILD_ID;
         }
+        if cfg.monotonic_clock {
+            flags |= USE_CLOCKID;
+        }
         let mut sample_type =
             sys::SAMPLE_IDENTIFIER | sys::SAMPLE_IP | sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_CPU | sys::SAMPLE_PERIOD;
         if cfg.callchain {
@@ -431,6 +438,7 @@ impl Sampler {
             sample_regs_user,
             sample_stack_user,
             branch_sample_type,
+            clockid: if cfg.monotonic_clock { libc::CLOCK_MONOTONIC } else { 0 },
             ..Default::default()
         }
     }

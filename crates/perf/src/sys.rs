@@ -75,6 +75,8 @@ pub mod flag {
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
     pub const MMAP2: u64 = 1 << 23;
     pub const COMM_EXEC: u64 = 1 << 24;
+    /// Timestamps from `clockid` instead of the perf clock.
+    pub const USE_CLOCKID: u64 = 1 << 25;
     pub const BUILD_ID: u64 = 1 << 34;
 }
 
