@@ -12,16 +12,16 @@ use loupe_trace::record::{encode, Value};
 use std::path::Path;
 use std::process::Command;
 
-/// A perf seed: the layout byte of the perf_record target, then a record that parses under it.
-fn put_perf(name: &str, flags: u8, rec: &[u8]) {
-    let layout = loupe_perf::Layout {
-        callchain: flags & 1 != 0,
-        user_stack: flags & 2 != 0,
-        ids: vec![(1, 0), (2, 1)],
-        branch_events: if flags & 8 != 0 { vec![1] } else { vec![] },
-    };
+/// A perf seed: the five format words of the perf_record target (sample_type, read_format,
+/// branch_sample_type, user and interrupt register masks), then a record that parses under them.
+fn put_perf(name: &str, sample_type: u64, rec: &[u8]) {
+    use loupe_perf::sample::{Format, Layout};
+    let format = Format { sample_type, regs_user: loupe_perf::sys::USER_REGS_MASK, ..Format::default() };
+    let branches = Format { sample_type: sample_type | loupe_perf::sys::SAMPLE_BRANCH_STACK, ..format };
+    let layout = Layout { format, per_event: vec![(1, branches)], ids: vec![(1, 0), (2, 1)] };
     assert!(loupe_perf::record::parse(rec, &layout).is_some(), "seed {name} does not parse");
-    put("perf_record", name, &[&[flags][..], rec].concat());
+    let head = words(&[sample_type, 0, 0, loupe_perf::sys::USER_REGS_MASK, 0]);
+    put("perf_record", name, &[&head[..], rec].concat());
 }
 
 fn put(target: &str, name: &str, bytes: &[u8]) {
@@ -53,16 +53,18 @@ fn perf(kind: u32, misc: u16, body: &[u8], trailer: bool) -> Vec<u8> {
 }
 
 fn perf_records() {
+    use loupe_perf::sys::*;
+    const BASE: u64 = SAMPLE_IDENTIFIER | SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU | SAMPLE_PERIOD;
     // IDENTIFIER, IP, TID, TIME, CPU, PERIOD.
     let fixed = |id: u64| words(&[id, 0x401000, (43u64 << 32) | 42, 1234, 1, 1_000_000]);
-    put_perf("sample", 0, &perf(9, 2, &fixed(1), false));
+    put_perf("sample", BASE, &perf(9, 2, &fixed(1), false));
     let mut s = fixed(2);
     s.extend(words(&[3, -512i64 as u64, 0x401000, 0x402000])); // call chain with a context marker
     s.extend(words(&[1, 0x401005, 0x401040, 1 | (37 << 4)])); // one branch
     s.extend(words(&[2, 0x7ffd_0010, 0x7ffd_0000, 0x401010, 16])); // user regs, 16 bytes of stack
     s.extend(0u8..16);
     s.extend(words(&[12]));
-    put_perf("sample-chain-branches-stack", 1 | 2 | 8, &perf(9, 2, &s, false));
+    put_perf("sample-chain-branches-stack", BASE | SAMPLE_CALLCHAIN | SAMPLE_REGS_USER | SAMPLE_STACK_USER, &perf(9, 2, &s, false));
     let mut m = Vec::new();
     m.extend(7u32.to_ne_bytes());
     m.extend(8u32.to_ne_bytes());
@@ -74,14 +76,14 @@ fn perf_records() {
     m.extend(5u32.to_ne_bytes());
     m.extend(2u32.to_ne_bytes());
     m.extend(b"/usr/lib/libc.so.6\0\0\0\0\0\0");
-    put_perf("mmap2", 0, &perf(10, 1 << 14, &m, true));
+    put_perf("mmap2", BASE, &perf(10, 1 << 14, &m, true));
     let mut c = 3u32.to_ne_bytes().repeat(2);
     c.extend(b"selftime\0\0\0\0\0\0\0\0");
-    put_perf("comm", 0, &perf(3, 1 << 13, &c, true));
+    put_perf("comm", BASE, &perf(3, 1 << 13, &c, true));
     let mut f: Vec<u8> = [10u32, 9, 10, 9].iter().flat_map(|v| v.to_ne_bytes()).collect();
     f.extend(words(&[66]));
-    put_perf("fork", 0, &perf(7, 0, &f, true));
-    put_perf("lost", 0, &perf(2, 0, &words(&[1, 12]), true));
+    put_perf("fork", BASE, &perf(7, 0, &f, true));
+    put_perf("lost", BASE, &perf(2, 0, &words(&[1, 12]), true));
 }
 
 fn store() {
@@ -119,7 +121,7 @@ fn store() {
     let e = db.current_epoch().unwrap();
     db.merge(e, &[p]).unwrap();
     db.set_epoch_meta(e, "clock", "monotonic").unwrap();
-    let dir = db.epochs().unwrap()[0].dir.clone();
+    let dir = root.join("epochs").join(format!("{:06}", e.0));
     let mut idx = std::fs::read(dir.join("index.json")).unwrap();
     idx.push(0xff);
     idx.extend(std::fs::read(dir.join("epoch.json")).unwrap());

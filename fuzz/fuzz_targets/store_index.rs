@@ -21,7 +21,9 @@ fn scratch() -> &'static (Database, EpochId, PathBuf) {
         let mut p = Profile::new(ImageId::elf("/bin/x", None), EventName::new("cpu-clock"));
         p.add(ProcessKey::new(1, "x"), ImageOffset(0x1000), 3, 3_000_000);
         db.merge(e, &[p]).expect("merge");
-        let dir = db.epochs().expect("epochs")[0].dir.clone();
+        // The directory as the store documents its layout: what someone who can write the database writes into.
+        let dir = root.join("epochs").join(format!("{:06}", e.0));
+        assert!(dir.join("index.json").is_file(), "the store's layout moved: {}", dir.display());
         (db, e, dir)
     })
 }

@@ -185,7 +185,10 @@ fn parse_entries(r: &mut Reader, address: u64, skew: u64, prev: &mut u64) -> Res
         *prev = out;
         let out_off = out.wrapping_sub(address);
         if j < equal {
-            input = ((out_off + skew) << 1) | u64::from(bits[j / 8] >> (j % 8) & 1);
+            // A skew or offset past u32::MAX (a damaged table) is out of range like the other entries.
+            let in_off = out_off.checked_add(skew).filter(|&v| v <= u64::from(u32::MAX));
+            let in_off = in_off.ok_or_else(|| bad(format!("BAT entry out of range in fragment {address:#x}")))?;
+            input = (in_off << 1) | u64::from(bits[j / 8] >> (j % 8) & 1);
         } else {
             input = input.wrapping_add_signed(r.sleb()?);
         }
@@ -558,6 +561,23 @@ mod tests {
         let at = f.address + out as u64;
         assert_eq!(bat.translate(at), Some((0x0a, input)));
         assert_eq!(bat.translate(at + (u32::MAX - input) as u64 + 1), None);
+    }
+
+    // A table whose cold fragment's skew plus output offset passes 2^64 (fuzz target bolt_bat, found after the
+    // merge of the manager): an entry out of range, not an overflow.
+    #[test]
+    fn skew_overflowing_the_input_offset_is_an_error_not_overflow() {
+        #[rustfmt::skip]
+        let d = [0x01, 0x03, 0x80, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x03, 0, 0x03, 0xc4, 0xc4, 0xc4, 0xff, 0xc4, 0xc4, 0xc4,
+            0xc4, 0xf8, 0x80, 0xff, 0x03, 0, 0x03, 0xc4, 0xc4, 0xc4, 0xff, 0xc4, 0xc4, 0xc4, 0xc4, 0xf8, 0x80, 0xff, 0x2d, 0x20,
+            0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x6f, 0x01,
+            0x80, 0x01];
+        let mut note = vec![5, 0, 0, 0];
+        note.extend((d.len() as u32).to_le_bytes());
+        note.extend(1u32.to_le_bytes());
+        note.extend(b"BOLT\0\0\0\0");
+        note.extend(d);
+        assert!(Bat::parse(&note).is_err());
     }
 
     /// Straight runs and branch ends through the hand-built table, the hot fragment `f` at 0x1000 (size 0x30)

@@ -307,12 +307,17 @@ impl Buffer {
         // One load of the head; a failed CAS hands back the head it found, so each retry costs a timestamp and a CAS.
         let mut h = head.load(Ordering::Acquire);
         let (h, ts, pos, start) = loop {
+            // A head within two packets of 2^64 bytes (only a corrupting writer puts it there) has no room to reserve.
+            if h > u64::MAX - 2 * s {
+                self.ctl(cpu, OFF_DROPPED).fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
             let ts = self.stamp();
             let off = h & (s - 1);
             let (new, pos, start) = if off == 0 || off + len as u64 > s {
                 let start = h.next_multiple_of(s);
                 let consumed = self.ctl(cpu, OFF_CONSUMED).load(Ordering::Acquire);
-                if start >> self.sub_shift >= consumed + self.geo.nsub as u64 {
+                if start >> self.sub_shift >= consumed.saturating_add(self.geo.nsub as u64) {
                     self.ctl(cpu, OFF_DROPPED).fetch_add(1, Ordering::Relaxed);
                     return false;
                 }
@@ -400,10 +405,11 @@ impl Buffer {
             return false;
         }
         out.clear();
+        // `consumed` is shared memory any writer may set: positions wrap (slot_ptr keeps the slot in range).
         // SAFETY: the packet is complete (every byte committed) and no writer can enter it until `consumed` moves.
-        out.extend_from_slice(unsafe { std::slice::from_raw_parts(self.slot_ptr(cpu, c * s), s as usize) });
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(self.slot_ptr(cpu, c.wrapping_mul(s)), s as usize) });
         commit.store(0, Ordering::Relaxed);
-        consumed.store(c + 1, Ordering::Release);
+        consumed.store(c.wrapping_add(1), Ordering::Release);
         seal(out, self.dropped(cpu));
         true
     }
@@ -549,6 +555,23 @@ mod tests {
         b.flush(0);
         assert_eq!(b.ctl(0, OFF_HEAD).load(Ordering::Relaxed), 0xffff_ffff_ffff_8a2a);
         assert!(!b.take(0, &mut Vec::new()));
+    }
+
+    // A consumed count a writer set near u64::MAX (fuzz target trace_buffer) takes the slot it names and wraps,
+    // and a writer whose head lies within two packets of 2^64 drops its event instead of overflowing the head.
+    #[test]
+    fn consumed_count_and_head_near_u64_max_wrap_or_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Buffer::create(&dir.path().join("b"), geo(2)).unwrap();
+        b.ctl(0, OFF_CONSUMED).store(u64::MAX, Ordering::Relaxed);
+        b.ctl(0, OFF_COMMIT + 8).store(32768, Ordering::Relaxed);
+        let mut out = Vec::new();
+        assert!(b.take(0, &mut out));
+        assert_eq!(out.len(), 32768);
+        assert_eq!(b.ctl(0, OFF_CONSUMED).load(Ordering::Relaxed), 0);
+        b.ctl(0, OFF_HEAD).store(u64::MAX - 100, Ordering::Relaxed);
+        assert!(!b.log_on(0, 16, rec(16)));
+        assert_eq!((b.dropped(0), b.ctl(0, OFF_HEAD).load(Ordering::Relaxed)), (1, u64::MAX - 100));
     }
 
     // A header whose counts make the buffer's size wrap around 2^64 (64 CPUs of 2^31 packets of 2 GiB: 2^68
