@@ -65,12 +65,41 @@ pub struct Counters {
     pub dropped: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(String);
+/// Which step failed, for callers that react differently (fall back to
+/// the stream on `Unsupported`, report a verifier refusal as a bug).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// This kernel or these privileges cannot run the programs (the reason says which).
+    Unsupported,
+    /// Opening, sizing or loading (verifying) a program.
+    Load,
+    /// Attaching to perf events, or turning on run-time statistics.
+    Attach,
+    /// Reading or writing the programs' maps and rings.
+    Map,
+}
 
-fn err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error(format!("{what}: {e}"))
+/// A BPF error: which step failed, and the cause, on one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    fn unsupported(why: String) -> Error {
+        Error { kind: ErrorKind::Unsupported, message: why }
+    }
+}
+
+fn err(kind: ErrorKind, what: &str, e: impl std::fmt::Display) -> Error {
+    Error { kind, message: format!("{what}: {e}") }
 }
 
 const KEY_SIZE: usize = 16;
@@ -134,17 +163,17 @@ impl BpfAggregator {
     /// Loads the program with tables of `max_entries_per_cpu` keys.
     pub fn load(max_entries_per_cpu: u32) -> Result<BpfAggregator, Error> {
         if let Some(why) = unavailable_reason() {
-            return Err(Error(why));
+            return Err(Error::unsupported(why));
         }
         // The skeleton borrows its object storage for its whole life; the
         // aggregator lives as long as the daemon, so the storage is leaked.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = AggregateSkelBuilder::default().open(storage).map_err(|e| err("opening the BPF object", e))?;
+        let mut open = AggregateSkelBuilder::default().open(storage).map_err(|e| err(ErrorKind::Load, "opening the BPF object", e))?;
         for m in [&mut open.maps.counts0, &mut open.maps.counts1] {
-            m.set_max_entries(max_entries_per_cpu).map_err(|e| err("sizing the BPF tables", e))?;
+            m.set_max_entries(max_entries_per_cpu).map_err(|e| err(ErrorKind::Load, "sizing the BPF tables", e))?;
         }
-        let skel = open.load().map_err(|e| err("loading the BPF program (verifier)", e))?;
-        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| err("counting CPUs", e))?;
+        let skel = open.load().map_err(|e| err(ErrorKind::Load, "loading the BPF program (verifier)", e))?;
+        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| err(ErrorKind::Load, "counting CPUs", e))?;
         Ok(BpfAggregator {
             skel,
             links: Vec::new(),
@@ -184,8 +213,9 @@ impl BpfAggregator {
         if self.evictions.is_none() {
             // The ring lives as long as the daemon; its map handle is leaked
             // so the ring buffer can borrow it for 'static.
-            let handle: &'static libbpf_rs::MapHandle =
-                Box::leak(Box::new(libbpf_rs::MapHandle::try_from(&self.skel.maps.evictions).map_err(|e| err("eviction ring buffer", e))?));
+            let handle: &'static libbpf_rs::MapHandle = Box::leak(Box::new(
+                libbpf_rs::MapHandle::try_from(&self.skel.maps.evictions).map_err(|e| err(ErrorKind::Map, "eviction ring buffer", e))?,
+            ));
             let sink = Rc::clone(&self.evicted);
             let mut b = RingBufferBuilder::new();
             b.add(handle, move |data: &[u8]| {
@@ -196,11 +226,11 @@ impl BpfAggregator {
                 }
                 0
             })
-            .map_err(|e| err("eviction ring buffer", e))?;
-            self.evictions = Some(b.build().map_err(|e| err("eviction ring buffer", e))?);
+            .map_err(|e| err(ErrorKind::Map, "eviction ring buffer", e))?;
+            self.evictions = Some(b.build().map_err(|e| err(ErrorKind::Map, "eviction ring buffer", e))?);
         }
         if let Some(rb) = &self.evictions {
-            rb.consume().map_err(|e| err("reading evictions", e))?;
+            rb.consume().map_err(|e| err(ErrorKind::Map, "reading evictions", e))?;
         }
         out.append(&mut self.evicted.borrow_mut());
         Ok(())
@@ -252,12 +282,12 @@ fn attach_all(prog: &libbpf_rs::ProgramMut<'_>, fds: &[(usize, i32)]) -> Result<
         // SAFETY: dup of a descriptor the caller keeps open for this call.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
         if dup < 0 {
-            return Err(err("duplicating a perf event fd", std::io::Error::last_os_error()));
+            return Err(err(ErrorKind::Attach, "duplicating a perf event fd", std::io::Error::last_os_error()));
         }
         let link = prog.attach_perf_event_with_opts(dup, opts).map_err(|e| {
             // SAFETY: closing the duplicate nobody took ownership of.
             unsafe { libc::close(dup) };
-            err("attaching to a perf event", e)
+            err(ErrorKind::Attach, "attaching to a perf event", e)
         })?;
         links.push(link);
     }
@@ -270,7 +300,7 @@ fn enable_stats() -> Result<std::os::fd::OwnedFd, Error> {
     // SAFETY: a plain syscall wrapper; it returns a new fd or -errno.
     let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
     if fd < 0 {
-        return Err(err("enabling BPF run-time statistics", std::io::Error::from_raw_os_error(-fd)));
+        return Err(err(ErrorKind::Attach, "enabling BPF run-time statistics", std::io::Error::from_raw_os_error(-fd)));
     }
     // SAFETY: the fd was just returned to us and is owned by nobody else.
     Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) })
@@ -346,7 +376,7 @@ fn drain_table_with(fd: i32, ncpus: usize, key_size: usize, mut each: impl FnMut
             if errno == libc::EFAULT && count == 0 {
                 return Ok(());
             }
-            return Err(err("draining a BPF table", std::io::Error::from_raw_os_error(errno)));
+            return Err(err(ErrorKind::Map, "draining a BPF table", std::io::Error::from_raw_os_error(errno)));
         }
         for i in 0..count as usize {
             let key = &keys[i * key_size..(i + 1) * key_size];

@@ -15,7 +15,9 @@
 //! place, it hands to the perf ring with their user stack copies (see
 //! [`StackCounters`]); nothing is dropped here.
 
-use crate::{attach_all, codes, drain_table_with, enable_stats, err, percpu_sum, prog_info, prog_run_stats, Error, RunStats, GRACE};
+use crate::{
+    attach_all, codes, drain_table_with, enable_stats, err, percpu_sum, prog_info, prog_run_stats, Error, ErrorKind, RunStats, GRACE,
+};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 use std::collections::HashMap;
@@ -151,23 +153,23 @@ impl StackAggregator {
     /// process by frame pointers (no stack copies are wanted).
     pub fn load(max_entries_per_cpu: u32, stack_entries: u32, frame_pointers_only: bool) -> Result<StackAggregator, Error> {
         if let Some(why) = crate::unavailable_reason() {
-            return Err(Error(why));
+            return Err(Error::unsupported(why));
         }
         // The skeleton borrows its object storage for its whole life; the
         // aggregator lives as long as the daemon, so the storage is leaked.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = StacksSkelBuilder::default().open(storage).map_err(|e| err("opening the BPF object", e))?;
+        let mut open = StacksSkelBuilder::default().open(storage).map_err(|e| err(ErrorKind::Load, "opening the BPF object", e))?;
         for m in [&mut open.maps.counts0, &mut open.maps.counts1] {
-            m.set_max_entries(max_entries_per_cpu).map_err(|e| err("sizing the BPF tables", e))?;
+            m.set_max_entries(max_entries_per_cpu).map_err(|e| err(ErrorKind::Load, "sizing the BPF tables", e))?;
         }
         for m in [&mut open.maps.stacks0, &mut open.maps.stacks1] {
-            m.set_max_entries(stack_entries).map_err(|e| err("sizing the BPF stack maps", e))?;
+            m.set_max_entries(stack_entries).map_err(|e| err(ErrorKind::Load, "sizing the BPF stack maps", e))?;
         }
         if let Some(bss) = open.maps.bss_data.as_deref_mut() {
             bss.fp_only = frame_pointers_only as u32;
         }
-        let skel = open.load().map_err(|e| err("loading the BPF stack program (verifier)", e))?;
-        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| err("counting CPUs", e))?;
+        let skel = open.load().map_err(|e| err(ErrorKind::Load, "loading the BPF stack program (verifier)", e))?;
+        let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| err(ErrorKind::Load, "counting CPUs", e))?;
         Ok(StackAggregator {
             skel,
             links: Vec::new(),
@@ -192,7 +194,11 @@ impl StackAggregator {
     /// Describes a process to the program (replacing what it knew).
     pub fn set_process(&self, pid: u32, p: &ProcessUnwind) -> Result<(), Error> {
         let value = proc_info_bytes(p);
-        self.skel.maps.procs.update(&pid.to_ne_bytes(), &value, MapFlags::ANY).map_err(|e| err("describing a process to BPF", e))
+        self.skel
+            .maps
+            .procs
+            .update(&pid.to_ne_bytes(), &value, MapFlags::ANY)
+            .map_err(|e| err(ErrorKind::Map, "describing a process to BPF", e))
     }
 
     /// Forgets a process (it exited): its samples, if any, take the ring.

@@ -60,7 +60,7 @@ pub enum BackendChoice {
 /// commands and signals.
 const POLL_TIMEOUT: Duration = Duration::from_millis(250);
 
-pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+pub use crate::error::{Error, ErrorKind, Result};
 
 /// One interval's worth of daemon accounting.
 #[derive(Clone, Debug, Default, serde::Serialize)]

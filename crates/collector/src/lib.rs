@@ -13,6 +13,7 @@ pub mod branches;
 pub mod budget;
 pub mod clock;
 pub mod daemon;
+pub mod error;
 pub mod framepointers;
 pub mod images;
 pub mod kernel;

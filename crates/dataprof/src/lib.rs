@@ -9,6 +9,7 @@
 //! * [`cache`], [`maps`]: cache geometry and process memory maps.
 
 pub mod cache;
+pub mod error;
 pub mod hottest;
 pub mod interp;
 pub mod log;

@@ -3,12 +3,12 @@
 //! (or, with a memory-sampling PMU, its hardware address taken), appended to
 //! the access log as it arrives.
 
+use crate::error::{err, ErrorKind, Result};
 use crate::interp::{self, Kind, NoAccess};
 use crate::log::{AccessRecord, Source, Status, Writer};
 use crate::pmu::{self, PmuEvent};
 use crate::regs;
 use crate::sample::{self, RawSample};
-use anyhow::{Context, Result};
 use loupe_perf::ring::{self, Ring};
 use loupe_perf::sys::{self, PerfEventAttr};
 use loupe_perf::{Format, Layout};
@@ -85,7 +85,7 @@ impl Recorder {
     /// `try_pmu`: use a memory-sampling PMU event if the machine has one.
     pub fn open(db: &Path, pid: Option<i32>, freq_hz: u64, try_pmu: bool) -> Result<Recorder> {
         let cpus = loupe_perf::online_cpus();
-        let writer = Writer::create(db).with_context(|| format!("creating the access log in {}", db.display()))?;
+        let writer = Writer::create(db).map_err(|e| err(ErrorKind::Log, format_args!("creating the access log in {}", db.display()), e))?;
         let pmu_event = if try_pmu { pmu::detect() } else { None };
         let mut rec = Recorder {
             fds: Vec::new(),
@@ -122,8 +122,9 @@ impl Recorder {
         let pid = pid.unwrap_or(-1);
         self.layout = Layout::new(Format::of(&attr));
         for &cpu in cpus {
-            let fd = sys::perf_event_open(&attr, pid, cpu as i32, -1).with_context(|| format!("perf_event_open on CPU {cpu}"))?;
-            let ring = Ring::map(fd.as_raw_fd(), RING_PAGES).context("mmap of the perf ring")?;
+            let fd = sys::perf_event_open(&attr, pid, cpu as i32, -1)
+                .map_err(|e| err(ErrorKind::Sampling, format_args!("perf_event_open on CPU {cpu}"), e))?;
+            let ring = Ring::map(fd.as_raw_fd(), RING_PAGES).map_err(|e| err(ErrorKind::Sampling, "mmap of the perf ring", e))?;
             self.fds.push(fd);
             self.rings.push(ring);
         }
@@ -133,7 +134,7 @@ impl Recorder {
     /// Starts system-wide sampling (a command's starts at its exec).
     pub fn enable(&self) -> Result<()> {
         for f in &self.fds {
-            sys::ioctl(f.as_raw_fd(), sys::IOC_ENABLE, 0).context("PERF_EVENT_IOC_ENABLE")?;
+            sys::ioctl(f.as_raw_fd(), sys::IOC_ENABLE, 0).map_err(|e| err(ErrorKind::Sampling, "PERF_EVENT_IOC_ENABLE", e))?;
         }
         Ok(())
     }
@@ -174,7 +175,7 @@ impl Recorder {
             self.summary.with_address += r.has_addr() as u64;
             self.batch.push(r);
         }
-        self.writer.append(&self.batch).context("writing the access log")?;
+        self.writer.append(&self.batch).map_err(|e| err(ErrorKind::Log, "writing the access log", e))?;
         self.batch.clear();
         Ok(())
     }
@@ -267,7 +268,8 @@ impl Recorder {
         self.summary.self_cpu_ns = self_cpu_ns().saturating_sub(self.cpu_at_start.unwrap_or(0));
         let meta = Meta { summary: self.summary.clone(), caches: crate::cache::Geometry::read_sysfs() };
         let p = crate::log::data_dir(&self.db).join("meta.json");
-        std::fs::write(&p, serde_json::to_vec_pretty(&meta)?).with_context(|| format!("writing {}", p.display()))?;
+        let text = serde_json::to_vec_pretty(&meta).map_err(|e| err(ErrorKind::Log, format_args!("writing {}", p.display()), e))?;
+        std::fs::write(&p, text).map_err(|e| err(ErrorKind::Log, format_args!("writing {}", p.display()), e))?;
         Ok(self.summary)
     }
 }
@@ -282,8 +284,9 @@ pub struct Meta {
 impl Meta {
     pub fn read(db: &Path) -> Result<Meta> {
         let p = crate::log::data_dir(db).join("meta.json");
-        let bytes = std::fs::read(&p).with_context(|| format!("{} (record with `loupe record --data`)", p.display()))?;
-        serde_json::from_slice(&bytes).with_context(|| format!("{}: bad JSON", p.display()))
+        let bytes =
+            std::fs::read(&p).map_err(|e| err(ErrorKind::Meta, format_args!("{} (record with `loupe record --data`)", p.display()), e))?;
+        serde_json::from_slice(&bytes).map_err(|e| err(ErrorKind::Meta, format_args!("{}: bad JSON", p.display()), e))
     }
 }
 

@@ -5,7 +5,7 @@
 //! perf's data-type profiling does. Types are named as in the source
 //! (`struct counters`, a typedef's name) and fields found by offset.
 
-use anyhow::{Context, Result};
+use crate::error::{err, ErrorKind, Result};
 use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
 use object::{Object, ObjectSegment, ObjectSymbol};
 use std::path::Path;
@@ -68,12 +68,12 @@ pub struct ImageTypes {
 
 impl ImageTypes {
     pub fn load(path: &Path) -> Result<ImageTypes> {
-        let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let data = std::fs::read(path).map_err(|e| err(ErrorKind::Dwarf, format_args!("reading {}", path.display()), e))?;
         // Lives as long as the analysis command: the DWARF readers borrow it.
         let data: &'static [u8] = Box::leak(data.into_boxed_slice());
-        let file = object::File::parse(data).with_context(|| format!("{}: not an ELF file", path.display()))?;
+        let file = object::File::parse(data).map_err(|e| err(ErrorKind::Dwarf, format_args!("{}: not an ELF file", path.display()), e))?;
         let endian = if file.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
-        let load_section = |id: gimli::SectionId| -> Result<R, gimli::Error> {
+        let load_section = |id: gimli::SectionId| -> std::result::Result<R, gimli::Error> {
             let bytes = match object::ObjectSection::uncompressed_data(&match file.section_by_name(id.name()) {
                 Some(s) => s,
                 None => return Ok(EndianSlice::new(&[], endian)),

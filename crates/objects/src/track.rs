@@ -31,12 +31,42 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(String);
+/// Which step of tracking failed, for callers that react differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The C library, or any allocator function in it, could not be found or probed.
+    NoProbes,
+    /// The probes did not open or the verifier refused them.
+    Load,
+    /// The allocation log or the object histories could not be written.
+    Log,
+    /// Reading the probes' ring failed.
+    Read,
+    /// The tracking thread died.
+    Thread,
+}
 
-fn err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error(format!("{what}: {e}"))
+/// An allocation-tracking error: which step failed, and the cause, on one line.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error { kind, message: message.into() }
+    }
+}
+
+fn err(kind: ErrorKind, what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(kind, format!("{what}: {e}"))
 }
 
 /// Which libraries to probe; `None` finds them (the C library this process
@@ -132,9 +162,13 @@ impl AllocTracker {
     /// once the probes are attached: start it before releasing a gated
     /// command so its first allocation is seen.
     pub fn start(db_dir: &Path, roots: &[u32], opts: &TrackerOptions) -> Result<AllocTracker, Error> {
-        let libc = opts.libc.clone().or_else(|| find_library("libc.so")).ok_or_else(|| Error("cannot find the C library".into()))?;
+        let libc = opts
+            .libc
+            .clone()
+            .or_else(|| find_library("libc.so"))
+            .ok_or_else(|| Error::new(ErrorKind::NoProbes, "cannot find the C library"))?;
         let cxx = opts.libstdcxx.clone().or_else(|| find_library("libstdc++.so"));
-        let writer = Writer::create(db_dir, "uprobes", Source::Uprobes).map_err(|e| err("allocation log", e))?;
+        let writer = Writer::create(db_dir, "uprobes", Source::Uprobes).map_err(|e| err(ErrorKind::Log, "allocation log", e))?;
         let (ready_tx, ready_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = mpsc::channel();
         let setup = Setup {
@@ -152,14 +186,18 @@ impl AllocTracker {
                 let _ = thread.join();
                 Err(e)
             }
-            Err(_) => Err(Error("the allocation tracking thread died while starting".into())),
+            Err(_) => Err(Error::new(ErrorKind::Thread, "the allocation tracking thread died while starting")),
         }
     }
 
     /// Drains what the probes have queued, writes the log out and detaches.
     pub fn stop(mut self) -> Result<TrackSummary, Error> {
         let _ = self.stop.send(());
-        self.thread.take().expect("stopped once").join().map_err(|_| Error("the allocation tracking thread panicked".into()))?
+        self.thread
+            .take()
+            .expect("stopped once")
+            .join()
+            .map_err(|_| Error::new(ErrorKind::Thread, "the allocation tracking thread panicked"))?
     }
 }
 
@@ -251,7 +289,9 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
     let started = (|| -> Result<Started, Error> {
         let (skel, links, warnings) = attach(&setup.libc, setup.cxx.as_deref(), &setup.roots)?;
         let watcher = match &setup.history {
-            Some(h) => Some(Watcher::new(&setup.db_dir, h.clone(), monotonic_ns()).map_err(|e| err("object histories", e))?),
+            Some(h) => {
+                Some(Watcher::new(&setup.db_dir, h.clone(), monotonic_ns()).map_err(|e| err(ErrorKind::Log, "object histories", e))?)
+            }
             None => None,
         };
         Ok((skel, links, warnings, watcher))
@@ -259,7 +299,7 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
     let (mut skel, _links, mut warnings, mut watcher) = match started {
         Ok(x) => x,
         Err(e) => {
-            let _ = ready.send(Err(Error(e.0.clone())));
+            let _ = ready.send(Err(e.clone()));
             return Err(e);
         }
     };
@@ -285,8 +325,8 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
         s2.borrow_mut().on_event(b);
         0
     })
-    .map_err(|e| err("allocation ring buffer", e))?;
-    let rb = rb.build().map_err(|e| err("allocation ring buffer", e))?;
+    .map_err(|e| err(ErrorKind::Load, "allocation ring buffer", e))?;
+    let rb = rb.build().map_err(|e| err(ErrorKind::Load, "allocation ring buffer", e))?;
     let _ = ready.send(Ok(warnings));
     let mut stopping = false;
     while setup.reader_gate.as_ref().is_some_and(|g| !g.load(Ordering::Acquire)) && !stopping {
@@ -297,11 +337,11 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
         stopping |= !matches!(stop.try_recv(), Err(mpsc::TryRecvError::Empty));
         // Events do not wake this thread (only armed objects do): drain on a short period.
         let timeout = if watcher.as_ref().is_some_and(|w| w.watching().is_some()) { 5 } else { 20 };
-        rb.poll(Duration::from_millis(timeout)).map_err(|e| err("reading allocation events", e))?;
+        rb.poll(Duration::from_millis(timeout)).map_err(|e| err(ErrorKind::Read, "reading allocation events", e))?;
         // Every event submitted before this instant is read by the consume below.
         let read_at = monotonic_ns();
         // poll only reads rings that signalled; the probes mostly do not.
-        rb.consume().map_err(|e| err("reading allocation events", e))?;
+        rb.consume().map_err(|e| err(ErrorKind::Read, "reading allocation events", e))?;
         if let Some(s) = sideband.as_mut() {
             state.borrow_mut().append_maps(s.read(read_at, false));
         }
@@ -322,14 +362,14 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
             break;
         }
     }
-    rb.consume().map_err(|e| err("reading allocation events", e))?;
+    rb.consume().map_err(|e| err(ErrorKind::Read, "reading allocation events", e))?;
     let mut st = state.borrow_mut();
     if let Some(s) = sideband.as_mut() {
         st.append_maps(s.read(monotonic_ns(), true));
     }
-    st.writer.flush().map_err(|e| err("writing the allocation log", e))?;
+    st.writer.flush().map_err(|e| err(ErrorKind::Log, "writing the allocation log", e))?;
     if let Some(e) = st.error.take() {
-        return Err(err("writing the allocation log", e));
+        return Err(err(ErrorKind::Log, "writing the allocation log", e));
     }
     st.summary.processes = st.maps.len();
     let sideband_lost = sideband.as_ref().map_or(0, Sideband::lost);
@@ -422,12 +462,12 @@ fn attach(libc: &Path, cxx: Option<&Path>, roots: &[u32]) -> Result<(AllocsSkel<
     libbpf_rs::set_print(None);
     // The skeleton borrows its object storage for its whole life; one per tracking run.
     let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-    let open = AllocsSkelBuilder::default().open(storage).map_err(|e| err("opening the allocation probes", e))?;
-    let skel = open.load().map_err(|e| err("loading the allocation probes (verifier)", e))?;
+    let open = AllocsSkelBuilder::default().open(storage).map_err(|e| err(ErrorKind::Load, "opening the allocation probes", e))?;
+    let skel = open.load().map_err(|e| err(ErrorKind::Load, "loading the allocation probes (verifier)", e))?;
     for pid in roots {
-        skel.maps.tracked.update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY).map_err(|e| err("tracking a process", e))?;
+        skel.maps.tracked.update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY).map_err(|e| err(ErrorKind::Load, "tracking a process", e))?;
     }
-    let mut links = vec![skel.progs.on_fork.attach().map_err(|e| err("following forks (sched_process_fork)", e))?];
+    let mut links = vec![skel.progs.on_fork.attach().map_err(|e| err(ErrorKind::Load, "following forks (sched_process_fork)", e))?];
     let mut warnings = Vec::new();
     let libs = [(libc, LIBC_HOOKS)].into_iter().chain(cxx.map(|c| (c, CXX_HOOKS)));
     for (lib, hooks) in libs {
@@ -445,7 +485,7 @@ fn attach(libc: &Path, cxx: Option<&Path>, roots: &[u32]) -> Result<(AllocsSkel<
         }
     }
     if links.len() == 1 {
-        return Err(Error(format!("no allocator function could be probed ({})", warnings.join("; "))));
+        return Err(Error::new(ErrorKind::NoProbes, format!("no allocator function could be probed ({})", warnings.join("; "))));
     }
     Ok((skel, links, warnings))
 }
