@@ -78,6 +78,10 @@ pub fn top(
         let image = image_display(&t.image);
         if n > 0 && keep_image(&image) {
             rows.entry((image, None, None)).or_insert_with(|| vec![0; events.len()])[ev] += n;
+            // As from whole profiles: samples outside any image are unnamed whatever the view.
+            if t.image.kind == ImageKind::Unknown {
+                unnamed.entry(Unnamed::NoImage).or_insert_with(|| vec![0; events.len()])[ev] += n;
+            }
         }
     }
     for p in profiles {
