@@ -92,11 +92,7 @@ fn kill_9_loses_at_most_the_last_flush_interval() {
     // Every CPU busy for the whole run, so rate x CPUs x seconds samples are
     // taken by construction (an idle CPU in a deep sleep state takes fewer
     // timer samples, and a quiet machine would make the figure a guess).
-    let mut busy = Command::new(workloads().join("selftime"))
-        .args(["--seconds", "8", "--threads", &cpus.to_string(), "--out", "/dev/null"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut busy = busy_every_cpu(cpus, 8);
     let d = Daemon::start(&db, &["--flush-every", "1", "--freq", "500", "--max-overhead", "off"]);
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
@@ -128,11 +124,7 @@ fn the_default_daemon_loses_no_record_with_every_cpu_busy() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let cpus = std::thread::available_parallelism().unwrap().get();
-    let mut busy = Command::new(workloads().join("selftime"))
-        .args(["--seconds", "8", "--threads", &cpus.to_string(), "--out", "/dev/null"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut busy = busy_every_cpu(cpus, 8);
     std::thread::sleep(Duration::from_millis(200));
     let d = Daemon::start(&db, &["--flush-every", "1"]);
     std::thread::sleep(Duration::from_secs(4));
@@ -200,4 +192,14 @@ fn flush_and_epoch_commands_reach_the_daemon() {
     let e1 = top_json(&db, &["--by", "image", "--epoch", "1"])["total_samples"].as_u64().unwrap();
     let e2 = top_json(&db, &["--by", "image", "--epoch", "2"])["total_samples"].as_u64().unwrap();
     assert!(e1 >= after_flush && e2 > 0, "epoch 1 {e1}, epoch 2 {e2}");
+}
+
+/// `selftime` with one busy thread per CPU for `seconds`, so every CPU takes
+/// its timer samples whatever else the machine is doing.
+fn busy_every_cpu(cpus: usize, seconds: u32) -> std::process::Child {
+    Command::new(workloads().join("selftime"))
+        .args(["--seconds", &seconds.to_string(), "--threads", &cpus.to_string(), "--out", "/dev/null"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
 }
