@@ -1000,12 +1000,14 @@ mod tests {
         engine.sampler.set_freq(10);
         let t = Instant::now();
         let caught_up = |e: &Engine| e.sampler.lost_by_kernel().is_none_or(|k| k == e.sampler.lost());
+        let mut was_caught_up = false;
         while t.elapsed() < Duration::from_secs(20) {
             engine.drain().unwrap();
             if caught_up(&engine) {
                 engine.sampler.disable().unwrap();
                 engine.drain().unwrap();
                 if caught_up(&engine) {
+                    was_caught_up = true;
                     break;
                 }
                 engine.sampler.enable().unwrap();
@@ -1021,7 +1023,16 @@ mod tests {
             engine.sampler.samples_seen()
         );
         assert!(truth > 0, "the rings did not overflow: the test proves nothing");
-        assert_eq!(reported, truth, "PERF_RECORD_LOST counts against the kernel's counters");
+        if was_caught_up {
+            assert_eq!(reported, truth, "PERF_RECORD_LOST counts against the kernel's counters");
+        } else {
+            // On a machine busy with other tests a ring may lose its last records just before sampling stops, and the
+            // kernel reports them only with that ring's next record, which never comes: the records may lag the
+            // counters by what 10 samples/s per CPU lose between two drains, never exceed them. What the user sees
+            // (below) takes the kernel's counters and must equal them exactly either way.
+            let cpus = loupe_perf::online_cpus().len() as u64;
+            assert!(reported <= truth && truth - reported <= 4 * cpus, "PERF_RECORD_LOST said {reported}, the kernel {truth}");
+        }
         assert_eq!(engine.losses().ring_overrun, truth);
         let epoch = engine.db.current_epoch().unwrap();
         let info = engine.db.epochs().unwrap().into_iter().find(|e| e.id == epoch).unwrap();
