@@ -5,6 +5,7 @@
 mod annotate;
 mod calc;
 mod collect;
+mod config;
 mod data;
 mod diff;
 mod flags;
@@ -29,7 +30,18 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args = match config::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "loupe: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(text) = config::print_daemon_config(&args) {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Record(a) => collect::record(a),
         Command::Daemon(a) => collect::daemon(a),

@@ -9,7 +9,8 @@ loupe record --lbr -- ./prog   (then: loupe optimize export --format bolt ./prog
 Recording into an existing database adds to its current epoch, so several runs of a program sum into one profile.\n\
 With a command, loupe exits with the command's exit status; its stdout and stderr pass through untouched.";
 
-pub const DAEMON_HELP: &str = "Examples:\n  loupe daemon --db /var/lib/loupe --flush-every 60 --stats 10\n\n\
+pub const DAEMON_HELP: &str = "Examples:\n  loupe daemon --db /var/lib/loupe --flush-every 60 --stats 10\n  \
+loupe daemon --print-config > /etc/loupe/daemon.toml; loupe daemon --config /etc/loupe/daemon.toml\n\n\
 Control a running daemon with `loupe flush --db DIR` and `loupe epoch --db DIR`. SIGTERM or SIGINT flushes and exits.";
 
 #[derive(Args, Debug, Clone)]
@@ -106,6 +107,13 @@ pub struct DaemonArgs {
     /// Also run the re-optimization manager (`loupe optimize manage --config CONFIG`) beside the daemon, niced, until the daemon stops.
     #[arg(long, value_name = "CONFIG")]
     pub optimize: Option<PathBuf>,
+    /// Read flags from a TOML file: any flag above by its long name (`flush-every = 30`, `event = ["cpu-clock"]`,
+    /// `no-stacks = true`); flags on the command line win. Mistakes are reported with the file's line.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print every setting, with what this command line and --config make of it, as a --config file, and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 /// `--max-overhead`: a percent of each CPU, or off.
