@@ -243,6 +243,11 @@ impl Engine {
                 return Err("--backend bpf aggregates in the kernel; branch records (--lbr) need the stream backend".into())
             }
             _ if cfg.branch_stack != 0 => (None, "stream (branch records from the LBR are read from the rings)".to_string()),
+            // The kernel runs only tracing programs on tracepoint events, not the perf_event programs that aggregate.
+            BackendChoice::Bpf if cfg.events.iter().any(|e| e.is_tracepoint()) => {
+                return Err("--backend bpf aggregates samples of counting events; tracepoint events need the stream backend".into())
+            }
+            _ if cfg.events.iter().any(|e| e.is_tracepoint()) => (None, "stream (tracepoint samples are read from the rings)".to_string()),
             _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
