@@ -1,6 +1,6 @@
 //! `record`, `daemon`, `flush`, `epoch`, `epochs`, `events`.
 
-use crate::flags::{DaemonArgs, DbArg, Lbr, RecordArgs, SamplingArgs};
+use crate::flags::{DaemonArgs, DbArg, EventsArgs, Format, Lbr, RecordArgs, SamplingArgs};
 use anyhow::{bail, Context, Result};
 use loupe_collector::daemon::{self, DaemonOptions, Engine};
 use loupe_perf::{EventSpec, GatedChild, SamplerConfig, Target};
@@ -285,23 +285,36 @@ pub fn epochs(a: DbArg) -> Result<u8> {
         let (index, _) = db.index(e.id)?;
         let samples: u64 = index.entries.iter().map(|x| x.total_samples).sum();
         let mark = if e.id == current { "*" } else { " " };
-        println!("{mark}{:>6}  started {}  {:>10} samples  {} profiles", e.id, e.started_unix, samples, index.entries.len());
+        let started = crate::flags::iso_local(e.started_unix);
+        println!("{mark}{:>6}  started {started}  {:>10} samples  {} profiles", e.id, samples, index.entries.len());
     }
     Ok(0)
 }
 
-pub fn events() -> Result<u8> {
-    for (e, r) in loupe_perf::probe_events() {
-        let kind = if loupe_perf::is_hardware(&e) { "hardware" } else { "software" };
-        match r {
-            Ok(()) => println!("{:<26} {kind:<9} available", e.name),
-            Err(why) => println!("{:<26} {kind:<9} unavailable: {why}", e.name),
-        }
-    }
+pub fn events(a: EventsArgs) -> Result<u8> {
+    let mut rows: Vec<(String, &str, Result<(), String>)> = loupe_perf::probe_events()
+        .into_iter()
+        .map(|(e, r)| {
+            let kind = if loupe_perf::is_hardware(&e) { "hardware" } else { "software" };
+            (e.name, kind, r)
+        })
+        .collect();
     // Not an event: what `--lbr` needs with the hardware events' samples.
-    match loupe_perf::probe_branch_stack(Lbr::User.branch_sample_type()) {
-        Ok(()) => println!("{:<26} {:<9} available (--lbr)", "branch-stack", "hardware"),
-        Err(why) => println!("{:<26} {:<9} unavailable: {why}", "branch-stack", "hardware"),
+    rows.push(("branch-stack".into(), "hardware", loupe_perf::probe_branch_stack(Lbr::User.branch_sample_type()).map_err(|e| e.to_string())));
+    if a.format == Format::Json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, kind, r)| serde_json::json!({ "name": name, "kind": kind, "available": r.is_ok(), "reason": r.as_ref().err() }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "events": list }))?);
+        return Ok(0);
+    }
+    for (name, kind, r) in rows {
+        match r {
+            Ok(()) if name == "branch-stack" => println!("{name:<26} {kind:<9} available (--lbr)"),
+            Ok(()) => println!("{name:<26} {kind:<9} available"),
+            Err(why) => println!("{name:<26} {kind:<9} unavailable: {why}"),
+        }
     }
     Ok(0)
 }

@@ -20,6 +20,7 @@ pub mod buffer;
 pub mod client;
 pub mod codegen;
 pub mod counters;
+pub mod dump;
 pub mod ctf;
 pub mod export;
 pub mod kernel;
