@@ -60,14 +60,15 @@ fn value_json(v: &Value) -> serde_json::Value {
 pub fn entry_json(event: &Event, e: &Entry, t0: u64) -> serde_json::Value {
     let mut fields = serde_json::Map::new();
     for (f, v) in event.fields.iter().zip(&e.rec.fields) {
-        match (shown(event, f), v) {
-            (Shown::Hex, Value::U(x)) => drop(fields.insert(f.name.clone(), json!(format!("{x:#x}")))),
+        let value = match (shown(event, f), v) {
+            (Shown::Hex, Value::U(x)) => json!(format!("{x:#x}")),
             (Shown::Syscall, Value::I(n)) => {
-                fields.insert(f.name.clone(), json!(n));
                 fields.insert("syscall".into(), json!(syscall_name(*n)));
+                json!(n)
             }
-            _ => drop(fields.insert(f.name.clone(), value_json(v))),
-        }
+            _ => value_json(v),
+        };
+        fields.insert(f.name.clone(), value);
     }
     json!({
         "time": e.rec.ts.saturating_sub(t0) as f64 / 1e9,

@@ -1,9 +1,10 @@
 //! The filter flags: which epochs, processes, images and event a command
-//! reads. Each is declared once, as a one-field struct, because commands
-//! take different subsets in different orders (`diff` has no `--pid`, `top`
-//! no `--since`) and clap flattens whole structs: a command flattens the
-//! ones it takes, in the order its `--help` lists them. Each derefs to its
-//! value, so `a.pid.contains(&pid)` reads as before.
+//! reads. Each is declared once, as a small struct, because commands take
+//! different subsets in different orders (`diff` has no `--pid`, `stats` no
+//! `--epoch`) and clap flattens whole structs: a command flattens the ones
+//! it takes, in the order its `--help` lists them. Each derefs to its main
+//! value, so `a.pid.contains(&pid)` reads as before. `--since/--until` ride
+//! with `--epoch`, so every command that selects epochs takes a time range.
 
 use super::DbArg;
 use chrono::{DateTime, Local, NaiveDate, NaiveDateTime, TimeZone};
