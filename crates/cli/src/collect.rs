@@ -301,7 +301,11 @@ pub fn events(a: EventsArgs) -> Result<u8> {
         })
         .collect();
     // Not an event: what `--lbr` needs with the hardware events' samples.
-    rows.push(("branch-stack".into(), "hardware", loupe_perf::probe_branch_stack(Lbr::User.branch_sample_type()).map_err(|e| e.to_string())));
+    rows.push((
+        "branch-stack".into(),
+        "hardware",
+        loupe_perf::probe_branch_stack(Lbr::User.branch_sample_type()).map_err(|e| e.to_string()),
+    ));
     if a.format == Format::Json {
         let list: Vec<serde_json::Value> = rows
             .iter()

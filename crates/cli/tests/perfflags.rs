@@ -50,7 +50,8 @@ fn attach_gives_the_shares_a_command_run_gives() {
     let dir = tempfile::tempdir().unwrap();
     let w = workloads();
     let attached_truth = dir.path().join("attached.json");
-    let mut wl = Command::new(w.join("selftime")).args(["--threads", "2", "--seconds", "2.5", "--out"]).arg(&attached_truth).spawn().unwrap();
+    let mut wl =
+        Command::new(w.join("selftime")).args(["--threads", "2", "--seconds", "2.5", "--out"]).arg(&attached_truth).spawn().unwrap();
     let pid = wl.id() as i32;
     let started = Instant::now();
     while std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()) < 3 && started.elapsed() < Duration::from_secs(10) {
@@ -127,11 +128,17 @@ fn tracepoint_counts_each_context_switch_of_a_sleeping_workload() {
     );
     let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let csv = std::fs::read_to_string(&counted_by_perf).unwrap();
-    let perf: u64 = csv.lines().find_map(|l| l.strip_suffix(",").or(Some(l)).filter(|l| l.contains("sched:sched_switch"))?.split(',').next()?.parse().ok()).unwrap_or_else(|| panic!("no count in {csv}"));
+    let perf: u64 = csv
+        .lines()
+        .find_map(|l| l.strip_suffix(",").or(Some(l)).filter(|l| l.contains("sched:sched_switch"))?.split(',').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {csv}"));
     let top = top_json(&db, &["--by", "image", "-e", "sched:sched_switch", "--pid", &pid]);
     let counted = top["total_samples"].as_u64().unwrap();
     eprintln!("sched_switch of pid {pid}: loupe {counted}, perf stat {perf}");
-    assert!(counted >= 150 && (perf..=perf + 10).contains(&counted), "loupe counted {counted} sched_switch, perf stat {perf}, for 150 sleeps");
+    assert!(
+        counted >= 150 && (perf..=perf + 10).contains(&counted),
+        "loupe counted {counted} sched_switch, perf stat {perf}, for 150 sleeps"
+    );
     let msg = loupe().args(["record", "-e", "sched:sched_swich", "--db"]).arg(dir.path().join("x")).output().unwrap();
     let msg = String::from_utf8_lossy(&msg.stderr);
     assert!(msg.contains("did you mean sched:sched_switch"), "{msg}");
@@ -169,7 +176,9 @@ fn user_only_events_have_no_kernel_samples_or_frames() {
     let utime = 100.0 * t["utime"].as_f64().unwrap() / t["total_cpu"].as_f64().unwrap();
     let got = 100.0 * user as f64 / all as f64;
     assert!((got - utime).abs() <= 3.0, ":u is {got:.2}% of the plain count, utime is {utime:.2}% of the CPU time");
-    let stacks = json(&run_ok(loupe().args(["top", "--children", "--format", "json", "--limit", "100000", "--pid", &pid, "-e", "cpu-clock:u", "--db"]).arg(&db)));
+    let stacks = json(&run_ok(
+        loupe().args(["top", "--children", "--format", "json", "--limit", "100000", "--pid", &pid, "-e", "cpu-clock:u", "--db"]).arg(&db),
+    ));
     let rows = stacks["rows"].as_array().unwrap();
     assert!(!rows.is_empty() && rows.iter().all(|r| r["image"] != "[kernel]"), "kernel frames in :u stacks: {rows:?}");
 }

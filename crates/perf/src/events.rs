@@ -89,7 +89,10 @@ fn parse_event_in(text: &str, tracefs: Option<&Path>) -> Result<EventSpec, Error
             .iter()
             .find(|(n, aliases, _, _)| *n == base || aliases.contains(&base))
             .map(|&(n, _, t, c)| EventSpec::new(n, t, c))
-            .ok_or_else(|| unknown_event(base, EVENTS.iter().map(|e| e.0.to_string()).collect()))?,
+            .ok_or_else(|| {
+                let known: Vec<String> = EVENTS.iter().map(|e| e.0.to_string()).collect();
+                unknown_event(base, known.clone(), close_matches(base, &known))
+            })?,
     };
     if let Some(x) = exclude {
         spec.name = format!("{}:{}", spec.name, if x.user { "k" } else { "u" });
@@ -120,32 +123,42 @@ fn tracepoint(sub: &str, name: &str, tracefs: Option<&Path>) -> Result<EventSpec
     match std::fs::read_to_string(&id_file) {
         Ok(text) => match text.trim().parse() {
             Ok(id) => Ok(EventSpec::new(&full, PERF_TYPE_TRACEPOINT, id)),
-            Err(_) => Err(Error::new(ErrorKind::Io, format!("tracepoint {full}: {} holds {:?}, not an id", id_file.display(), text.trim()))),
+            Err(_) => {
+                Err(Error::new(ErrorKind::Io, format!("tracepoint {full}: {} holds {:?}, not an id", id_file.display(), text.trim())))
+            }
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(unknown_event(&full, tracepoints_near(&events, sub))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(unknown_tracepoint(&events, sub, name)),
         Err(e) => Err(Error::io(&format!("tracepoint {full}: cannot read {}", id_file.display()), e)),
     }
 }
 
-/// Tracepoints of the subsystem, or the subsystems when it has none (as `sub:*`).
-fn tracepoints_near(events: &Path, sub: &str) -> Vec<String> {
+/// The error for an unknown tracepoint: the subsystem's tracepoints, or
+/// the subsystems (as `sub:*`) when it has none, nearest first.
+fn unknown_tracepoint(events: &Path, sub: &str, name: &str) -> Error {
     let names = |dir: &Path| -> Vec<String> {
         let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
         let mut v: Vec<String> = rd.flatten().filter(|e| e.path().is_dir()).filter_map(|e| e.file_name().into_string().ok()).collect();
         v.sort();
         v
     };
+    let full = format!("{sub}:{name}");
     match names(&events.join(sub)) {
-        v if !v.is_empty() => v.into_iter().map(|n| format!("{sub}:{n}")).collect(),
-        _ => names(events).into_iter().map(|s| format!("{s}:*")).collect(),
+        v if !v.is_empty() => {
+            let close = close_matches(name, &v).into_iter().map(|n| format!("{sub}:{n}")).collect();
+            unknown_event(&full, v.into_iter().map(|n| format!("{sub}:{n}")).collect(), close)
+        }
+        _ => {
+            let subs = names(events);
+            let close = close_matches(sub, &subs).into_iter().map(|s| format!("{s}:*")).collect();
+            unknown_event(&full, subs.into_iter().map(|s| format!("{s}:*")).collect(), close)
+        }
     }
 }
 
-/// The error for a name that is not an event: the closest known names first.
-fn unknown_event(name: &str, known: Vec<String>) -> Error {
-    let close = close_matches(name, &known);
-    let hint = if close.is_empty() { String::new() } else { format!("; did you mean {}?", close.join(", ")) };
-    let list = if known.len() > 40 { format!("{} more", known.len()) } else { known.join(", ") };
+/// The error for a name that is not an event, with the closest known names first.
+fn unknown_event(name: &str, known: Vec<String>, close: Vec<String>) -> Error {
+    let hint = if close.is_empty() { String::new() } else { format!(" (did you mean {}?)", close.join(", ")) };
+    let list = if known.len() > 40 { format!("{} of them, under /sys/kernel/tracing/events", known.len()) } else { known.join(", ") };
     Error::new(ErrorKind::UnknownEvent { name: name.into(), known }, format!("unknown event {name:?}{hint}; known events: {list}"))
 }
 
@@ -212,7 +225,7 @@ mod tests {
         let e = parse_event("cpu-clocks").unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("cpu-clocks") && msg.contains("cpu-clock,") && msg.contains("branch-misses"), "{msg}");
-        assert!(msg.contains("did you mean cpu-clock,"), "{msg}");
+        assert!(msg.contains("\"cpu-clocks\" (did you mean cpu-clock?); known events: "), "{msg}");
         assert!(matches!(e.kind(), ErrorKind::UnknownEvent { .. }));
     }
 

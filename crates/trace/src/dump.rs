@@ -84,10 +84,8 @@ mod tests {
     use crate::spec::{FieldType, Scalar};
 
     fn event(class: &str, fields: &[&str]) -> Event {
-        let fields = fields
-            .iter()
-            .map(|n| Field { name: n.to_string(), ty: FieldType::Scalar(Scalar::U64), description: String::new() })
-            .collect();
+        let fields =
+            fields.iter().map(|n| Field { name: n.to_string(), ty: FieldType::Scalar(Scalar::U64), description: String::new() }).collect();
         Event { id: 40, layer: "OS".into(), class: class.into(), specifier: "Enter".into(), description: String::new(), fields }
     }
 

@@ -67,7 +67,9 @@ pub enum Command {
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
     /// Show which sampling events this machine supports.
-    #[command(after_help = "Tracepoints (`-e subsystem:name`, e.g. sched:sched_switch) are listed by the kernel under /sys/kernel/tracing/events.")]
+    #[command(
+        after_help = "Tracepoints (`-e subsystem:name`, e.g. sched:sched_switch) are listed by the kernel under /sys/kernel/tracing/events."
+    )]
     Events(EventsArgs),
     /// Differential profile of two runs or sets of runs (McKenney): buckets sorted by how they changed.
     #[command(after_help = DIFF_HELP)]
