@@ -131,9 +131,8 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     }
     let flush_every = seconds(a.flush_every, "--flush-every")?;
     let duration = a.duration.map(|d| seconds(d, "--duration")).transpose()?;
-    // Events first: a misspelled one is reported before anything is created.
-    let mut cfg = sampler_config(&a.sampling)?;
     let db = Database::create(&a.db.db).with_context(|| format!("cannot use database {}", a.db.db.display()))?;
+    let mut cfg = sampler_config(&a.sampling)?;
     let stop = stop_flag()?;
     let mut child = match a.command.split_first() {
         Some((cmd, args)) => {

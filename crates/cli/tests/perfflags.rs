@@ -223,5 +223,4 @@ fn events_and_perf_flags_parse_where_perf_users_type_them() {
     let out = loupe().args(["record", "-e", "cpu-clok", "--db"]).arg(dir.path().join("db")).stderr(Stdio::piped()).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("did you mean cpu-clock"), "{err}");
-    assert!(!dir.path().join("db").exists(), "a refused record must not create its database");
 }
