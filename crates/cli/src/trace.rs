@@ -218,7 +218,7 @@ impl Client for Live {
         if ev.class == "Counters" {
             return;
         }
-        let fields: Vec<String> = ev.fields.iter().zip(&rec.fields).map(|(f, v)| format!("{}={v}", f.name)).collect();
+        let fields: Vec<String> = ev.fields.iter().zip(&rec.fields).map(|(f, v)| loupe_trace::dump::field_text(ev, f, v)).collect();
         let _ = writeln!(self.out.lock(), "{} cpu{cpu} {} {}", rec.ts, ev.full_name(), fields.join(" "));
     }
     fn wants_records(&self) -> bool {

@@ -224,3 +224,25 @@ fn events_and_perf_flags_parse_where_perf_users_type_them() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("did you mean cpu-clock"), "{err}");
 }
+
+#[test]
+fn trace_dump_names_system_calls_and_prints_addresses_in_hex() {
+    // Checks trace dump of /bin/true's kernel events, text and JSON: its exit_group by name, its page faults' data
+    // address and ip in hex; the JSON holds as many events as the text's summary line counts.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.trace");
+    run_ok(loupe().args(["trace", "record", "--kernel", "syscalls,faults", "-o"]).arg(&t).args(["--", "/bin/true"]));
+    let text = String::from_utf8(run_ok(loupe().args(["trace", "dump"]).arg(&t)).stdout).unwrap();
+    assert!(text.lines().any(|l| l.contains("OS::Syscall::Enter") && l.ends_with(" nr=exit_group")), "{text}");
+    let fault = text.lines().find(|l| l.contains("OS::Memory::PageFault")).unwrap_or_else(|| panic!("no page fault: {text}"));
+    assert!(fault.contains(" address=0x") && fault.contains(" ip=0x"), "{fault}");
+    let doc = json(&run_ok(loupe().args(["trace", "dump", "--format", "json"]).arg(&t)));
+    let events = doc["events"].as_array().unwrap();
+    let summary = text.lines().last().unwrap();
+    assert!(summary.starts_with(&format!("# {} events,", events.len())), "{summary} vs {} JSON events", events.len());
+    assert!(events.iter().any(|e| e["event"] == "OS::Syscall::Enter" && e["fields"]["syscall"] == "exit_group"));
+    assert!(events.iter().any(|e| e["fields"]["ip"].as_str().is_some_and(|ip| ip.starts_with("0x"))));
+}
