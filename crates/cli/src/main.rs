@@ -49,7 +49,7 @@ fn main() -> ExitCode {
         Command::Epoch(a) => collect::epoch(a),
         Command::Epochs(a) => collect::epochs(a),
         Command::Top(a) => top::run(a),
-        Command::Events => collect::events(),
+        Command::Events(a) => collect::events(a),
         Command::Calc(a) => calc::run(a),
         Command::Annotate(a) => annotate::run(a),
         Command::Diff(a) => diff::diff(a),
