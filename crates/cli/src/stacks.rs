@@ -41,7 +41,7 @@ fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
 
 fn write_out(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
     match path {
-        Some(p) => std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display())),
+        Some(p) => loupe_files::write(p, bytes).with_context(|| format!("cannot write {}", p.display())),
         None => Ok(std::io::stdout().lock().write_all(bytes)?),
     }
 }

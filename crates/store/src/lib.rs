@@ -258,7 +258,11 @@ fn denied(root: &Path) -> Error {
         Ok(m) => format!("owned by uid {} gid {}, mode {:o}; ", m.uid(), m.gid(), m.mode() & 0o7777),
         Err(_) => String::new(),
     };
-    Error::new(ErrorKind::Permission, root, format!("permission denied ({whose}its owner can share it with a group: `loupe record --group NAME`)"))
+    Error::new(
+        ErrorKind::Permission,
+        root,
+        format!("permission denied ({whose}its owner can share it with a group: `loupe record --group NAME`)"),
+    )
 }
 
 /// An exclusive flock, released on drop.
