@@ -18,6 +18,7 @@ pub mod framepointers;
 pub mod images;
 pub mod kernel;
 pub mod kstacks;
+pub mod privilege;
 pub mod process;
 pub mod stacks;
 pub mod unwind;
