@@ -44,11 +44,8 @@ impl Privileges {
 
     /// From the text of the sysctl and of /proc/self/status.
     pub fn parse(paranoid: &str, status: &str) -> Privileges {
-        let caps = status
-            .lines()
-            .find_map(|l| l.strip_prefix("CapEff:"))
-            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-            .unwrap_or(0);
+        let caps =
+            status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok()).unwrap_or(0);
         Privileges { paranoid: paranoid.trim().parse().unwrap_or(2), caps }
     }
 
@@ -115,14 +112,18 @@ pub fn plan(p: &Privileges, scope: Scope, backend: BackendChoice) -> Result<Plan
     }
     let backend = match backend {
         BackendChoice::Bpf if !p.bpf() => {
-            return Err(refuse("--backend bpf needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN, or root); --backend stream needs neither".into()))
+            return Err(refuse(
+                "--backend bpf needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN, or root); --backend stream needs neither".into(),
+            ))
         }
         BackendChoice::Auto if !p.bpf() => BackendChoice::Stream,
         b => b,
     };
     let user_only = !p.kernel_samples();
     let note = user_only.then(|| {
-        format!("profiling user space only: kernel samples need CAP_PERFMON (or root), or kernel.perf_event_paranoid <= 1 (it is {paranoid})")
+        format!(
+            "profiling user space only: kernel samples need CAP_PERFMON (or root), or kernel.perf_event_paranoid <= 1 (it is {paranoid})"
+        )
     });
     Ok(Plan { user_only, backend, note })
 }
