@@ -326,7 +326,7 @@ pub fn epochs(a: DbArg) -> Result<u8> {
 pub fn events() -> Result<u8> {
     let user_only = !Privileges::current().kernel_samples();
     if user_only {
-        println!("(probed for user space only: kernel samples need CAP_PERFMON or kernel.perf_event_paranoid <= 1)");
+        eprintln!("loupe: probing user space only: kernel samples need CAP_PERFMON or kernel.perf_event_paranoid <= 1");
     }
     for (e, r) in loupe_perf::probe_events_for(user_only) {
         let kind = if loupe_perf::is_hardware(&e) { "hardware" } else { "software" };

@@ -255,7 +255,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 fn denied(root: &Path) -> Error {
     use std::os::unix::fs::MetadataExt;
     let whose = match fs::metadata(root) {
-        Ok(m) => format!("owned by uid {} gid {}, mode {:o}; ", m.uid(), m.gid(), m.mode() & 0o7777),
+        Ok(m) => format!("owned by uid {} gid {}, mode {:04o}; ", m.uid(), m.gid(), m.mode() & 0o7777),
         Err(_) => String::new(),
     };
     Error::new(
