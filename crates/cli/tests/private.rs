@@ -203,17 +203,18 @@ fn nobody_profiles_own_command_in_user_space_like_root() {
 
 #[test]
 fn refusals_name_the_capability_or_sysctl_and_leave_nothing() {
-    // Checks system-wide record, daemon and --backend bpf as nobody at paranoid 2: each names what it needs, none creates its database.
+    // Checks system-wide record, daemon, --backend bpf and locks as nobody at paranoid 2: each names what it needs, none creates its database.
     if !require_root() {
         return;
     }
     let _one = serial();
     let _p = Paranoid::set("2");
     let shared = Shared::new();
-    let cases: [(&[&str], &[&str]); 3] = [
+    let cases: [(&[&str], &[&str]); 4] = [
         (&["record", "--duration", "1", "--db", "sw"], &["CAP_PERFMON", "kernel.perf_event_paranoid <= 0 (it is 2)"]),
         (&["daemon", "--db", "sw"], &["CAP_PERFMON", "kernel.perf_event_paranoid <= 0"]),
         (&["record", "--backend", "bpf", "--db", "sw", "--", "/bin/true"], &["CAP_BPF", "CAP_PERFMON"]),
+        (&["locks", "--", "/bin/true"], &["loupe locks loads eBPF", "CAP_BPF"]),
     ];
     for (args, needs) in cases {
         let out = shared.as_nobody(args);

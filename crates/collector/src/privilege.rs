@@ -128,6 +128,15 @@ pub fn plan(p: &Privileges, scope: Scope, backend: BackendChoice) -> Result<Plan
     Ok(Plan { user_only, backend, note })
 }
 
+/// Refuses `what`, a path that loads BPF programs (uprobes, the BPF
+/// backend), unless the privileges allow it, naming the capabilities.
+pub fn require_bpf(p: &Privileges, what: &str) -> Result<(), Error> {
+    if p.bpf() {
+        return Ok(());
+    }
+    Err(refuse(format!("{what} loads eBPF programs: it needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN, or root)")))
+}
+
 /// Why the backend is the stream when [`plan`] chose it (for `backend ...`).
 pub fn stream_reason(p: &Privileges) -> Option<&'static str> {
     (!p.bpf()).then_some("stream (BPF needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN)")
@@ -173,5 +182,8 @@ mod tests {
         assert_eq!((p.user_only, p.backend), (false, BackendChoice::Stream));
         let p = plan(&with(2, &[CAP_PERFMON, CAP_BPF]), Scope::SystemWide, BackendChoice::Auto).unwrap();
         assert_eq!(p.backend, BackendChoice::Auto);
+        let e = require_bpf(&with(-1, &[CAP_PERFMON]), "loupe locks").unwrap_err().to_string();
+        assert!(e.starts_with("loupe locks loads eBPF") && e.contains("CAP_BPF"), "{e}");
+        assert!(require_bpf(&with(2, &[CAP_SYS_ADMIN]), "loupe locks").is_ok());
     }
 }
