@@ -1,44 +1,101 @@
 //! `record`, `daemon`, `flush`, `epoch`, `epochs`, `events`.
 
-use crate::flags::{DaemonArgs, DbArg, EventsArgs, Format, Lbr, RecordArgs, SamplingArgs};
+use crate::flags::{DaemonArgs, DbArg, EventsArgs, Format, Lbr, RecordArgs, SamplingArgs, ShareArg};
 use anyhow::{bail, Context, Result};
-use loupe_collector::daemon::{self, DaemonOptions, Engine};
+use loupe_collector::daemon::{self, BackendChoice, DaemonOptions, Engine};
+use loupe_collector::privilege::{self, Plan, Privileges, Scope};
 use loupe_perf::{EventSpec, GatedChild, SamplerConfig, Target};
 use loupe_store::Database;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Resolves event names, probing the machine: unknown names are errors
-/// that list what exists; hardware events without a PMU fall back to
-/// cpu-clock with a warning.
-fn resolve_events(names: &[String]) -> Result<Vec<EventSpec>> {
+/// Resolves event names, probing the machine as the recording will open
+/// them (user space only when `user_only`): unknown names are errors that
+/// list what exists; hardware events without a PMU fall back to cpu-clock
+/// with a warning; any other failure is an error naming its cause.
+fn resolve_events(names: &[String], user_only: bool) -> Result<Vec<EventSpec>> {
     let names: Vec<String> = if names.is_empty() { vec!["cpu-clock".into()] } else { names.to_vec() };
-    let probed = loupe_perf::probe_events();
-    let missing: Vec<&str> = probed.iter().filter(|(_, r)| r.is_err()).map(|(e, _)| e.name.as_str()).collect();
+    let probed = loupe_perf::probe_events_for(user_only);
     let mut out: Vec<EventSpec> = Vec::new();
     for n in &names {
         let spec = loupe_perf::parse_event(n)?;
         // By type and config: `cycles:u` is probed as `cycles`.
-        let ok = probed.iter().find(|(e, _)| (e.type_, e.config) == (spec.type_, spec.config)).is_none_or(|(_, r)| r.is_ok());
-        let spec = if ok {
-            spec
-        } else {
-            eprintln!("loupe: event {} is not available on this machine (no hardware PMU); falling back to cpu-clock", spec.name);
-            let modifier = spec.name.rsplit_once(':').map_or("", |(_, m)| if m == "u" || m == "k" { m } else { "" });
-            loupe_perf::parse_event(&if modifier.is_empty() { "cpu-clock".into() } else { format!("cpu-clock:{modifier}") })?
+        let probe = probed.iter().find(|(e, _)| (e.type_, e.config) == (spec.type_, spec.config)).map(|(_, r)| r);
+        let spec = match probe {
+            None | Some(Ok(())) => spec,
+            Some(Err(why)) if loupe_perf::is_hardware(&spec) && why.contains("no hardware PMU") => {
+                eprintln!("loupe: event {} is not available on this machine (no hardware PMU); falling back to cpu-clock", spec.name);
+                let modifier = spec.name.rsplit_once(':').map_or("", |(_, m)| if m == "u" || m == "k" { m } else { "" });
+                loupe_perf::parse_event(&if modifier.is_empty() { "cpu-clock".into() } else { format!("cpu-clock:{modifier}") })?
+            }
+            Some(Err(why)) => bail!("event {} cannot be opened: {why}", spec.name),
         };
         if !out.iter().any(|e| e.name == spec.name) {
             out.push(spec);
         }
     }
-    let names: Vec<&str> = out.iter().map(|e| e.name.as_str()).collect();
-    if missing.is_empty() {
-        eprintln!("loupe: sampling {} (hardware PMU available)", names.join(", "));
-    } else {
-        eprintln!("loupe: sampling {}; unavailable here: {}", names.join(", "), missing.join(", "));
-    }
     Ok(out)
+}
+
+/// What the privileges allow a recording of `scope` (the decision `-p PID`
+/// makes too: `Scope::OwnProcesses`), said once when it narrows the request.
+pub(crate) fn privilege_plan(scope: Scope, s: &SamplingArgs) -> Result<Plan> {
+    let plan = privilege::plan(&Privileges::current(), scope, s.backend.choice())?;
+    if let Some(note) = &plan.note {
+        eprintln!("loupe: {note}");
+    }
+    Ok(plan)
+}
+
+/// The engine's line about its backend, saying why when the privileges
+/// ruled BPF out of an automatic choice.
+fn backend_note(engine: &Engine, s: &SamplingArgs, plan: &Plan) -> String {
+    match privilege::stream_reason(&Privileges::current()) {
+        Some(why) if s.backend.choice() == BackendChoice::Auto && plan.backend == BackendChoice::Stream => why.to_string(),
+        _ => engine.backend_note.clone(),
+    }
+}
+
+/// A database directory this run is creating, removed again unless the
+/// run [`keep`](NewDir::keep)s it: a failed run leaves nothing behind, and
+/// never removes what existed before.
+struct NewDir(Option<std::path::PathBuf>);
+
+impl NewDir {
+    /// Remembers the outermost missing directory on the way to `path`.
+    fn before(path: &std::path::Path) -> NewDir {
+        let mut top = None;
+        let mut p = Some(path);
+        while let Some(d) = p.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+            top = Some(d.to_path_buf());
+            p = d.parent();
+        }
+        NewDir(top)
+    }
+
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for NewDir {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Creates (or opens) the database, shared with `--group` when given; the
+/// group is looked up first so a wrong name creates nothing.
+fn create_db(path: &std::path::Path, share: &ShareArg) -> Result<Database> {
+    let gid = share.group.as_deref().map(|g| loupe_files::group_id(g).with_context(|| format!("--group {g}"))).transpose()?;
+    let db = Database::create(path).with_context(|| format!("cannot use database {}", path.display()))?;
+    if let Some(gid) = gid {
+        loupe_files::share(path, gid).with_context(|| format!("cannot share database {}", path.display()))?;
+    }
+    Ok(db)
 }
 
 impl Lbr {
@@ -66,11 +123,12 @@ fn branch_stack(lbr: Option<Lbr>) -> Result<u64> {
     }
 }
 
-fn sampler_config(s: &SamplingArgs) -> Result<SamplerConfig> {
+fn sampler_config(s: &SamplingArgs, plan: &Plan) -> Result<SamplerConfig> {
     let branch_stack = branch_stack(s.lbr)?;
     // Branch stacks come with a hardware event's samples: cycles unless the user named events.
     let names = if branch_stack != 0 && s.events.is_empty() { vec!["cycles".to_string()] } else { s.events.clone() };
-    let mut cfg = SamplerConfig { events: resolve_events(&names)?, freq_hz: s.freq, branch_stack, ..SamplerConfig::default() };
+    let events = resolve_events(&names, plan.user_only)?;
+    let mut cfg = SamplerConfig { events, freq_hz: s.freq, branch_stack, exclude_kernel: plan.user_only, ..SamplerConfig::default() };
     if branch_stack != 0 && !cfg.events.iter().any(loupe_perf::is_hardware) {
         bail!("--lbr records branches with the samples of a hardware event; add one, e.g. -e cycles");
     }
@@ -131,8 +189,11 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     }
     let flush_every = seconds(a.flush_every, "--flush-every")?;
     let duration = a.duration.map(|d| seconds(d, "--duration")).transpose()?;
-    let db = Database::create(&a.db.db).with_context(|| format!("cannot use database {}", a.db.db.display()))?;
-    let mut cfg = sampler_config(&a.sampling)?;
+    let scope = if a.command.is_empty() && a.pids.is_empty() { Scope::SystemWide } else { Scope::OwnProcesses };
+    let plan = privilege_plan(scope, &a.sampling)?;
+    let created = NewDir::before(&a.db.db);
+    let db = create_db(&a.db.db, &a.share)?;
+    let mut cfg = sampler_config(&a.sampling, &plan)?;
     let stop = stop_flag()?;
     let mut child = match a.command.split_first() {
         Some((cmd, args)) => {
@@ -148,8 +209,8 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     if !a.pids.is_empty() {
         cfg.target = Target::Attach { pids: a.pids.clone() };
     }
-    let mut engine = Engine::new(&cfg, db, flush_every, a.sampling.backend.choice()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    eprintln!("loupe: backend {}", engine.backend_note);
+    let mut engine = Engine::new(&cfg, db, flush_every, plan.backend).map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!("loupe: backend {}", backend_note(&engine, &a.sampling, &plan));
     start(&mut engine, &cfg.target, &a.pids)?;
     let started = Instant::now();
     if let Some(c) = &mut child {
@@ -172,6 +233,7 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     }
     engine.sampler.disable()?;
     engine.flush_final().map_err(|e| anyhow::anyhow!("{e}"))?;
+    created.keep();
     summarize(&engine, started.elapsed());
     Ok(status.clamp(0, 255) as u8)
 }
@@ -230,15 +292,17 @@ fn summarize(e: &Engine, took: Duration) {
 }
 
 pub fn daemon(a: DaemonArgs) -> Result<u8> {
-    let cfg = sampler_config(&a.sampling)?;
+    let plan = privilege_plan(Scope::SystemWide, &a.sampling)?;
+    let cfg = sampler_config(&a.sampling, &plan)?;
     let opts = DaemonOptions {
         db: a.db.db.clone(),
         flush_every: seconds(a.flush_every, "--flush-every")?,
         stats_every: a.stats.map(|s| seconds(s, "--stats")).transpose()?,
-        backend: a.sampling.backend.choice(),
+        backend: plan.backend,
         max_overhead_pct: a.max_overhead.0,
     };
-    Database::create(&opts.db).with_context(|| format!("cannot use database {}", opts.db.display()))?;
+    let created = NewDir::before(&opts.db);
+    create_db(&opts.db, &a.share)?;
     let stop = stop_flag()?;
     eprintln!("loupe: daemon {} collecting into {} (flush every {} s)", std::process::id(), opts.db.display(), a.flush_every);
     let manager = a.optimize.as_deref().map(|c| crate::optimize_manage::spawn(&opts.db, c)).transpose()?;
@@ -247,6 +311,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         crate::optimize_manage::stop(m);
     }
     let report = report?;
+    created.keep();
     eprintln!("loupe: daemon stopped: {}", serde_json::to_string(&report)?);
     Ok(0)
 }
@@ -292,7 +357,11 @@ pub fn epochs(a: DbArg) -> Result<u8> {
 }
 
 pub fn events(a: EventsArgs) -> Result<u8> {
-    let mut rows: Vec<(String, &str, Result<(), String>)> = loupe_perf::probe_events()
+    let user_only = !Privileges::current().kernel_samples();
+    if user_only {
+        eprintln!("loupe: probing user space only: kernel samples need CAP_PERFMON or kernel.perf_event_paranoid <= 1");
+    }
+    let mut rows: Vec<(String, &str, Result<(), String>)> = loupe_perf::probe_events_for(user_only)
         .into_iter()
         .map(|(e, r)| {
             let kind = if loupe_perf::is_hardware(&e) { "hardware" } else { "software" };

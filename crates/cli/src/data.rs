@@ -261,7 +261,7 @@ fn human(b: f64) -> String {
 /// command and its children, or of every process for --duration seconds.
 pub fn record(a: RecordArgs) -> Result<u8> {
     let db = a.db.db.clone();
-    std::fs::create_dir_all(&db).with_context(|| format!("cannot create {}", db.display()))?;
+    loupe_files::create_dir_all(&db).with_context(|| format!("cannot create {}", db.display()))?;
     let stop = crate::collect::stop_flag()?;
     let freq = a.sampling.freq;
     let (status, summary) = match a.command.split_first() {

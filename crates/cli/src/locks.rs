@@ -20,6 +20,8 @@ struct Named {
 }
 
 pub fn run(a: LocksArgs) -> Result<u8> {
+    use loupe_collector::privilege::{require_bpf, Privileges};
+    require_bpf(&Privileges::current(), "loupe locks")?;
     let libc = match &a.libc {
         Some(p) => p.clone(),
         None => find_libc().context("cannot find the C library in /proc/self/maps; name it with --libc")?,

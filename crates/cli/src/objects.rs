@@ -15,7 +15,7 @@ use std::time::Duration;
 
 pub fn allocs(a: AllocsArgs) -> Result<u8> {
     let (cmd, args) = a.command.split_first().expect("clap requires a command");
-    std::fs::create_dir_all(&a.db.db).with_context(|| format!("cannot create {}", a.db.db.display()))?;
+    loupe_files::create_dir_all(&a.db.db).with_context(|| format!("cannot create {}", a.db.db.display()))?;
     let status = if a.preload {
         let env = loupe_objects::preload::install(&a.db.db).context("installing the allocation shim")?;
         let st = std::process::Command::new(cmd).args(args).envs(env.vars).status().with_context(|| format!("running {cmd}"))?;
@@ -99,7 +99,7 @@ pub fn history(mut a: HistoryArgs) -> Result<u8> {
         if a.offsets.len() > 4 {
             bail!("--offset given {} times; the CPU has four debug registers", a.offsets.len());
         }
-        std::fs::create_dir_all(&a.db.db).with_context(|| format!("cannot create {}", a.db.db.display()))?;
+        loupe_files::create_dir_all(&a.db.db).with_context(|| format!("cannot create {}", a.db.db.display()))?;
         let opts = HistoryOptions {
             site_function: a.site.clone(),
             size: a.size,

@@ -275,15 +275,15 @@ fn export(mut a: ExportArgs) -> Result<u8> {
 
 fn emit(output: Option<&Path>, text: &str) -> Result<u8> {
     match output {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
+        Some(p) => loupe_files::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
         None => std::io::stdout().lock().write_all(text.as_bytes())?,
     }
     Ok(0)
 }
 
 pub(crate) fn log_decision(db: &Path, d: &Decision) -> Result<()> {
-    std::fs::create_dir_all(layout::optimize_dir(db))?;
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(layout::decisions_log(db))?;
+    loupe_files::create_dir_all(&layout::optimize_dir(db))?;
+    let mut f = loupe_files::append(&layout::decisions_log(db))?;
     writeln!(f, "{}", serde_json::to_string(d)?)?;
     Ok(())
 }
@@ -309,7 +309,7 @@ fn optimize(a: RunArgs) -> Result<u8> {
         (None, BoltProfile::Blocks) => (format!("{}.fdata", out_path.display()), fdata::write_no_lbr(&ip.functions)),
     };
     let prof_path = PathBuf::from(prof_path);
-    std::fs::write(&prof_path, text)?;
+    loupe_files::write(&prof_path, text)?;
     let cold: usize = ip.functions.iter().map(|f| f.blocks.iter().filter(|b| b.cold).count()).sum();
     let blocks: usize = ip.functions.iter().map(|f| f.blocks.len()).sum();
     eprintln!(

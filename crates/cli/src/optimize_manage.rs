@@ -169,9 +169,9 @@ impl Store for DbStore {
         if dst.exists() {
             return;
         }
-        let _ = std::fs::create_dir_all(&dir);
+        let _ = loupe_files::create_dir_all(&dir);
         if std::fs::hard_link(file, &dst).is_err() {
-            let _ = std::fs::copy(file, &dst);
+            let _ = loupe_files::copy(file, &dst);
         }
     }
 
@@ -181,7 +181,7 @@ impl Store for DbStore {
 
     fn save_state(&mut self, state: &State) -> loupe_optimize::Result<()> {
         let path = loupe_store::layout::optimize_state(&self.db);
-        std::fs::create_dir_all(path.parent().unwrap())?;
+        loupe_files::create_dir_all(path.parent().unwrap())?;
         let text = serde_json::to_vec_pretty(state)?;
         loupe_store::write_atomic(&path, &text).map_err(|e| ext(e.into()))
     }

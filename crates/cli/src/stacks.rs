@@ -21,9 +21,13 @@ fn epochs(db: &Database, s: &StackSelection) -> Result<Vec<EpochId>> {
 /// Loads, merges per event, and names the selected stacks.
 fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
     let db = Database::open(&s.db.db)?;
-    let stacks = db.stacks(&epochs(&db, s)?)?;
+    let selected = epochs(&db, s)?;
+    let stacks = db.stacks(&selected)?;
     for p in &stacks.problems {
         eprintln!("loupe: skipping corrupt stack file {p}");
+    }
+    if stacks.tables.is_empty() && samples_in(&db, &selected)? == 0 {
+        bail!("no samples in the selected epochs of {}", s.db.db.display());
     }
     if stacks.tables.is_empty() {
         bail!("no call stacks in the selected epochs of {} (recorded with --no-stacks, or before stacks existed?)", s.db.db.display());
@@ -35,9 +39,18 @@ fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
     Ok(callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms))
 }
 
+/// Samples of any event in the epochs, from the index alone.
+fn samples_in(db: &Database, epochs: &[EpochId]) -> Result<u64> {
+    let mut n = 0;
+    for &e in epochs {
+        n += db.totals(e)?.0.iter().flat_map(|t| t.processes.iter().map(|(_, c)| c)).sum::<u64>();
+    }
+    Ok(n)
+}
+
 fn write_out(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
     match path {
-        Some(p) => std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display())),
+        Some(p) => loupe_files::write(p, bytes).with_context(|| format!("cannot write {}", p.display())),
         None => Ok(std::io::stdout().lock().write_all(bytes)?),
     }
 }

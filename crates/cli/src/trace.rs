@@ -62,20 +62,20 @@ fn gen(g: TraceGenArgs) -> Result<u8> {
 
 fn record(r: TraceRecordArgs) -> Result<u8> {
     loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz)?;
-    std::fs::create_dir(&r.out).with_context(|| format!("creating trace directory {}", r.out.display()))?;
+    loupe_files::create_dir(&r.out).with_context(|| format!("creating trace directory {}", r.out.display()))?;
     let spec_dir = r.out.join("spec");
-    std::fs::create_dir(&spec_dir)?;
-    std::fs::write(spec_dir.join("0-loupe.xml"), LOUPE_SPEC)?;
+    loupe_files::create_dir(&spec_dir)?;
+    loupe_files::write(&spec_dir.join("0-loupe.xml"), LOUPE_SPEC)?;
     for (i, s) in r.specs.iter().enumerate() {
-        std::fs::copy(s, spec_dir.join(format!("{}-{}", i + 1, s.file_name().unwrap().to_string_lossy())))
+        loupe_files::copy(s, &spec_dir.join(format!("{}-{}", i + 1, s.file_name().unwrap().to_string_lossy())))
             .with_context(|| format!("copying spec {}", s.display()))?;
     }
     // Validate before running anything: the trace must be decodable.
     let mut all = vec![spec_dir.join("0-loupe.xml")];
     all.extend(r.specs.iter().cloned());
     let spec = load(&all)?;
-    std::fs::create_dir(r.out.join("ctf"))?;
-    std::fs::write(r.out.join("ctf/metadata"), loupe_trace::ctf::metadata(&spec))?;
+    loupe_files::create_dir(&r.out.join("ctf"))?;
+    loupe_files::write(&r.out.join("ctf/metadata"), loupe_trace::ctf::metadata(&spec))?;
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let geo = Geometry { ncpu, nsub: r.subbufs, sub_size: r.subbuf_kib.saturating_mul(1024) };
     let shm = PathBuf::from(format!("/dev/shm/loupe-trace.{}", std::process::id()));
@@ -98,7 +98,7 @@ fn record(r: TraceRecordArgs) -> Result<u8> {
 fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
     let geo = buf.geometry();
     let files = (0..geo.ncpu)
-        .map(|c| std::fs::File::create(r.out.join("ctf").join(format!("cpu{c}"))).map(std::io::BufWriter::new))
+        .map(|c| loupe_files::create(&r.out.join("ctf").join(format!("cpu{c}"))).map(std::io::BufWriter::new))
         .collect::<std::io::Result<Vec<_>>>()?;
     std::env::set_var(ENV, format!("/dev/shm/loupe-trace.{}", std::process::id()));
     let mut child = loupe_perf::GatedChild::spawn(&r.command[0], &r.command[1..])?;
@@ -167,7 +167,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
         "kernel_events_unreadable": kernel_unreadable, "kernel_block_source": block_source, "intervals_logged": tick,
         "writer_clock": if buf.clock().is_some() { "tsc" } else { "clock_gettime" },
         "writer_clock_drift_ns": buf.clock().map(|c| c.drift())});
-    std::fs::write(r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
+    loupe_files::write(&r.out.join("trace.json"), serde_json::to_string_pretty(&meta)? + "\n")?;
     eprintln!("loupe trace: {} packets, {} events dropped, in {}", packets, dropped.iter().sum::<u64>(), r.out.display());
     Ok(status as u8)
 }
@@ -282,7 +282,7 @@ fn export(e: TraceExportArgs) -> Result<u8> {
             loupe_trace::perfetto::perfetto(&t, command, meta["pid"].as_i64().unwrap_or(0) as i32)
         }
     };
-    std::fs::write(&e.out, bytes).with_context(|| format!("writing {}", e.out.display()))?;
+    loupe_files::write(&e.out, bytes).with_context(|| format!("writing {}", e.out.display()))?;
     eprintln!("loupe trace: {} events written to {}", t.entries.len(), e.out.display());
     Ok(0)
 }
@@ -291,10 +291,10 @@ fn report(a: TraceReportArgs) -> Result<u8> {
     let t = read(&a.dir)?;
     let r = loupe_trace::report::report(&t, &t.counters, (a.interval_ms * 1e6).max(1000.0) as u64);
     if let Some(svg) = &a.svg {
-        std::fs::write(svg, loupe_trace::render::svg(&r)).with_context(|| format!("writing {}", svg.display()))?;
+        loupe_files::write(svg, loupe_trace::render::svg(&r)).with_context(|| format!("writing {}", svg.display()))?;
     }
     if let Some(png) = &a.png {
-        std::fs::write(png, loupe_trace::raster::png(&r)).with_context(|| format!("writing {}", png.display()))?;
+        loupe_files::write(png, loupe_trace::raster::png(&r)).with_context(|| format!("writing {}", png.display()))?;
     }
     let mut out = std::io::stdout().lock();
     match a.format {

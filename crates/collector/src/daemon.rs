@@ -745,7 +745,7 @@ impl DaemonLock {
     pub fn acquire(db: &Path) -> Result<DaemonLock> {
         use std::os::fd::AsRawFd;
         let path = db.join("daemon.lock");
-        let mut file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)?;
+        let mut file = loupe_files::open_rw(&path)?;
         // SAFETY: flock on an fd we own; no memory is involved.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
@@ -789,6 +789,10 @@ pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) 
     let sock = socket_path(&opts.db);
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(|e| format!("cannot create control socket {}: {e}", sock.display()))?;
+    // Connecting needs write permission on the socket: its owner (and the
+    // database's group, when shared) only.
+    let mode = if loupe_files::file_mode(&sock) == loupe_files::FILE_MODE { 0o600 } else { 0o660 };
+    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
     listener.set_nonblocking(true)?;
     let mut meter = Meter::start_from(&engine);
     let mut last_stats = Instant::now();

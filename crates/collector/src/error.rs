@@ -17,6 +17,8 @@ pub enum ErrorKind {
     Io,
     /// A request the collector refuses (flags that do not go together).
     Config,
+    /// A recording the process's capabilities and `kernel.perf_event_paranoid` do not allow.
+    Privilege,
 }
 
 /// A collection error. Displays as the cause did, so messages read as

@@ -168,7 +168,7 @@ pub fn preserve_if_replaced(image: &ImageId, mapped: &Path, cache_dir: &Path) ->
         return false;
     }
     let tmp = dest.with_extension("tmp");
-    let copied = fs::create_dir_all(cache_dir).is_ok() && fs::copy(mapped, &tmp).is_ok();
+    let copied = loupe_files::create_dir_all(cache_dir).is_ok() && loupe_files::copy(mapped, &tmp).is_ok();
     if copied && build_id_of_file(&tmp).as_ref() == Some(bid) && fs::rename(&tmp, &dest).is_ok() {
         return true;
     }

@@ -18,6 +18,7 @@ pub mod framepointers;
 pub mod images;
 pub mod kernel;
 pub mod kstacks;
+pub mod privilege;
 pub mod process;
 pub mod stacks;
 pub mod unwind;
@@ -95,8 +96,8 @@ impl Collector {
         let (vdso, vdso_bytes) = images::own_vdso();
         if let (Some(dir), Some(bytes), Some(b)) = (&images_dir, vdso_bytes, &vdso.build_id) {
             let dest = dir.join(b.to_hex());
-            if !dest.exists() && fs::create_dir_all(dir).is_ok() {
-                let _ = fs::write(&dest, bytes);
+            if !dest.exists() && loupe_files::create_dir_all(dir).is_ok() {
+                let _ = loupe_files::write(&dest, bytes);
             }
         }
         let mut images = ImageTable::default();

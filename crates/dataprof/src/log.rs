@@ -179,8 +179,8 @@ pub struct Writer {
 
 impl Writer {
     pub fn create(db: &Path) -> io::Result<Writer> {
-        std::fs::create_dir_all(data_dir(db).join("maps"))?;
-        let mut file = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(log_path(db))?;
+        loupe_files::create_dir_all(&data_dir(db).join("maps"))?;
+        let mut file = loupe_files::create(&log_path(db))?;
         file.write_all(MAGIC)?;
         Ok(Writer { file })
     }

@@ -253,7 +253,7 @@ impl Recorder {
         // An exited (zombie) process reads as empty: keep the last real map.
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         if !text.is_empty() {
-            let _ = std::fs::write(crate::log::data_dir(&self.db).join("maps").join(pid.to_string()), text);
+            let _ = loupe_files::write(&crate::log::data_dir(&self.db).join("maps").join(pid.to_string()), text);
         }
     }
 
@@ -268,7 +268,7 @@ impl Recorder {
         let meta = Meta { summary: self.summary.clone(), caches: crate::cache::Geometry::read_sysfs() };
         let p = crate::log::data_dir(&self.db).join("meta.json");
         let text = serde_json::to_vec_pretty(&meta).map_err(|e| err(ErrorKind::Log, format_args!("writing {}", p.display()), e))?;
-        std::fs::write(&p, text).map_err(|e| err(ErrorKind::Log, format_args!("writing {}", p.display()), e))?;
+        loupe_files::write(&p, text).map_err(|e| err(ErrorKind::Log, format_args!("writing {}", p.display()), e))?;
         Ok(self.summary)
     }
 }

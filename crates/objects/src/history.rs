@@ -182,8 +182,8 @@ impl Watcher {
             return Err(std::io::Error::other("watch 1 to 4 offsets (the CPU has four debug registers)"));
         }
         let path: PathBuf = db_dir.join(FILE);
-        std::fs::create_dir_all(path.parent().unwrap())?;
-        let out = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+        loupe_files::create_dir_all(path.parent().unwrap())?;
+        let out = loupe_files::append(&path)?;
         let hit_ns = calibrate_hit_ns()?;
         let cpus = loupe_perf::online_cpus();
         // Parked on an address nobody maps (page 1), disabled until an object is armed.

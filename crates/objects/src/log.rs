@@ -258,10 +258,10 @@ impl Writer {
     /// Creates `<db>/allocs/<name>.alog` (and the directory) with its header.
     pub fn create(db_dir: &Path, name: &str, source: Source) -> Result<Writer, Error> {
         let dir = db_dir.join(DIR);
-        std::fs::create_dir_all(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+        loupe_files::create_dir_all(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
         let path = dir.join(format!("{name}.alog"));
         let io = |source| Error::Io { path: path.clone(), source };
-        let mut file = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(&path).map_err(io)?;
+        let mut file = loupe_files::create(&path).map_err(io)?;
         file.write_all(&header(source)).map_err(|source| Error::Io { path: path.clone(), source })?;
         Ok(Writer { file, buf: Vec::with_capacity(1 << 16) })
     }

@@ -23,10 +23,10 @@ pub struct PreloadEnv {
 /// An `LD_PRELOAD` already in this environment is kept after the shim.
 pub fn install(db_dir: &Path) -> std::io::Result<PreloadEnv> {
     let dir = db_dir.join(crate::log::DIR);
-    std::fs::create_dir_all(&dir)?;
+    loupe_files::create_dir_all(&dir)?;
     let dir = dir.canonicalize()?;
     let shim = dir.join("libloupe_alloc.so");
-    std::fs::write(&shim, SHIM)?;
+    loupe_files::write(&shim, SHIM)?;
     let mut preload = shim.clone().into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");

@@ -441,11 +441,11 @@ impl Manager {
         let policy = ColdPolicy { cold_fraction: self.cfg.cold_fraction, infer: self.cfg.infer, ..ColdPolicy::default() };
         let ip = self.env.profiles.block_profile(original, &st.original_build, combined, policy)?;
         let fingerprint = function_shares(&self.env.profiles.functions(original, &st.original_build)?, &ip.combined.samples);
-        std::fs::create_dir_all(&self.work)?;
+        loupe_files::create_dir_all(&self.work)?;
         let fdata_path = self.work.join(format!("{}.fdata", &st.original_build));
         let (text, form) = self.fdata(original, st, &ip)?;
         self.env.store.say(&format!("manage {path}: profile for BOLT: {form}"));
-        std::fs::write(&fdata_path, text)?;
+        loupe_files::write(&fdata_path, text)?;
         let cand = PathBuf::from(format!("{path}.loupe-bolt"));
         let bolt = (self.env.bolt)()?;
         let opts = prog.bolt_opts.clone().unwrap_or_else(tool::default_opts);

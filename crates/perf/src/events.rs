@@ -197,11 +197,21 @@ pub fn is_hardware(e: &EventSpec) -> bool {
 /// Tries to open each known event as a counter on CPU 0 for the whole
 /// machine (or for this process when that is not allowed).
 pub fn probe_events() -> Vec<(EventSpec, Result<(), String>)> {
+    probe_events_for(false)
+}
+
+/// [`probe_events`] counting user space only when `exclude_kernel` (what an
+/// unprivileged process may open), so that the answer is about the events,
+/// not about privileges.
+pub fn probe_events_for(exclude_kernel: bool) -> Vec<(EventSpec, Result<(), String>)> {
+    let mut flags = sys::flag::DISABLED;
+    if exclude_kernel {
+        flags |= sys::flag::EXCLUDE_KERNEL | sys::flag::EXCLUDE_HV;
+    }
     known_events()
         .into_iter()
         .map(|e| {
-            let attr =
-                PerfEventAttr { type_: e.type_, size: sys::ATTR_SIZE, config: e.config, flags: sys::flag::DISABLED, ..Default::default() };
+            let attr = PerfEventAttr { type_: e.type_, size: sys::ATTR_SIZE, config: e.config, flags, ..Default::default() };
             let r = sys::perf_event_open(&attr, -1, 0, -1).or_else(|_| sys::perf_event_open(&attr, 0, -1, -1));
             let r = r.map(drop).map_err(|err| match err.raw_os_error() {
                 Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) if is_hardware(&e) => {

@@ -23,7 +23,7 @@ pub mod sample;
 pub mod sys;
 
 pub use child::GatedChild;
-pub use events::{close_matches, is_hardware, known_events, parse_event, probe_events, EventSpec, Exclude};
+pub use events::{close_matches, is_hardware, known_events, parse_event, probe_events, probe_events_for, EventSpec, Exclude};
 pub use record::{Mmap, Record, Sample, UserRegs};
 pub use sample::{parse_sample, BranchEntry, Format, Layout, SampleError, SampleErrorKind};
 
@@ -114,6 +114,9 @@ pub struct SamplerConfig {
     /// Stamp records with CLOCK_MONOTONIC (what eBPF's `bpf_ktime_get_ns`
     /// reads) instead of the perf clock, so they order against eBPF events.
     pub monotonic_clock: bool,
+    /// Sample user space only (`exclude_kernel`, `exclude_hv`: perf's `:u`),
+    /// what `kernel.perf_event_paranoid = 2` allows without CAP_PERFMON.
+    pub exclude_kernel: bool,
 }
 
 impl Default for SamplerConfig {
@@ -129,6 +132,7 @@ impl Default for SamplerConfig {
             randomize: 0.1,
             branch_stack: 0,
             monotonic_clock: false,
+            exclude_kernel: false,
         }
     }
 }
@@ -388,6 +392,9 @@ impl Sampler {
         }
         if cfg.monotonic_clock {
             flags |= USE_CLOCKID;
+        }
+        if cfg.exclude_kernel {
+            flags |= EXCLUDE_KERNEL | EXCLUDE_HV;
         }
         let mut sample_type =
             sys::SAMPLE_IDENTIFIER | sys::SAMPLE_IP | sys::SAMPLE_TID | sys::SAMPLE_TIME | sys::SAMPLE_CPU | sys::SAMPLE_PERIOD;

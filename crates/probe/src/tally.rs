@@ -180,10 +180,10 @@ impl Tally {
 
     pub fn save(&self, path: &Path) -> io::Result<()> {
         if let Some(d) = path.parent() {
-            std::fs::create_dir_all(d)?;
+            loupe_files::create_dir_all(d)?;
         }
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec(self)?)?;
+        loupe_files::write(&tmp, serde_json::to_vec(self)?)?;
         std::fs::rename(&tmp, path)
     }
 }

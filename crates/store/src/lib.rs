@@ -50,7 +50,7 @@ use loupe_model::{EventName, ImageId, ImageTotals, ProcessKey, Profile};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -60,6 +60,10 @@ pub const DB_VERSION: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
+    /// Nothing at the path.
+    NoDatabase,
+    /// A database the caller may not read.
+    Permission,
     NotADatabase,
     Io,
     Corrupt,
@@ -103,6 +107,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.path.as_os_str().is_empty() {
             return write!(f, "{}", self.reason);
+        }
+        if self.kind == ErrorKind::NoDatabase {
+            return write!(f, "no database at {} ({})", self.path.display(), self.reason);
         }
         write!(f, "{}: {}", self.path.display(), self.reason)
     }
@@ -228,7 +235,7 @@ fn now_unix() -> u64 {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let write = || -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
+        let mut f = loupe_files::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
@@ -243,12 +250,27 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     })
 }
 
+/// A database the caller may not read: whose it is and its mode, when the
+/// caller can see them, and how its owner shares it.
+fn denied(root: &Path) -> Error {
+    use std::os::unix::fs::MetadataExt;
+    let whose = match fs::metadata(root) {
+        Ok(m) => format!("owned by uid {} gid {}, mode {:04o}; ", m.uid(), m.gid(), m.mode() & 0o7777),
+        Err(_) => String::new(),
+    };
+    Error::new(
+        ErrorKind::Permission,
+        root,
+        format!("permission denied ({whose}its owner can share it with a group: `loupe record --group NAME`)"),
+    )
+}
+
 /// An exclusive flock, released on drop.
 struct Lock(File);
 
 impl Lock {
     fn take(path: &Path) -> Result<Lock, Error> {
-        let f = OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(|e| Error::io(path, e))?;
+        let f = loupe_files::open_rw(path).map_err(|e| Error::io(path, e))?;
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(Error::io(path, std::io::Error::last_os_error()));
@@ -265,22 +287,34 @@ impl Drop for Lock {
 }
 
 impl Database {
-    /// Opens the database at `root`, creating it if needed.
+    /// Opens the database at `root`, creating it if needed: private (0700
+    /// directories, 0600 files) unless it is inside a directory shared with a
+    /// group ([`loupe_files::share`]).
     pub fn create(root: &Path) -> Result<Database, Error> {
-        if !root.join(MARKER).exists() {
-            fs::create_dir_all(root.join("epochs"))
-                .map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot create database directory: {e}")))?;
-            let marker = format!("{{\"version\": {DB_VERSION}, \"created_unix\": {}}}\n", now_unix());
-            write_atomic(&root.join(MARKER), marker.as_bytes())
-                .map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot write to database directory: {}", e.reason)))?;
+        match Database::open(root) {
+            Err(e) if matches!(e.kind, ErrorKind::NoDatabase | ErrorKind::NotADatabase) => {}
+            r => return r,
         }
+        loupe_files::create_dir_all(&root.join("epochs"))
+            .map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot create database directory: {e}")))?;
+        let marker = format!("{{\"version\": {DB_VERSION}, \"created_unix\": {}}}\n", now_unix());
+        write_atomic(&root.join(MARKER), marker.as_bytes())
+            .map_err(|e| Error::new(ErrorKind::Io, root, format!("cannot write to database directory: {}", e.reason)))?;
         Database::open(root)
     }
 
-    /// Opens an existing database.
+    /// Opens an existing database. Its absence, a directory the caller may
+    /// not read, and a directory that is no database are told apart.
     pub fn open(root: &Path) -> Result<Database, Error> {
-        if !root.join(MARKER).is_file() {
-            return Err(Error::new(ErrorKind::NotADatabase, root, "not a Loupe database (no LOUPE_DB marker)"));
+        let marker = root.join(MARKER);
+        match fs::metadata(&marker) {
+            Ok(m) if m.is_file() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Err(denied(root)),
+            _ if !root.exists() => return Err(Error::new(ErrorKind::NoDatabase, root, "record one with `loupe record --db DIR`")),
+            _ => return Err(Error::new(ErrorKind::NotADatabase, root, "not a Loupe database (no LOUPE_DB marker)")),
+        }
+        if fs::read_dir(root).is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied) {
+            return Err(denied(root));
         }
         Ok(Database { root: root.to_path_buf() })
     }
@@ -329,7 +363,7 @@ impl Database {
 
     fn start_epoch(&self, e: EpochId) -> Result<(), Error> {
         let dir = self.epoch_dir(e);
-        fs::create_dir_all(&dir).map_err(|err| Error::io(&dir, err))?;
+        loupe_files::create_dir_all(&dir).map_err(|err| Error::io(&dir, err))?;
         if !dir.join("epoch.json").exists() {
             let ef = EpochFile { started_unix: now_unix(), meta: BTreeMap::new() };
             write_atomic(&dir.join("epoch.json"), &serde_json::to_vec_pretty(&ef).expect("serializable"))?;
@@ -810,11 +844,15 @@ mod tests {
 
     #[test]
     fn unwritable_or_missing_databases_fail_clearly() {
-        // Checks one-line errors that name the path.
+        // Checks one-line errors that name the path, and that a missing database is told from a directory that is none.
         let err = Database::create(Path::new("/proc/loupe-db")).err().unwrap().to_string();
         assert!(err.starts_with("/proc/loupe-db: cannot") && !err.contains('\n'), "{err}");
-        let err = Database::open(Path::new("/nonexistent/x")).err().unwrap().to_string();
-        assert!(err.contains("not a Loupe database"), "{err}");
+        let err = Database::open(Path::new("/nonexistent/x")).err().unwrap();
+        assert_eq!(err.kind(), &ErrorKind::NoDatabase);
+        assert!(err.to_string().starts_with("no database at /nonexistent/x"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let err = Database::open(dir.path()).err().unwrap();
+        assert!(err.to_string().contains("not a Loupe database"), "{err}");
     }
 
     #[test]

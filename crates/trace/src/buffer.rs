@@ -33,7 +33,6 @@
 use crate::tsc::TscClock;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -154,7 +153,8 @@ impl Buffer {
     /// [`Buffer::create`] with the writers' clock given: a TSC clock, or None for clock_gettime.
     pub fn create_with_clock(path: &Path, geo: Geometry, clock: Option<TscClock>) -> io::Result<Buffer> {
         geo.check()?;
-        let f = OpenOptions::new().read(true).write(true).create_new(true).mode(0o666).open(path)?;
+        // Private like every Loupe file: writers are the traced command, run as the same user.
+        let f = loupe_files::create_new(path)?;
         f.set_len(geo.len() as u64)?;
         let b = Buffer::map(&f, geo.len(), geo, Some(path.to_path_buf()))?;
         b.put_u32(8, VERSION);

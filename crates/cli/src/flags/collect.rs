@@ -105,12 +105,23 @@ impl Backend {
     }
 }
 
+/// `--group`: who besides the owner may read a database.
+#[derive(Args, Debug, Clone)]
+pub struct ShareArg {
+    /// Share the database with group NAME (directories 2750, files 0640, that group) instead of keeping it to its
+    /// owner (0700/0600, whatever the umask). Profiles hold command lines and code and data addresses.
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+}
+
 #[derive(Args, Debug)]
 // As perf's `-o perf.data`: on record and daemon, -o names the database written.
 #[command(mut_arg("db", |a| a.short('o').visible_alias("output")))]
 pub struct RecordArgs {
     #[command(flatten)]
     pub db: DbArg,
+    #[command(flatten)]
+    pub share: ShareArg,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Profile running processes (comma-separated or repeated), all their threads, and the threads and children they
@@ -143,6 +154,8 @@ pub struct RecordArgs {
 pub struct DaemonArgs {
     #[command(flatten)]
     pub db: DbArg,
+    #[command(flatten)]
+    pub share: ShareArg,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Merge in-memory profiles into the database within this many seconds; the work is spread evenly over the interval.

@@ -232,7 +232,7 @@ impl Kernel {
                 None if bpf.is_some() => None,
                 None => continue,
             };
-            let out = std::io::BufWriter::new(std::fs::File::create(dir.join(format!("kcpu{cpu}")))?);
+            let out = std::io::BufWriter::new(loupe_files::create(&dir.join(format!("kcpu{cpu}")))?);
             streams.push(CpuStream {
                 cpu,
                 _fds: fds,
