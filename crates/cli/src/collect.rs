@@ -123,6 +123,7 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     }
     let flush_every = seconds(a.flush_every, "--flush-every")?;
     let duration = a.duration.map(|d| seconds(d, "--duration")).transpose()?;
+    let shipping = crate::fleet::start(&a.ship, &a.db.db)?;
     let db = Database::create(&a.db.db).with_context(|| format!("cannot use database {}", a.db.db.display()))?;
     let mut cfg = sampler_config(&a.sampling)?;
     let stop = stop_flag()?;
@@ -137,6 +138,7 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     };
     let mut engine = Engine::new(&cfg, db, flush_every, a.sampling.backend.choice()).map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("loupe: backend {}", engine.backend_note);
+    engine.sink = shipping.as_ref().map(|s| s.sink());
     let started = Instant::now();
     let mut status = 0;
     match &mut child {
@@ -160,6 +162,9 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     engine.sampler.disable()?;
     engine.flush_final().map_err(|e| anyhow::anyhow!("{e}"))?;
     summarize(&engine, started.elapsed());
+    if let Some(s) = shipping {
+        s.finish();
+    }
     Ok(status.clamp(0, 255) as u8)
 }
 
@@ -207,11 +212,15 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         backend: a.sampling.backend.choice(),
         max_overhead_pct: a.max_overhead.0,
     };
+    let shipping = crate::fleet::start(&a.ship, &opts.db)?;
     Database::create(&opts.db).with_context(|| format!("cannot use database {}", opts.db.display()))?;
     let stop = stop_flag()?;
     eprintln!("loupe: daemon {} collecting into {} (flush every {} s)", std::process::id(), opts.db.display(), a.flush_every);
     let manager = a.optimize.as_deref().map(|c| crate::optimize_manage::spawn(&opts.db, c)).transpose()?;
-    let report = daemon::run_daemon(&cfg, &opts, &stop).map_err(|e| anyhow::anyhow!("{e}"));
+    let report = daemon::run_daemon_with(&cfg, &opts, &stop, shipping.as_ref().map(|s| s.sink())).map_err(|e| anyhow::anyhow!("{e}"));
+    if let Some(s) = shipping {
+        s.finish();
+    }
     if let Some(m) = manager {
         crate::optimize_manage::stop(m);
     }

@@ -8,6 +8,7 @@ mod collect;
 mod data;
 mod diff;
 mod flags;
+mod fleet;
 mod locks;
 mod machine;
 mod objects;
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         Command::Trace(a) => trace::run(a),
         Command::Optimize(a) => optimize::run(a),
         Command::Data(a) => data::run(a),
+        Command::Fleet(a) => fleet::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

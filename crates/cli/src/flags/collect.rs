@@ -80,6 +80,8 @@ pub struct RecordArgs {
     /// (eBPF, ~15 us per call here, catches calls the dynamic linker does not route), or `off`.
     #[arg(long, value_enum, default_value_t = Allocs::Shim, value_name = "HOW")]
     pub allocs: Allocs,
+    #[command(flatten)]
+    pub ship: super::ShipArgs,
     /// Command to run and profile, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -106,6 +108,8 @@ pub struct DaemonArgs {
     /// Also run the re-optimization manager (`loupe optimize manage --config CONFIG`) beside the daemon, niced, until the daemon stops.
     #[arg(long, value_name = "CONFIG")]
     pub optimize: Option<PathBuf>,
+    #[command(flatten)]
+    pub ship: super::ShipArgs,
 }
 
 /// `--max-overhead`: a percent of each CPU, or off.

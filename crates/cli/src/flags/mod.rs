@@ -11,6 +11,7 @@ use std::path::PathBuf;
 mod collect;
 mod data;
 mod diff;
+mod fleet;
 mod locks;
 pub mod optimize;
 mod procedure;
@@ -22,6 +23,7 @@ mod trace;
 pub use collect::*;
 pub use data::*;
 pub use diff::*;
+pub use fleet::*;
 pub use locks::*;
 pub use procedure::*;
 pub use select::*;
@@ -96,6 +98,9 @@ pub enum Command {
     /// Data profiling (DProf): memory cost by data type and field, miss classes, working set.
     #[command(after_help = SOURCE_NOTE)]
     Data(DataArgs),
+    /// The fleet store in ClickHouse: create its schema (`loupe fleet init`).
+    #[command(after_help = FLEET_HELP)]
+    Fleet(FleetArgs),
 }
 
 #[derive(Args, Debug, Clone)]
