@@ -4,10 +4,11 @@
 # `remote_servers` cluster named `loupe` with one shard on each.
 #   scripts/clickhouse.sh start DIR   prints "http://127.0.0.1:PORT" per server, one a line
 #   scripts/clickhouse.sh stop DIR    stops what start started there
+#   scripts/clickhouse.sh kill DIR N / revive DIR N   stops server N (1 or 2) / starts it again, same ports and data
 # Users: `default` (no password) and `loupe` (password `loupe-secret`).
 # Never starts Debian's system service: the config is our own.
 set -euo pipefail
-cmd=${1:-}; dir=${2:-}
+cmd=${1:-}; dir=${2:-}; which=${3:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
 server=$(command -v clickhouse-server || echo /usr/sbin/clickhouse-server)
 
@@ -68,12 +69,20 @@ start() {
     http=$(free_port); tcp=$tcp1; [ "$i" = 2 ] && tcp=$tcp2
     (umask 077; users_xml >"$d/users.xml"; config_xml "$d" "$http" "$tcp" "$(free_port)" "$tcp1" "$tcp2" >"$d/config.xml")
     echo "$http" >"$d/http_port"
-    (cd "$d" && exec setsid "$server" --config-file="$d/config.xml" >"$d/stdout.log" 2>&1 </dev/null) &
-    echo $! >"$d/pid"
+    launch "$i"
   done
-  for i in 1 2; do
+  for i in 1 2; do wait_up "$i"; done
+}
+
+launch() {
+  local d="$dir/s$1"
+  (cd "$d" && exec setsid "$server" --config-file="$d/config.xml" >>"$d/stdout.log" 2>&1 </dev/null) &
+  echo $! >"$d/pid"
+}
+
+wait_up() {
+    local i=$1 http n=0
     http=$(cat "$dir/s$i/http_port")
-    local n=0
     until [ "$(curl -s "http://127.0.0.1:$http/ping" 2>/dev/null)" = "Ok." ]; do
       n=$((n + 1))
       if [ $n -gt 300 ] || ! kill -0 "$(cat "$dir/s$i/pid")" 2>/dev/null; then
@@ -84,12 +93,11 @@ start() {
       sleep 0.1
     done
     echo "http://127.0.0.1:$http"
-  done
 }
 
 stop() {
   local i pid
-  for i in 1 2; do
+  for i in ${1:-1 2}; do
     [ -f "$dir/s$i/pid" ] || continue
     pid=$(cat "$dir/s$i/pid")
     kill "$pid" 2>/dev/null || true
@@ -102,5 +110,7 @@ stop() {
 case $cmd in
   start) start ;;
   stop) stop ;;
+  kill) stop "$which" ;;
+  revive) launch "$which"; wait_up "$which" ;;
   *) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
 esac

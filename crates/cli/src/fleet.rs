@@ -82,7 +82,7 @@ pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
     }
     let opts = ShipOptions {
         spool_dir: a.spool.clone().unwrap_or_else(|| db.join("fleet-spool")),
-        max_spool_bytes: a.spool_max_mib.saturating_mul(1 << 20),
+        max_spool_bytes: a.spool_max,
         timeout: loupe_fleet::client::DEFAULT_TIMEOUT,
     };
     let (shipper, note) = Shipper::start(&url, &opts).context("--ship")?;

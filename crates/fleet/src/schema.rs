@@ -96,9 +96,11 @@ pub fn init(c: &Client, opts: &InitOptions) -> Result<SchemaInfo> {
             return Err(newer(c, old.version));
         }
     }
-    let version = server_version(c)?;
     let db = &c.url().database;
-    c.execute(&format!("CREATE DATABASE IF NOT EXISTS {db}"))?;
+    // The database may not exist yet: create it from `default`.
+    let server = Client::new(&crate::url::FleetUrl { database: "default".into(), ..c.url().clone() });
+    server.execute(&format!("CREATE DATABASE IF NOT EXISTS {db}"))?;
+    let version = server_version(c)?;
     c.execute(
         "CREATE TABLE IF NOT EXISTS schema_version (version UInt32, cluster String, retention_days UInt32, applied DateTime) ENGINE = TinyLog",
     )?;

@@ -24,9 +24,21 @@ pub struct ShipArgs {
     /// Where batches wait while ClickHouse is away (default: DB/fleet-spool).
     #[arg(long, value_name = "DIR", requires = "ship")]
     pub spool: Option<PathBuf>,
-    /// Most the spool holds, in MiB; when full the oldest batch is dropped and counted.
-    #[arg(long, value_name = "MIB", default_value_t = 256, requires = "ship")]
-    pub spool_max_mib: u64,
+    /// Most the spool holds (bytes, or with K, M, G); when full the oldest batch is dropped and counted.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size, requires = "ship")]
+    pub spool_max: u64,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let scale: u64 = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return Err(format!("{s:?}: expected bytes, or a number with K, M or G")),
+    };
+    num.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)).ok_or_else(|| format!("{s:?}: expected bytes, or a number with K, M or G"))
 }
 
 /// Reading the fleet store instead of a local database.
