@@ -45,7 +45,9 @@ impl FlushSink for Sink {
         let mut st = self.0.lock().expect("sink");
         let st = &mut *st;
         let labels = &mut st.labels;
-        let rows = rows_of(profiles, unix_now(), &st.ctx, &mut |pid| labels.entry(pid).or_insert_with(|| loupe_fleet::labels::of_pid(pid)).clone());
+        let rows = rows_of(profiles, unix_now(), &st.ctx, &mut |pid| {
+            labels.entry(pid).or_insert_with(|| loupe_fleet::labels::of_pid(pid)).clone()
+        });
         st.pending.extend(rows);
     }
 
@@ -134,7 +136,8 @@ pub fn run(a: FleetArgs) -> Result<u8> {
                 let url = FleetUrl::parse(u)?;
                 let info = schema::init(&Client::new(&url), &opts)?;
                 let layout = if info.cluster.is_empty() { "one server".to_string() } else { format!("cluster {}", info.cluster) };
-                let keep = if info.retention_days == 0 { "kept for ever".to_string() } else { format!("kept {} days", info.retention_days) };
+                let keep =
+                    if info.retention_days == 0 { "kept for ever".to_string() } else { format!("kept {} days", info.retention_days) };
                 println!("{}: schema version {} ({layout}, rows {keep})", url.display(), info.version);
             }
             Ok(0)
@@ -201,7 +204,14 @@ fn print_groups(out: &mut dyn Write, a: &TopArgs, url: &FleetUrl, key: &str, row
             writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
         }
         Format::Text => {
-            writeln!(out, "# Loupe top, fleet {}\n# Samples: {total} of event '{}'\n#\n# {:>12} {:>7}  {key}\n#", url.display(), event.0, event.0, "%")?;
+            writeln!(
+                out,
+                "# Loupe top, fleet {}\n# Samples: {total} of event '{}'\n#\n# {:>12} {:>7}  {key}\n#",
+                url.display(),
+                event.0,
+                event.0,
+                "%"
+            )?;
             for r in mine.iter().take(a.limit) {
                 writeln!(out, "  {:>12} {:>6.2}%  {}", r.2, pct(r.2), r.0)?;
             }
@@ -218,7 +228,8 @@ fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::B
     let fleet = ProcessKey::new(0, "fleet");
     let mut profiles: BTreeMap<(loupe_model::ImageId, String), Profile> = BTreeMap::new();
     for r in rows {
-        let p = profiles.entry((r.image.clone(), r.event.clone())).or_insert_with(|| Profile::new(r.image.clone(), EventName::new(&r.event)));
+        let p =
+            profiles.entry((r.image.clone(), r.event.clone())).or_insert_with(|| Profile::new(r.image.clone(), EventName::new(&r.event)));
         p.add(fleet.clone(), ImageOffset(r.offset.unwrap_or(0)), r.samples, 0);
     }
     let profiles: Vec<Profile> = profiles.into_values().collect();

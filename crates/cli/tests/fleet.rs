@@ -111,7 +111,8 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
     let mut grand = 0;
     for h in hosts {
         let local = local_top(&dir.path().join(h), "procedure");
-        let row = by_host["rows"].as_array().unwrap().iter().find(|r| r["host"] == h).unwrap_or_else(|| panic!("no row for {h}: {by_host}"));
+        let row =
+            by_host["rows"].as_array().unwrap().iter().find(|r| r["host"] == h).unwrap_or_else(|| panic!("no row for {h}: {by_host}"));
         assert_eq!(row["samples"].as_u64().unwrap(), total(&local), "host {h}");
         assert_eq!(total(&fleet_top(&url, &["--where", &format!("host={h}")])), total(&local), "--where host={h}");
         for (k, n) in rows(&local) {
@@ -122,7 +123,10 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
     let fleet = fleet_top(&url, &["--by", "procedure"]);
     assert_eq!(total(&fleet), grand);
     assert_eq!(rows(&fleet), sum, "per image and procedure");
-    assert_eq!(total(&fleet_top(&url, &["--where", "host~^web-", "--where", "version=1.2"])), grand - total(&local_top(&dir.path().join("db-1"), "image")));
+    assert_eq!(
+        total(&fleet_top(&url, &["--where", "host~^web-", "--where", "version=1.2"])),
+        grand - total(&local_top(&dir.path().join("db-1"), "image"))
+    );
     assert_eq!(total(&fleet_top(&url, &["--where", "version=1.3"])), 0);
 }
 
@@ -178,9 +182,12 @@ fn bad_urls_credentials_servers_and_schemas_fail_clearly_before_recording() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
+        // Like an SSH server: a banner, then the connection stays open.
+        let mut open = Vec::new();
         for s in listener.incoming().flatten() {
             use std::io::Write;
             let _ = (&s).write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
+            open.push(s);
         }
     });
     let newer = ch.url(1, "newer");

@@ -784,7 +784,12 @@ pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) 
 }
 
 /// [`run_daemon`], every merged profile also going to `sink`.
-pub fn run_daemon_with(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool, sink: Option<Box<dyn FlushSink>>) -> Result<IntervalReport> {
+pub fn run_daemon_with(
+    cfg: &SamplerConfig,
+    opts: &DaemonOptions,
+    stop: &AtomicBool,
+    sink: Option<Box<dyn FlushSink>>,
+) -> Result<IntervalReport> {
     let db = Database::create(&opts.db)?;
     let _lock = DaemonLock::acquire(&opts.db)?;
     let mut engine = Engine::new(cfg, db, opts.flush_every, opts.backend)?;

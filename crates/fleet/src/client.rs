@@ -88,7 +88,9 @@ impl Client {
         match code {
             // 192 unknown user, 193 wrong password, 516 authentication failed (newer servers).
             Some(192 | 193 | 516) => Error::new(ErrorKind::Auth, format!("{at}: ClickHouse refused the credentials: {first}")),
-            Some(81) => Error::new(ErrorKind::Schema, format!("{at}: the database does not exist; run `loupe fleet init {at}` first: {first}")),
+            Some(81) => {
+                Error::new(ErrorKind::Schema, format!("{at}: the database does not exist; run `loupe fleet init {at}` first: {first}"))
+            }
             _ => Error::new(ErrorKind::Server, format!("{at}: ClickHouse answered HTTP {status}: {first}")),
         }
     }
@@ -100,9 +102,10 @@ impl Client {
                 ErrorKind::NotClickHouse,
                 format!("{at}: the server there does not speak HTTP ({p}); is this ClickHouse's HTTP port (8123 by default)?"),
             ),
-            ureq::Error::Timeout(t) => {
-                Error::new(ErrorKind::Unreachable, format!("{at}: no answer in time ({t}); the server is slow or this is not ClickHouse's HTTP port"))
-            }
+            ureq::Error::Timeout(t) => Error::new(
+                ErrorKind::Unreachable,
+                format!("{at}: no answer in time ({t}); the server is slow or this is not ClickHouse's HTTP port"),
+            ),
             other => Error::new(ErrorKind::Unreachable, format!("{at}: cannot reach ClickHouse: {other}")),
         }
     }

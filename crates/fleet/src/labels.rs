@@ -55,7 +55,10 @@ mod tests {
         let uid = "0f2b1f3c-1d9e-4b9a-9a57-3d2d6f8a1b2c";
         let v1 = format!("12:pids:/kubepods/burstable/pod{uid}/{id}\n1:name=systemd:/kubepods/burstable/pod{uid}/{id}\n");
         assert_eq!(from_cgroup(&v1), [("pod".into(), uid.into()), ("container".into(), id.clone())]);
-        let sd = format!("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id}.scope\n", uid.replace('-', "_"));
+        let sd = format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id}.scope\n",
+            uid.replace('-', "_")
+        );
         assert_eq!(from_cgroup(&sd), [("pod".into(), uid.into()), ("container".into(), id)]);
         assert!(from_cgroup("0::/user.slice/user-0.slice/session-3.scope\n").is_empty());
     }

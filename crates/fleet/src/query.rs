@@ -148,7 +148,10 @@ pub fn by_key(client: &Client, sel: &Selection, key: &str) -> Result<Vec<(String
     let rows = grouped(client, &[column(key), "event".into()], sel)?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        let n = r.get(2).and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| Error::new(ErrorKind::Protocol, format!("unexpected result row {r:?}")))?;
+        let n = r
+            .get(2)
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(|| Error::new(ErrorKind::Protocol, format!("unexpected result row {r:?}")))?;
         out.push((r[0].clone(), r[1].clone(), n));
     }
     out.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));

@@ -92,7 +92,12 @@ pub struct RowContext {
 
 /// The rows of one flush's profiles. `process_labels` gives labels per pid
 /// (from its cgroup); they follow the host's own.
-pub fn rows_of(profiles: &[Profile], bucket: u64, ctx: &RowContext, process_labels: &mut dyn FnMut(u32) -> Vec<(String, String)>) -> Vec<Row> {
+pub fn rows_of(
+    profiles: &[Profile],
+    bucket: u64,
+    ctx: &RowContext,
+    process_labels: &mut dyn FnMut(u32) -> Vec<(String, String)>,
+) -> Vec<Row> {
     let mut rows = Vec::new();
     for p in profiles {
         for (&(proc_index, offset), &count) in &p.entries {
@@ -172,8 +177,19 @@ mod tests {
     fn batch_rows_carry_the_batch_id_and_their_index() {
         // Checks the wire form: every line names the batch and a distinct row index, so duplicates can be recognized.
         let row = Row {
-            bucket: 60, host: "h".into(), label_keys: vec![], label_values: vec![], pid: 1, comm: "c".into(), kind: "elf".into(),
-            image: "/x".into(), build_id: String::new(), content_hash: 0, event: "e".into(), offset: 1, count: 2,
+            bucket: 60,
+            host: "h".into(),
+            label_keys: vec![],
+            label_values: vec![],
+            pid: 1,
+            comm: "c".into(),
+            kind: "elf".into(),
+            image: "/x".into(),
+            build_id: String::new(),
+            content_hash: 0,
+            event: "e".into(),
+            offset: 1,
+            count: 2,
         };
         let b = Batch::new(vec![row.clone(), row]);
         assert_eq!(b.id.len(), 32);

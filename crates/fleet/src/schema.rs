@@ -30,7 +30,8 @@ pub struct InitOptions {
 
 /// `30d`, `2w`, `0` (keep for ever) as days.
 pub fn parse_retention(s: &str) -> Result<u32> {
-    let bad = || Error::new(ErrorKind::Usage, format!("bad retention {s:?}: expected days or weeks such as 30d or 2w, or 0 to keep everything"));
+    let bad =
+        || Error::new(ErrorKind::Usage, format!("bad retention {s:?}: expected days or weeks such as 30d or 2w, or 0 to keep everything"));
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u32 = num.parse().map_err(|_| bad())?;
     match unit {
@@ -54,7 +55,10 @@ pub fn server_version(c: &Client) -> Result<(u32, u32)> {
 /// The schema in the URL's database, or why there is none Loupe can use.
 pub fn check(c: &Client) -> Result<SchemaInfo> {
     let info = read(c)?.ok_or_else(|| {
-        Error::new(ErrorKind::Schema, format!("{}: no Loupe schema there; run `loupe fleet init {}` first", c.url().display(), c.url().display()))
+        Error::new(
+            ErrorKind::Schema,
+            format!("{}: no Loupe schema there; run `loupe fleet init {}` first", c.url().display(), c.url().display()),
+        )
     })?;
     if info.version > SCHEMA_VERSION {
         return Err(newer(c, info.version));
@@ -112,7 +116,8 @@ pub fn init(c: &Client, opts: &InitOptions) -> Result<SchemaInfo> {
             quote(cluster)
         ))?;
     }
-    let info = SchemaInfo { version: SCHEMA_VERSION, cluster: opts.cluster.clone().unwrap_or_default(), retention_days: opts.retention_days };
+    let info =
+        SchemaInfo { version: SCHEMA_VERSION, cluster: opts.cluster.clone().unwrap_or_default(), retention_days: opts.retention_days };
     if read(c)?.as_ref() != Some(&info) {
         c.execute(&format!(
             "INSERT INTO schema_version VALUES ({SCHEMA_VERSION}, {}, {}, now())",

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 /// Longest wait between tries while the server is away.
 const RETRY_MAX: Duration = Duration::from_secs(2);
+/// How long the last flush waits for a server that is failing.
+const FAILING_WAIT: Duration = Duration::from_secs(2);
 
 pub struct ShipOptions {
     pub spool_dir: PathBuf,
@@ -44,6 +46,8 @@ struct State {
     sent_batches: u64,
     sent_samples: u64,
     last_error: Option<String>,
+    /// The last try failed: the server is away or refusing.
+    failing: bool,
 }
 
 struct Shared {
@@ -92,12 +96,16 @@ impl Shipper {
         Ok(())
     }
 
-    /// Sends what is spooled for up to `wait`, then stops the sender; what
-    /// is left stays in the spool for the next run.
+    /// Sends what is spooled for up to `wait` (2 s once the server is
+    /// failing), then stops the sender; what is left stays in the spool
+    /// for the next run.
     pub fn finish(mut self, wait: Duration) -> ShipReport {
-        let until = Instant::now() + wait;
-        while Instant::now() < until && !self.shared.spool.is_empty().unwrap_or(true) {
+        let start = Instant::now();
+        while start.elapsed() < wait && !self.shared.spool.is_empty().unwrap_or(true) {
             let st = self.shared.state.lock().expect("ship state");
+            if st.failing && start.elapsed() > FAILING_WAIT {
+                break;
+            }
             let _ = self.shared.wake.wait_timeout(st, Duration::from_millis(50));
         }
         self.shared.state.lock().expect("ship state").stop = true;
@@ -149,11 +157,13 @@ fn send_loop(s: &Shared, client: &Client) {
             Ok(()) => {
                 st.sent_batches += 1;
                 st.sent_samples += batch.samples();
+                st.failing = false;
                 backoff = Duration::from_millis(100);
                 s.wake.notify_all();
             }
             Err(e) => {
                 st.last_error = Some(e.to_string());
+                st.failing = true;
                 if st.stop {
                     return;
                 }

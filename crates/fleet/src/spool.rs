@@ -131,7 +131,8 @@ fn read_batch(path: &Path) -> Result<Batch> {
 /// Writes a 0600 file whole, then renames it in, so readers never see half a batch.
 fn write_private(path: &Path, data: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(|e| spool_err(&tmp, "create", e))?;
+    let mut f =
+        fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(|e| spool_err(&tmp, "create", e))?;
     f.write_all(data).and_then(|_| f.sync_data()).map_err(|e| spool_err(&tmp, "write", e))?;
     fs::rename(&tmp, path).map_err(|e| spool_err(path, "rename into", e))
 }
@@ -147,8 +148,19 @@ mod tests {
 
     fn batch(count: u64) -> Batch {
         let row = Row {
-            bucket: 0, host: "h".into(), label_keys: vec![], label_values: vec![], pid: 1, comm: "c".into(), kind: "elf".into(),
-            image: "/x".into(), build_id: String::new(), content_hash: 0, event: "e".into(), offset: 0, count,
+            bucket: 0,
+            host: "h".into(),
+            label_keys: vec![],
+            label_values: vec![],
+            pid: 1,
+            comm: "c".into(),
+            kind: "elf".into(),
+            image: "/x".into(),
+            build_id: String::new(),
+            content_hash: 0,
+            event: "e".into(),
+            offset: 0,
+            count,
         };
         Batch::new(vec![row])
     }

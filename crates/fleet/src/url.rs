@@ -14,7 +14,9 @@ pub struct FleetUrl {
 
 impl FleetUrl {
     pub fn parse(s: &str) -> Result<FleetUrl> {
-        let bad = |why: &str| Error::new(ErrorKind::BadUrl, format!("bad fleet URL {s:?}: {why} (expected clickhouse://[user:password@]host:port/database)"));
+        let bad = |why: &str| {
+            Error::new(ErrorKind::BadUrl, format!("bad fleet URL {s:?}: {why} (expected clickhouse://[user:password@]host:port/database)"))
+        };
         let rest = s.strip_prefix("clickhouse://").ok_or_else(|| bad("it must start with clickhouse://"))?;
         let (authority, database) = rest.split_once('/').ok_or_else(|| bad("no /database after the host"))?;
         let (userinfo, hostport) = match authority.rsplit_once('@') {
