@@ -6,16 +6,17 @@ use crate::flags::{FleetArgs, FleetCommand, Format, ShipArgs, SourceArgs, TopArg
 use crate::symbols::Symbols;
 use anyhow::{bail, Context, Result};
 use loupe_analysis::top::top as top_table;
+use loupe_analysis::{SymInfo, SymbolSource, Unnamed};
 use loupe_collector::daemon::FlushSink;
 use loupe_fleet::client::Client;
 use loupe_fleet::query::{self, Cond, Selection};
-use loupe_fleet::rows::{rows_of, Batch, Row, RowContext};
+use loupe_fleet::rows::{image_key, image_of, rows_of, Batch, Row, RowContext, SymRow};
 use loupe_fleet::schema::{self, InitOptions};
 use loupe_fleet::ship::{ShipOptions, Shipper};
 use loupe_fleet::url::FleetUrl;
 use loupe_model::{EventName, ImageOffset, ProcessKey, Profile};
 use loupe_store::query::{choose_events, Filter};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,34 @@ struct SinkState {
     /// Cgroup labels per pid, read once per batch (pids are reused).
     labels: HashMap<u32, Vec<(String, String)>>,
     warned: bool,
+    /// Names offsets for the symbols table, with the database's image cache.
+    syms: Symbols,
+    /// (build, offset) pairs already named: each is uploaded once.
+    named: HashSet<(String, u64)>,
+}
+
+impl SinkState {
+    /// Names of the pending rows' offsets not uploaded yet; offsets that get
+    /// no name are not tried again.
+    fn new_symbols(&mut self) -> Vec<SymRow> {
+        let mut todo: BTreeMap<(String, loupe_model::ImageId), Vec<ImageOffset>> = BTreeMap::new();
+        for r in &self.pending {
+            let image = image_of(&r.kind, &r.image, &r.build_id, r.content_hash);
+            let Some(key) = image_key(&image) else { continue };
+            if self.named.insert((key.clone(), r.offset)) {
+                todo.entry((key, image)).or_default().push(ImageOffset(r.offset));
+            }
+        }
+        let mut out = Vec::new();
+        for ((key, image), offsets) in todo {
+            for (off, sym) in offsets.iter().zip(self.syms.symbolize(&image, &offsets, true)) {
+                let Ok(sym) = sym else { continue };
+                let (file, line) = (sym.file.unwrap_or_default(), sym.line.unwrap_or(0));
+                out.push(SymRow { image_key: key.clone(), offset: off.0, procedure: sym.procedure, file, line });
+            }
+        }
+        out
+    }
 }
 
 struct Sink(Arc<Mutex<SinkState>>);
@@ -57,7 +86,8 @@ impl FlushSink for Sink {
         if st.pending.is_empty() {
             return;
         }
-        let batch = Batch::new(std::mem::take(&mut st.pending));
+        let symbols = st.new_symbols();
+        let batch = Batch { symbols, ..Batch::new(std::mem::take(&mut st.pending)) };
         let pushed = st.shipper.as_ref().map(|s| s.push(&batch));
         if let Some(Err(e)) = pushed {
             if !std::mem::replace(&mut st.warned, true) {
@@ -92,7 +122,15 @@ pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
         eprintln!("loupe: fleet: {n}");
     }
     eprintln!("loupe: shipping to {} as host {} (spool {})", url.display(), ctx.host, opts.spool_dir.display());
-    let state = SinkState { shipper: Some(shipper), ctx, pending: Vec::new(), labels: HashMap::new(), warned: false };
+    let state = SinkState {
+        shipper: Some(shipper),
+        ctx,
+        pending: Vec::new(),
+        labels: HashMap::new(),
+        warned: false,
+        syms: Symbols::for_db(db),
+        named: HashSet::new(),
+    };
     Ok(Some(Shipping { state: Arc::new(Mutex::new(state)) }))
 }
 
@@ -236,7 +274,7 @@ fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::B
     let present: Vec<EventName> = profiles.iter().map(|p| p.event.clone()).collect();
     let events = choose_events(&present, &a.events)?;
     let filter = Filter { pids: Vec::new(), comms: Vec::new(), image: a.image.image.clone() };
-    let mut syms = Symbols::for_db(&a.db.db);
+    let mut syms = FleetSymbols { local: Symbols::for_db(&a.db.db), client };
     let report = top_table(&profiles, &[], &events, crate::top::group_by(by), &|_| true, &|i| filter.keep_image(i), &mut syms);
     let mut out = std::io::stdout().lock();
     match a.format {
@@ -250,4 +288,31 @@ fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::B
         }
     }
     Ok(0)
+}
+
+/// Names from this host's files first, then from what the shipping hosts uploaded.
+struct FleetSymbols<'a> {
+    local: Symbols,
+    client: &'a Client,
+}
+
+impl SymbolSource for FleetSymbols<'_> {
+    fn symbolize(&mut self, image: &loupe_model::ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Result<SymInfo, Unnamed>> {
+        let mut out = self.local.symbolize(image, offsets, lines);
+        let missing: Vec<u64> = offsets.iter().zip(&out).filter(|(_, r)| r.is_err()).map(|(o, _)| o.0).collect();
+        let Some(key) = image_key(image).filter(|_| !missing.is_empty()) else { return out };
+        let Ok(found) = query::symbols(self.client, &key, &missing) else { return out };
+        for (off, r) in offsets.iter().zip(out.iter_mut()) {
+            if let (Err(_), Some((procedure, file, line))) = (&r, found.get(&off.0)) {
+                let file = (lines && !file.is_empty()).then(|| file.clone());
+                let line = (lines && *line > 0).then_some(*line);
+                *r = Ok(SymInfo { procedure: procedure.clone(), file, line });
+            }
+        }
+        out
+    }
+
+    fn inlined(&mut self, image: &loupe_model::ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
+        self.local.inlined(image, offsets)
+    }
 }

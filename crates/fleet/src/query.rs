@@ -158,6 +158,25 @@ pub fn by_key(client: &Client, sel: &Selection, key: &str) -> Result<Vec<(String
     Ok(out)
 }
 
+/// Uploaded names of `offsets` of the build `image_key`: (procedure, file, line) per offset found.
+pub fn symbols(client: &Client, image_key: &str, offsets: &[u64]) -> Result<std::collections::HashMap<u64, (String, String, u32)>> {
+    let mut out = std::collections::HashMap::new();
+    for chunk in offsets.chunks(2000) {
+        let list: Vec<String> = chunk.iter().map(|o| o.to_string()).collect();
+        let rows = client.select(&format!(
+            "SELECT offset, any(procedure), any(file), any(line) FROM symbols WHERE image_key = {} AND offset IN ({}) GROUP BY offset",
+            quote(image_key),
+            list.join(", ")
+        ))?;
+        for r in rows {
+            if let (Some(off), Some(line)) = (r.first().and_then(|s| s.parse().ok()), r.get(3).and_then(|s| s.parse().ok())) {
+                out.insert(off, (r[1].clone(), r[2].clone(), line));
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,11 +29,28 @@ pub struct Row {
     pub count: u64,
 }
 
+/// The name of one offset of one build, as the shipping host's symbolizer
+/// gave it: uploaded once per (build, offset), so a query host names
+/// frames of binaries it never saw.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SymRow {
+    /// [`image_key`] of the image.
+    pub image_key: String,
+    pub offset: u64,
+    pub procedure: String,
+    pub file: String,
+    /// 0: no line.
+    pub line: u32,
+}
+
 /// Rows sent (and spooled) together under one id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Batch {
     pub id: String,
     pub rows: Vec<Row>,
+    /// Names of offsets first seen in this batch.
+    #[serde(default)]
+    pub symbols: Vec<SymRow>,
 }
 
 /// The row as sent: the row and its place in the batch.
@@ -48,7 +65,12 @@ struct Wire<'a> {
 impl Batch {
     /// A batch with a fresh random id.
     pub fn new(rows: Vec<Row>) -> Batch {
-        Batch { id: random_id(), rows }
+        Batch { id: random_id(), rows, symbols: Vec::new() }
+    }
+
+    /// The symbol rows as JSONEachRow for `INSERT INTO symbols`.
+    pub fn symbols_json(&self) -> String {
+        self.symbols.iter().map(|s| serde_json::to_string(s).expect("symbols serialize") + "\n").collect()
     }
 
     pub fn samples(&self) -> u64 {
@@ -123,6 +145,15 @@ pub fn rows_of(
         }
     }
     rows
+}
+
+/// What names a build for the symbols table: its build-id, else its content hash.
+pub fn image_key(image: &ImageId) -> Option<String> {
+    match (&image.build_id, image.content_hash) {
+        (Some(b), _) if !b.0.is_empty() => Some(b.to_hex()),
+        (_, Some(h)) => Some(format!("h{h:016x}")),
+        _ => None,
+    }
 }
 
 pub fn kind_name(k: ImageKind) -> &'static str {

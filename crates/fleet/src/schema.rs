@@ -110,9 +110,18 @@ pub fn init(c: &Client, opts: &InitOptions) -> Result<SchemaInfo> {
     )?;
     let local = if opts.cluster.is_some() { "samples_local" } else { "samples" };
     c.execute(&samples_ddl(local, version, opts.retention_days))?;
+    let symbols = if opts.cluster.is_some() { "symbols_local" } else { "symbols" };
+    c.execute(&format!(
+        "CREATE TABLE IF NOT EXISTS {symbols} (image_key String, offset UInt64, procedure String, file String, line UInt32) \
+ENGINE = ReplacingMergeTree() ORDER BY (image_key, offset)"
+    ))?;
     if let Some(cluster) = &opts.cluster {
         c.execute(&format!(
             "CREATE TABLE IF NOT EXISTS samples AS samples_local ENGINE = Distributed({}, {db}, samples_local, cityHash64(host))",
+            quote(cluster)
+        ))?;
+        c.execute(&format!(
+            "CREATE TABLE IF NOT EXISTS symbols AS symbols_local ENGINE = Distributed({}, {db}, symbols_local, cityHash64(image_key))",
             quote(cluster)
         ))?;
     }

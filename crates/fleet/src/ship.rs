@@ -176,9 +176,14 @@ fn send_loop(s: &Shared, client: &Client) {
 
 /// One batch into `samples`; on a Distributed table the insert returns
 /// once every shard has its rows, so an acknowledged batch is stored.
+/// Names go first: a query that sees a batch's samples finds their names.
 pub fn send(client: &Client, batch: &Batch) -> Result<()> {
+    let sync = [("insert_distributed_sync", "1")];
+    if !batch.symbols.is_empty() {
+        client.insert_json("symbols", &batch.symbols_json(), &sync)?;
+    }
     if batch.rows.is_empty() {
         return Ok(());
     }
-    client.insert_json("samples", &batch.to_json_rows(), &[("insert_distributed_sync", "1")])
+    client.insert_json("samples", &batch.to_json_rows(), &sync)
 }
