@@ -37,16 +37,18 @@ struct SinkState {
     /// Cgroup labels per pid, read once per batch (pids are reused).
     labels: HashMap<u32, Vec<(String, String)>>,
     warned: bool,
-    /// Names offsets for the symbols table, with the database's image cache.
-    syms: Symbols,
+    /// Names offsets for the symbols table (`--ship-symbols`), with this database's image cache.
+    syms_db: Option<std::path::PathBuf>,
     /// (build, offset) pairs already named: each is uploaded once.
     named: HashSet<(String, u64)>,
 }
 
 impl SinkState {
     /// Names of the pending rows' offsets not uploaded yet; offsets that get
-    /// no name are not tried again.
+    /// no name are not tried again. Procedures only: source lines would make
+    /// the daemon parse every binary's DWARF (hundreds of MB on a busy host).
     fn new_symbols(&mut self) -> Vec<SymRow> {
+        let Some(db) = &self.syms_db else { return Vec::new() };
         let mut todo: BTreeMap<(String, loupe_model::ImageId), Vec<ImageOffset>> = BTreeMap::new();
         for r in &self.pending {
             let image = image_of(&r.kind, &r.image, &r.build_id, r.content_hash);
@@ -55,9 +57,11 @@ impl SinkState {
                 todo.entry((key, image)).or_default().push(ImageOffset(r.offset));
             }
         }
+        // A symbolizer per batch: what it loaded is freed when the batch is named.
+        let mut syms = Symbols::for_db(db);
         let mut out = Vec::new();
         for ((key, image), offsets) in todo {
-            for (off, sym) in offsets.iter().zip(self.syms.symbolize(&image, &offsets, true)) {
+            for (off, sym) in offsets.iter().zip(syms.symbolize(&image, &offsets, false)) {
                 let Ok(sym) = sym else { continue };
                 let (file, line) = (sym.file.unwrap_or_default(), sym.line.unwrap_or(0));
                 out.push(SymRow { image_key: key.clone(), offset: off.0, procedure: sym.procedure, file, line });
@@ -128,7 +132,7 @@ pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
         pending: Vec::new(),
         labels: HashMap::new(),
         warned: false,
-        syms: Symbols::for_db(db),
+        syms_db: a.ship_symbols.then(|| db.to_path_buf()),
         named: HashSet::new(),
     };
     Ok(Some(Shipping { state: Arc::new(Mutex::new(state)) }))

@@ -103,7 +103,7 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
     let dir = tempfile::tempdir().unwrap();
     let hosts = ["web-1", "web-2", "db-1"];
     for h in hosts {
-        record(&dir.path().join(h), &ch.url(0, "prof"), h, "1", &["--label", "version=1.2"]);
+        record(&dir.path().join(h), &ch.url(0, "prof"), h, "1", &["--label", "version=1.2", "--ship-symbols"]);
     }
     let url = ch.url(1, "prof");
     let by_host = json(&fleet_top(&url, &["--by", "host"]));

@@ -21,6 +21,11 @@ pub struct ShipArgs {
     /// A label on every shipped row, `key=value`; repeatable. `host=NAME` replaces the host name.
     #[arg(long = "label", value_name = "KEY=VALUE", requires = "ship")]
     pub labels: Vec<String>,
+    /// Also upload the procedure name of every shipped offset (once per build and offset), so query hosts
+    /// name frames of binaries they do not have. Costs the daemon the symbol tables of every sampled binary
+    /// while it names them, on the collection thread (over 1 GB and many seconds for a busy build machine's first flush).
+    #[arg(long, requires = "ship")]
+    pub ship_symbols: bool,
     /// Where batches wait while ClickHouse is away (default: DB/fleet-spool).
     #[arg(long, value_name = "DIR", requires = "ship")]
     pub spool: Option<PathBuf>,
