@@ -12,6 +12,7 @@ mod fleet;
 mod locks;
 mod machine;
 mod objects;
+mod ops;
 mod optimize;
 mod optimize_bat;
 mod optimize_lbr;
@@ -49,6 +50,8 @@ fn main() -> ExitCode {
         Command::Optimize(a) => optimize::run(a),
         Command::Data(a) => data::run(a),
         Command::Fleet(a) => fleet::run(a),
+        Command::Completions(a) => ops::completions(a),
+        Command::Man(a) => ops::man(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

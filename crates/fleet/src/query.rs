@@ -143,7 +143,7 @@ fn image_row(r: &[String], offsets: bool) -> Result<ImageRow> {
     })
 }
 
-/// Samples per value of `key` (see [`column`]) and event, largest first.
+/// Samples per value of `key` (see [`column()`]) and event, largest first.
 pub fn by_key(client: &Client, sel: &Selection, key: &str) -> Result<Vec<(String, String, u64)>> {
     let rows = grouped(client, &[column(key), "event".into()], sel)?;
     let mut out = Vec::with_capacity(rows.len());

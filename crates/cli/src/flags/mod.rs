@@ -13,6 +13,7 @@ mod data;
 mod diff;
 mod fleet;
 mod locks;
+mod ops;
 pub mod optimize;
 mod procedure;
 mod select;
@@ -25,6 +26,7 @@ pub use data::*;
 pub use diff::*;
 pub use fleet::*;
 pub use locks::*;
+pub use ops::*;
 pub use procedure::*;
 pub use select::*;
 pub use stacks::*;
@@ -101,6 +103,12 @@ pub enum Command {
     /// The fleet store in ClickHouse: create its schema (`loupe fleet init`).
     #[command(after_help = FLEET_HELP)]
     Fleet(FleetArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions(CompletionsArgs),
+    /// Write man pages for loupe and every command into a directory.
+    #[command(after_help = MAN_HELP)]
+    Man(ManArgs),
 }
 
 #[derive(Args, Debug, Clone)]
