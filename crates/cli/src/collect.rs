@@ -191,6 +191,8 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     let duration = a.duration.map(|d| seconds(d, "--duration")).transpose()?;
     let scope = if a.command.is_empty() && a.pids.is_empty() { Scope::SystemWide } else { Scope::OwnProcesses };
     let plan = privilege_plan(scope, &a.sampling)?;
+    // A bad --ship URL or server is refused before anything is created.
+    let shipping = crate::fleet::start(&a.ship, &a.db.db)?;
     let created = NewDir::before(&a.db.db);
     let db = create_db(&a.db.db, &a.share)?;
     let mut cfg = sampler_config(&a.sampling, &plan)?;
@@ -211,6 +213,7 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     }
     let mut engine = Engine::new(&cfg, db, flush_every, plan.backend).map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("loupe: backend {}", backend_note(&engine, &a.sampling, &plan));
+    engine.sink = shipping.as_ref().map(|s| s.sink());
     start(&mut engine, &cfg.target, &a.pids)?;
     let started = Instant::now();
     if let Some(c) = &mut child {
@@ -235,6 +238,9 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     engine.flush_final().map_err(|e| anyhow::anyhow!("{e}"))?;
     created.keep();
     summarize(&engine, started.elapsed());
+    if let Some(s) = shipping {
+        s.finish();
+    }
     Ok(status.clamp(0, 255) as u8)
 }
 
@@ -301,12 +307,16 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         backend: plan.backend,
         max_overhead_pct: a.max_overhead.0,
     };
+    let shipping = crate::fleet::start(&a.ship, &opts.db)?;
     let created = NewDir::before(&opts.db);
     create_db(&opts.db, &a.share)?;
     let stop = stop_flag()?;
     eprintln!("loupe: daemon {} collecting into {} (flush every {} s)", std::process::id(), opts.db.display(), a.flush_every);
     let manager = a.optimize.as_deref().map(|c| crate::optimize_manage::spawn(&opts.db, c)).transpose()?;
-    let report = daemon::run_daemon(&cfg, &opts, &stop).map_err(|e| anyhow::anyhow!("{e}"));
+    let report = daemon::run_daemon_with(&cfg, &opts, &stop, shipping.as_ref().map(|s| s.sink())).map_err(|e| anyhow::anyhow!("{e}"));
+    if let Some(s) = shipping {
+        s.finish();
+    }
     if let Some(m) = manager {
         crate::optimize_manage::stop(m);
     }

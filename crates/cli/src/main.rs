@@ -9,6 +9,7 @@ mod config;
 mod data;
 mod diff;
 mod flags;
+mod fleet;
 mod locks;
 mod machine;
 mod objects;
@@ -60,6 +61,7 @@ fn main() -> ExitCode {
         Command::Trace(a) => trace::run(a),
         Command::Optimize(a) => optimize::run(a),
         Command::Data(a) => data::run(a),
+        Command::Fleet(a) => fleet::run(a),
         Command::Completions(a) => ops::completions(a),
         Command::Man(a) => ops::man(a),
     };

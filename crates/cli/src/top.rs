@@ -10,6 +10,10 @@ use loupe_store::{Database, EpochId};
 use std::io::Write;
 
 pub fn run(a: TopArgs) -> Result<u8> {
+    if let Some(source) = &a.source.source {
+        return crate::fleet::top(&a, source);
+    }
+    let by = a.by.local().map_err(anyhow::Error::msg)?;
     if a.children || a.callers.is_some() || a.callees.is_some() {
         return crate::stacks::top(a);
     }
@@ -17,19 +21,19 @@ pub fn run(a: TopArgs) -> Result<u8> {
     let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone() };
     let sel = Selection { epochs: a.epoch.which()?, filter, events: a.events.clone() };
     let epochs = db.select(&sel.epochs)?;
-    let flat = db.flat(&epochs, detail(a.by), &sel.filter)?;
+    let flat = db.flat(&epochs, detail(by), &sel.filter)?;
     for p in &flat.problems {
         eprintln!("loupe: skipping corrupt profile {p}");
     }
     let events = choose_events(&flat.events(), &sel.events)?;
-    let by = group_by(a.by);
+    let grouping = group_by(by);
     let mut syms = Symbols::for_db(&a.db.db);
     let (keep, keep_image) = (|p: &_| sel.filter.keep_process(p), |i: &str| sel.filter.keep_image(i));
-    let report = top(&flat.profiles, &flat.totals, &events, by, &keep, &keep_image, &mut syms);
+    let report = top(&flat.profiles, &flat.totals, &events, grouping, &keep, &keep_image, &mut syms);
     let mut out = std::io::stdout().lock();
     match a.format {
-        Format::Json => print_json(&mut out, &report, a.by, a.limit)?,
-        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
+        Format::Json => print_json(&mut out, &report, by, a.limit)?,
+        Format::Text => print_text(&mut out, &report, by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
     }
     Ok(0)
 }
@@ -52,7 +56,7 @@ pub(crate) fn detail(by: By) -> Detail {
     }
 }
 
-fn print_json(out: &mut dyn Write, r: &TopReport, by: By, limit: usize) -> Result<()> {
+pub(crate) fn print_json(out: &mut dyn Write, r: &TopReport, by: By, limit: usize) -> Result<()> {
     let rows: Vec<serde_json::Value> = r
         .rows
         .iter()
@@ -101,7 +105,7 @@ fn lost_samples(db: &Database, epochs: &[EpochId]) -> Result<u64> {
     Ok(db.epochs()?.iter().filter(|e| epochs.contains(&e.id)).map(|e| e.lost_samples()).sum())
 }
 
-fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: &[EpochId], lost: u64) -> Result<()> {
+pub(crate) fn print_text(out: &mut dyn Write, r: &TopReport, by: By, limit: usize, epochs: &[EpochId], lost: u64) -> Result<()> {
     let eps: Vec<String> = epochs.iter().map(|e| e.to_string()).collect();
     writeln!(out, "# Loupe top, epoch {}", eps.join(","))?;
     if lost > 0 {

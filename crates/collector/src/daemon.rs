@@ -198,8 +198,18 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// Receives what each flush merges, beside the database (`--ship`).
+pub trait FlushSink: Send {
+    /// Profiles just merged into the database.
+    fn profiles(&mut self, profiles: &[loupe_model::Profile]);
+    /// Every image has been merged once since the last call: a batch ends.
+    fn flushed(&mut self);
+}
+
 /// A sampler feeding a collector feeding a database.
 pub struct Engine {
+    /// Also gets every merged profile, when set.
+    pub sink: Option<Box<dyn FlushSink>>,
     pub sampler: Sampler,
     pub collector: Collector,
     pub db: Database,
@@ -270,6 +280,7 @@ impl Engine {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         db.update_epoch_meta(epoch, |m| (m.kernel, m.host) = (Some(release.trim().into()), Some(host.trim().into())))?;
         let mut engine = Engine {
+            sink: None,
             sampler,
             collector,
             db,
@@ -459,7 +470,17 @@ impl Engine {
                 self.record_clock()?;
             }
         }
-        self.store(profiles)
+        self.store(profiles)?;
+        if k == FLUSH_SLICES - 1 {
+            self.sink_flushed();
+        }
+        Ok(())
+    }
+
+    fn sink_flushed(&mut self) {
+        if let Some(s) = &mut self.sink {
+            s.flushed();
+        }
     }
 
     /// Drains the kernel and merges every image now (`loupe flush`, exit).
@@ -473,7 +494,9 @@ impl Engine {
         self.store_stacks()?;
         self.store_branches()?;
         self.store_losses()?;
-        self.store(profiles)
+        self.store(profiles)?;
+        self.sink_flushed();
+        Ok(())
     }
 
     /// The last flush of a recording (exit, or the end of an epoch): every
@@ -514,6 +537,9 @@ impl Engine {
         let report = self.db.merge(epoch, &profiles)?;
         self.flush_bytes += report.bytes_written;
         self.problems.extend(report.problems.iter().map(|p| p.to_string()));
+        if let Some(s) = &mut self.sink {
+            s.profiles(&profiles);
+        }
         Ok(())
     }
 
@@ -773,9 +799,20 @@ pub struct DaemonOptions {
 /// Runs until `stop` is set (SIGTERM/SIGINT), serving control commands on
 /// the socket; flushes everything before returning.
 pub fn run_daemon(cfg: &SamplerConfig, opts: &DaemonOptions, stop: &AtomicBool) -> Result<IntervalReport> {
+    run_daemon_with(cfg, opts, stop, None)
+}
+
+/// [`run_daemon`], every merged profile also going to `sink`.
+pub fn run_daemon_with(
+    cfg: &SamplerConfig,
+    opts: &DaemonOptions,
+    stop: &AtomicBool,
+    sink: Option<Box<dyn FlushSink>>,
+) -> Result<IntervalReport> {
     let db = Database::create(&opts.db)?;
     let _lock = DaemonLock::acquire(&opts.db)?;
     let mut engine = Engine::new(cfg, db, opts.flush_every, opts.backend)?;
+    engine.sink = sink;
     eprintln!("loupe: backend {}", engine.backend_note);
     engine.collector.scan_all();
     let mut budget = opts.max_overhead_pct.map(|pct| Budget::start(&mut engine, cfg, pct));

@@ -144,6 +144,8 @@ pub struct RecordArgs {
     /// (eBPF, ~15 us per call here, catches calls the dynamic linker does not route), or `off`.
     #[arg(long, value_enum, default_value_t = Allocs::Shim, value_name = "HOW")]
     pub allocs: Allocs,
+    #[command(flatten)]
+    pub ship: super::ShipArgs,
     /// Command to run and profile, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -180,6 +182,8 @@ pub struct DaemonArgs {
     /// Print every setting, with what this command line and --config make of it, as a --config file, and exit.
     #[arg(long)]
     pub print_config: bool,
+    #[command(flatten)]
+    pub ship: super::ShipArgs,
 }
 
 /// `--max-overhead`: a percent of each CPU, or off.

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 mod collect;
 mod data;
 mod diff;
+mod fleet;
 mod locks;
 mod ops;
 pub mod optimize;
@@ -23,6 +24,7 @@ mod trace;
 pub use collect::*;
 pub use data::*;
 pub use diff::*;
+pub use fleet::*;
 pub use locks::*;
 pub use ops::*;
 pub use procedure::*;
@@ -101,6 +103,9 @@ pub enum Command {
     /// Data profiling (DProf): memory cost by data type and field, miss classes, working set.
     #[command(after_help = SOURCE_NOTE)]
     Data(DataArgs),
+    /// The fleet store in ClickHouse: create its schema (`loupe fleet init`).
+    #[command(after_help = FLEET_HELP)]
+    Fleet(FleetArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(after_help = COMPLETIONS_HELP)]
     Completions(CompletionsArgs),

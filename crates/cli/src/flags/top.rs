@@ -1,6 +1,6 @@
 //! `loupe top`.
 
-use super::{By, CommFlag, DbArg, EpochFlag, Format, ImageFlag, PidFlag};
+use super::{CommFlag, DbArg, EpochFlag, Format, ImageFlag, PidFlag};
 use clap::Args;
 
 pub const TOP_HELP: &str = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n  loupe top --children\n  loupe top --callers c_work\n\n\
@@ -10,9 +10,12 @@ Percentages are of all samples of the event in the selected epochs and processes
 pub struct TopArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// Group samples by image, procedure, source line or instruction address.
-    #[arg(long, value_enum, default_value_t = By::Procedure)]
-    pub by: By,
+    /// Group samples by image, procedure, source line or instruction address
+    /// (image|procedure|line|instruction); with --source also by host or label:KEY.
+    #[arg(long, default_value = "procedure", value_parser = super::parse_top_by, value_name = "BY")]
+    pub by: super::TopBy,
+    #[command(flatten)]
+    pub source: super::SourceArgs,
     #[command(flatten)]
     pub epoch: EpochFlag,
     #[command(flatten)]

@@ -1,0 +1,118 @@
+//! The fleet flags: `--ship` on `record`/`daemon`, `--source` and its
+//! filters on `top`, and `loupe fleet init`.
+
+use super::By;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+pub const FLEET_HELP: &str = "Examples:\n  \
+loupe fleet init clickhouse://127.0.0.1:8123/loupe --retention 30d\n  \
+loupe fleet init clickhouse://ch1:8123/loupe clickhouse://ch2:8123/loupe --cluster prof\n  \
+loupe daemon --ship clickhouse://ch1:8123/loupe --label version=1.2\n  \
+loupe top --source clickhouse://ch1:8123/loupe --where unit=nginx.service --since 1h --by host";
+
+/// Shipping every flush to the fleet store, beside the local database.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ShipArgs {
+    /// Also send what each flush merges to this ClickHouse database
+    /// (`clickhouse://[user:password@]host:port/database`, the HTTP port; see `loupe fleet init`).
+    #[arg(long, value_name = "URL")]
+    pub ship: Option<String>,
+    /// A label on every shipped row, `key=value`; repeatable. `host=NAME` replaces the host name.
+    #[arg(long = "label", value_name = "KEY=VALUE", requires = "ship")]
+    pub labels: Vec<String>,
+    /// Also upload the procedure name of every shipped offset (once per build and offset), so query hosts
+    /// name frames of binaries they do not have. Costs the daemon the symbol tables of every sampled binary
+    /// while it names them, on the collection thread (over 1 GB and many seconds for a busy build machine's first flush).
+    #[arg(long, requires = "ship")]
+    pub ship_symbols: bool,
+    /// Where batches wait while ClickHouse is away (default: DB/fleet-spool).
+    #[arg(long, value_name = "DIR", requires = "ship")]
+    pub spool: Option<PathBuf>,
+    /// Most the spool holds (bytes, or with K, M, G); when full the oldest batch is dropped and counted.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size, requires = "ship")]
+    pub spool_max: u64,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let scale: u64 = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return Err(format!("{s:?}: expected bytes, or a number with K, M or G")),
+    };
+    num.parse::<u64>().ok().and_then(|n| n.checked_mul(scale)).ok_or_else(|| format!("{s:?}: expected bytes, or a number with K, M or G"))
+}
+
+/// Reading the fleet store instead of a local database.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SourceArgs {
+    /// Query this ClickHouse database (the whole fleet) instead of --db.
+    #[arg(long, value_name = "URL")]
+    pub source: Option<String>,
+    /// Only rows where KEY=VALUE, or KEY~REGEX; keys: host, comm, pid, image, event, build_id, or any label. Repeatable (all must hold).
+    #[arg(long = "where", value_name = "KEY=VALUE|KEY~REGEX", requires = "source")]
+    pub wheres: Vec<String>,
+    /// Rows from this time on: unix seconds, or a duration ago (15m, 2h, 7d).
+    #[arg(long, value_name = "TIME", requires = "source")]
+    pub since: Option<String>,
+    /// Rows before this time: unix seconds, `now`, or a duration ago.
+    #[arg(long, value_name = "TIME", requires = "source")]
+    pub until: Option<String>,
+}
+
+/// `top --by`: the local groupings, and with --source also `host` and `label:KEY`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopBy {
+    Local(By),
+    Host,
+    Label(String),
+}
+
+impl TopBy {
+    /// The grouping a local database can make.
+    pub fn local(&self) -> Result<By, String> {
+        match self {
+            TopBy::Local(b) => Ok(*b),
+            _ => Err("--by host and --by label:KEY group a fleet; they need --source clickhouse://...".into()),
+        }
+    }
+}
+
+pub fn parse_top_by(s: &str) -> Result<TopBy, String> {
+    use clap::ValueEnum;
+    match s {
+        "host" => Ok(TopBy::Host),
+        _ if s.starts_with("label:") && s.len() > 6 => Ok(TopBy::Label(s[6..].to_string())),
+        _ => By::from_str(s, false)
+            .map(TopBy::Local)
+            .map_err(|_| format!("{s:?}: expected image, procedure, line, instruction, host or label:KEY")),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct FleetArgs {
+    #[command(subcommand)]
+    pub command: FleetCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FleetCommand {
+    /// Create (or migrate) the fleet schema on each server given; refuses a newer schema.
+    Init(FleetInitArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FleetInitArgs {
+    /// Each server's database, `clickhouse://[user:password@]host:port/database`; every shard of --cluster.
+    #[arg(required = true, value_name = "URL")]
+    pub urls: Vec<String>,
+    /// The `remote_servers` cluster to distribute `samples` over (a Distributed table over `samples_local` on each shard).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// Keep rows this long (`30d`, `2w`; `0` keeps everything).
+    #[arg(long, value_name = "DAYS", default_value = "0")]
+    pub retention: String,
+}

@@ -1,0 +1,217 @@
+//! Fleet shipping end to end: real `loupe record --ship` runs of a known
+//! workload into two real ClickHouse servers (a two-shard cluster started
+//! by scripts/clickhouse.sh), checked against the local databases the same
+//! runs wrote.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use util::{json, loupe, repo_root, require_root, run_ok, workloads};
+
+/// Two servers for one test, stopped when dropped.
+struct ClickHouse {
+    dir: tempfile::TempDir,
+    urls: Vec<String>,
+}
+
+impl ClickHouse {
+    /// None (with a message) when clickhouse-server is not installed.
+    fn start() -> Option<ClickHouse> {
+        if !Path::new("/usr/sbin/clickhouse-server").exists() && which("clickhouse-server").is_none() {
+            eprintln!("SKIP: clickhouse-server is not installed (scripts/setup.sh installs it)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_ok(Command::new(script()).arg("start").arg(dir.path()));
+        let urls = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.replace("http://", "")).collect();
+        Some(ClickHouse { dir, urls })
+    }
+
+    /// `clickhouse://HOST:PORT/DB` of server `i` (0 or 1).
+    fn url(&self, i: usize, db: &str) -> String {
+        format!("clickhouse://{}/{db}", self.urls[i])
+    }
+
+    fn kill(&self, i: usize) {
+        run_ok(Command::new(script()).arg("kill").arg(self.dir.path()).arg((i + 1).to_string()));
+    }
+
+    fn revive(&self, i: usize) {
+        run_ok(Command::new(script()).arg("revive").arg(self.dir.path()).arg((i + 1).to_string()));
+    }
+
+    fn init_cluster(&self, db: &str) {
+        run_ok(loupe().args(["fleet", "init", &self.url(0, db), &self.url(1, db), "--cluster", "loupe", "--retention", "30d"]));
+    }
+}
+
+impl Drop for ClickHouse {
+    fn drop(&mut self) {
+        let _ = Command::new(script()).arg("stop").arg(self.dir.path()).status();
+    }
+}
+
+fn script() -> PathBuf {
+    repo_root().join("scripts/clickhouse.sh")
+}
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(cmd)).find(|p| p.is_file())
+}
+
+/// `record --ship` of selftime for `seconds`, as host `host`.
+fn record(db: &Path, url: &str, host: &str, seconds: &str, extra: &[&str]) -> Output {
+    let mut c = loupe();
+    c.args(["record", "--flush-every", "1", "--db"]).arg(db).args(["--ship", url, "--label"]).arg(format!("host={host}"));
+    c.args(extra).arg("--").arg(workloads().join("selftime")).args(["--seconds", seconds]);
+    run_ok(&mut c)
+}
+
+/// Samples per image (and procedure, when `by` is procedure) of a `top --format json`.
+fn rows(out: &Output) -> BTreeMap<String, u64> {
+    let doc = json(out);
+    doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (format!("{} {}", r["image"].as_str().unwrap(), r["procedure"].as_str().unwrap_or("")), r["samples"].as_u64().unwrap()))
+        .collect()
+}
+
+fn local_top(db: &Path, by: &str) -> Output {
+    run_ok(loupe().args(["top", "--limit", "100000", "--format", "json", "--by", by, "--db"]).arg(db))
+}
+
+fn fleet_top(url: &str, args: &[&str]) -> Output {
+    run_ok(loupe().args(["top", "--limit", "100000", "--format", "json", "--source", url]).args(args))
+}
+
+fn total(out: &Output) -> u64 {
+    json(out)["total_samples"].as_u64().unwrap()
+}
+
+#[test]
+fn fleet_top_equals_the_sum_of_three_local_databases() {
+    // Checks three hosts' shipped counts against their own databases: per host, per image and procedure, and in total, exactly.
+    if !require_root() {
+        return;
+    }
+    let Some(ch) = ClickHouse::start() else { return };
+    ch.init_cluster("prof");
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = ["web-1", "web-2", "db-1"];
+    for h in hosts {
+        record(&dir.path().join(h), &ch.url(0, "prof"), h, "1", &["--label", "version=1.2", "--ship-symbols"]);
+    }
+    let url = ch.url(1, "prof");
+    let by_host = json(&fleet_top(&url, &["--by", "host"]));
+    let mut sum = BTreeMap::<String, u64>::new();
+    let mut grand = 0;
+    for h in hosts {
+        let local = local_top(&dir.path().join(h), "procedure");
+        let row =
+            by_host["rows"].as_array().unwrap().iter().find(|r| r["host"] == h).unwrap_or_else(|| panic!("no row for {h}: {by_host}"));
+        assert_eq!(row["samples"].as_u64().unwrap(), total(&local), "host {h}");
+        assert_eq!(total(&fleet_top(&url, &["--where", &format!("host={h}")])), total(&local), "--where host={h}");
+        for (k, n) in rows(&local) {
+            *sum.entry(k).or_default() += n;
+        }
+        grand += total(&local);
+    }
+    // The vDSO is in no file here: its names come from the symbols the hosts uploaded.
+    let fleet = fleet_top(&url, &["--by", "procedure", "--db", dir.path().join("none").to_str().unwrap()]);
+    assert_eq!(total(&fleet), grand);
+    assert_eq!(rows(&fleet), sum, "per image and procedure");
+    assert_eq!(
+        total(&fleet_top(&url, &["--where", "host~^web-", "--where", "version=1.2"])),
+        grand - total(&local_top(&dir.path().join("db-1"), "image"))
+    );
+    assert_eq!(total(&fleet_top(&url, &["--where", "version=1.3"])), 0);
+}
+
+#[test]
+fn server_stopped_mid_run_loses_nothing_and_a_full_spool_counts_its_drops() {
+    // Checks exact totals after ClickHouse is away ~10 s mid-run, and that a full spool's reported drops equal what is missing.
+    if !require_root() {
+        return;
+    }
+    let Some(ch) = ClickHouse::start() else { return };
+    ch.init_cluster("prof");
+    let dir = tempfile::tempdir().unwrap();
+    let url = ch.url(0, "prof");
+    // Away for 10 s of a 14 s run: batches wait in the spool and go when it returns.
+    let db = dir.path().join("away");
+    let run = std::thread::scope(|s| {
+        let rec = s.spawn(|| record(&db, &url, "away", "14", &[]));
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        ch.kill(0);
+        std::thread::sleep(std::time::Duration::from_secs(10));
+        ch.revive(0);
+        rec.join().unwrap()
+    });
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!stderr.contains("wait in"), "everything must have been sent: {stderr}");
+    assert_eq!(total(&fleet_top(&url, &["--where", "host=away"])), total(&local_top(&db, "image")));
+
+    // Away for a whole run with room for two batches: the oldest are dropped and counted.
+    ch.kill(0);
+    let db = dir.path().join("full");
+    let out = record(&db, &url, "full", "4", &["--spool-max", "6K"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    ch.revive(0);
+    let dropped: u64 = field(&stderr, "batches (", " samples) from the full spool").unwrap_or_else(|| panic!("no drop count: {stderr}"));
+    assert!(dropped > 0, "{stderr}");
+    // The next run on this database sends what the spool kept.
+    run_ok(loupe().args(["record", "--db"]).arg(&db).args(["--ship", &url, "--label", "host=full", "--", "true"]));
+    assert_eq!(total(&fleet_top(&url, &["--where", "host=full"])) + dropped, total(&local_top(&db, "image")));
+}
+
+/// The number between `before` and `after` in `text`.
+fn field(text: &str, before: &str, after: &str) -> Option<u64> {
+    let end = text.find(after)?;
+    let start = text[..end].rfind(before)? + before.len();
+    text[start..end].trim().parse().ok()
+}
+
+#[test]
+fn bad_urls_credentials_servers_and_schemas_fail_clearly_before_recording() {
+    // Checks one clear error each for a malformed URL, wrong credentials, a non-ClickHouse server and a newer schema, with no local database made.
+    let Some(ch) = ClickHouse::start() else { return };
+    run_ok(loupe().args(["fleet", "init", &ch.url(0, "prof")]));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        // Like an SSH server: a banner, then the connection stays open.
+        let mut open = Vec::new();
+        for s in listener.incoming().flatten() {
+            use std::io::Write;
+            let _ = (&s).write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
+            open.push(s);
+        }
+    });
+    let newer = ch.url(1, "newer");
+    run_ok(loupe().args(["fleet", "init", &newer]));
+    let sql = "INSERT INTO newer.schema_version VALUES (99, '', 0, now())";
+    run_ok(Command::new("curl").args(["-sS", "--fail", &format!("http://{}/", ch.urls[1]), "--data-binary", sql]));
+    let wrong_pw = ch.url(0, "prof").replace("clickhouse://", "clickhouse://loupe:wrong@");
+    let cases = [
+        ("clickhouse://127.0.0.1/prof".to_string(), "no :port after the host"),
+        (wrong_pw, "refused the credentials"),
+        (format!("clickhouse://127.0.0.1:{port}/prof"), "does not speak HTTP"),
+        (newer.clone(), "newer than the version 1"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (url, why) in cases {
+        let db = dir.path().join("db");
+        let out = loupe().args(["record", "--db"]).arg(&db).args(["--ship", &url, "--", "true"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {stderr}");
+        assert!(stderr.contains(why), "{url}: expected {why:?} in {stderr}");
+        assert_eq!(stderr.lines().filter(|l| l.starts_with("loupe: ")).count(), 1, "one error line: {stderr}");
+        assert!(!db.exists(), "{url}: the local database must not be touched");
+    }
+    let out = loupe().args(["fleet", "init", &newer]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("newer than the version 1"));
+}

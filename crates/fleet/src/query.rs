@@ -1,0 +1,199 @@
+//! Fleet queries. Aggregation runs in ClickHouse: an inner GROUP BY takes
+//! one copy of each `(batch_id, row)` (a batch delivered twice counts
+//! once), an outer one sums what the caller groups by. Loupe gets one row
+//! per group and symbolizes only those.
+
+use crate::client::{quote, Client};
+use crate::error::{Error, ErrorKind, Result};
+use crate::rows::image_of;
+use loupe_model::ImageId;
+
+/// One `--where`: `key=value`, or `key~regex` (RE2, anywhere in the value).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cond {
+    Eq(String, String),
+    Match(String, String),
+}
+
+impl Cond {
+    pub fn parse(s: &str) -> Result<Cond> {
+        let at = s.find(['=', '~']).ok_or_else(|| usage(format!("bad --where {s:?}: expected key=value or key~regex")))?;
+        let (key, value) = (s[..at].trim(), &s[at + 1..]);
+        if key.is_empty() {
+            return Err(usage(format!("bad --where {s:?}: no key before {:?}", &s[at..at + 1])));
+        }
+        Ok(if s.as_bytes()[at] == b'=' { Cond::Eq(key.into(), value.into()) } else { Cond::Match(key.into(), value.into()) })
+    }
+
+    fn sql(&self) -> String {
+        match self {
+            Cond::Eq(k, v) => format!("{} = {}", column(k), quote(v)),
+            Cond::Match(k, re) => format!("match({}, {})", column(k), quote(re)),
+        }
+    }
+}
+
+fn usage(msg: String) -> Error {
+    Error::new(ErrorKind::Usage, msg)
+}
+
+/// A key as a String expression: a column, or the value of that label ('' when absent).
+pub fn column(key: &str) -> String {
+    match key {
+        "host" | "comm" | "image" | "event" | "build_id" => key.to_string(),
+        "pid" => "toString(pid)".to_string(),
+        label => format!("label_values[indexOf(label_keys, {})]", quote(label)),
+    }
+}
+
+/// A point in time as unix seconds: `now`, seconds since the epoch, or a
+/// duration before `now` (`90s`, `15m`, `2h`, `7d`).
+pub fn parse_time(s: &str, now: u64) -> Result<u64> {
+    if s == "now" {
+        return Ok(now);
+    }
+    if let Ok(t) = s.parse::<u64>() {
+        return Ok(t);
+    }
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        "w" => 7 * 86400,
+        _ => 0,
+    };
+    match num.parse::<u64>() {
+        Ok(n) if scale > 0 => Ok(now.saturating_sub(n * scale)),
+        _ => Err(usage(format!("bad time {s:?}: expected now, unix seconds, or a duration ago such as 15m, 2h, 7d"))),
+    }
+}
+
+/// Which rows a query reads.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    pub wheres: Vec<Cond>,
+    /// Unix seconds; rows whose time bucket starts at or after `since` and before `until`.
+    pub since: Option<u64>,
+    pub until: Option<u64>,
+}
+
+impl Selection {
+    fn sql(&self) -> String {
+        let mut conds: Vec<String> = self.wheres.iter().map(Cond::sql).collect();
+        if let Some(t) = self.since {
+            conds.push(format!("bucket >= toDateTime({t})"));
+        }
+        if let Some(t) = self.until {
+            conds.push(format!("bucket < toDateTime({t})"));
+        }
+        if conds.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conds.join(" AND "))
+        }
+    }
+}
+
+/// Samples of one image and event (and offset, when asked for).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageRow {
+    pub image: ImageId,
+    pub event: String,
+    pub offset: Option<u64>,
+    pub samples: u64,
+}
+
+/// Deduplicated rows: `exprs` (each named k0, k1, ...) and `c`, one per (batch_id, row).
+fn dedup(exprs: &[String], sel: &Selection) -> String {
+    let cols: Vec<String> = exprs.iter().enumerate().map(|(i, e)| format!("any({e}) AS k{i}")).collect();
+    format!("SELECT {}, any(count) AS c FROM samples{} GROUP BY batch_id, row", cols.join(", "), sel.sql())
+}
+
+/// Sums of the deduplicated rows grouped by `exprs`, one result row per group.
+fn grouped(client: &Client, exprs: &[String], sel: &Selection) -> Result<Vec<Vec<String>>> {
+    let keys: Vec<String> = (0..exprs.len()).map(|i| format!("k{i}")).collect();
+    let keys = keys.join(", ");
+    client.select(&format!("SELECT {keys}, sum(c) FROM ({}) GROUP BY {keys}", dedup(exprs, sel)))
+}
+
+/// Samples per image and event, and per offset when `offsets`.
+pub fn images(client: &Client, sel: &Selection, offsets: bool) -> Result<Vec<ImageRow>> {
+    let mut exprs: Vec<String> = ["kind", "image", "build_id", "content_hash", "event"].map(String::from).to_vec();
+    if offsets {
+        exprs.push("offset".into());
+    }
+    let rows = grouped(client, &exprs, sel)?;
+    rows.iter().map(|r| image_row(r, offsets)).collect()
+}
+
+fn image_row(r: &[String], offsets: bool) -> Result<ImageRow> {
+    let bad = || Error::new(ErrorKind::Protocol, format!("unexpected result row {r:?}"));
+    let num = |i: usize| r.get(i).and_then(|s| s.parse::<u64>().ok()).ok_or_else(bad);
+    let n = if offsets { 7 } else { 6 };
+    if r.len() != n {
+        return Err(bad());
+    }
+    Ok(ImageRow {
+        image: image_of(&r[0], &r[1], &r[2], num(3)?),
+        event: r[4].clone(),
+        offset: if offsets { Some(num(5)?) } else { None },
+        samples: num(n - 1)?,
+    })
+}
+
+/// Samples per value of `key` (see [`column()`]) and event, largest first.
+pub fn by_key(client: &Client, sel: &Selection, key: &str) -> Result<Vec<(String, String, u64)>> {
+    let rows = grouped(client, &[column(key), "event".into()], sel)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let n = r
+            .get(2)
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(|| Error::new(ErrorKind::Protocol, format!("unexpected result row {r:?}")))?;
+        out.push((r[0].clone(), r[1].clone(), n));
+    }
+    out.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+    Ok(out)
+}
+
+/// Uploaded names of `offsets` of the build `image_key`: (procedure, file, line) per offset found.
+pub fn symbols(client: &Client, image_key: &str, offsets: &[u64]) -> Result<std::collections::HashMap<u64, (String, String, u32)>> {
+    let mut out = std::collections::HashMap::new();
+    for chunk in offsets.chunks(2000) {
+        let list: Vec<String> = chunk.iter().map(|o| o.to_string()).collect();
+        let rows = client.select(&format!(
+            "SELECT offset, any(procedure), any(file), any(line) FROM symbols WHERE image_key = {} AND offset IN ({}) GROUP BY offset",
+            quote(image_key),
+            list.join(", ")
+        ))?;
+        for r in rows {
+            if let (Some(off), Some(line)) = (r.first().and_then(|s| s.parse().ok()), r.get(3).and_then(|s| s.parse().ok())) {
+                out.insert(off, (r[1].clone(), r[2].clone(), line));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn where_clauses_and_times_parse() {
+        // Checks key=value and key~regex into SQL on columns and labels, and the time forms.
+        assert_eq!(Cond::parse("host=web-1").unwrap().sql(), "host = 'web-1'");
+        assert_eq!(Cond::parse("version~^1\\.2").unwrap().sql(), "match(label_values[indexOf(label_keys, 'version')], '^1\\\\.2')");
+        assert_eq!(Cond::parse("pid=42").unwrap().sql(), "toString(pid) = '42'");
+        assert!(Cond::parse("novalue").is_err());
+        assert!(Cond::parse("=x").is_err());
+        assert_eq!(parse_time("now", 1000).unwrap(), 1000);
+        assert_eq!(parse_time("15m", 1000).unwrap(), 100);
+        assert_eq!(parse_time("1700000000", 5).unwrap(), 1_700_000_000);
+        assert!(parse_time("yesterday", 5).is_err());
+        let sel = Selection { wheres: vec![Cond::parse("host=a").unwrap()], since: Some(60), until: Some(120) };
+        assert_eq!(sel.sql(), " WHERE host = 'a' AND bucket >= toDateTime(60) AND bucket < toDateTime(120)");
+    }
+}
