@@ -246,6 +246,7 @@ impl Engine {
             _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
+        collector.keep_jit_files_in(loupe_store::layout::jit_dir(db.root()));
         if cfg.callchain {
             collector.enable_stacks();
         }

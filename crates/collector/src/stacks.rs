@@ -168,6 +168,9 @@ impl Collector {
 
     /// Hands over every stack counted since the last call, one profile per event.
     pub fn take_stacks(&mut self) -> Vec<StackProfile> {
+        let pids: Vec<u32> = self.stacks.as_ref().map_or(Vec::new(), |st| st.counts.keys().map(|k| k.pid).collect());
+        let jit = self.jit_images(pids.into_iter().collect::<std::collections::HashSet<u32>>());
+        let anon = self.anon_image;
         let Some(st) = self.stacks.as_mut() else { return Vec::new() };
         let mut out: HashMap<u16, StackProfile> = HashMap::new();
         let mut image_ix: HashMap<(u16, u32), u32> = HashMap::new();
@@ -176,6 +179,7 @@ impl Collector {
             let frames: Vec<Frame> = st.table[k.stack as usize]
                 .iter()
                 .map(|&(img, off)| {
+                    let img = if img == anon { jit.get(&k.pid).copied().unwrap_or(img) } else { img };
                     let image = *image_ix.entry((k.event, img)).or_insert_with(|| p.intern_image(self.images.get(img)));
                     Frame { image, offset: ImageOffset(off) }
                 })

@@ -190,7 +190,9 @@ mod tests {
     fn perf_map_lines_with_and_without_0x() {
         // Checks Node's bare-hex and the JVM's 0x-prefixed lines, names with spaces, and the end of each range.
         let mut s = JitSymbols::default();
-        s.add_perf_map("3ef8e1a0b0c0 2c LazyCompile:*hot /tmp/x.js:3:13\n0x00007f0000001000 0x0000000000000100 void Hot.spin(long)\ngarbage\n");
+        s.add_perf_map(
+            "3ef8e1a0b0c0 2c LazyCompile:*hot /tmp/x.js:3:13\n0x00007f0000001000 0x0000000000000100 void Hot.spin(long)\ngarbage\n",
+        );
         assert_eq!(name_at(&s, 0x3ef8e1a0b0c0).as_deref(), Some("LazyCompile:*hot /tmp/x.js:3:13"));
         assert_eq!(name_at(&s, 0x3ef8e1a0b0c0 + 0x2b).as_deref(), Some("LazyCompile:*hot /tmp/x.js:3:13"));
         assert_eq!(name_at(&s, 0x3ef8e1a0b0c0 + 0x2c), None);

@@ -161,8 +161,9 @@ impl Symbolizer {
         }
         let pid = jit_pid(image).unwrap_or(0);
         let tmp = PathBuf::from(format!("/tmp/perf-{pid}.map"));
-        jit::JitSymbols::load(Some(&tmp), None)?
-            .ok_or_else(|| Reason::ImageNotFound(format!("{} (no perf map or jitdump kept in the database, no {})", image.path, tmp.display())))
+        jit::JitSymbols::load(Some(&tmp), None)?.ok_or_else(|| {
+            Reason::ImageNotFound(format!("{} (no perf map or jitdump kept in the database, no {})", image.path, tmp.display()))
+        })
     }
 
     fn load(&self, image: &ImageId) -> Result<elf::Image, Reason> {
