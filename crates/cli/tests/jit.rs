@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use util::*;
 
-/// Records `cmd`, deletes its perf map, and checks its JIT samples: at
+/// Records `cmd` (run in `dir`), deletes its perf map and jitdump, and checks its JIT samples: at
 /// least 95% named, the hottest named row is `hotSpin`.
 fn check_jit_profile(dir: &Path, cmd: &mut Command, hot: &str) {
     let db = dir.join("db");
@@ -19,7 +19,8 @@ fn check_jit_profile(dir: &Path, cmd: &mut Command, hot: &str) {
             .arg(&db)
             .arg("--")
             .arg(cmd.get_program())
-            .args(cmd.get_args()),
+            .args(cmd.get_args())
+            .current_dir(dir),
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     let top = top_json(&db, &["--by", "procedure"]);
@@ -31,6 +32,7 @@ fn check_jit_profile(dir: &Path, cmd: &mut Command, hot: &str) {
     let image = jit_row["image"].as_str().unwrap().to_string();
     let pid = image.trim_start_matches("[jit] ").to_string();
     let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let _ = std::fs::remove_file(dir.join(format!("jit-{pid}.dump")));
     let top = top_json(&db, &["--by", "procedure", "--pid", &pid]);
     let rows = top["rows"].as_array().unwrap();
     let in_anon = |r: &serde_json::Value| r["image"] == image || r["image"] == "[anon]";
@@ -42,8 +44,7 @@ fn check_jit_profile(dir: &Path, cmd: &mut Command, hot: &str) {
     assert!(named_n as f64 >= 0.95 * jit as f64, "only {named_n} of {jit} JIT samples named:\n{}", report.join("\n"));
     let first = rows.iter().find(|r| named(r)).unwrap();
     assert!(first["procedure"].as_str().unwrap().contains(hot), "hottest JIT procedure is {}, not {hot}", first["procedure"]);
-    let kept =
-        std::fs::read_dir(db.join("jit")).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|e| e == "map")).unwrap();
+    let kept = std::fs::read_dir(db.join("jit")).unwrap().flatten().map(|e| e.path()).next().expect("a kept map or jitdump");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777, 0o600, "{kept:?} is not private");
 }
@@ -75,4 +76,18 @@ fn node_hot_function_named_from_its_perf_map_after_exit() {
     let mut node = Command::new("node");
     node.arg("--perf-basic-prof").arg(repo_root().join("testdata/jit/hotloop.js")).arg("3");
     check_jit_profile(dir.path(), &mut node, "hotSpin");
+}
+
+#[test]
+fn node_hot_function_named_from_its_jitdump_after_exit() {
+    // Checks Node's --perf-prof jitdump (found through its mapping) is kept in the database and names >= 95% of JIT samples, hotSpin first.
+    if !require_root() {
+        return;
+    }
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Command::new("node");
+    node.arg("--perf-prof").arg(repo_root().join("testdata/jit/hotloop.js")).arg("2");
+    check_jit_profile(dir.path(), &mut node, "hotSpin");
+    assert!(std::fs::read_dir(dir.path().join("db/jit")).unwrap().flatten().any(|e| e.path().extension().is_some_and(|x| x == "dump")));
 }

@@ -36,8 +36,9 @@ pub struct JitState {
     /// Where copies go (`DB/jit`); none: nothing is kept.
     dir: Option<PathBuf>,
     procs: HashMap<u32, JitProcess>,
-    /// jitdump files the processes mapped, by pid.
-    dumps: HashMap<u32, PathBuf>,
+    /// jitdump files the processes mapped, by pid, with the drain at
+    /// which the process was first seen gone.
+    dumps: HashMap<u32, (PathBuf, Option<u64>)>,
     /// Files copied, for the daemon's stats.
     pub copies: u64,
 }
@@ -60,29 +61,25 @@ impl JitState {
     }
 
     pub fn saw_jitdump(&mut self, pid: u32, path: &str) {
-        self.dumps.insert(pid, PathBuf::from(path));
+        self.dumps.insert(pid, (PathBuf::from(path), None));
     }
 
     /// Forgets processes gone for a few drains (their last samples are
     /// flushed by then); a reused pid then gets a new identity.
     pub fn forget_gone(&mut self, drain: u64, alive: impl Fn(u32) -> bool) {
-        for (pid, p) in self.procs.iter_mut() {
-            if alive(*pid) {
-                p.gone_since = None;
-            } else {
-                p.gone_since.get_or_insert(drain);
-            }
-        }
-        self.procs.retain(|_, p| p.gone_since.is_none_or(|d| drain < d + 4));
-        let procs = &self.procs;
-        self.dumps.retain(|pid, _| alive(*pid) || procs.contains_key(pid));
+        let gone = |pid: u32, since: &mut Option<u64>| {
+            *since = if alive(pid) { None } else { Some(since.unwrap_or(drain)) };
+            since.is_none_or(|d| drain < d + 4)
+        };
+        self.procs.retain(|pid, p| gone(*pid, &mut p.gone_since));
+        self.dumps.retain(|pid, d| gone(*pid, &mut d.1));
     }
 
     /// Copies the process's map and jitdump when they grew since last time.
     fn keep_files(&mut self, pid: u32) {
         let (Some(dir), Some(p)) = (&self.dir, self.procs.get_mut(&pid)) else { return };
         let map = perf_map_path(pid);
-        let dump = self.dumps.get(&pid);
+        let dump = self.dumps.get(&pid).map(|d| &d.0);
         let key = &p.key;
         let (m, d) = (dir.join(format!("{key}.map")), dir.join(format!("{key}.dump")));
         if copy_if_grown(&map, &m, &mut p.copied.0, dir) {
