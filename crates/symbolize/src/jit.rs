@@ -14,13 +14,18 @@ use loupe_model::ImageOffset;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// (address, line, file) of a jitdump's debug info.
+type Line = (u64, u32, String);
+/// Debug info waiting for the load of the code at its address.
+type Pending = Vec<(u64, Vec<Line>)>;
+
 /// One piece of JIT code and what is known about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Code {
     end: u64,
     name: String,
     /// (address, line, file) from a jitdump's debug info, sorted by address.
-    lines: Vec<(u64, u32, String)>,
+    lines: Vec<Line>,
 }
 
 /// The JIT code of one process, by start address.
@@ -69,7 +74,7 @@ impl JitSymbols {
             return Err("not a jitdump file (no JiTD magic; a file of the other byte order is not read)".into());
         }
         let header_size = u32_at(b, 8).unwrap_or(40) as usize;
-        let mut pending_lines: Vec<(u64, Vec<(u64, u32, String)>)> = Vec::new();
+        let mut pending_lines: Pending = Vec::new();
         let mut at = header_size;
         while let (Some(id), Some(size)) = (u32_at(b, at), u32_at(b, at + 4)) {
             let size = size as usize;
@@ -89,7 +94,7 @@ impl JitSymbols {
     }
 
     /// JIT_CODE_LOAD: pid, tid, vma, code_addr, code_size, index, name.
-    fn code_load(&mut self, body: &[u8], pending: &mut Vec<(u64, Vec<(u64, u32, String)>)>) {
+    fn code_load(&mut self, body: &[u8], pending: &mut Pending) {
         let (Some(addr), Some(size)) = (u64_at(body, 16), u64_at(body, 24)) else { return };
         let Some(name) = cstr(body, 40) else { return };
         // Debug info comes before the load of the code it describes.
@@ -110,7 +115,7 @@ impl JitSymbols {
         self.insert(new, size, c.name, lines);
     }
 
-    fn insert(&mut self, start: u64, size: u64, name: String, mut lines: Vec<(u64, u32, String)>) {
+    fn insert(&mut self, start: u64, size: u64, name: String, mut lines: Vec<Line>) {
         let end = start.saturating_add(size);
         let overlapping: Vec<u64> = self.code.range(..end).rev().take_while(|(_, c)| c.end > start).map(|(s, _)| *s).collect();
         for s in overlapping {
@@ -144,11 +149,11 @@ impl JitSymbols {
 
 /// JIT_CODE_DEBUG_INFO: code_addr, count, then (addr, line, discriminator,
 /// file name) entries; a name of "\xff" repeats the previous one.
-fn debug_info(body: &[u8]) -> Option<(u64, Vec<(u64, u32, String)>)> {
+fn debug_info(body: &[u8]) -> Option<(u64, Vec<Line>)> {
     let code = u64_at(body, 0)?;
     let n = u64_at(body, 8)?;
     let mut at = 16;
-    let mut out: Vec<(u64, u32, String)> = Vec::new();
+    let mut out: Vec<Line> = Vec::new();
     for _ in 0..n {
         let (addr, line) = (u64_at(body, at)?, u32_at(body, at + 8)?);
         let (name, used) = cstr(body, at + 16)?;
