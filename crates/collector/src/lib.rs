@@ -20,6 +20,7 @@ pub mod jit;
 pub mod kernel;
 pub mod kstacks;
 pub mod process;
+pub mod python;
 pub mod stacks;
 pub mod unwind;
 
