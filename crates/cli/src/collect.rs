@@ -165,6 +165,13 @@ pub fn record(a: RecordArgs) -> Result<u8> {
 
 fn summarize(e: &Engine, took: Duration) {
     eprintln!("loupe: {}", e.closing_line(took));
+    let (py_notes, py_stacks) = e.collector.python_notes();
+    if py_stacks > 0 {
+        eprintln!("loupe: {py_stacks} stacks with Python frames");
+    }
+    for n in py_notes {
+        eprintln!("loupe: {n}");
+    }
     if let Some(st) = e.collector.stack_stats() {
         eprintln!(
             "loupe: {} stacks ({} walked in the kernel, {} unwound from stack copies), {} stopped before the root ({:.2}%), {:.1} frames on average",

@@ -60,6 +60,10 @@ impl JitState {
         self.dir = Some(dir);
     }
 
+    pub fn dir(&self) -> Option<&PathBuf> {
+        self.dir.as_ref()
+    }
+
     pub fn saw_jitdump(&mut self, pid: u32, path: &str) {
         self.dumps.insert(pid, (PathBuf::from(path), None));
     }
@@ -98,6 +102,15 @@ fn copy_if_grown(src: &Path, dest: &Path, last: &mut Option<u64>, dir: &Path) ->
         return false;
     }
     let Ok(bytes) = fs::read(src) else { return false };
+    let written = write_private(dir, dest, &bytes);
+    if written {
+        *last = Some(bytes.len() as u64);
+    }
+    written
+}
+
+/// Writes `dest` in `dir` (made 0700) as a 0600 file, atomically.
+pub(crate) fn write_private(dir: &Path, dest: &Path, bytes: &[u8]) -> bool {
     let tmp = dest.with_extension("tmp");
     let written = fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).is_ok()
         && fs::OpenOptions::new()
@@ -106,12 +119,10 @@ fn copy_if_grown(src: &Path, dest: &Path, last: &mut Option<u64>, dir: &Path) ->
             .truncate(true)
             .mode(0o600)
             .open(&tmp)
-            .and_then(|mut f| f.write_all(&bytes))
+            .and_then(|mut f| f.write_all(bytes))
             .is_ok()
         && fs::rename(&tmp, dest).is_ok();
-    if written {
-        *last = Some(bytes.len() as u64);
-    } else {
+    if !written {
         let _ = fs::remove_file(&tmp);
     }
     written

@@ -20,6 +20,7 @@ pub mod jit;
 pub mod kernel;
 pub mod kstacks;
 pub mod process;
+pub mod pyframes;
 pub mod python;
 pub mod stacks;
 pub mod unwind;
@@ -94,6 +95,8 @@ pub struct Collector {
     branches: Option<Box<branches::BranchState>>,
     /// Processes that name their JIT code (see [`jit`]).
     jit: jit::JitState,
+    /// Python frames of CPython processes (see [`pyframes`]).
+    py: pyframes::PyState,
 }
 
 impl Collector {
@@ -142,6 +145,7 @@ impl Collector {
             stacks: None,
             branches: None,
             jit: jit::JitState::default(),
+            py: pyframes::PyState::default(),
         }
     }
 
@@ -149,6 +153,12 @@ impl Collector {
     /// `dir` (`DB/jit`) at every flush.
     pub fn keep_jit_files_in(&mut self, dir: PathBuf) {
         self.jit.keep_in(dir);
+    }
+
+    /// What kept Python frames from being read (said once per cause), and
+    /// how many stacks had them read.
+    pub fn python_notes(&self) -> (&[String], u64) {
+        (&self.py.notes, self.py.stacks_read)
     }
 
     /// Map and jitdump files copied into the database so far.
@@ -268,6 +278,7 @@ impl Collector {
                 self.procs.comm(*pid, c, *exec);
                 if *exec {
                     self.invalidate_unwinder(*pid);
+                    self.py.forget(*pid);
                 }
                 self.stats.execs += *exec as u64;
             }
@@ -389,6 +400,7 @@ impl Collector {
         self.procs.reap(self.drain);
         let procs = &self.procs;
         self.jit.forget_gone(self.drain, |pid| procs.get(pid).is_some());
+        self.py.retain(|pid| procs.get(pid).is_some());
         if let Some(st) = &mut self.stacks {
             let procs = &self.procs;
             st.unwinders.retain(|pid| procs.get(pid).is_some());

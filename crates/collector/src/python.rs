@@ -155,6 +155,9 @@ struct CodeInfo {
 /// One CPython interpreter in one process.
 pub struct Interpreter {
     runtime: u64,
+    /// Where `_PyEval_EvalFrameDefault` is in the process: native frames
+    /// there are the interpreter's activations (empty when not known).
+    pub eval: std::ops::Range<u64>,
     off: &'static Offsets,
     pub version: (u8, u8, u8),
     codes: HashMap<u64, CodeInfo>,
@@ -165,10 +168,12 @@ impl Interpreter {
     /// `_PyRuntime` and `Py_Version` of its python binary or libpython.
     pub fn find(pid: u32, mem: &dyn ProcessMemory) -> Result<Interpreter, Error> {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|cause| Error::Read { addr: 0, cause })?;
-        let (runtime, version_at) = runtime_symbols(&maps).ok_or(Error::NotPython(pid))?;
+        let (runtime, version_at, eval) = runtime_symbols(&maps).ok_or(Error::NotPython(pid))?;
         let mut v = [0u8; 4];
         mem.read(version_at, &mut v).map_err(|cause| Error::Read { addr: version_at, cause })?;
-        Interpreter::new(runtime, u32::from_le_bytes(v))
+        let mut i = Interpreter::new(runtime, u32::from_le_bytes(v))?;
+        i.eval = eval;
+        Ok(i)
     }
 
     /// The interpreter whose `_PyRuntime` is at `runtime`, for the version
@@ -179,7 +184,7 @@ impl Interpreter {
             (3, 11) => &PY311,
             _ => return Err(Error::Unsupported { version: format!("{}.{}.{}", version.0, version.1, version.2) }),
         };
-        Ok(Interpreter { runtime, off, version, codes: HashMap::new() })
+        Ok(Interpreter { runtime, eval: 0..0, off, version, codes: HashMap::new() })
     }
 
     /// The Python stack of thread `tid`, innermost frame first (empty when
@@ -338,7 +343,7 @@ fn signed_varint(b: &[u8]) -> i64 {
 
 /// Runtime addresses of `_PyRuntime` and `Py_Version` from the first
 /// mapped file (python binary or libpython) that exports both.
-fn runtime_symbols(maps: &str) -> Option<(u64, u64)> {
+fn runtime_symbols(maps: &str) -> Option<(u64, u64, std::ops::Range<u64>)> {
     let all = loupe_model::maps::parse_maps(maps);
     let mut seen: Vec<PathBuf> = Vec::new();
     for m in &all {
@@ -359,14 +364,17 @@ fn looks_like_python(path: &Path) -> bool {
     path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("python") || n.starts_with("libpython"))
 }
 
-/// `_PyRuntime` and `Py_Version` of one ELF file mapped at `base`.
-fn exported(path: &Path, base: u64) -> Option<(u64, u64)> {
+/// `_PyRuntime`, `Py_Version` and `_PyEval_EvalFrameDefault` of one ELF
+/// file mapped at `base`.
+fn exported(path: &Path, base: u64) -> Option<(u64, u64, std::ops::Range<u64>)> {
     let data = std::fs::read(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     let first_load = file.segments().map(|s| object::ObjectSegment::address(&s)).min().unwrap_or(0);
     let bias = if file.kind() == object::ObjectKind::Executable && first_load != 0 { 0 } else { base - first_load };
-    let find = |name: &str| file.dynamic_symbols().chain(file.symbols()).find(|s| s.name() == Ok(name)).map(|s| s.address() + bias);
-    Some((find("_PyRuntime")?, find("Py_Version")?))
+    let find =
+        |name: &str| file.dynamic_symbols().chain(file.symbols()).find(|s| s.name() == Ok(name)).map(|s| (s.address() + bias, s.size()));
+    let eval = find("_PyEval_EvalFrameDefault").map_or(0..0, |(a, n)| a..a + n);
+    Some((find("_PyRuntime")?.0, find("Py_Version")?.0, eval))
 }
 
 #[cfg(test)]

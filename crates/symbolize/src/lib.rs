@@ -105,7 +105,8 @@ impl Symbolizer {
                 });
                 offsets.iter().map(|o| k.symbolize(*o)).collect()
             }
-            ImageKind::Anonymous if jit_pid(image).is_some() => {
+            // `[jit] PID`, or Python code (a `.py` path: crates/collector/src/pyframes.rs).
+            ImageKind::Anonymous if jit_pid(image).is_some() || !image.path.starts_with('[') => {
                 if !self.jits.contains_key(image) {
                     let loaded = self.load_jit(image);
                     self.jits.insert(image.clone(), loaded);
@@ -159,7 +160,9 @@ impl Symbolizer {
                 return Ok(j);
             }
         }
-        let pid = jit_pid(image).unwrap_or(0);
+        let Some(pid) = jit_pid(image) else {
+            return Err(Reason::ImageNotFound(format!("{} (no table of its Python frames kept in the database)", image.path)));
+        };
         let tmp = PathBuf::from(format!("/tmp/perf-{pid}.map"));
         jit::JitSymbols::load(Some(&tmp), None)?.ok_or_else(|| {
             Reason::ImageNotFound(format!("{} (no perf map or jitdump kept in the database, no {})", image.path, tmp.display()))
