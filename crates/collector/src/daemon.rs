@@ -59,6 +59,8 @@ pub enum BackendChoice {
 /// Longest the loop sleeps in `poll`; bounds the reaction time to control
 /// commands and signals.
 const POLL_TIMEOUT: Duration = Duration::from_millis(250);
+/// The wait while Python processes are sampled (see `Collector::wants_prompt_drain`).
+const PROMPT_POLL: Duration = Duration::from_millis(1);
 
 pub use crate::error::{Error, ErrorKind, Result};
 
@@ -389,7 +391,7 @@ impl Engine {
 
     /// Waits for data (or the poll timeout), then drains and attributes it.
     pub fn step(&mut self) -> Result<()> {
-        self.sampler.poll(POLL_TIMEOUT)?;
+        self.sampler.poll(if self.collector.wants_prompt_drain() { PROMPT_POLL } else { POLL_TIMEOUT })?;
         if self.bpf.is_none() || self.last_drain.elapsed() >= bpf_drain_every(self.flush_every) {
             self.drain()?;
         } else {

@@ -161,6 +161,13 @@ impl Collector {
         (&self.py.notes, self.py.stacks_read)
     }
 
+    /// Whether the rings should be drained every few milliseconds instead
+    /// of at their watermark: Python stacks are read at drain time, and
+    /// one that changed since its sample is attributed as read.
+    pub fn wants_prompt_drain(&self) -> bool {
+        self.py.active()
+    }
+
     /// Map and jitdump files copied into the database so far.
     pub fn jit_files_kept(&self) -> u64 {
         self.jit.copies

@@ -59,6 +59,12 @@ impl PyState {
         self.procs.remove(&pid);
     }
 
+    /// Whether a CPython process is being sampled: its stacks are read
+    /// when drained, so the rings should be drained promptly.
+    pub fn active(&self) -> bool {
+        self.procs.values().any(|p| p.interp.is_some())
+    }
+
     /// Drops the processes `alive` says are gone (their tables stay
     /// until written).
     pub fn retain(&mut self, alive: impl Fn(u32) -> bool) {
