@@ -165,9 +165,9 @@ pub fn record(a: RecordArgs) -> Result<u8> {
 
 fn summarize(e: &Engine, took: Duration) {
     eprintln!("loupe: {}", e.closing_line(took));
-    let (py_notes, py_stacks) = e.collector.python_notes();
+    let (py_notes, py_stacks, py_failed) = e.collector.python_notes();
     if py_stacks > 0 {
-        eprintln!("loupe: {py_stacks} stacks with Python frames");
+        eprintln!("loupe: {py_stacks} stacks with Python frames ({py_failed} more not readable: changing or exiting)");
     }
     for n in py_notes {
         eprintln!("loupe: {n}");

@@ -155,10 +155,11 @@ impl Collector {
         self.jit.keep_in(dir);
     }
 
-    /// What kept Python frames from being read (said once per cause), and
-    /// how many stacks had them read.
-    pub fn python_notes(&self) -> (&[String], u64) {
-        (&self.py.notes, self.py.stacks_read)
+    /// What kept Python frames from being read (said once per cause), how
+    /// many stacks had them read and how many reads failed (a frame chain
+    /// changing while read, a process exiting).
+    pub fn python_notes(&self) -> (&[String], u64, u64) {
+        (&self.py.notes, self.py.stacks_read, self.py.read_failures)
     }
 
     /// Whether the rings should be drained every few milliseconds instead
