@@ -5,6 +5,7 @@ set -euo pipefail
 pkgs=(build-essential pkg-config linux-perf valgrind bpftrace libc6-dbg binutils python3 clang bpftool libelf-dev zlib1g-dev make llvm-19 golang-go g++ default-jdk-headless liblttng-ust-dev lttng-tools babeltrace2 libxml2-utils bolt-19 graphviz)
 pkgs+=(clickhouse-server clickhouse-client curl)  # the fleet store's tests (scripts/clickhouse.sh starts private servers; no system service)
 pkgs+=(man-db systemd)  # tests of the generated man pages and of dist/loupe.service (systemd-analyze verify)
+pkgs+=(nodejs)  # JIT frames: Node's perf map and jitdump (crates/cli/tests/jit.rs)
 pkgs+=(libatomic1)  # the Python trace runtime's compare-and-swap (sdk/python/loupe_trace.py)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -264,6 +264,13 @@ fn start(engine: &mut Engine, target: &Target, pids: &[i32]) -> Result<()> {
 
 fn summarize(e: &Engine, took: Duration) {
     eprintln!("loupe: {}", e.closing_line(took));
+    let (py_notes, py_stacks, py_failed) = e.collector.python_notes();
+    if py_stacks > 0 {
+        eprintln!("loupe: {py_stacks} stacks with Python frames ({py_failed} more not readable: changing or exiting)");
+    }
+    for n in py_notes {
+        eprintln!("loupe: {n}");
+    }
     if let Some(st) = e.collector.stack_stats() {
         eprintln!(
             "loupe: {} stacks ({} walked in the kernel, {} unwound from stack copies), {} stopped before the root ({:.2}%), {:.1} frames on average",

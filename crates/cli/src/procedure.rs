@@ -43,6 +43,7 @@ impl Filter<'_> {
 pub fn symbolizer(db: &Path) -> Symbolizer {
     let mut opts = SymbolizerOptions::default();
     opts.image_cache_dirs.push(loupe_store::layout::images_dir(db));
+    opts.jit_dirs.push(loupe_store::layout::jit_dir(db));
     Symbolizer::new(opts)
 }
 

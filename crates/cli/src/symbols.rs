@@ -20,6 +20,7 @@ impl Symbols {
     pub fn for_dbs(dbs: &[&Path]) -> Symbols {
         let mut opts = SymbolizerOptions::default();
         opts.image_cache_dirs.extend(dbs.iter().map(|db| loupe_store::layout::images_dir(db)));
+        opts.jit_dirs.extend(dbs.iter().map(|db| loupe_store::layout::jit_dir(db)));
         Symbols { inner: Symbolizer::new(opts) }
     }
 }

@@ -67,6 +67,39 @@ impl Aggregator {
         *ic.period_sums.entry(event).or_insert(0) += period;
     }
 
+    /// The processes with samples in `image`.
+    pub fn pids_of(&self, image: u32) -> Vec<u32> {
+        let Some(ic) = self.images.get(&image) else { return Vec::new() };
+        let mut pids: Vec<u32> = ic.counts.keys().map(|k| k.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Moves the samples of image `from` whose process is in `to` to the
+    /// image given there; each event's period sum follows its counts.
+    pub fn move_counts(&mut self, from: u32, to: &HashMap<u32, u32>) {
+        let Some(mut src) = self.images.remove(&from) else { return };
+        let mut totals: HashMap<u16, u64> = HashMap::new();
+        for (k, n) in &src.counts {
+            *totals.entry(k.event).or_insert(0) += n;
+        }
+        let moving: Vec<(Key, u64)> = src.counts.iter().filter(|(k, _)| to.contains_key(&k.pid)).map(|(k, n)| (*k, *n)).collect();
+        for (k, n) in moving {
+            src.counts.remove(&k);
+            self.entries -= 1;
+            let share = src.period_sums.get(&k.event).copied().unwrap_or(0) as u128 * n as u128 / totals[&k.event].max(1) as u128;
+            self.add(Slot { image: to[&k.pid], event: k.event, pid: k.pid, comm: k.comm, offset: k.offset }, n, share as u64);
+        }
+        for (ev, sum) in src.period_sums.iter_mut() {
+            let moved = totals[ev] - src.counts.iter().filter(|(k, _)| k.event == *ev).map(|(_, n)| n).sum::<u64>();
+            *sum -= (*sum as u128 * moved as u128 / totals[ev].max(1) as u128) as u64;
+        }
+        if !src.counts.is_empty() {
+            self.images.insert(from, src);
+        }
+    }
+
     /// Distinct (image, process, event, offset) entries held.
     pub fn entries(&self) -> usize {
         self.entries

@@ -59,6 +59,8 @@ pub enum BackendChoice {
 /// Longest the loop sleeps in `poll`; bounds the reaction time to control
 /// commands and signals.
 const POLL_TIMEOUT: Duration = Duration::from_millis(250);
+/// The wait while Python processes are sampled (see `Collector::wants_prompt_drain`).
+const PROMPT_POLL: Duration = Duration::from_millis(1);
 
 pub use crate::error::{Error, ErrorKind, Result};
 
@@ -269,6 +271,7 @@ impl Engine {
             _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
+        collector.keep_jit_files_in(loupe_store::layout::jit_dir(db.root()));
         if cfg.callchain {
             collector.enable_stacks();
         }
@@ -412,7 +415,7 @@ impl Engine {
 
     /// Waits for data (or the poll timeout), then drains and attributes it.
     pub fn step(&mut self) -> Result<()> {
-        self.sampler.poll(POLL_TIMEOUT)?;
+        self.sampler.poll(if self.collector.wants_prompt_drain() { PROMPT_POLL } else { POLL_TIMEOUT })?;
         if self.bpf.is_none() || self.last_drain.elapsed() >= bpf_drain_every(self.flush_every) {
             self.drain()?;
         } else {

@@ -16,16 +16,19 @@ pub mod daemon;
 pub mod error;
 pub mod framepointers;
 pub mod images;
+pub mod jit;
 pub mod kernel;
 pub mod kstacks;
 pub mod privilege;
 pub mod process;
+pub mod pyframes;
+pub mod python;
 pub mod stacks;
 pub mod unwind;
 
 use aggregate::{Aggregator, Slot};
 use images::{FileProbe, ImageTable};
-use loupe_model::{BuildId, CpuMode, EventName, ImageId, ImageKind, Profile};
+use loupe_model::{BuildId, CpuMode, EventName, ImageId, ImageKind, Profile, ANON_IMAGE};
 use loupe_perf::{Mmap, Record, Sample};
 use process::{Mapping, Processes};
 use std::collections::{HashMap, HashSet};
@@ -73,6 +76,8 @@ pub struct Collector {
     kernel: KernelInfo,
     kernel_image: u32,
     unknown_image: u32,
+    /// `[anon]`: anonymous executable memory of processes without JIT files.
+    anon_image: u32,
     module_images: Vec<u32>,
     vdso: ImageId,
     /// Where copies of replaced/deleted binaries go (`DB/images`).
@@ -89,6 +94,10 @@ pub struct Collector {
     stacks: Option<Box<stacks::StackState>>,
     /// Branch-record (LBR) collection, when on (see [`branches`]).
     branches: Option<Box<branches::BranchState>>,
+    /// Processes that name their JIT code (see [`jit`]).
+    jit: jit::JitState,
+    /// Python frames of CPython processes (see [`pyframes`]).
+    py: pyframes::PyState,
 }
 
 impl Collector {
@@ -103,6 +112,8 @@ impl Collector {
         let mut images = ImageTable::default();
         let kernel_image = images.intern(ImageId::kernel(kernel.build_id.clone())).0;
         let unknown_image = images.intern(ImageId::unknown()).0;
+        let anon = ImageId { kind: ImageKind::Anonymous, path: ANON_IMAGE.into(), build_id: None, content_hash: None };
+        let anon_image = images.intern(anon).0;
         let module_images = kernel
             .modules
             .iter()
@@ -122,6 +133,7 @@ impl Collector {
             kernel,
             kernel_image,
             unknown_image,
+            anon_image,
             module_images,
             vdso,
             images_dir,
@@ -133,7 +145,34 @@ impl Collector {
             last_watch_check: std::time::Instant::now(),
             stacks: None,
             branches: None,
+            jit: jit::JitState::default(),
+            py: pyframes::PyState::default(),
         }
+    }
+
+    /// Keeps copies of the perf maps and jitdumps of sampled processes in
+    /// `dir` (`DB/jit`) at every flush.
+    pub fn keep_jit_files_in(&mut self, dir: PathBuf) {
+        self.jit.keep_in(dir);
+    }
+
+    /// What kept Python frames from being read (said once per cause), how
+    /// many stacks had them read and how many reads failed (a frame chain
+    /// changing while read, a process exiting).
+    pub fn python_notes(&self) -> (&[String], u64, u64) {
+        (&self.py.notes, self.py.stacks_read, self.py.read_failures)
+    }
+
+    /// Whether the rings should be drained every few milliseconds instead
+    /// of at their watermark: Python stacks are read at drain time, and
+    /// one that changed since its sample is attributed as read.
+    pub fn wants_prompt_drain(&self) -> bool {
+        self.py.active()
+    }
+
+    /// Map and jitdump files copied into the database so far.
+    pub fn jit_files_kept(&self) -> u64 {
+        self.jit.copies
     }
 
     pub fn stats(&self) -> Stats {
@@ -170,10 +209,15 @@ impl Collector {
         let comm = self.agg.intern_comm(comm.trim_end());
         let mut maps = Vec::new();
         for l in loupe_model::maps::parse_exec_mappings(&text) {
+            if jit::is_jitdump(&l.path) {
+                self.jit.saw_jitdump(pid, &l.path);
+                continue;
+            }
             let probe_path = images::map_files_path(pid, l.start, l.end);
             let (image, new) = self.images.resolve(self.probe.as_mut(), &l.path, None, &probe_path, l.inode, &self.vdso);
             self.watch(image, new, pid, l.start, l.end, &probe_path);
-            maps.push(Mapping { start: l.start, end: l.end, pgoff: l.pgoff, image });
+            let pgoff = self.pgoff(image, l.start, l.pgoff);
+            maps.push(Mapping { start: l.start, end: l.end, pgoff, image });
         }
         self.procs.comm(pid, comm, true);
         self.invalidate_unwinder(pid);
@@ -243,6 +287,7 @@ impl Collector {
                 self.procs.comm(*pid, c, *exec);
                 if *exec {
                     self.invalidate_unwinder(*pid);
+                    self.py.forget(*pid);
                 }
                 self.stats.execs += *exec as u64;
             }
@@ -265,13 +310,29 @@ impl Collector {
             return;
         }
         self.stats.mmaps += 1;
+        if jit::is_jitdump(&m.filename) {
+            self.jit.saw_jitdump(m.pid, &m.filename);
+            return;
+        }
         let probe_path = images::map_files_path(m.pid, m.addr, m.addr + m.len);
         let fallback = if Path::new(&probe_path).exists() { probe_path } else { PathBuf::from(&m.filename) };
         let bid = m.build_id.clone().map(BuildId);
         let (image, new) = self.images.resolve(self.probe.as_mut(), &m.filename, bid, &fallback, 0, &self.vdso);
         self.watch(image, new, m.pid, m.addr, m.addr + m.len, &fallback);
         self.invalidate_unwinder(m.pid);
-        self.procs.get_or_insert(m.pid).map(Mapping { start: m.addr, end: m.addr + m.len, pgoff: m.pgoff, image });
+        let pgoff = self.pgoff(image, m.addr, m.pgoff);
+        self.procs.get_or_insert(m.pid).map(Mapping { start: m.addr, end: m.addr + m.len, pgoff, image });
+    }
+
+    /// Offsets into anonymous memory are addresses (what JIT maps give,
+    /// and what a private anonymous mapping's pgoff already says in MMAP2
+    /// records, though not in /proc/PID/maps).
+    fn pgoff(&self, image: u32, start: u64, pgoff: u64) -> u64 {
+        if self.images.get(image).kind == ImageKind::Anonymous {
+            start
+        } else {
+            pgoff
+        }
     }
 
     fn sample(&mut self, s: &Sample) {
@@ -346,6 +407,9 @@ impl Collector {
         self.scanned.clear();
         self.check_watches();
         self.procs.reap(self.drain);
+        let procs = &self.procs;
+        self.jit.forget_gone(self.drain, |pid| procs.get(pid).is_some());
+        self.py.retain(|pid| procs.get(pid).is_some());
         if let Some(st) = &mut self.stacks {
             let procs = &self.procs;
             st.unwinders.retain(|pid| procs.get(pid).is_some());
@@ -354,6 +418,7 @@ impl Collector {
 
     /// Hands over the profiles of the images `select` picks (by index).
     pub fn take_profiles(&mut self, select: impl Fn(u32) -> bool) -> Vec<Profile> {
+        self.move_jit_samples();
         let images = &self.images;
         let events = &self.events;
         self.agg.take(select, |i| images.get(i).clone(), |e| events[e as usize].clone())

@@ -140,9 +140,20 @@ impl Collector {
             }
         };
         let pc_in_user = frames.is_empty();
-        for (i, &a) in user.iter().enumerate() {
-            let a = if i == 0 && pc_in_user { a } else { a.wrapping_sub(1) };
-            frames.push(self.frame_of(s.pid, a));
+        let native: Vec<(u64, (u32, u64))> = user
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| {
+                let a = if i == 0 && pc_in_user { a } else { a.wrapping_sub(1) };
+                (a, self.frame_of(s.pid, a))
+            })
+            .collect();
+        match self.python_stack(s.pid, s.tid) {
+            Some((eval, py)) if !py.is_empty() => {
+                let pid = s.pid;
+                frames.extend(crate::pyframes::splice(&native, &eval, &py, &mut |f| self.python_frame(pid, f)));
+            }
+            _ => frames.extend(native.iter().map(|n| n.1)),
         }
         st.scratch = user;
         if truncated {
@@ -168,6 +179,11 @@ impl Collector {
 
     /// Hands over every stack counted since the last call, one profile per event.
     pub fn take_stacks(&mut self) -> Vec<StackProfile> {
+        let pids: Vec<u32> = self.stacks.as_ref().map_or(Vec::new(), |st| st.counts.keys().map(|k| k.pid).collect());
+        let jit = self.jit_images(pids.into_iter().collect::<std::collections::HashSet<u32>>());
+        let anon = self.anon_image;
+        let dir = self.jit.dir().cloned();
+        self.keep_python_tables(dir.as_ref());
         let Some(st) = self.stacks.as_mut() else { return Vec::new() };
         let mut out: HashMap<u16, StackProfile> = HashMap::new();
         let mut image_ix: HashMap<(u16, u32), u32> = HashMap::new();
@@ -176,6 +192,7 @@ impl Collector {
             let frames: Vec<Frame> = st.table[k.stack as usize]
                 .iter()
                 .map(|&(img, off)| {
+                    let img = if img == anon { jit.get(&k.pid).copied().unwrap_or(img) } else { img };
                     let image = *image_ix.entry((k.event, img)).or_insert_with(|| p.intern_image(self.images.get(img)));
                     Frame { image, offset: ImageOffset(off) }
                 })

@@ -141,6 +141,9 @@ pub const KERNEL_IMAGE: &str = "[kernel]";
 pub const UNKNOWN_IMAGE: &str = "[unknown]";
 pub const VDSO_IMAGE: &str = "[vdso]";
 pub const ANON_IMAGE: &str = "[anon]";
+/// Anonymous code of a process that described it in a perf map or jitdump
+/// is the image `[jit] PID` (kind [`ImageKind::Anonymous`]).
+pub const JIT_IMAGE_PREFIX: &str = "[jit] ";
 
 /// FNV-1a 64: a stable, dependency-free hash for names and small keys.
 pub fn fnv1a(bytes: &[u8]) -> u64 {

@@ -15,6 +15,23 @@ pub fn cached_image(db: &Path, build_hex: &str) -> PathBuf {
     images_dir(db).join(build_hex)
 }
 
+/// Copies of the perf maps and jitdumps that name JIT code
+/// (`<image file key>.map`, `<image file key>.dump`), kept because the
+/// runtime's files in `/tmp` are gone or rewritten after the process exits.
+pub fn jit_dir(db: &Path) -> PathBuf {
+    db.join("jit")
+}
+
+/// The kept perf map of the JIT image with file key `key`.
+pub fn jit_map(db: &Path, key: &str) -> PathBuf {
+    jit_dir(db).join(format!("{key}.map"))
+}
+
+/// The kept jitdump of the JIT image with file key `key`.
+pub fn jit_dump(db: &Path, key: &str) -> PathBuf {
+    jit_dir(db).join(format!("{key}.dump"))
+}
+
 /// The running daemon's control socket.
 pub fn daemon_socket(db: &Path) -> PathBuf {
     db.join("daemon.sock")

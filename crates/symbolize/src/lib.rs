@@ -19,6 +19,7 @@
 pub mod build_id;
 mod code;
 mod elf;
+pub mod jit;
 mod kernel;
 
 pub use code::{Code, ProcedureRange};
@@ -33,12 +34,20 @@ use std::path::{Path, PathBuf};
 pub struct SymbolizerOptions {
     pub debug_dirs: Vec<PathBuf>,
     pub image_cache_dirs: Vec<PathBuf>,
+    /// Where databases keep the perf maps and jitdumps of JIT images
+    /// (`<file key>.map`, `<file key>.dump`), looked at before `/tmp`.
+    pub jit_dirs: Vec<PathBuf>,
     pub kallsyms: PathBuf,
 }
 
 impl Default for SymbolizerOptions {
     fn default() -> Self {
-        SymbolizerOptions { debug_dirs: vec!["/usr/lib/debug".into()], image_cache_dirs: Vec::new(), kallsyms: "/proc/kallsyms".into() }
+        SymbolizerOptions {
+            debug_dirs: vec!["/usr/lib/debug".into()],
+            image_cache_dirs: Vec::new(),
+            jit_dirs: Vec::new(),
+            kallsyms: "/proc/kallsyms".into(),
+        }
     }
 }
 
@@ -78,12 +87,13 @@ impl fmt::Display for Reason {
 pub struct Symbolizer {
     opts: SymbolizerOptions,
     images: HashMap<ImageId, Result<elf::Image, Reason>>,
+    jits: HashMap<ImageId, Result<jit::JitSymbols, Reason>>,
     kernel: Option<KernelSymbols>,
 }
 
 impl Symbolizer {
     pub fn new(opts: SymbolizerOptions) -> Symbolizer {
-        Symbolizer { opts, images: HashMap::new(), kernel: None }
+        Symbolizer { opts, images: HashMap::new(), jits: HashMap::new(), kernel: None }
     }
 
     pub fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Result<Symbol, Reason>> {
@@ -94,6 +104,17 @@ impl Symbolizer {
                     parse_kallsyms(&text)
                 });
                 offsets.iter().map(|o| k.symbolize(*o)).collect()
+            }
+            // `[jit] PID`, or Python code (a `.py` path: crates/collector/src/pyframes.rs).
+            ImageKind::Anonymous if jit_pid(image).is_some() || !image.path.starts_with('[') => {
+                if !self.jits.contains_key(image) {
+                    let loaded = self.load_jit(image);
+                    self.jits.insert(image.clone(), loaded);
+                }
+                match &self.jits[image] {
+                    Ok(j) => offsets.iter().map(|o| j.symbolize(*o)).collect(),
+                    Err(r) => offsets.iter().map(|_| Err(r.clone())).collect(),
+                }
             }
             ImageKind::KernelModule | ImageKind::Unknown | ImageKind::Anonymous => {
                 offsets.iter().map(|_| Err(Reason::UnknownImage)).collect()
@@ -126,6 +147,26 @@ impl Symbolizer {
             Ok(img) => offsets.iter().map(|o| img.inlined(*o)).collect(),
             Err(_) => vec![Vec::new(); offsets.len()],
         }
+    }
+
+    /// A JIT image's map and jitdump: the copies the collector kept in a
+    /// database, else perf's `/tmp/perf-PID.map` (which names whatever
+    /// process has that pid now, as perf would).
+    fn load_jit(&self, image: &ImageId) -> Result<jit::JitSymbols, Reason> {
+        let key = image.file_key();
+        for dir in &self.opts.jit_dirs {
+            let (map, dump) = (dir.join(format!("{key}.map")), dir.join(format!("{key}.dump")));
+            if let Some(j) = jit::JitSymbols::load(Some(&map), Some(&dump))? {
+                return Ok(j);
+            }
+        }
+        let Some(pid) = jit_pid(image) else {
+            return Err(Reason::ImageNotFound(format!("{} (no table of its Python frames kept in the database)", image.path)));
+        };
+        let tmp = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        jit::JitSymbols::load(Some(&tmp), None)?.ok_or_else(|| {
+            Reason::ImageNotFound(format!("{} (no perf map or jitdump kept in the database, no {})", image.path, tmp.display()))
+        })
     }
 
     fn load(&self, image: &ImageId) -> Result<elf::Image, Reason> {
@@ -171,6 +212,12 @@ impl Symbolizer {
     pub fn read_build_id(path: &Path) -> Option<BuildId> {
         build_id::read(path)
     }
+}
+
+/// The pid of a JIT image (`[jit] PID`, the collector's name for the
+/// anonymous code of a process that wrote a perf map or jitdump).
+pub fn jit_pid(image: &ImageId) -> Option<u32> {
+    image.path.strip_prefix(loupe_model::JIT_IMAGE_PREFIX)?.parse().ok()
 }
 
 /// Demangles Rust (without the hash) and C++ names; others pass through.

@@ -1,0 +1,246 @@
+//! Python frames in the collector's stacks: for a sample of a CPython 3.11
+//! process, the thread's Python stack ([`crate::python`]) is read with
+//! `process_vm_readv` when the sample is drained, and spliced into the
+//! native stack just above (leafward of) the `_PyEval_EvalFrameDefault`
+//! activation that runs it, so a C function called from Python shows both.
+//!
+//! A Python frame is stored as a frame of the image named by its `.py`
+//! file (kind `Anonymous`, one per process and file) at a made-up offset
+//! per (qualified name, line); at each flush the table of those offsets is
+//! written into the database as a jitdump (`DB/jit/<file key>.dump`: a code
+//! load named after the function, debug info with file and line), which
+//! the symbolizer reads like any JIT code.
+//!
+//! Read at drain time, not in the sampling interrupt: a stack that changed
+//! in between (milliseconds with stack copies filling the rings) is
+//! attributed as it is when read. Reading in the kernel at sample time is
+//! for the in-kernel unwinder.
+
+use crate::python::{Interpreter, PyFrame, Vm};
+use crate::Collector;
+use loupe_model::{fnv1a, ImageId, ImageKind};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// The made-up code addresses of one Python image.
+#[derive(Default)]
+struct PyImage {
+    by_name: HashMap<(String, u32), u64>,
+    /// (offset, qualified name, line), in order of first use.
+    entries: Vec<(u64, String, u32)>,
+    written: usize,
+}
+
+/// One process: its interpreter (None: not CPython, or not readable).
+struct PyProcess {
+    interp: Option<Interpreter>,
+    /// Image index per `.py` file.
+    files: HashMap<String, u32>,
+}
+
+/// The collector's Python state.
+#[derive(Default)]
+pub struct PyState {
+    procs: HashMap<u32, PyProcess>,
+    images: HashMap<u32, PyImage>,
+    /// Said once per cause: versions without offsets, unreadable memory.
+    pub notes: Vec<String>,
+    /// Samples whose Python stack was read, and failed reads.
+    pub stacks_read: u64,
+    pub read_failures: u64,
+}
+
+/// Size of one made-up code range.
+const SLOT: u64 = 16;
+
+impl PyState {
+    /// Forgets a process after exec (it may become or stop being Python).
+    pub fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+    }
+
+    /// Whether a CPython process is being sampled: its stacks are read
+    /// when drained, so the rings should be drained promptly.
+    pub fn active(&self) -> bool {
+        self.procs.values().any(|p| p.interp.is_some())
+    }
+
+    /// Drops the processes `alive` says are gone (their tables stay
+    /// until written).
+    pub fn retain(&mut self, alive: impl Fn(u32) -> bool) {
+        self.procs.retain(|pid, _| alive(*pid));
+    }
+
+    fn note(&mut self, msg: String) {
+        if !self.notes.contains(&msg) {
+            self.notes.push(msg);
+        }
+    }
+}
+
+/// Splices Python groups into a native stack (leaf first): group k (the
+/// Python frames up to the k-th entry frame) goes just leafward of the k-th
+/// interpreter activation; groups without an activation go at the root end.
+pub fn splice<T: Copy>(native: &[(u64, T)], eval: &std::ops::Range<u64>, py: &[PyFrame], frame: &mut dyn FnMut(&PyFrame) -> T) -> Vec<T> {
+    let mut groups = py.split_inclusive(|f| f.entry);
+    let mut out = Vec::with_capacity(native.len() + py.len());
+    for &(addr, t) in native {
+        if eval.contains(&addr) {
+            if let Some(g) = groups.next() {
+                out.extend(g.iter().map(&mut *frame));
+            }
+        }
+        out.push(t);
+    }
+    for g in groups {
+        out.extend(g.iter().map(&mut *frame));
+    }
+    out
+}
+
+impl Collector {
+    /// The Python stack of thread `tid` of `pid` now, with the range of the
+    /// interpreter's eval function; None for processes that are not CPython.
+    pub(crate) fn python_stack(&mut self, pid: u32, tid: u32) -> Option<(std::ops::Range<u64>, Vec<PyFrame>)> {
+        let mem = Vm(pid);
+        if !self.py.procs.contains_key(&pid) {
+            let interp = match Interpreter::find(pid, &mem) {
+                Ok(i) => Some(i),
+                Err(crate::python::Error::NotPython(_)) | Err(crate::python::Error::Read { .. }) => None,
+                Err(e) => {
+                    self.py.note(e.to_string());
+                    None
+                }
+            };
+            self.py.procs.insert(pid, PyProcess { interp, files: HashMap::new() });
+        }
+        let p = self.py.procs.get_mut(&pid)?;
+        let interp = p.interp.as_mut()?;
+        match interp.stack(&mem, tid) {
+            Ok(frames) => {
+                self.py.stacks_read += 1;
+                Some((interp.eval.clone(), frames))
+            }
+            // A chain rewritten while read, or a process exiting: counted.
+            Err(_) => {
+                self.py.read_failures += 1;
+                None
+            }
+        }
+    }
+
+    /// The (image, offset) frame standing for one Python frame of `pid`.
+    pub(crate) fn python_frame(&mut self, pid: u32, f: &PyFrame) -> (u32, u64) {
+        let p = self.py.procs.get_mut(&pid).expect("python_stack saw the process");
+        let image = match p.files.get(&f.file) {
+            Some(&i) => i,
+            None => {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+                let ident = fnv1a(&[pid.to_le_bytes().as_slice(), &now.to_le_bytes()].concat());
+                let id = ImageId { kind: ImageKind::Anonymous, path: f.file.clone(), build_id: None, content_hash: Some(ident) };
+                let i = self.images.intern(id).0;
+                p.files.insert(f.file.clone(), i);
+                i
+            }
+        };
+        let img = self.py.images.entry(image).or_default();
+        let line = f.line.unwrap_or(0);
+        let next = SLOT * (img.entries.len() as u64 + 1);
+        let off = *img.by_name.entry((f.qualname.clone(), line)).or_insert(next);
+        if off == next {
+            img.entries.push((off, f.qualname.clone(), line));
+        }
+        (image, off)
+    }
+
+    /// Writes the tables of Python images that got new frames into `dir`.
+    pub(crate) fn keep_python_tables(&mut self, dir: Option<&PathBuf>) {
+        let Some(dir) = dir else { return };
+        for (image, t) in self.py.images.iter_mut() {
+            if t.written == t.entries.len() {
+                continue;
+            }
+            let id = self.images.get(*image);
+            let path = dir.join(format!("{}.dump", id.file_key()));
+            if crate::jit::write_private(dir, &path, &jitdump(&id.path, &t.entries)) {
+                t.written = t.entries.len();
+            }
+        }
+    }
+}
+
+/// A jitdump naming each made-up range: debug info (file, line), then the
+/// load of a range named after the function.
+pub fn jitdump(file: &str, entries: &[(u64, String, u32)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for v in [0x4A69_5444u32, 1, 40, 62, 0, 0] {
+        b.extend(v.to_le_bytes());
+    }
+    b.extend([0u8; 16]);
+    for (off, name, line) in entries {
+        let mut dbg = Vec::new();
+        for v in [*off, 1, *off] {
+            dbg.extend(v.to_le_bytes());
+        }
+        dbg.extend(line.to_le_bytes());
+        dbg.extend(0u32.to_le_bytes());
+        dbg.extend(file.as_bytes());
+        dbg.push(0);
+        record(&mut b, 2, &dbg);
+        let mut load = Vec::new();
+        load.extend([0u8; 8]);
+        for v in [*off, *off, SLOT, 0] {
+            load.extend(v.to_le_bytes());
+        }
+        load.extend(name.as_bytes());
+        load.push(0);
+        record(&mut b, 0, &load);
+    }
+    b
+}
+
+fn record(b: &mut Vec<u8>, id: u32, body: &[u8]) {
+    b.extend(id.to_le_bytes());
+    b.extend((16 + body.len() as u32).to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    b.extend(body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str, entry: bool) -> PyFrame {
+        PyFrame { qualname: name.into(), file: "/x.py".into(), line: Some(1), entry }
+    }
+
+    #[test]
+    fn python_groups_go_above_their_eval_activations() {
+        // Checks leaf-first splicing: each run of Python frames up to an entry frame sits just leafward of its _PyEval_EvalFrameDefault frame.
+        let eval = 0x100..0x200;
+        let native = [(0x900, "sleep"), (0x150, "eval0"), (0x300, "call_c"), (0x180, "eval1"), (0x50, "main")];
+        let py = [f("inner", false), f("outer", true), f("<module>", true)];
+        let mut name = |p: &PyFrame| {
+            if p.qualname == "inner" {
+                "inner"
+            } else if p.qualname == "outer" {
+                "outer"
+            } else {
+                "<module>"
+            }
+        };
+        let got = splice(&native, &eval, &py, &mut name);
+        assert_eq!(got, vec!["sleep", "inner", "outer", "eval0", "call_c", "<module>", "eval1", "main"]);
+    }
+
+    #[test]
+    fn made_up_ranges_symbolize_to_function_file_and_line() {
+        // Checks the written jitdump reads back through the symbolizer's reader as (qualified name, file, line).
+        let table = jitdump("/app/work.py", &[(16, "Work.spin".into(), 12), (32, "main".into(), 30)]);
+        let mut s = loupe_symbolize::jit::JitSymbols::default();
+        s.add_jitdump(&table).unwrap();
+        let at = s.symbolize(loupe_model::ImageOffset(35)).unwrap();
+        assert_eq!((at.procedure.as_str(), at.file.as_deref(), at.line), ("main", Some("/app/work.py"), Some(30)));
+        assert_eq!(s.symbolize(loupe_model::ImageOffset(16)).unwrap().procedure, "Work.spin");
+    }
+}
