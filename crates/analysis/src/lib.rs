@@ -73,6 +73,13 @@ pub fn image_display(image: &ImageId) -> String {
     image.path.clone()
 }
 
+/// Whether an event's samples measure time: its sampling period is then in
+/// nanoseconds, so samples times period is time (`cpu-clock`, `task-clock`,
+/// with or without a `:u`/`:k` modifier).
+pub fn is_time_event(event: &loupe_model::EventName) -> bool {
+    matches!(event.as_str().split(':').next(), Some("cpu-clock" | "task-clock"))
+}
+
 /// `name+0xoff` for offsets without a symbol (what `perf report` does for
 /// stripped code), using the image's file name.
 pub fn unsymbolized(image: &ImageId, off: ImageOffset) -> String {
