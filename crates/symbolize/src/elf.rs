@@ -48,6 +48,7 @@ impl Image {
                 }
             }
         }
+        add_plt(&mut symbols, crate::plt::symbols(&file));
         Ok(Image { segments, symbols, dwarf, data })
     }
 
@@ -153,6 +154,14 @@ fn symbols_of(file: &object::File<'static>) -> Vec<(u64, u64, String)> {
     v.sort();
     v.dedup_by(|b, a| a.0 == b.0);
     v.into_iter().map(|(a, sz, _, _, _, n)| (a, sz.0, n)).collect()
+}
+
+/// Adds PLT entries where no symbol starts at the same address (the
+/// symbols may come from a debug file, whose `.plt` holds no bytes).
+fn add_plt(symbols: &mut Vec<(u64, u64, String)>, plt: Vec<(u64, u64, String)>) {
+    let taken: std::collections::HashSet<u64> = symbols.iter().map(|s| s.0).collect();
+    symbols.extend(plt.into_iter().filter(|s| !taken.contains(&s.0)));
+    symbols.sort_by_key(|s| s.0);
 }
 
 fn dwarf_of(file: &object::File<'static>) -> Option<addr2line::Context<Slice>> {

@@ -20,6 +20,7 @@ pub mod build_id;
 mod code;
 mod elf;
 mod kernel;
+mod plt;
 
 pub use code::{Code, ProcedureRange};
 pub use kernel::{kernel_text_base, parse_kallsyms, KernelSymbols};
