@@ -29,6 +29,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    symbols::set_debug_dirs(cli.debuginfo);
     let result = match cli.command {
         Command::Record(a) => collect::record(a),
         Command::Daemon(a) => collect::daemon(a),
