@@ -147,7 +147,6 @@ fn record_phases_workload() {
     );
     // The recorder's counters are of the whole process: their CPU is named, not printed as u32::MAX.
     assert!(lines.iter().filter(|l| l.contains("HW::Counters::Interval")).all(|l| l.contains("cpu = ( \"all CPUs\" : container")));
-    assert!(!text.contains("4294967295 ") || !text.contains("cpu = 4294967295"));
     // The clock's offset makes times wall-clock times: the first event, in seconds since 1970, is within a
     // minute of now (the run lasts a few seconds).
     let bt = Command::new("babeltrace2").arg("--clock-seconds").arg(out.join("ctf")).output().unwrap();
