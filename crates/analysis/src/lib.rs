@@ -87,11 +87,7 @@ pub fn unnamed_labels<T, E>(
 ) -> Vec<Option<String>> {
     let unnamed: Vec<ImageOffset> = offsets.iter().zip(names).filter(|(_, n)| n.is_err()).map(|(o, _)| *o).collect();
     let mut starts = if unnamed.is_empty() { Vec::new() } else { syms.function_starts(image, &unnamed) }.into_iter();
-    offsets
-        .iter()
-        .zip(names)
-        .map(|(o, n)| n.is_err().then(|| unsymbolized(image, starts.next().flatten().unwrap_or(*o))))
-        .collect()
+    offsets.iter().zip(names).map(|(o, n)| n.is_err().then(|| unsymbolized(image, starts.next().flatten().unwrap_or(*o)))).collect()
 }
 
 /// How an image is shown in tables: its path, or its bracketed name.

@@ -189,7 +189,7 @@ fn main_image(data: &CallData) -> Option<&ImageId> {
 }
 
 /// Builds the profile message: per event its samples and what they
-/// measure (see [`value_types`]), the period of the first event, the main
+/// measure (see `value_types`), the period of the first event, the main
 /// executable as mapping 1, and a `pid` and `comm` label per sample.
 pub fn profile(data: &CallData, span: Span) -> Profile {
     let mut st = Strings::new();

@@ -50,7 +50,7 @@ fn stripped_liblzma_is_grouped_by_function() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("data.txt");
-    std::fs::write(&input, text(3 << 20)).unwrap();
+    std::fs::write(&input, text(2 << 20)).unwrap();
     let db = dir.path().join("db");
     run_ok(loupe().args(["record", "--db"]).arg(&db).args(["--", "xz", "-6", "-T1", "-k"]).arg(&input));
     let by_proc = top_json(&db, &["--by", "procedure", "--image", "liblzma"]);

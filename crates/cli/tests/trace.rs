@@ -150,7 +150,8 @@ fn record_phases_workload() {
     // The clock's offset makes times wall-clock times: the first event, in seconds since 1970, is within a
     // minute of now (the run lasts a few seconds).
     let bt = Command::new("babeltrace2").arg("--clock-seconds").arg(out.join("ctf")).output().unwrap();
-    let secs = String::from_utf8(bt.stdout).unwrap().lines().next().and_then(|l| l.strip_prefix('[')?.split('.').next()?.parse::<u64>().ok());
+    let secs =
+        String::from_utf8(bt.stdout).unwrap().lines().next().and_then(|l| l.strip_prefix('[')?.split('.').next()?.parse::<u64>().ok());
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     assert!(secs.is_some_and(|s| s.abs_diff(now) < 60), "first event at {secs:?} s, now {now} s");
 }

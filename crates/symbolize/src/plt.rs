@@ -127,8 +127,7 @@ mod tests {
                 .collect();
             assert!(want.len() > 10, "{path}: objdump shows only {} PLT labels", want.len());
             let data = std::fs::read(path).unwrap();
-            let got: Vec<(u64, String)> =
-                symbols(&object::File::parse(&*data).unwrap()).into_iter().map(|(a, _, n)| (a, n)).collect();
+            let got: Vec<(u64, String)> = symbols(&object::File::parse(&*data).unwrap()).into_iter().map(|(a, _, n)| (a, n)).collect();
             assert_eq!(got, want, "{path}");
         }
     }
