@@ -219,7 +219,7 @@ mod tests {
             Table.symbolize(i, offs, lines)
         }
         fn function_starts(&mut self, _: &ImageId, offs: &[ImageOffset]) -> Vec<Option<ImageOffset>> {
-            offs.iter().map(|o| (o.0 >= 0x400).then(|| ImageOffset(o.0 & !0xff))).collect()
+            offs.iter().map(|o| (o.0 >= 0x400).then_some(ImageOffset(o.0 & !0xff))).collect()
         }
     }
 
