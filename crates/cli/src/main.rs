@@ -11,6 +11,7 @@ mod flags;
 mod locks;
 mod machine;
 mod objects;
+mod ops;
 mod optimize;
 mod optimize_bat;
 mod optimize_lbr;
@@ -48,6 +49,8 @@ fn main() -> ExitCode {
         Command::Trace(a) => trace::run(a),
         Command::Optimize(a) => optimize::run(a),
         Command::Data(a) => data::run(a),
+        Command::Completions(a) => ops::completions(a),
+        Command::Man(a) => ops::man(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
