@@ -6,6 +6,7 @@ pkgs=(build-essential pkg-config linux-perf valgrind bpftrace libc6-dbg binutils
 pkgs+=(clickhouse-server clickhouse-client curl)  # the fleet store's tests (scripts/clickhouse.sh starts private servers; no system service)
 pkgs+=(man-db systemd)  # tests of the generated man pages and of dist/loupe.service (systemd-analyze verify)
 pkgs+=(nodejs)  # JIT frames: Node's perf map and jitdump (crates/cli/tests/jit.rs)
+pkgs+=(xz-utils)  # the stripped-library test's workload (xz with Debian's liblzma)
 pkgs+=(libatomic1)  # the Python trace runtime's compare-and-swap (sdk/python/loupe_trace.py)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -7,7 +7,7 @@
 //! procedure once per stack for its inclusive cost, as `perf report
 //! --children` does.
 
-use crate::{image_display, unsymbolized, SymbolSource};
+use crate::{image_display, unnamed_labels, SymbolSource};
 use loupe_model::stacks::StackProfile;
 use loupe_model::{EventName, ImageId, ImageKind, ImageOffset, ProcessKey};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -123,11 +123,12 @@ fn name_locations(loc_ix: HashMap<(ImageId, ImageOffset), u32>, syms: &mut dyn S
         } else {
             (syms.symbolize(&image, &offs, true), syms.inlined(&image, &offs))
         };
-        for (((off, i), sym), inl) in locs.into_iter().zip(names).zip(inlined) {
+        let labels = unnamed_labels(&image, &offs, &names, syms);
+        for ((((off, i), sym), inl), label) in locs.into_iter().zip(names).zip(inlined).zip(labels) {
             let procedure = match (&sym, image.kind) {
                 (_, ImageKind::Unknown) => image.path.clone(),
                 (Ok(s), _) => s.procedure.clone(),
-                (Err(_), _) => unsymbolized(&image, off),
+                (Err(_), _) => label.unwrap_or_default(),
             };
             let (file, line) = sym.map_or((None, None), |s| (s.file, s.line));
             out[i as usize] = Some(Location { image: image.clone(), offset: off, procedure, file, line, inlined: inl });

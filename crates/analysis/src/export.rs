@@ -15,25 +15,54 @@ fn label(f: &FrameName) -> String {
     }
 }
 
+/// What frame, if any, stands above each stack's root in collapsed
+/// output (stackcollapse-perf puts the process name there).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Root {
+    /// No extra frame.
+    #[default]
+    None,
+    /// The process's command name.
+    Comm,
+    /// `comm-pid`, as stackcollapse-perf's `--pid`.
+    Pid,
+}
+
 /// `root;...;leaf count` lines for one event, one per distinct stack,
 /// sorted; with `inline`, inlined functions are frames of their own.
 pub fn collapsed(data: &CallData, event: usize, inline: bool) -> String {
+    collapsed_rooted(data, event, inline, Root::None)
+}
+
+/// [`collapsed`] with a process frame above each stack's root.
+pub fn collapsed_rooted(data: &CallData, event: usize, inline: bool, root: Root) -> String {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for s in data.stacks.iter().filter(|s| s.counts[event] > 0) {
-        let key = data.frames(s, inline).iter().map(label).collect::<Vec<_>>().join(";");
+        let frames = data.frames(s, inline).iter().map(label).collect::<Vec<_>>().join(";");
+        let comm = || s.process.comm.replace(';', ":");
+        let key = match root {
+            Root::None => frames,
+            Root::Comm => format!("{};{frames}", comm()),
+            Root::Pid => format!("{}-{};{frames}", comm(), s.process.pid),
+        };
         *lines.entry(key).or_insert(0) += s.counts[event];
     }
     lines.into_iter().map(|(k, n)| format!("{k} {n}\n")).collect()
 }
 
 /// speedscope's JSON (<https://www.speedscope.app/file-format-schema.json>):
-/// one sampled profile per event, weights in samples.
+/// one sampled profile per event; a time event's weights are nanoseconds
+/// (samples x mean period), any other's samples.
 pub fn speedscope(data: &CallData, name: &str) -> String {
     let mut frames: Vec<serde_json::Value> = Vec::new();
     let mut index: BTreeMap<FrameName, usize> = BTreeMap::new();
     let mut profiles = Vec::new();
     for (e, ev) in data.events.iter().enumerate() {
         let (mut samples, mut weights) = (Vec::new(), Vec::new());
+        let (unit, scale) = match data.mean_period.get(e) {
+            Some(&p) if p > 0 && crate::is_time_event(ev) => ("nanoseconds", p),
+            _ => ("none", 1),
+        };
         for s in data.stacks.iter().filter(|s| s.counts[e] > 0) {
             let ids: Vec<usize> = data
                 .frames(s, true)
@@ -47,11 +76,11 @@ pub fn speedscope(data: &CallData, name: &str) -> String {
                 })
                 .collect();
             samples.push(ids);
-            weights.push(s.counts[e]);
+            weights.push(s.counts[e] * scale);
         }
         let total: u64 = weights.iter().sum();
         profiles.push(serde_json::json!({
-            "type": "sampled", "name": format!("{name} ({})", ev.0), "unit": "none",
+            "type": "sampled", "name": format!("{name} ({})", ev.0), "unit": unit,
             "startValue": 0, "endValue": total, "samples": samples, "weights": weights,
         }));
     }
@@ -226,13 +255,24 @@ mod tests {
     }
 
     #[test]
+    fn collapsed_root_frames_name_the_process() {
+        // Checks stackcollapse-perf's process root frame: comm, or comm-pid, above every stack's root.
+        let d = data(&|_| true);
+        let comm = collapsed_rooted(&d, 0, false, Root::Comm);
+        assert!(comm.contains("app;main;a;d;c 5\n") && comm.contains("other;a 7\n"), "{comm}");
+        let pid = collapsed_rooted(&d, 0, false, Root::Pid);
+        assert!(pid.contains("app-1;main;a;b;c 3\n") && pid.contains("other-2;a 7\n"), "{pid}");
+        assert_eq!(collapsed_rooted(&d, 0, false, Root::None), collapsed(&d, 0, false));
+    }
+
+    #[test]
     fn speedscope_weights_sum_to_the_total() {
-        // Checks that the speedscope profile holds every sample and valid frame indices.
+        // Checks that the speedscope profile holds every sample, in nanoseconds for cpu-clock, and valid frame indices.
         let d = data(&|_| true);
         let v: serde_json::Value = serde_json::from_str(&speedscope(&d, "t")).unwrap();
         let p = &v["profiles"][0];
         let w: u64 = p["weights"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum();
-        assert_eq!(w, 18);
+        assert_eq!((p["unit"].as_str(), w, p["endValue"].as_u64()), (Some("nanoseconds"), 18 * 1_000_000, Some(18 * 1_000_000)));
         let nframes = v["shared"]["frames"].as_array().unwrap().len() as u64;
         assert!(p["samples"].as_array().unwrap().iter().flat_map(|s| s.as_array().unwrap()).all(|i| i.as_u64().unwrap() < nframes));
     }

@@ -30,13 +30,15 @@ fn subtitle(data: &CallData, event: usize) -> String {
     )
 }
 
-/// The SVG embedded in a minimal HTML page (it stays interactive).
+/// The SVG embedded in a minimal HTML page (it stays interactive). Its
+/// script removes the SVG's width to follow the window; inline in HTML an
+/// SVG without one is drawn 300 pixels wide, so the page's style sets it.
 pub fn html(data: &CallData, event: usize, title: &str) -> Result<Vec<u8>, String> {
     let svg = svg(data, event, title)?;
     let svg = String::from_utf8_lossy(&svg);
     let body = svg.find("<svg").map_or(&svg[..], |i| &svg[i..]);
     let esc = title.replace('&', "&amp;").replace('<', "&lt;");
-    Ok(format!("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{esc}</title></head>\n<body style=\"margin:0\">\n{body}\n</body></html>\n").into_bytes())
+    Ok(format!("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{esc}</title>\n<style>svg {{ display: block; width: 100%; }}</style></head>\n<body style=\"margin:0\">\n{body}\n</body></html>\n").into_bytes())
 }
 
 #[cfg(test)]
@@ -53,6 +55,9 @@ mod tests {
             assert!(s.contains(&format!(">{name}<")) || s.contains(&format!("<title>{name} (")), "{name} missing");
         }
         assert!(s.contains("1 (9.1%) unwinds stopped"));
-        assert!(String::from_utf8(html(&d, 0, "t").unwrap()).unwrap().starts_with("<!DOCTYPE html>"));
+        let page = String::from_utf8(html(&d, 0, "t").unwrap()).unwrap();
+        assert!(page.starts_with("<!DOCTYPE html>"));
+        // The page, not the SVG's fixed width, sizes the graph: it fills the window.
+        assert!(page.contains("svg { display: block; width: 100%; }"), "{page}");
     }
 }

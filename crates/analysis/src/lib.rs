@@ -66,11 +66,40 @@ pub trait SymbolSource {
     fn inlined(&mut self, _image: &ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
         vec![Vec::new(); offsets.len()]
     }
+
+    /// Per offset, where its function starts, asked only for offsets
+    /// `symbolize` could not name: unnamed samples of one function then
+    /// share one row, `image+0xSTART`. `None` (the default): each offset
+    /// is its own row.
+    fn function_starts(&mut self, _image: &ImageId, offsets: &[ImageOffset]) -> Vec<Option<ImageOffset>> {
+        vec![None; offsets.len()]
+    }
+}
+
+/// The `image+0xSTART` names of the offsets `names` left unnamed, grouped
+/// by function where `syms` knows its start, else by offset; `None` for
+/// the named ones.
+pub fn unnamed_labels<T, E>(
+    image: &ImageId,
+    offsets: &[ImageOffset],
+    names: &[Result<T, E>],
+    syms: &mut dyn SymbolSource,
+) -> Vec<Option<String>> {
+    let unnamed: Vec<ImageOffset> = offsets.iter().zip(names).filter(|(_, n)| n.is_err()).map(|(o, _)| *o).collect();
+    let mut starts = if unnamed.is_empty() { Vec::new() } else { syms.function_starts(image, &unnamed) }.into_iter();
+    offsets.iter().zip(names).map(|(o, n)| n.is_err().then(|| unsymbolized(image, starts.next().flatten().unwrap_or(*o)))).collect()
 }
 
 /// How an image is shown in tables: its path, or its bracketed name.
 pub fn image_display(image: &ImageId) -> String {
     image.path.clone()
+}
+
+/// Whether an event's samples measure time: its sampling period is then in
+/// nanoseconds, so samples times period is time (`cpu-clock`, `task-clock`,
+/// with or without a `:u`/`:k` modifier).
+pub fn is_time_event(event: &loupe_model::EventName) -> bool {
+    matches!(event.as_str().split(':').next(), Some("cpu-clock" | "task-clock"))
 }
 
 /// `name+0xoff` for offsets without a symbol (what `perf report` does for

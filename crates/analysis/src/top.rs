@@ -1,7 +1,7 @@
 //! `loupe top`: samples per image, procedure or source line, sorted
 //! descending, one column per event (DCPI's dcpiprof, Figure 1).
 
-use crate::{image_display, unsymbolized, SymbolSource, Unnamed};
+use crate::{image_display, unnamed_labels, SymbolSource, Unnamed};
 use loupe_model::{EventName, ImageKind, ImageOffset, ImageTotals, ProcessKey, Profile};
 use std::collections::{BTreeMap, HashMap};
 
@@ -139,12 +139,13 @@ fn group(
     }
     let offsets: Vec<ImageOffset> = counts.keys().copied().collect();
     let names = syms.symbolize(&p.image, &offsets, by == GroupBy::Line);
+    let labels = unnamed_labels(&p.image, &offsets, &names, syms);
     let mut out: HashMap<GroupKey, u64> = HashMap::new();
-    for ((off, n), sym) in counts.iter().zip(names) {
+    for (((off, n), sym), label) in counts.iter().zip(names).zip(labels) {
         if let Err(why) = sym {
             *unnamed.entry(why).or_insert(0) += n;
         }
-        let procedure = sym.as_ref().map_or_else(|_| unsymbolized(&p.image, *off), |s| s.procedure.clone());
+        let procedure = sym.as_ref().map_or_else(|_| label.unwrap_or_default(), |s| s.procedure.clone());
         let line = match by {
             GroupBy::Line => Some(match &sym {
                 Ok(s) if s.file.is_some() => format!("{}:{}", s.file.as_deref().unwrap_or("??"), s.line.unwrap_or(0)),
@@ -209,6 +210,32 @@ mod tests {
         assert_eq!(r.totals[0], 17);
         assert_eq!(r.unknown[0], 2);
         assert!(r.rows.windows(2).all(|w| w[0].counts[0] >= w[1].counts[0]));
+    }
+
+    /// [`Table`], and unnamed code in functions of 0x100 bytes from 0x400.
+    struct Functions;
+    impl SymbolSource for Functions {
+        fn symbolize(&mut self, i: &ImageId, offs: &[ImageOffset], lines: bool) -> Vec<Result<SymInfo, Unnamed>> {
+            Table.symbolize(i, offs, lines)
+        }
+        fn function_starts(&mut self, _: &ImageId, offs: &[ImageOffset]) -> Vec<Option<ImageOffset>> {
+            offs.iter().map(|o| (o.0 >= 0x400).then_some(ImageOffset(o.0 & !0xff))).collect()
+        }
+    }
+
+    #[test]
+    fn unnamed_offsets_of_one_function_share_a_row() {
+        // Checks that stripped offsets group by their function's start, still count as unnamed, and that an
+        // offset whose function is unknown keeps its own row.
+        let ev = EventName::new("cpu-clock");
+        let mut a = Profile::new(ImageId::elf("/lib/liblzma.so.5", None), ev.clone());
+        for (off, n) in [(0x410, 4), (0x4f0, 3), (0x520, 2), (0x300, 1)] {
+            a.add(ProcessKey::new(1, "xz"), ImageOffset(off), n, 0);
+        }
+        let r = top(&[a], &[], &[ev], GroupBy::Procedure, &|_| true, &|_| true, &mut Functions);
+        let got: Vec<(&str, u64)> = r.rows.iter().map(|x| (x.procedure.as_deref().unwrap(), x.counts[0])).collect();
+        assert_eq!(got, [("liblzma.so.5+0x400", 7), ("liblzma.so.5+0x500", 2), ("liblzma.so.5+0x300", 1)]);
+        assert_eq!(r.unnamed[&Unnamed::NoSymbols], vec![10]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use loupe_dataprof::resolve::{infer_site_types, Heap, HeapBlock, How, Resolved, 
 use loupe_dataprof::views::{self, Sample};
 use loupe_objects::{AllocTracker, AllocationIndex, SiteNamer, TrackerOptions};
 use loupe_perf::GatedChild;
-use loupe_symbolize::{Symbolizer, SymbolizerOptions};
+use loupe_symbolize::Symbolizer;
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -121,7 +121,7 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
     } else {
         "heap: objects from the allocation log; untyped ones grouped by allocation site".to_string()
     };
-    let namer = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+    let namer = SiteNamer::new(Symbolizer::new(crate::symbols::options()));
     let mut resolver = Resolver::new(db, AllocHeap { index, namer, names: HashMap::new() });
     let mut resolved: Vec<Resolved> = records.iter().map(|r| resolver.resolve(r)).collect();
     infer_site_types(&mut resolved);

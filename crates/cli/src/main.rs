@@ -43,6 +43,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let cli = Cli::parse_from(args);
+    symbols::set_debug_dirs(cli.debuginfo);
     let result = match cli.command {
         Command::Record(a) => collect::record(a),
         Command::Daemon(a) => collect::daemon(a),

@@ -9,7 +9,7 @@ use loupe_objects::flow::{self, Flow};
 use loupe_objects::history::{self, History, HistoryOptions, Line};
 use loupe_objects::{AllocTracker, AllocationIndex, SiteNamer, TrackerOptions};
 use loupe_perf::GatedChild;
-use loupe_symbolize::{Symbolizer, SymbolizerOptions};
+use loupe_symbolize::Symbolizer;
 use std::io::Write;
 use std::time::Duration;
 
@@ -60,7 +60,7 @@ struct SiteRow {
 }
 
 fn site_rows(idx: &AllocationIndex) -> Vec<SiteRow> {
-    let mut namer = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+    let mut namer = SiteNamer::new(Symbolizer::new(crate::symbols::options()));
     let mut by: std::collections::HashMap<String, SiteRow> = Default::default();
     let mut labels: std::collections::HashMap<(u32, u64), String> = Default::default();
     for al in idx.allocations() {
@@ -209,7 +209,7 @@ struct Code {
 impl Code {
     fn load(db: &std::path::Path) -> Result<Code> {
         let idx = AllocationIndex::load(db).with_context(|| format!("reading the allocation log of {}", db.display()))?;
-        let sites = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+        let sites = SiteNamer::new(Symbolizer::new(crate::symbols::options()));
         Ok(Code { idx, sites, names: Default::default(), files: Default::default() })
     }
 

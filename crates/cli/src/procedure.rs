@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use loupe_model::{EventName, ImageId};
 use loupe_store::query::{Filter as Processes, ProfileSource};
 use loupe_store::{Database, EpochId};
-use loupe_symbolize::{Code, ProcedureRange, Symbolizer, SymbolizerOptions};
+use loupe_symbolize::{Code, ProcedureRange, Symbolizer};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -41,7 +41,7 @@ impl Filter<'_> {
 }
 
 pub fn symbolizer(db: &Path) -> Symbolizer {
-    let mut opts = SymbolizerOptions::default();
+    let mut opts = crate::symbols::options();
     opts.image_cache_dirs.push(loupe_store::layout::images_dir(db));
     opts.jit_dirs.push(loupe_store::layout::jit_dir(db));
     Symbolizer::new(opts)

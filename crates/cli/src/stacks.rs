@@ -9,7 +9,7 @@ use loupe_analysis::callgraph::{self, CallData, Selection};
 use loupe_analysis::top::pct;
 use loupe_analysis::{export as ex, flame, pprof};
 use loupe_store::query::{choose_stack_events, Filter, ProfileSource};
-use loupe_store::{Database, EpochId};
+use loupe_store::{Database, EpochId, EpochInfo};
 use std::io::Write;
 use std::path::Path;
 
@@ -20,13 +20,18 @@ fn epochs(db: &Database, s: &StackSelection) -> Result<Vec<EpochId>> {
 
 /// Loads, merges per event, and names the selected stacks.
 fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
+    Ok(load_spanned(s, all_events)?.0)
+}
+
+/// [`load`], with when the selected epochs ran.
+fn load_spanned(s: &StackSelection, all_events: bool) -> Result<(CallData, pprof::Span)> {
     let db = Database::open(&s.db.db)?;
-    let selected = epochs(&db, s)?;
-    let stacks = db.stacks(&selected)?;
+    let ids = epochs(&db, s)?;
+    let stacks = db.stacks(&ids)?;
     for p in &stacks.problems {
         eprintln!("loupe: skipping corrupt stack file {p}");
     }
-    if stacks.tables.is_empty() && samples_in(&db, &selected)? == 0 {
+    if stacks.tables.is_empty() && samples_in(&db, &ids)? == 0 {
         bail!("no samples in the selected epochs of {}", s.db.db.display());
     }
     if stacks.tables.is_empty() {
@@ -36,7 +41,34 @@ fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
     let filter = Filter { pids: s.pid.pid.clone(), comms: s.comm.comm.clone(), image: s.image.image.clone() };
     let (keep, keep_image) = (|p: &_| filter.keep_process(p), |i: &str| filter.keep_image(i));
     let mut syms = Symbols::for_db(&s.db.db);
-    Ok(callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms))
+    let d = callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms);
+    let span = span(&db.list_epochs()?, &ids, &d);
+    Ok((d, span))
+}
+
+/// From the first selected epoch's start to the start of the epoch after
+/// the last one. The database keeps no end time, so where no epoch
+/// follows, the end is the start plus the sampled time of the busiest
+/// process (at least its wall-clock time when it ran on one thread).
+fn span(all: &[EpochInfo], ids: &[EpochId], d: &CallData) -> pprof::Span {
+    let Some(first) = all.iter().find(|e| ids.contains(&e.id)) else { return pprof::Span::default() };
+    let last = ids.iter().max().copied().unwrap_or(first.id);
+    let start = first.started_unix as i64 * 1_000_000_000;
+    let next = all.iter().find(|e| e.id > last).map(|e| e.started_unix as i64 * 1_000_000_000);
+    let duration = next.map(|n| n - start).unwrap_or_else(|| {
+        let mut per_pid: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+        for s in &d.stacks {
+            *per_pid.entry(s.process.pid).or_default() += s.counts[0];
+        }
+        let busiest = per_pid.values().max().copied().unwrap_or(0);
+        let time = d.events.first().is_some_and(loupe_analysis::is_time_event);
+        if time {
+            (busiest * d.mean_period[0]) as i64
+        } else {
+            0
+        }
+    });
+    pprof::Span { start_unix_nanos: start, duration_nanos: duration.max(0) }
 }
 
 /// Samples of any event in the epochs, from the index alone.
@@ -80,11 +112,11 @@ pub fn flame(a: FlameArgs) -> Result<u8> {
 
 pub fn export(a: ExportArgs) -> Result<u8> {
     let all_events = a.format == ExportFormat::Pprof || a.format == ExportFormat::Speedscope;
-    let d = load(&a.select, all_events)?;
+    let (d, span) = load_spanned(&a.select, all_events)?;
     warn_truncated(&d);
     let bytes = match a.format {
-        ExportFormat::Pprof => pprof::encode_gz(&pprof::profile(&d)),
-        ExportFormat::Collapsed => ex::collapsed(&d, 0, false).into_bytes(),
+        ExportFormat::Pprof => pprof::encode_gz(&pprof::profile(&d, span)),
+        ExportFormat::Collapsed => ex::collapsed_rooted(&d, 0, false, a.root.into()).into_bytes(),
         ExportFormat::Perfetto => ex::perfetto(&d, 0),
         ExportFormat::Speedscope => ex::speedscope(&d, "loupe").into_bytes(),
     };

@@ -3,7 +3,7 @@
 use loupe_analysis::{SymInfo, SymbolSource, Unnamed};
 use loupe_model::{ImageId, ImageOffset};
 use loupe_symbolize::{Reason, Symbolizer, SymbolizerOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub struct Symbols {
     inner: Symbolizer,
@@ -18,7 +18,7 @@ impl Symbols {
 
     /// The same over several databases (diff and stats read more than one).
     pub fn for_dbs(dbs: &[&Path]) -> Symbols {
-        let mut opts = SymbolizerOptions::default();
+        let mut opts = options();
         opts.image_cache_dirs.extend(dbs.iter().map(|db| loupe_store::layout::images_dir(db)));
         opts.jit_dirs.extend(dbs.iter().map(|db| loupe_store::layout::jit_dir(db)));
         Symbols { inner: Symbolizer::new(opts) }
@@ -37,6 +37,26 @@ impl SymbolSource for Symbols {
     fn inlined(&mut self, image: &ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
         self.inner.inline_frames(image, offsets)
     }
+
+    fn function_starts(&mut self, image: &ImageId, offsets: &[ImageOffset]) -> Vec<Option<ImageOffset>> {
+        self.inner.function_starts(image, offsets)
+    }
+}
+
+/// `--debuginfo` directories, set once from the command line.
+static DEBUG_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+
+/// Makes `dirs` the first places every symbolizer looks for debug files.
+pub fn set_debug_dirs(dirs: Vec<PathBuf>) {
+    let _ = DEBUG_DIRS.set(dirs);
+}
+
+/// The default options with the `--debuginfo` directories first.
+pub fn options() -> SymbolizerOptions {
+    let mut opts = SymbolizerOptions::default();
+    let extra = DEBUG_DIRS.get().cloned().unwrap_or_default();
+    opts.debug_dirs.splice(0..0, extra);
+    opts
 }
 
 /// The symbolizer's reason, as the class a table counts.

@@ -75,7 +75,7 @@ fn record(r: TraceRecordArgs) -> Result<u8> {
     all.extend(r.specs.iter().cloned());
     let spec = load(&all)?;
     loupe_files::create_dir(&r.out.join("ctf"))?;
-    loupe_files::write(&r.out.join("ctf/metadata"), loupe_trace::ctf::metadata(&spec))?;
+    loupe_files::write(&r.out.join("ctf/metadata"), loupe_trace::ctf::metadata_with_offset(&spec, loupe_trace::ctf::wall_clock_offset()))?;
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let geo = Geometry { ncpu, nsub: r.subbufs, sub_size: r.subbuf_kib.saturating_mul(1024) };
     let shm = PathBuf::from(format!("/dev/shm/loupe-trace.{}", std::process::id()));

@@ -99,16 +99,24 @@ fn check_exports(dir: &Path, db: &Path, pid: &str) {
     assert!(text.lines().any(|l| l.contains(";main;a;d;c_work ")), "{text}");
     let pb = dir.join("cpu.pb.gz");
     run_ok(loupe().args(["export", "--format", "pprof", "--pid", pid, "-o"]).arg(&pb).arg("--db").arg(db));
-    if let Ok(go) = std::process::Command::new("go").args(["tool", "pprof", "-top", "-unit=count"]).arg(&pb).output() {
-        let s = String::from_utf8_lossy(&go.stdout);
-        assert!(go.status.success(), "go tool pprof failed: {}", String::from_utf8_lossy(&go.stderr));
-        assert!(s.contains(&format!("of {total} total")), "pprof total differs from {total}:\n{s}");
-        assert!(s.contains("c_work"), "{s}");
-    }
+    let go = std::process::Command::new("go").args(["tool", "pprof", "-top", "-sample_index=samples"]).arg(&pb).output();
+    let period = match go {
+        Ok(go) => {
+            let s = String::from_utf8_lossy(&go.stdout);
+            assert!(go.status.success(), "go tool pprof failed: {}", String::from_utf8_lossy(&go.stderr));
+            assert!(s.contains(&format!("of {total} total")), "pprof total differs from {total}:\n{s}");
+            assert!(s.contains("c_work"), "{s}");
+            check_pprof_raw(&pb, total, "callstack")
+        }
+        Err(_) => 1_000_000_000 / 2000,
+    };
     let out = run_ok(loupe().args(["export", "--format", "speedscope", "--pid", pid, "--db"]).arg(db));
     let v = json(&out);
     let w: u64 = v["profiles"][0]["weights"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum();
-    assert_eq!(w, total);
+    assert_eq!((v["profiles"][0]["unit"].as_str(), w), (Some("nanoseconds"), total * period));
+    let out = run_ok(loupe().args(["export", "--format", "collapsed", "--root", "comm", "--pid", pid, "--db"]).arg(db));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.lines().all(|l| l.starts_with("callstack;")), "{text}");
     let out = run_ok(loupe().args(["export", "--format", "perfetto", "--pid", pid, "--db"]).arg(db));
     assert!(out.stdout.len() > 100 && out.stdout[0] == 0x0a, "a Trace starts with field 1 (packet), length-delimited");
     let svg = dir.join("f.svg");
@@ -117,6 +125,32 @@ fn check_exports(dir: &Path, db: &Path, pid: &str) {
     assert!(svg.contains("c_work"));
     // `spin` is inlined into a, b and d: DWARF names it as a frame of its own.
     assert!(svg.contains("spin (inlined)"), "inline frames missing from the flame graph");
+}
+
+/// What `go tool pprof -raw` reads from a cpu-clock export: `samples/count`
+/// and `cpu/nanoseconds` (the default), nanoseconds = samples x period, and
+/// the profiled program as the first mapping. Returns the period.
+fn check_pprof_raw(pb: &Path, total: u64, program: &str) -> u64 {
+    let raw = std::process::Command::new("go").args(["tool", "pprof", "-raw"]).arg(pb).output().unwrap();
+    let s = String::from_utf8_lossy(&raw.stdout);
+    assert!(raw.status.success(), "{}", String::from_utf8_lossy(&raw.stderr));
+    assert!(s.contains("PeriodType: cpu nanoseconds\n"), "{s}");
+    assert!(s.lines().any(|l| l.trim() == "samples/count cpu/nanoseconds[dflt]"), "{s}");
+    let period: u64 = s.lines().find_map(|l| l.strip_prefix("Period: ")?.trim().parse().ok()).expect("Period line");
+    // Sample lines: "  count  nanoseconds: location ids".
+    let (mut n, mut ns) = (0, 0);
+    let samples = s.split("Samples:\n").nth(1).and_then(|x| x.split("Locations\n").next()).expect("Samples section");
+    for l in samples.lines().filter(|l| l.contains(": ") && l.trim_start().starts_with(|c: char| c.is_ascii_digit())) {
+        let mut v = l.split(':').next().unwrap().split_whitespace().map(|x| x.parse::<u64>().unwrap());
+        let (c, t) = (v.next().unwrap(), v.next().unwrap());
+        assert_eq!(t, c * period, "{l}");
+        (n, ns) = (n + c, ns + t);
+    }
+    assert_eq!((n, ns), (total, total * period));
+    let mappings = s.split("Mappings\n").nth(1).expect("Mappings section");
+    let first = mappings.lines().next().unwrap();
+    assert!(first.starts_with("1: ") && first.split_whitespace().nth(2).is_some_and(|p| p.ends_with(&format!("/{program}"))), "{first}");
+    period
 }
 
 #[test]

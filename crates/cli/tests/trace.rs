@@ -37,10 +37,11 @@ fn record(flags: &[&str], out: &Path, cmd: &[&std::ffi::OsStr]) -> loupe_trace::
     t
 }
 
-/// babeltrace2 (the CTF reference reader) decodes the trace: one line per event.
+/// babeltrace2 (the CTF reference reader) decodes the trace without a warning: one line per event.
 fn babeltrace(out: &Path, t: &loupe_trace::tracefile::Trace) -> String {
     let bt = Command::new("babeltrace2").arg(out.join("ctf")).output().expect("babeltrace2 (scripts/setup.sh installs it)");
     assert!(bt.status.success(), "{}", String::from_utf8_lossy(&bt.stderr));
+    assert_eq!(String::from_utf8_lossy(&bt.stderr), "", "babeltrace2 warned");
     let text = String::from_utf8(bt.stdout).unwrap();
     assert_eq!(text.lines().count(), t.entries.len());
     text
@@ -144,6 +145,15 @@ fn record_phases_workload() {
         first.contains("{ units = 1, rate = 0, _label_len = 6, label = \"chunks\", _deltas_len = 1, deltas = [ [0] = 1 ] }"),
         "{first}"
     );
+    // The recorder's counters are of the whole process: their CPU is named, not printed as u32::MAX.
+    assert!(lines.iter().filter(|l| l.contains("HW::Counters::Interval")).all(|l| l.contains("cpu = ( \"all CPUs\" : container")));
+    // The clock's offset makes times wall-clock times: the first event, in seconds since 1970, is within a
+    // minute of now (the run lasts a few seconds).
+    let bt = Command::new("babeltrace2").arg("--clock-seconds").arg(out.join("ctf")).output().unwrap();
+    let secs =
+        String::from_utf8(bt.stdout).unwrap().lines().next().and_then(|l| l.strip_prefix('[')?.split('.').next()?.parse::<u64>().ok());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert!(secs.is_some_and(|s| s.abs_diff(now) < 60), "first event at {secs:?} s, now {now} s");
 }
 
 // Drops are counted, never hidden: with two 32 KiB packets per CPU and the consumer draining once a second,

@@ -7,6 +7,7 @@ use loupe_model::{BuildId, ImageOffset};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 type Slice = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
 
@@ -18,6 +19,8 @@ pub struct Image {
     dwarf: Option<addr2line::Context<Slice>>,
     /// The whole file, for reading code and jump tables (see `code.rs`).
     pub(crate) data: &'static [u8],
+    /// FDE ranges from `.eh_frame`, read when an address has no symbol.
+    fdes: OnceLock<Vec<(u64, u64)>>,
 }
 
 /// File bytes live as long as the process: analysis runs are short and
@@ -48,7 +51,8 @@ impl Image {
                 }
             }
         }
-        Ok(Image { segments, symbols, dwarf, data })
+        add_plt(&mut symbols, crate::plt::symbols(&file));
+        Ok(Image { segments, symbols, dwarf, data, fdes: OnceLock::new() })
     }
 
     pub(crate) fn vaddr(&self, off: u64) -> Option<u64> {
@@ -76,6 +80,21 @@ impl Image {
         };
         let (file, line) = if lines { self.location(addr) } else { (None, None) };
         Ok(Symbol { procedure, procedure_start: ImageOffset(self.file_offset(start, off.0)), file, line })
+    }
+
+    /// Where the function holding `off` starts when no symbol names it: its
+    /// FDE's start, else the end of the nearest preceding symbol (the
+    /// unnamed code between two named functions).
+    pub fn function_start(&self, off: ImageOffset) -> Option<ImageOffset> {
+        let addr = self.vaddr(off.0)?;
+        let fdes = self.fdes.get_or_init(|| object::File::parse(self.data).map(|f| crate::fde::ranges(&f)).unwrap_or_default());
+        let start = crate::fde::containing(fdes, addr).or_else(|| self.gap_start(addr))?;
+        Some(ImageOffset(self.file_offset(start, off.0)))
+    }
+
+    fn gap_start(&self, addr: u64) -> Option<u64> {
+        let i = self.symbols.partition_point(|(a, _, _)| *a <= addr);
+        self.symbols[..i].iter().rev().find(|(_, sz, _)| *sz > 0).map(|(a, sz, _)| a + sz).filter(|&end| end <= addr)
     }
 
     /// The sized symbol covering `addr`, else the nearest preceding unsized one.
@@ -155,6 +174,14 @@ fn symbols_of(file: &object::File<'static>) -> Vec<(u64, u64, String)> {
     v.into_iter().map(|(a, sz, _, _, _, n)| (a, sz.0, n)).collect()
 }
 
+/// Adds PLT entries where no symbol starts at the same address (the
+/// symbols may come from a debug file, whose `.plt` holds no bytes).
+fn add_plt(symbols: &mut Vec<(u64, u64, String)>, plt: Vec<(u64, u64, String)>) {
+    let taken: std::collections::HashSet<u64> = symbols.iter().map(|s| s.0).collect();
+    symbols.extend(plt.into_iter().filter(|s| !taken.contains(&s.0)));
+    symbols.sort_by_key(|s| s.0);
+}
+
 fn dwarf_of(file: &object::File<'static>) -> Option<addr2line::Context<Slice>> {
     file.section_by_name(".debug_info")?;
     let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
@@ -171,8 +198,9 @@ fn dwarf_of(file: &object::File<'static>) -> Option<addr2line::Context<Slice>> {
 }
 
 /// Separate debug info: `.build-id/xx/rest.debug` under the debug dirs,
-/// then the `.gnu_debuglink` name next to the file, in `.debug/`, and
-/// under the debug dirs with the file's directory appended.
+/// then the `.gnu_debuglink` name next to the file, in `.debug/`, under
+/// the debug dirs with the file's directory appended, and in the debug
+/// dirs themselves (a `--debuginfo` folder of `.debug` files).
 fn find_debug_file(path: &Path, file: &object::File<'static>, bid: Option<&BuildId>, debug_dirs: &[PathBuf]) -> Option<PathBuf> {
     if let Some(b) = bid.map(|b| b.to_hex()).filter(|h| h.len() > 2) {
         for d in debug_dirs {
@@ -188,6 +216,12 @@ fn find_debug_file(path: &Path, file: &object::File<'static>, bid: Option<&Build
     let mut candidates = vec![dir.join(name), dir.join(".debug").join(name)];
     for d in debug_dirs {
         candidates.push(d.join(dir.strip_prefix("/").unwrap_or(dir)).join(name));
+        candidates.push(d.join(name));
     }
-    candidates.into_iter().find(|p| p.is_file() && p != path)
+    // A debug file of another build would name the wrong code: where both have a build-id, they must agree.
+    let same_build = |p: &PathBuf| match (bid, crate::build_id::read(p)) {
+        (Some(want), Some(got)) => *want == got,
+        _ => true,
+    };
+    candidates.into_iter().find(|p| p.is_file() && p != path && same_build(p))
 }

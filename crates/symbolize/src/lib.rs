@@ -19,8 +19,10 @@
 pub mod build_id;
 mod code;
 mod elf;
+mod fde;
 pub mod jit;
 mod kernel;
+mod plt;
 
 pub use code::{Code, ProcedureRange};
 pub use kernel::{kernel_text_base, parse_kallsyms, KernelSymbols};
@@ -167,6 +169,25 @@ impl Symbolizer {
         jit::JitSymbols::load(Some(&tmp), None)?.ok_or_else(|| {
             Reason::ImageNotFound(format!("{} (no perf map or jitdump kept in the database, no {})", image.path, tmp.display()))
         })
+    }
+
+    /// Per offset, where its function starts when no symbol names it (from
+    /// the unwind tables' FDEs, else the gap between named functions), so
+    /// stripped code is grouped by function; `None` where that is unknown
+    /// or the image is not an ELF file. Offsets with a name get their
+    /// function's start too, but [`Symbol::procedure_start`] already says it.
+    pub fn function_starts(&mut self, image: &ImageId, offsets: &[ImageOffset]) -> Vec<Option<ImageOffset>> {
+        if !matches!(image.kind, ImageKind::Elf | ImageKind::Vdso) {
+            return vec![None; offsets.len()];
+        }
+        if !self.images.contains_key(image) {
+            let loaded = self.load(image);
+            self.images.insert(image.clone(), loaded);
+        }
+        match &self.images[image] {
+            Ok(img) => offsets.iter().map(|o| img.function_start(*o)).collect(),
+            Err(_) => vec![None; offsets.len()],
+        }
     }
 
     fn load(&self, image: &ImageId) -> Result<elf::Image, Reason> {

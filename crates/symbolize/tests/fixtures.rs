@@ -103,6 +103,39 @@ fn stripped_images_use_separate_debug_files() {
 }
 
 #[test]
+fn stripped_code_groups_by_its_fde_and_a_debuginfo_folder_names_it() {
+    // Checks that with no debug file an address inside alpha_function groups at its start (nm's address,
+    // from the FDE), that a flat folder holding the .gnu_debuglink file (loupe's --debuginfo) names it, and
+    // that a debug file of another build under that name is refused.
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path());
+    let (_, off) = file_offset_of(&dir.path().join("pie"), "alpha_function");
+    let sh = |s: &str| run(Command::new("sh").args(["-c", s]).current_dir(dir.path()));
+    sh("mkdir bin dbg other && cp pie.linked bin/ && cp pie.dbg dbg/");
+    // The same code at the same addresses, another build-id: only the build-id tells the debug files apart.
+    let prog = fixtures().join("prog.c");
+    sh(&format!(
+        "cc -O1 -g -pie -fPIE -o pie.other {} -L. -lfix -Wl,--build-id=0x0123456789abcdef0123456789abcdef01234567 \
+         && objcopy --only-keep-debug pie.other other/pie.dbg",
+        prog.display()
+    ));
+    assert_eq!(file_offset_of(&dir.path().join("pie.other"), "alpha_function").1, off);
+    let linked = image(&dir.path().join("bin/pie.linked"));
+    let inside = [ImageOffset(off + 1)];
+    let with = |dirs: &[&str]| {
+        let debug_dirs = dirs.iter().map(|d| dir.path().join(d)).collect();
+        Symbolizer::new(SymbolizerOptions { debug_dirs, ..Default::default() })
+    };
+    let mut alone = with(&[]);
+    assert_eq!(alone.function_starts(&linked, &inside), [Some(ImageOffset(off))]);
+    let r = alone.symbolize(&linked, &inside, false).remove(0);
+    assert!(r.is_err() || r.as_ref().unwrap().procedure != "alpha_function", "{r:?}");
+    assert_eq!(with(&["dbg"]).symbolize(&linked, &inside, false).remove(0).unwrap().procedure, "alpha_function");
+    let r = with(&["other"]).symbolize(&linked, &inside, false).remove(0);
+    assert!(r.is_err() || r.as_ref().unwrap().procedure != "alpha_function", "another build's debug file was used: {r:?}");
+}
+
+#[test]
 fn replaced_binary_is_refused_unless_cached() {
     // Checks the build-id guard: a different file at the path is refused; a cached copy by build-id is used.
     let dir = tempfile::tempdir().unwrap();

@@ -4,10 +4,13 @@
 //! files for one stream), a context {cpu_id, timestamp_begin, timestamp_end,
 //! content_size, packet_size, packet_seq_num, events_discarded}, and events whose header is
 //! {timestamp, size, id} aligned to 8 bytes, which skips each record's
-//! zero padding. Strings are a u16 length and a UTF-8 byte sequence; lists a
+//! zero padding. babeltrace2 warns about any header field without a role
+//! (only `id` and `timestamp` have one), so the size is declared as a
+//! struct whose one member is named `id`: it reads as an event id that the
+//! real `id` right after it replaces. Strings are a u16 length and a UTF-8 byte sequence; lists a
 //! u16 count and a sequence. Field names get a leading underscore, which CTF
 //! readers strip, so that names such as `event` are not TSDL keywords. The
-//! clock is CLOCK_MONOTONIC in nanoseconds.
+//! clock is CLOCK_MONOTONIC in nanoseconds, offset to the wall clock.
 
 use crate::spec::{FieldType, Scalar, Spec};
 use std::fmt::Write;
@@ -56,9 +59,10 @@ env {
 
 clock {
     name = \"monotonic\";
-    description = \"CLOCK_MONOTONIC\";
+    description = \"CLOCK_MONOTONIC; offset: the wall clock when it read 0\";
     freq = 1000000000;
-    offset = 0;
+    offset_s = @OFFSET_S@;
+    offset = @OFFSET_NS@;
     absolute = FALSE;
 };
 
@@ -77,11 +81,15 @@ stream {
     };
     event.header := struct {
         uint64_clock_t timestamp;
-        uint16_t _size;
+        struct { uint16_t id; } _size;
         uint16_t id;
     } align(64);
 };
 ";
+
+/// A `cpu` field: a CPU number, or all of them (u32::MAX: counters of a
+/// whole process), which readers then name instead of printing 4294967295.
+const CPU: &str = "enum : uint32_t { \"CPU\" = 0 ... 4294967294, \"all CPUs\" = 4294967295 }";
 
 /// Sets a taken packet's content_size to the end of its last record's
 /// fields, before that record's zero padding: CTF readers decode another
@@ -103,9 +111,27 @@ pub fn trim_content(spec: &Spec, p: &mut [u8]) {
     }
 }
 
-/// The `metadata` file of a CTF trace of `spec`.
+/// The `metadata` file of a CTF trace of `spec`, its clock without an
+/// offset (times read as time since boot).
 pub fn metadata(spec: &Spec) -> String {
-    let mut out = PRELUDE.to_string();
+    metadata_with_offset(spec, 0)
+}
+
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC now, in nanoseconds: the clock
+/// offset that makes a trace's monotonic times read as wall-clock times.
+pub fn wall_clock_offset() -> u64 {
+    let mut rt = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut rt) };
+    let rt = rt.tv_sec as u64 * 1_000_000_000 + rt.tv_nsec as u64;
+    rt.saturating_sub(crate::buffer::now())
+}
+
+/// The `metadata` file of a CTF trace of `spec` whose clock reads
+/// `offset_ns` (see [`wall_clock_offset`]) plus its monotonic value.
+pub fn metadata_with_offset(spec: &Spec, offset_ns: u64) -> String {
+    let prelude = PRELUDE.replace("@OFFSET_S@", &(offset_ns / 1_000_000_000).to_string());
+    let mut out = prelude.replace("@OFFSET_NS@", &(offset_ns % 1_000_000_000).to_string());
     for ev in &spec.events {
         let _ = writeln!(
             out,
@@ -116,6 +142,7 @@ pub fn metadata(spec: &Spec) -> String {
         for f in &ev.fields {
             let n = &f.name;
             let _ = match f.ty {
+                FieldType::Scalar(Scalar::U32) if n == "cpu" => writeln!(out, "        {CPU} _{n};"),
                 FieldType::Scalar(s) => writeln!(out, "        {} _{n};", ctype(s)),
                 FieldType::String => writeln!(out, "        uint16_t __{n}_len;\n        utf8_t _{n}[__{n}_len];"),
                 FieldType::List(s) => writeln!(out, "        uint16_t __{n}_len;\n        {} _{n}[__{n}_len];", ctype(s)),
@@ -146,5 +173,25 @@ mod tests {
             "name = \"A::B::C\";\n    id = 16;\n    stream_id = 0;\n    fields := struct {\n        uint16_t __s_len;\n        utf8_t _s[__s_len];\n        uint16_t __l_len;\n        int32_t _l[__l_len];\n        double _x;\n    };"
         ));
         assert!(m.starts_with("/* CTF 1.8 */"));
+    }
+
+    #[test]
+    fn clock_offset_and_header_roles() {
+        // Checks the clock offset split into seconds and nanoseconds, a size field that babeltrace2 gives a
+        // role (a member named id), and a cpu field whose all-CPUs value has a name.
+        let spec = crate::spec::parse(&[(
+            "f.xml",
+            "<events name='t'><event name='A::B::C' description='d'><layerId value='A'/><classId value='B'/>
+             <specifier value='C'/><fields><field name='cpu' type='uint32' description='d'/></fields></event></events>",
+        )])
+        .unwrap();
+        let m = metadata_with_offset(&spec, 1_795_759_217_123_456_789);
+        assert!(m.contains("    offset_s = 1795759217;\n    offset = 123456789;\n"), "{m}");
+        assert!(m.contains("uint64_clock_t timestamp;\n        struct { uint16_t id; } _size;\n        uint16_t id;\n"));
+        assert!(m.contains("\"all CPUs\" = 4294967295 } _cpu;"));
+        assert!(metadata(&spec).contains("    offset_s = 0;\n    offset = 0;\n"));
+        let off = wall_clock_offset();
+        let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+        assert!(off + crate::buffer::now() <= unix + 60_000_000_000 && unix <= off + crate::buffer::now() + 60_000_000_000);
     }
 }

@@ -51,6 +51,10 @@ loupe top --db prof.db --by line --image libc --format json"
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Also look for separate debug files in DIR (repeatable; before /usr/lib/debug): DIR/.build-id/xx/rest.debug,
+    /// or the file's .gnu_debuglink name in DIR or under DIR/<the file's directory>.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub debuginfo: Vec<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]

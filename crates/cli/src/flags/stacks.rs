@@ -9,7 +9,7 @@ Inlined functions are expanded from DWARF and marked `(inlined)`. Stacks whose u
 sit under an `[unwind stopped]` frame; the subtitle gives their share. Click a box to zoom, Ctrl-F to search.";
 
 pub const EXPORT_HELP: &str = "Examples:\n  loupe export --format pprof -o cpu.pb.gz && go tool pprof -top cpu.pb.gz\n  \
-loupe export --format collapsed | inferno-flamegraph > cpu.svg\n  loupe export --format perfetto --pid 4242 -o trace.pftrace   (open in ui.perfetto.dev)\n  \
+loupe export --format collapsed | inferno-flamegraph > cpu.svg\n  loupe export --format collapsed --root comm   (a process frame on top, as stackcollapse-perf)\n  loupe export --format perfetto --pid 4242 -o trace.pftrace   (open in ui.perfetto.dev)\n  \
 loupe export --format speedscope --since 3600 -o cpu.speedscope.json\n\n\
 The database keeps counts per epoch, so --since/--until select whole epochs.";
 
@@ -46,6 +46,28 @@ pub enum ExportFormat {
     Speedscope,
 }
 
+/// `--root`: the frame above each collapsed stack's root.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RootFrame {
+    /// None (the default).
+    #[default]
+    None,
+    /// The process's command name, as stackcollapse-perf writes it.
+    Comm,
+    /// `comm-pid`, as stackcollapse-perf --pid.
+    Pid,
+}
+
+impl From<RootFrame> for loupe_analysis::export::Root {
+    fn from(r: RootFrame) -> Self {
+        match r {
+            RootFrame::None => Self::None,
+            RootFrame::Comm => Self::Comm,
+            RootFrame::Pid => Self::Pid,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct ExportArgs {
     #[command(flatten)]
@@ -55,4 +77,7 @@ pub struct ExportArgs {
     /// Output file (default: stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// collapsed: a process frame above each stack's root (comm, comm-pid or none).
+    #[arg(long, value_enum, default_value_t = RootFrame::None)]
+    pub root: RootFrame,
 }
