@@ -38,14 +38,16 @@ const KNOWN_LIMIT: usize = 1 << 18;
 pub enum Reason {
     /// Not off-CPU: the thread ran (its on-CPU time).
     Running,
-    /// Interruptible sleep (TASK_INTERRUPTIBLE): timers, pipes, sockets, poll.
+    /// Interruptible sleep (TASK_INTERRUPTIBLE) outside I/O and futex calls: timers, wait4, pause, signals.
     Sleep,
-    /// Uninterruptible wait (TASK_UNINTERRUPTIBLE, `D`): usually disk I/O.
-    Io,
+    /// Uninterruptible wait (TASK_UNINTERRUPTIBLE, `D`): usually disk I/O, page faults, kernel mutexes.
+    Uninterruptible,
     /// Blocked in futex(2): a user-space lock or condition variable.
     Lock,
     /// Preempted while runnable: waiting for a CPU.
     Runnable,
+    /// Interruptible wait in an I/O call: read/write on pipes, sockets and terminals, poll/select/epoll, recv/send/accept.
+    Io,
 }
 
 impl Reason {
@@ -53,26 +55,29 @@ impl Reason {
         Some(match c {
             0 => Reason::Running,
             1 => Reason::Sleep,
-            2 => Reason::Io,
+            2 => Reason::Uninterruptible,
             3 => Reason::Lock,
             4 => Reason::Runnable,
+            5 => Reason::Io,
             _ => return None,
         })
     }
 
-    /// The name views show: `sleep`, `io`, `lock`, `runnable` (`running` for on-CPU).
+    /// The name views show (`running` for on-CPU time).
     pub fn name(self) -> &'static str {
         match self {
             Reason::Running => "running",
             Reason::Sleep => "sleep",
-            Reason::Io => "io",
+            Reason::Uninterruptible => "uninterruptible",
             Reason::Lock => "lock",
             Reason::Runnable => "runnable",
+            Reason::Io => "io",
         }
     }
 
-    /// Every off-CPU reason, in the order views list them.
-    pub const OFF_CPU: [Reason; 4] = [Reason::Sleep, Reason::Lock, Reason::Io, Reason::Runnable];
+    /// Every off-CPU reason, in the order views list them (and
+    /// `loupe_store::meta::OFF_CPU_REASONS` names them).
+    pub const OFF_CPU: [Reason; 5] = [Reason::Sleep, Reason::Lock, Reason::Io, Reason::Uninterruptible, Reason::Runnable];
 }
 
 /// Time of one (thread, reason, stacks) since the last drain.
@@ -255,6 +260,7 @@ mod tests {
         k[24..32].copy_from_slice(&0xdefu64.to_ne_bytes());
         assert_eq!(parse_key(&k), (10, 11, 3, 0xabc, 0xdef));
         assert_eq!(Reason::from_code(3), Some(Reason::Lock));
-        assert_eq!(Reason::from_code(5), None);
+        assert_eq!(Reason::from_code(5), Some(Reason::Io));
+        assert_eq!(Reason::from_code(6), None);
     }
 }

@@ -137,6 +137,9 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     };
     let mut engine = Engine::new(&cfg, db, flush_every, a.sampling.backend.choice()).map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("loupe: backend {}", engine.backend_note);
+    if a.sampling.off_cpu {
+        engine.enable_off_cpu(child.as_ref().map(|c| c.pid as u32)).map_err(|e| anyhow::anyhow!("--off-cpu: {e}"))?;
+    }
     let started = Instant::now();
     let mut status = 0;
     match &mut child {
@@ -187,6 +190,16 @@ fn summarize(e: &Engine, took: Duration) {
             c.streamed_stackid + c.streamed_table_full
         );
     }
+    if let Some(c) = e.off_cpu().map(|o| o.counters()) {
+        eprintln!(
+            "loupe: off-CPU: {} context switches, {} blocks counted; not counted: {} begun before recording, {} with no room (stacks missing in {})",
+            c.switches,
+            c.counted,
+            c.no_start,
+            c.start_full + c.table_full,
+            c.stack_full
+        );
+    }
     if let Some(b) = e.collector.branch_stats() {
         eprintln!(
             "loupe: {} branch stacks, {} branch records: {} stored, {} between images, {} outside known mappings; {} straight runs between records stored, {} not believed",
@@ -206,6 +219,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         stats_every: a.stats.map(|s| seconds(s, "--stats")).transpose()?,
         backend: a.sampling.backend.choice(),
         max_overhead_pct: a.max_overhead.0,
+        off_cpu: a.sampling.off_cpu,
     };
     Database::create(&opts.db).with_context(|| format!("cannot use database {}", opts.db.display()))?;
     let stop = stop_flag()?;

@@ -21,6 +21,7 @@ mod stacks;
 mod symbols;
 mod top;
 mod trace;
+mod wall;
 
 use clap::Parser;
 use flags::{Cli, Command};
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         Command::Trace(a) => trace::run(a),
         Command::Optimize(a) => optimize::run(a),
         Command::Data(a) => data::run(a),
+        Command::Wall(a) => wall::run(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -18,6 +18,7 @@ pub mod framepointers;
 pub mod images;
 pub mod kernel;
 pub mod kstacks;
+pub mod offcpu;
 pub mod process;
 pub mod stacks;
 pub mod unwind;
@@ -88,6 +89,8 @@ pub struct Collector {
     stacks: Option<Box<stacks::StackState>>,
     /// Branch-record (LBR) collection, when on (see [`branches`]).
     branches: Option<Box<branches::BranchState>>,
+    /// Off-CPU time, when on (see [`offcpu`]).
+    off_cpu: Option<Box<offcpu::OffCpuState>>,
 }
 
 impl Collector {
@@ -132,6 +135,7 @@ impl Collector {
             last_watch_check: std::time::Instant::now(),
             stacks: None,
             branches: None,
+            off_cpu: None,
         }
     }
 

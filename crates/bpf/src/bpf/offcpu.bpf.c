@@ -14,11 +14,13 @@
  * as in stacks.bpf.c. Only the counters reach user space.
  *
  * Reasons (from the switched-out state, and the system call it is in):
- *  RUNNING  on-CPU time (no stack): the thread ran, for its wall-clock total
- *  SLEEP    TASK_INTERRUPTIBLE: sleeps, pipes, sockets, poll, waits for events
- *  IO       TASK_UNINTERRUPTIBLE (D): usually disk I/O or page faults
- *  LOCK     blocked in futex(2): a user-space lock (mutex, condition variable)
- *  RUNNABLE preempted while runnable: time waiting for a CPU
+ *  RUNNING         on-CPU time (no stack): the thread ran, for its wall-clock total
+ *  SLEEP           TASK_INTERRUPTIBLE outside the calls below: timers, wait4, pause, signals
+ *  UNINTERRUPTIBLE TASK_UNINTERRUPTIBLE (D): usually disk I/O, page faults, kernel mutexes
+ *  LOCK            blocked in futex(2): a user-space lock or condition variable
+ *  RUNNABLE        preempted while runnable: time waiting for a CPU
+ *  IO              TASK_INTERRUPTIBLE in an I/O call: read/write (pipes, sockets,
+ *                  terminals), poll/select/epoll, recv/send/accept/connect
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -31,9 +33,10 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define REASON_RUNNING 0
 #define REASON_SLEEP 1
-#define REASON_IO 2
+#define REASON_UNINTERRUPTIBLE 2
 #define REASON_LOCK 3
 #define REASON_RUNNABLE 4
+#define REASON_IO 5
 
 /* Task states (include/linux/sched.h). */
 #define S_INTERRUPTIBLE 0x1
@@ -132,6 +135,19 @@ static __always_inline int followed(__u32 tid, __u32 tgid)
 	return !follow_only || bpf_map_lookup_elem(&targets, &tgid);
 }
 
+/* x86-64 system calls that wait for I/O on files, pipes and sockets. */
+static __always_inline int io_call(long nr)
+{
+	switch (nr) {
+	case 0: case 1: case 17: case 18: case 19: case 20: /* read write pread64 pwrite64 readv writev */
+	case 7: case 23: case 232: case 270: case 271: case 281: case 441: /* poll select epoll_wait pselect6 ppoll epoll_pwait(2) */
+	case 40: case 42: case 43: case 44: case 45: case 46: case 47: case 288: case 299: case 307: /* sendfile connect accept send/recv* accept4 */
+	case 208: case 275: case 276: case 295: case 296: case 426: /* io_getevents splice tee preadv pwritev io_uring_enter */
+		return 1;
+	}
+	return 0;
+}
+
 /* Why `prev` leaves the CPU. `prev` is the current task here, so its user
  * registers say which system call it blocks in. */
 static __always_inline __u32 reason_of(struct task_struct *prev, bool preempt, unsigned int state)
@@ -149,8 +165,8 @@ static __always_inline __u32 reason_of(struct task_struct *prev, bool preempt, u
 	if (nr == NR_FUTEX || nr == NR_FUTEX_WAITV)
 		return REASON_LOCK;
 	if ((state & S_UNINTERRUPTIBLE) && !(state & S_NOLOAD))
-		return REASON_IO;
-	return REASON_SLEEP;
+		return REASON_UNINTERRUPTIBLE;
+	return io_call(nr) ? REASON_IO : REASON_SLEEP;
 }
 
 static __always_inline void add(void *table, struct offcpu_key *k, __u64 ns)
