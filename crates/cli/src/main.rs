@@ -4,6 +4,7 @@
 
 mod annotate;
 mod calc;
+mod cgroup;
 mod collect;
 mod data;
 mod diff;

@@ -1,7 +1,7 @@
 //! `loupe top`: reads the selected epochs, builds the table, prints it as
 //! text that reads like `perf report`, or as JSON.
 
-use crate::flags::{By, Format, TopArgs};
+use crate::flags::{By, Format, TopArgs, TopBy};
 use crate::symbols::Symbols;
 use anyhow::Result;
 use loupe_analysis::top::{pct, top, GroupBy, TopReport};
@@ -13,23 +13,29 @@ pub fn run(a: TopArgs) -> Result<u8> {
     if a.children || a.callers.is_some() || a.callees.is_some() {
         return crate::stacks::top(a);
     }
+    let by = match &a.by {
+        TopBy::Label(key) => return crate::cgroup::top_by_label(&a, key),
+        TopBy::Plain(by) => *by,
+    };
     let db = Database::open(&a.db.db)?;
-    let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone() };
-    let sel = Selection { epochs: Epochs::parse(&a.epoch)?, filter, events: a.events.clone() };
-    let epochs = db.select(&sel.epochs)?;
-    let flat = db.flat(&epochs, detail(a.by), &sel.filter)?;
+    let mut filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone(), cgroup_pids: None };
+    let sel_epochs = Epochs::parse(&a.epoch)?;
+    let epochs = db.select(&sel_epochs)?;
+    filter.cgroup_pids = crate::cgroup::pids(&db, &epochs, &a.cgroup)?;
+    let sel = Selection { epochs: sel_epochs, filter, events: a.events.clone() };
+    let flat = db.flat(&epochs, detail(by), &sel.filter)?;
     for p in &flat.problems {
         eprintln!("loupe: skipping corrupt profile {p}");
     }
     let events = choose_events(&flat.events(), &sel.events)?;
-    let by = group_by(a.by);
+    let group = group_by(by);
     let mut syms = Symbols::for_db(&a.db.db);
     let (keep, keep_image) = (|p: &_| sel.filter.keep_process(p), |i: &str| sel.filter.keep_image(i));
-    let report = top(&flat.profiles, &flat.totals, &events, by, &keep, &keep_image, &mut syms);
+    let report = top(&flat.profiles, &flat.totals, &events, group, &keep, &keep_image, &mut syms);
     let mut out = std::io::stdout().lock();
     match a.format {
-        Format::Json => print_json(&mut out, &report, a.by, a.limit)?,
-        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
+        Format::Json => print_json(&mut out, &report, by, a.limit)?,
+        Format::Text => print_text(&mut out, &report, by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
     }
     Ok(0)
 }

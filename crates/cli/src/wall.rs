@@ -12,7 +12,8 @@ use std::io::Write;
 pub fn run(a: WallArgs) -> Result<u8> {
     let db = Database::open(&a.db.db)?;
     let epochs = db.select(&Epochs::parse(&a.epoch)?)?;
-    let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: None };
+    let cgroup_pids = crate::cgroup::pids(&db, &epochs, &a.cgroup)?;
+    let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: None, cgroup_pids };
     let all = db.thread_times(&epochs);
     if all.is_empty() {
         bail!("no per-thread times in the selected epochs of {}: record with --off-cpu", a.db.db.display());

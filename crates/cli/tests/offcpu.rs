@@ -13,7 +13,15 @@ const PHASES: [(&str, &str); 3] = [("sleep_phase", "sleep"), ("lock_phase", "loc
 
 /// Records the workload with off-CPU time; returns its own figures.
 fn recorded(db: &Path, truth: &Path) -> serde_json::Value {
-    run_ok(loupe().args(["record", "--off-cpu", "--db"]).arg(db).arg("--").arg(workloads().join("offcpu")).args(["--ms", "300", "--out"]).arg(truth));
+    run_ok(
+        loupe()
+            .args(["record", "--off-cpu", "--db"])
+            .arg(db)
+            .arg("--")
+            .arg(workloads().join("offcpu"))
+            .args(["--ms", "300", "--out"])
+            .arg(truth),
+    );
     serde_json::from_slice(&std::fs::read(truth).unwrap()).unwrap()
 }
 

@@ -512,15 +512,18 @@ impl Engine {
     }
 
     /// Adds the per-thread times summed since the last store to the epoch's.
+    /// And the cgroups of processes seen since the last store.
     fn store_thread_times(&mut self) -> Result<()> {
         let times = self.collector.take_thread_times();
-        if times.is_empty() {
+        let cgroups = self.collector.take_cgroups();
+        if times.is_empty() && cgroups.is_empty() {
             return Ok(());
         }
         self.db.update_epoch_meta(self.db.current_epoch()?, |m| {
             for (k, t) in &times {
                 m.threads.entry(*k).or_default().add(t);
             }
+            m.cgroups.extend(cgroups);
         })?;
         Ok(())
     }

@@ -11,6 +11,7 @@
 pub mod aggregate;
 pub mod branches;
 pub mod budget;
+mod cgroups;
 pub mod clock;
 pub mod daemon;
 pub mod error;
@@ -89,6 +90,8 @@ pub struct Collector {
     stacks: Option<Box<stacks::StackState>>,
     /// Branch-record (LBR) collection, when on (see [`branches`]).
     branches: Option<Box<branches::BranchState>>,
+    /// Each process's cgroup path (see [`cgroups`]).
+    cgroups: cgroups::ProcessCgroups,
     /// Off-CPU time, when on (see [`offcpu`]).
     off_cpu: Option<Box<offcpu::OffCpuState>>,
 }
@@ -136,7 +139,13 @@ impl Collector {
             stacks: None,
             branches: None,
             off_cpu: None,
+            cgroups: Default::default(),
         }
+    }
+
+    /// Cgroup paths of processes seen or changed since the last call.
+    pub fn take_cgroups(&mut self) -> std::collections::BTreeMap<u32, String> {
+        self.cgroups.take_new()
     }
 
     pub fn stats(&self) -> Stats {
@@ -169,6 +178,7 @@ impl Collector {
     pub fn scan_pid(&mut self, pid: u32) -> bool {
         self.stats.proc_scans += 1;
         let Ok(text) = fs::read_to_string(format!("/proc/{pid}/maps")) else { return false };
+        self.cgroups.scan(pid);
         let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let comm = self.agg.intern_comm(comm.trim_end());
         let mut maps = Vec::new();
@@ -236,6 +246,7 @@ impl Collector {
 
     /// Applies one record from the kernel.
     pub fn process(&mut self, rec: &Record) {
+        self.cgroups.see(rec);
         match rec {
             Record::Sample(s) => self.sample(s),
             Record::Mmap(m) => self.mmap(m),

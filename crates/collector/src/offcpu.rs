@@ -76,7 +76,10 @@ impl Collector {
 
     fn add_thread_time(&mut self, st: &mut OffCpuState, e: &OffCpuEntry) {
         let process = self.procs.get(e.pid).map(|p| self.agg.comm(p.comm).to_string());
-        let t = st.threads.entry((e.pid, e.tid)).or_insert_with(|| ThreadTime { comm: thread_comm(e.pid, e.tid, process), ..Default::default() });
+        let t = st
+            .threads
+            .entry((e.pid, e.tid))
+            .or_insert_with(|| ThreadTime { comm: thread_comm(e.pid, e.tid, process), ..Default::default() });
         match Reason::OFF_CPU.iter().position(|&r| r == e.reason) {
             Some(i) => t.off_cpu_ns[i] += e.ns,
             None => t.on_cpu_ns += e.ns,
@@ -126,7 +129,9 @@ impl Collector {
             ImageKind::Elf => crate::kstacks::image_bytes(self, pid, image, &id.path)
                 .and_then(|m| crate::framepointers::judge(&m))
                 .is_some_and(|v| v.has_frame_pointers()),
-            ImageKind::Vdso => crate::framepointers::judge(&crate::images::own_vdso().1.unwrap_or_default()).is_some_and(|v| v.has_frame_pointers()),
+            ImageKind::Vdso => {
+                crate::framepointers::judge(&crate::images::own_vdso().1.unwrap_or_default()).is_some_and(|v| v.has_frame_pointers())
+            }
             _ => true,
         };
         st.verdicts.insert(image, v);

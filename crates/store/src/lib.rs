@@ -390,6 +390,11 @@ impl Database {
         out
     }
 
+    /// Each process's cgroup path in `epochs` (a later epoch's for a pid in several).
+    pub fn process_cgroups(&self, epochs: &[EpochId]) -> BTreeMap<u32, String> {
+        epochs.iter().flat_map(|&e| self.epoch_meta(e).cgroups).collect()
+    }
+
     fn read_epoch_file(&self, epoch: EpochId) -> EpochFile {
         let path = self.epoch_dir(epoch).join("epoch.json");
         fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()

@@ -17,6 +17,8 @@ const LOST_RING: &str = "lost_ring_overrun";
 const LOST_MAP_FULL: &str = "lost_map_full";
 const THROTTLED: &str = "throttled";
 const HOST: &str = "host";
+/// Key of each process's cgroup path, `pid path` per line.
+const CGROUPS: &str = "process_cgroups";
 /// Key of the per-thread on-CPU and off-CPU times (see [`ThreadTime`]).
 const THREADS: &str = "thread_times";
 
@@ -141,6 +143,8 @@ pub struct EpochMeta {
     pub losses: EpochLosses,
     /// Per-thread scheduler times, when recorded with off-CPU time.
     pub threads: ThreadTimes,
+    /// Each process's cgroup path (the last one seen, for a pid reused in the epoch).
+    pub cgroups: BTreeMap<u32, String>,
     /// Keys this version does not know (written by a newer one, or by
     /// [`crate::Database::set_epoch_meta`]), kept as they are.
     pub other: BTreeMap<String, String>,
@@ -171,7 +175,19 @@ impl EpochMeta {
             }
             _ => ThreadTimes::new(),
         };
-        EpochMeta { kernel: map.remove(KERNEL), host: map.remove(HOST), clock: Clock { readings, ghz, tsc_mhz }, losses, threads, other: map }
+        let cgroups = map
+            .remove(CGROUPS)
+            .map(|t| t.lines().filter_map(|l| l.split_once(' ')).filter_map(|(p, c)| Some((p.parse().ok()?, c.to_string()))).collect())
+            .unwrap_or_default();
+        EpochMeta {
+            kernel: map.remove(KERNEL),
+            host: map.remove(HOST),
+            clock: Clock { readings, ghz, tsc_mhz },
+            losses,
+            threads,
+            cgroups,
+            other: map,
+        }
     }
 
     /// The map stored on disk, in the formats the collector always wrote.
@@ -194,6 +210,8 @@ impl EpochMeta {
             put(key, (n > 0).then(|| n.to_string()));
         }
         put(THREADS, (!self.threads.is_empty()).then(|| threads_to_text(&self.threads)));
+        let cgroups = self.cgroups.iter().map(|(p, c)| format!("{p} {}", c.replace('\n', " "))).collect::<Vec<_>>().join("\n");
+        put(CGROUPS, (!self.cgroups.is_empty()).then_some(cgroups));
         map
     }
 }
@@ -235,13 +253,15 @@ mod tests {
     }
 
     #[test]
-    fn thread_times_round_trip_through_the_map() {
-        // Checks that per-thread times, a comm with a space included, are written and read back unchanged.
+    fn thread_times_and_cgroups_round_trip_through_the_map() {
+        // Checks that per-thread times and process cgroups, spaces included, are written and read back unchanged.
         let mut m = EpochMeta::default();
         m.threads.insert((7, 8), ThreadTime { comm: "my worker".into(), on_cpu_ns: 5, off_cpu_ns: [1, 2, 3, 4, 5] });
         m.threads.insert((7, 7), ThreadTime { comm: "main".into(), on_cpu_ns: 9, off_cpu_ns: [0; 5] });
+        m.cgroups.insert(7, "/system.slice/a b.service".into());
         let back = EpochMeta::from_map(m.to_map());
         assert_eq!(back.threads, m.threads);
+        assert_eq!(back.cgroups, m.cgroups);
         assert!(back.other.is_empty());
     }
 

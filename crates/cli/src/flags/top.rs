@@ -1,6 +1,6 @@
 //! `loupe top`.
 
-use super::{By, CommFlag, DbArg, EpochFlag, Format, ImageFlag, PidFlag};
+use super::{By, CgroupFlag, CommFlag, DbArg, EpochFlag, Format, ImageFlag, PidFlag};
 use clap::Args;
 
 pub const TOP_HELP: &str = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n  loupe top --children\n  loupe top --callers c_work\n\n\
@@ -10,9 +10,10 @@ Percentages are of all samples of the event in the selected epochs and processes
 pub struct TopArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// Group samples by image, procedure, source line or instruction address.
-    #[arg(long, value_enum, default_value_t = By::Procedure)]
-    pub by: By,
+    /// Group samples by image, procedure, source line or instruction address, or by a label of the processes'
+    /// cgroups: label:unit (systemd unit), label:container (container id), label:pod (Kubernetes pod uid).
+    #[arg(long, default_value = "procedure", value_parser = parse_top_by, value_name = "BY")]
+    pub by: TopBy,
     #[command(flatten)]
     pub epoch: EpochFlag,
     #[command(flatten)]
@@ -21,6 +22,8 @@ pub struct TopArgs {
     pub comm: CommFlag,
     #[command(flatten)]
     pub image: ImageFlag,
+    #[command(flatten)]
+    pub cgroup: CgroupFlag,
     /// Events to show (default: every event in the database); the first one sorts.
     #[arg(short = 'e', long = "event")]
     pub events: Vec<String>,
@@ -40,4 +43,24 @@ pub struct TopArgs {
     /// Whom PROCEDURE calls, and how often; `[self]` is time in it alone.
     #[arg(long, value_name = "PROCEDURE")]
     pub callees: Option<String>,
+}
+
+/// `top --by`: the common groupings, or a cgroup label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopBy {
+    Plain(By),
+    /// One of `loupe_model::cgroup::LABEL_KEYS`.
+    Label(String),
+}
+
+fn parse_top_by(s: &str) -> Result<TopBy, String> {
+    if let Some(key) = s.strip_prefix("label:") {
+        return match loupe_model::cgroup::LABEL_KEYS.contains(&key) {
+            true => Ok(TopBy::Label(key.to_string())),
+            false => Err(format!("unknown label {key:?}: expected one of {}", loupe_model::cgroup::LABEL_KEYS.join(", "))),
+        };
+    }
+    clap::ValueEnum::from_str(s, false)
+        .map(TopBy::Plain)
+        .map_err(|_| format!("expected image, procedure, line, instruction or label:KEY, got {s:?}"))
 }

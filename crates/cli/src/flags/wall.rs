@@ -1,6 +1,6 @@
 //! `loupe wall`.
 
-use super::{CommFlag, DbArg, EpochFlag, Format, PidFlag};
+use super::{CgroupFlag, CommFlag, DbArg, EpochFlag, Format, PidFlag};
 use clap::Args;
 
 pub const WALL_HELP: &str = "Examples:\n  loupe record --off-cpu -- ./server\n  loupe wall\n  loupe wall --comm server --format json\n\n\
@@ -19,6 +19,8 @@ pub struct WallArgs {
     pub pid: PidFlag,
     #[command(flatten)]
     pub comm: CommFlag,
+    #[command(flatten)]
+    pub cgroup: CgroupFlag,
     /// Show at most this many threads (longest wall-clock time first).
     #[arg(long, default_value_t = 40)]
     pub limit: usize,
