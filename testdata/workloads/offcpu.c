@@ -10,6 +10,9 @@
 // futex word (as glibc's is underneath).
 //
 // Usage: offcpu [--ms N] [--out FILE]
+//        offcpu --pingpong N: two threads pass a byte over pipes N times each
+//        way (a context-switch-heavy load for the cost of --off-cpu); prints
+//        the seconds it took.
 // Writes JSON: {"pid", "phases": {"sleep_phase": s, "lock_phase": s, "pipe_phase": s},
 //               "threads": [{"tid", "name", "seconds"}]}
 #define _GNU_SOURCE
@@ -141,6 +144,36 @@ __attribute__((noinline)) double pipe_phase(void)
 	return now() - t0;
 }
 
+static int ping[2], pong[2];
+
+static void *ponger(void *arg)
+{
+	long n = (long)arg;
+	char c;
+	for (long i = 0; i < n; i++) {
+		sys3(SYS_read, ping[0], (long)&c, 1);
+		sys3(SYS_write, pong[1], (long)&c, 1);
+	}
+	return NULL;
+}
+
+static int pingpong(long n)
+{
+	pthread_t t;
+	char c = 'p';
+	if (pipe(ping) || pipe(pong))
+		return 1;
+	double t0 = now();
+	pthread_create(&t, NULL, ponger, (void *)n);
+	for (long i = 0; i < n; i++) {
+		sys3(SYS_write, ping[1], (long)&c, 1);
+		sys3(SYS_read, pong[0], (long)&c, 1);
+	}
+	pthread_join(t, NULL);
+	printf("%.6f\n", now() - t0);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	double t0 = now();
@@ -151,6 +184,8 @@ int main(int argc, char **argv)
 			block_ms = atol(argv[i + 1]);
 		else if (!strcmp(argv[i], "--out"))
 			out = argv[i + 1];
+		else if (!strcmp(argv[i], "--pingpong"))
+			return pingpong(atol(argv[i + 1]));
 	}
 	if (pipe(pipefd))
 		return 1;
