@@ -12,6 +12,7 @@ mod flags;
 mod locks;
 mod machine;
 mod objects;
+mod ops;
 mod optimize;
 mod optimize_bat;
 mod optimize_lbr;
@@ -50,6 +51,8 @@ fn main() -> ExitCode {
         Command::Optimize(a) => optimize::run(a),
         Command::Data(a) => data::run(a),
         Command::Wall(a) => wall::run(a),
+        Command::Completions(a) => ops::completions(a),
+        Command::Man(a) => ops::man(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

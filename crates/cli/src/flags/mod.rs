@@ -12,6 +12,7 @@ mod collect;
 mod data;
 mod diff;
 mod locks;
+mod ops;
 pub mod optimize;
 mod procedure;
 mod select;
@@ -24,6 +25,7 @@ pub use collect::*;
 pub use data::*;
 pub use diff::*;
 pub use locks::*;
+pub use ops::*;
 pub use procedure::*;
 pub use select::*;
 pub use stacks::*;
@@ -101,6 +103,12 @@ pub enum Command {
     /// Data profiling (DProf): memory cost by data type and field, miss classes, working set.
     #[command(after_help = SOURCE_NOTE)]
     Data(DataArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions(CompletionsArgs),
+    /// Write man pages for loupe and every command into a directory.
+    #[command(after_help = MAN_HELP)]
+    Man(ManArgs),
 }
 
 #[derive(Args, Debug, Clone)]
