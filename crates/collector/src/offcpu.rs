@@ -1,4 +1,4 @@
-//! Off-CPU time from [`OffCpuAggregator`] brought into the collector.
+//! Off-CPU time from [`loupe_bpf::offcpu::OffCpuAggregator`] brought into the collector.
 //!
 //! Blocked time is stored as the event [`OFF_CPU_EVENT`], weighted in
 //! nanoseconds the way every event is: a profile counts samples and sums
