@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use loupe_analysis::labels::by_label;
 use loupe_analysis::top::pct;
 use loupe_model::cgroup::{labels, LABEL_KEYS};
-use loupe_store::query::{cgroup_pids, choose_events, Detail, Epochs, Filter, ProfileSource};
+use loupe_store::query::{cgroup_pids, choose_events, Detail, Filter, ProfileSource};
 use loupe_store::{Database, EpochId};
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -34,7 +34,7 @@ fn parse_label(s: &str) -> Result<(String, String)> {
 /// `top --by label:KEY`: samples per label value of the processes' cgroups.
 pub fn top_by_label(a: &TopArgs, key: &str) -> Result<u8> {
     let db = Database::open(&a.db.db)?;
-    let epochs = db.select(&Epochs::parse(&a.epoch)?)?;
+    let epochs = db.select(&a.epoch.which()?)?;
     let filter = Filter {
         pids: a.pid.pid.clone(),
         comms: a.comm.comm.clone(),

@@ -6,6 +6,7 @@ mod annotate;
 mod calc;
 mod cgroup;
 mod collect;
+mod config;
 mod data;
 mod diff;
 mod flags;
@@ -31,7 +32,18 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args = match config::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "loupe: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(text) = config::print_daemon_config(&args) {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    let cli = Cli::parse_from(args);
     let result = match cli.command {
         Command::Record(a) => collect::record(a),
         Command::Daemon(a) => collect::daemon(a),
@@ -39,7 +51,7 @@ fn main() -> ExitCode {
         Command::Epoch(a) => collect::epoch(a),
         Command::Epochs(a) => collect::epochs(a),
         Command::Top(a) => top::run(a),
-        Command::Events => collect::events(),
+        Command::Events(a) => collect::events(a),
         Command::Calc(a) => calc::run(a),
         Command::Annotate(a) => annotate::run(a),
         Command::Diff(a) => diff::diff(a),

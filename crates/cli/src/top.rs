@@ -5,7 +5,7 @@ use crate::flags::{By, Format, TopArgs, TopBy};
 use crate::symbols::Symbols;
 use anyhow::Result;
 use loupe_analysis::top::{pct, top, GroupBy, TopReport};
-use loupe_store::query::{choose_events, Detail, Epochs, Filter, ProfileSource, Selection};
+use loupe_store::query::{choose_events, Detail, Filter, ProfileSource, Selection};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 
@@ -19,7 +19,7 @@ pub fn run(a: TopArgs) -> Result<u8> {
     };
     let db = Database::open(&a.db.db)?;
     let mut filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone(), cgroup_pids: None };
-    let sel_epochs = Epochs::parse(&a.epoch)?;
+    let sel_epochs = a.epoch.which()?;
     let epochs = db.select(&sel_epochs)?;
     filter.cgroup_pids = crate::cgroup::pids(&db, &epochs, &a.cgroup)?;
     let sel = Selection { epochs: sel_epochs, filter, events: a.events.clone() };

@@ -5,13 +5,13 @@ use crate::flags::{Format, WallArgs};
 use anyhow::{bail, Result};
 use loupe_model::ProcessKey;
 use loupe_store::meta::{ThreadTime, OFF_CPU_REASONS};
-use loupe_store::query::{Epochs, Filter, ProfileSource};
+use loupe_store::query::{Filter, ProfileSource};
 use loupe_store::Database;
 use std::io::Write;
 
 pub fn run(a: WallArgs) -> Result<u8> {
     let db = Database::open(&a.db.db)?;
-    let epochs = db.select(&Epochs::parse(&a.epoch)?)?;
+    let epochs = db.select(&a.epoch.which()?)?;
     let cgroup_pids = crate::cgroup::pids(&db, &epochs, &a.cgroup)?;
     let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: None, cgroup_pids };
     let all = db.thread_times(&epochs);

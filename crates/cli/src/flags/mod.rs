@@ -71,7 +71,10 @@ pub enum Command {
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
     /// Show which sampling events this machine supports.
-    Events,
+    #[command(
+        after_help = "Tracepoints (`-e subsystem:name`, e.g. sched:sched_switch) are listed by the kernel under /sys/kernel/tracing/events."
+    )]
+    Events(EventsArgs),
     /// Differential profile of two runs or sets of runs (McKenney): buckets sorted by how they changed.
     #[command(after_help = DIFF_HELP)]
     Diff(DiffArgs),
@@ -116,6 +119,13 @@ pub struct DbArg {
     /// Profile database directory.
     #[arg(long, default_value = "loupe.db", env = "LOUPE_DB")]
     pub db: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct EventsArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
