@@ -29,7 +29,7 @@ fn main() {
     assert!(dump.status.success(), "bpftool btf dump failed: {}", String::from_utf8_lossy(&dump.stderr));
     std::fs::write(&vmlinux, dump.stdout).expect("write vmlinux.h");
 
-    for name in ["aggregate", "stacks"] {
+    for name in ["aggregate", "stacks", "offcpu"] {
         let src = format!("src/bpf/{name}.bpf.c");
         let obj = out.join(format!("{name}.bpf.o"));
         SkeletonBuilder::new()
@@ -46,9 +46,10 @@ fn main() {
         println!("cargo:rerun-if-changed={src}");
     }
     println!("cargo:rerun-if-changed=src/codes.in");
+    println!("cargo:rerun-if-changed=src/bpf/stackwalk.h");
 }
 
-/// (name, size) of the ELF64 sections holding BPF programs (SEC("perf_event")).
+/// (name, size) of the ELF64 sections holding BPF programs (SEC("perf_event"), SEC("tp_btf/...")).
 fn program_sections(elf: &[u8]) -> Vec<(String, u64)> {
     let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
     let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) as usize;
@@ -61,5 +62,5 @@ fn program_sections(elf: &[u8]) -> Vec<(String, u64)> {
         let end = start + elf[start..].iter().position(|&b| b == 0).unwrap_or(0);
         String::from_utf8_lossy(&elf[start..end]).into_owned()
     };
-    (0..shnum).map(|i| (name(i), u64_at(header(i) + 0x20))).filter(|(n, _)| n == "perf_event").collect()
+    (0..shnum).map(|i| (name(i), u64_at(header(i) + 0x20))).filter(|(n, _)| n == "perf_event" || n.starts_with("tp_btf/")).collect()
 }

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod diff;
 pub mod export;
 pub mod flame;
+pub mod labels;
 pub mod pprof;
 pub mod significance;
 pub mod stats;

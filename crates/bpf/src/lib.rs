@@ -34,6 +34,7 @@ mod skel {
     #![allow(clippy::all, clippy::undocumented_unsafe_blocks, dead_code, non_camel_case_types, missing_docs, unsafe_op_in_unsafe_fn)]
     include!(concat!(env!("OUT_DIR"), "/aggregate.skel.rs"));
 }
+pub mod offcpu;
 pub mod stacks;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -292,6 +293,11 @@ fn attach_all(prog: &libbpf_rs::ProgramMut<'_>, fds: &[(usize, i32)]) -> Result<
         links.push(link);
     }
     Ok(links)
+}
+
+/// Attaches tracing programs (`tp_btf`) to the tracepoints their sections name.
+fn attach_all_tracing(progs: &[&libbpf_rs::ProgramMut<'_>]) -> Result<Vec<Link>, Error> {
+    progs.iter().map(|p| p.attach().map_err(|e| err(ErrorKind::Attach, "attaching to a scheduler tracepoint", e))).collect()
 }
 
 /// Asks the kernel to count programs' runs and run time (about two clock

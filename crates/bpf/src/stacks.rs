@@ -362,12 +362,12 @@ const PERF_CONTEXT_MAX: u64 = -4095i64 as u64;
 
 /// Decodes `struct stack`: a count, then that many frames (context
 /// markers, which the kernel's chain may hold, left out).
-fn parse_stack(b: &[u8]) -> Vec<u64> {
+pub(crate) fn parse_stack(b: &[u8]) -> Vec<u64> {
     raw_frames(b).into_iter().filter(|&a| a < PERF_CONTEXT_MAX).collect()
 }
 
 /// The `nr` words of `struct stack` as the program hashed them.
-fn raw_frames(b: &[u8]) -> Vec<u64> {
+pub(crate) fn raw_frames(b: &[u8]) -> Vec<u64> {
     let words: Vec<u64> = b.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect();
     let n = words.first().map_or(0, |&n| (n as usize).min(MAX_DEPTH));
     words.get(1..1 + n).unwrap_or(&[]).to_vec()

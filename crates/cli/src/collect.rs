@@ -214,6 +214,10 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     let mut engine = Engine::new(&cfg, db, flush_every, plan.backend).map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("loupe: backend {}", backend_note(&engine, &a.sampling, &plan));
     engine.sink = shipping.as_ref().map(|s| s.sink());
+    if a.sampling.off_cpu {
+        let follow: Vec<u32> = child.as_ref().map(|c| vec![c.pid as u32]).unwrap_or_else(|| a.pids.iter().map(|&p| p as u32).collect());
+        engine.enable_off_cpu(&follow).map_err(|e| anyhow::anyhow!("--off-cpu: {e}"))?;
+    }
     start(&mut engine, &cfg.target, &a.pids)?;
     let started = Instant::now();
     if let Some(c) = &mut child {
@@ -293,6 +297,16 @@ fn summarize(e: &Engine, took: Duration) {
             c.streamed_stackid + c.streamed_table_full
         );
     }
+    if let Some(c) = e.off_cpu().map(|o| o.counters()) {
+        eprintln!(
+            "loupe: off-CPU: {} context switches, {} blocks counted; not counted: {} begun before recording, {} with no room (stacks missing in {})",
+            c.switches,
+            c.counted,
+            c.no_start,
+            c.start_full + c.table_full,
+            c.stack_full
+        );
+    }
     if let Some(b) = e.collector.branch_stats() {
         eprintln!(
             "loupe: {} branch stacks, {} branch records: {} stored, {} between images, {} outside known mappings; {} straight runs between records stored, {} not believed",
@@ -313,6 +327,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
         stats_every: a.stats.map(|s| seconds(s, "--stats")).transpose()?,
         backend: plan.backend,
         max_overhead_pct: a.max_overhead.0,
+        off_cpu: a.sampling.off_cpu,
     };
     let shipping = crate::fleet::start(&a.ship, &opts.db)?;
     let created = NewDir::before(&opts.db);

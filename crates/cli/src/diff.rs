@@ -92,7 +92,7 @@ impl Reader<'_> {
 fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
     let sides = specs.iter().map(|s| parse_side(s)).collect::<Result<Vec<_>>>()?;
     let dbs: Vec<&Path> = sides.iter().flat_map(|s| s.runs.iter().map(|r| r.db.as_path())).collect();
-    let filter = Filter { pids: Vec::new(), comms: sel.comm.comm.clone(), image: sel.image.image.clone() };
+    let filter = Filter { pids: Vec::new(), comms: sel.comm.comm.clone(), image: sel.image.image.clone(), cgroup_pids: None };
     let mut reader = Reader { sel, filter, syms: Symbols::for_dbs(&dbs) };
     let flats = sides.iter().map(|s| reader.flat(s)).collect::<Result<Vec<_>>>()?;
     let present: Vec<EventName> = flats.iter().flat_map(Flat::events).collect();

@@ -218,7 +218,7 @@ pub fn top(a: &TopArgs, source: &str) -> Result<u8> {
     schema::check(&client)?;
     let sel = selection(&a.source, a)?;
     let key = match &a.by {
-        TopBy::Local(by) => return top_images(a, &client, &sel, *by),
+        TopBy::Plain(by) => return top_images(a, &client, &sel, *by),
         TopBy::Host => "host".to_string(),
         TopBy::Label(k) => k.clone(),
     };
@@ -277,7 +277,7 @@ fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::B
     let profiles: Vec<Profile> = profiles.into_values().collect();
     let present: Vec<EventName> = profiles.iter().map(|p| p.event.clone()).collect();
     let events = choose_events(&present, &a.events)?;
-    let filter = Filter { pids: Vec::new(), comms: Vec::new(), image: a.image.image.clone() };
+    let filter = Filter { pids: Vec::new(), comms: Vec::new(), image: a.image.image.clone(), cgroup_pids: None };
     let mut syms = FleetSymbols { local: Symbols::for_db(&a.db.db), client };
     let report = top_table(&profiles, &[], &events, crate::top::group_by(by), &|_| true, &|i| filter.keep_image(i), &mut syms);
     let mut out = std::io::stdout().lock();

@@ -4,6 +4,7 @@
 
 mod annotate;
 mod calc;
+mod cgroup;
 mod collect;
 mod config;
 mod data;
@@ -24,6 +25,7 @@ mod stacks;
 mod symbols;
 mod top;
 mod trace;
+mod wall;
 
 use clap::Parser;
 use flags::{Cli, Command};
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Optimize(a) => optimize::run(a),
         Command::Data(a) => data::run(a),
         Command::Fleet(a) => fleet::run(a),
+        Command::Wall(a) => wall::run(a),
         Command::Completions(a) => ops::completions(a),
         Command::Man(a) => ops::man(a),
     };

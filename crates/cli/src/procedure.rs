@@ -36,7 +36,7 @@ pub struct Filter<'a> {
 
 impl Filter<'_> {
     fn processes(&self) -> Processes {
-        Processes { pids: self.pids.to_vec(), comms: self.comms.to_vec(), image: None }
+        Processes { pids: self.pids.to_vec(), comms: self.comms.to_vec(), image: None, cgroup_pids: None }
     }
 }
 

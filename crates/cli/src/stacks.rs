@@ -38,7 +38,8 @@ fn load_spanned(s: &StackSelection, all_events: bool) -> Result<(CallData, pprof
         bail!("no call stacks in the selected epochs of {} (recorded with --no-stacks, or before stacks existed?)", s.db.db.display());
     }
     let events = choose_stack_events(&stacks.tables, s.event.as_deref(), all_events)?;
-    let filter = Filter { pids: s.pid.pid.clone(), comms: s.comm.comm.clone(), image: s.image.image.clone() };
+    let cgroup_pids = crate::cgroup::pids(&db, &epochs(&db, s)?, &s.cgroup)?;
+    let filter = Filter { pids: s.pid.pid.clone(), comms: s.comm.comm.clone(), image: s.image.image.clone(), cgroup_pids };
     let (keep, keep_image) = (|p: &_| filter.keep_process(p), |i: &str| filter.keep_image(i));
     let mut syms = Symbols::for_db(&s.db.db);
     let d = callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms);
@@ -133,6 +134,7 @@ pub fn top(a: TopArgs) -> Result<u8> {
         comm: a.comm.clone(),
         image: a.image.clone(),
         event: EventFlag { event: a.events.first().cloned() },
+        cgroup: a.cgroup.clone(),
     };
     let d = load(&sel, false)?;
     let mut out = std::io::stdout().lock();

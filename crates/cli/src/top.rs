@@ -1,9 +1,9 @@
 //! `loupe top`: reads the selected epochs, builds the table, prints it as
 //! text that reads like `perf report`, or as JSON.
 
-use crate::flags::{By, Format, TopArgs};
+use crate::flags::{By, Format, TopArgs, TopBy};
 use crate::symbols::Symbols;
-use anyhow::Result;
+use anyhow::{bail, Result};
 use loupe_analysis::top::{pct, top, GroupBy, TopReport};
 use loupe_store::query::{choose_events, Detail, Filter, ProfileSource, Selection};
 use loupe_store::{Database, EpochId};
@@ -13,23 +13,37 @@ pub fn run(a: TopArgs) -> Result<u8> {
     if let Some(source) = &a.source.source {
         return crate::fleet::top(&a, source);
     }
-    let by = a.by.local().map_err(anyhow::Error::msg)?;
     if a.children || a.callers.is_some() || a.callees.is_some() {
         return crate::stacks::top(a);
     }
+    let by = match &a.by {
+        TopBy::Label(key) if loupe_model::cgroup::LABEL_KEYS.contains(&key.as_str()) => {
+            return crate::cgroup::top_by_label(&a, key);
+        }
+        TopBy::Label(key) => {
+            bail!(
+                "unknown label {key:?}: a local database has {}; other labels are a fleet's (--source)",
+                loupe_model::cgroup::LABEL_KEYS.join(", ")
+            )
+        }
+        TopBy::Host => bail!("--by host groups a fleet; it needs --source clickhouse://..."),
+        TopBy::Plain(by) => *by,
+    };
     let db = Database::open(&a.db.db)?;
-    let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone() };
-    let sel = Selection { epochs: a.epoch.which()?, filter, events: a.events.clone() };
-    let epochs = db.select(&sel.epochs)?;
+    let mut filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone(), cgroup_pids: None };
+    let sel_epochs = a.epoch.which()?;
+    let epochs = db.select(&sel_epochs)?;
+    filter.cgroup_pids = crate::cgroup::pids(&db, &epochs, &a.cgroup)?;
+    let sel = Selection { epochs: sel_epochs, filter, events: a.events.clone() };
     let flat = db.flat(&epochs, detail(by), &sel.filter)?;
     for p in &flat.problems {
         eprintln!("loupe: skipping corrupt profile {p}");
     }
     let events = choose_events(&flat.events(), &sel.events)?;
-    let grouping = group_by(by);
+    let group = group_by(by);
     let mut syms = Symbols::for_db(&a.db.db);
     let (keep, keep_image) = (|p: &_| sel.filter.keep_process(p), |i: &str| sel.filter.keep_image(i));
-    let report = top(&flat.profiles, &flat.totals, &events, grouping, &keep, &keep_image, &mut syms);
+    let report = top(&flat.profiles, &flat.totals, &events, group, &keep, &keep_image, &mut syms);
     let mut out = std::io::stdout().lock();
     match a.format {
         Format::Json => print_json(&mut out, &report, by, a.limit)?,

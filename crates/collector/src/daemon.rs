@@ -241,6 +241,9 @@ pub struct Engine {
     /// and those an earlier collector stored with it.
     epoch_base: Losses,
     epoch_stored: Losses,
+    /// Off-CPU time (`--off-cpu`), and the entries of its last drain.
+    off_cpu: Option<loupe_bpf::offcpu::OffCpuAggregator>,
+    off_entries: Vec<loupe_bpf::offcpu::OffCpuEntry>,
 }
 
 impl Engine {
@@ -305,6 +308,8 @@ impl Engine {
             throttles: 0,
             epoch_base: Losses::default(),
             epoch_stored: Losses::default(),
+            off_cpu: None,
+            off_entries: Vec::new(),
         };
         engine.epoch_stored = engine.stored_losses()?;
         engine.record_clock()?;
@@ -330,6 +335,24 @@ impl Engine {
         })?;
         self.last_clock = Instant::now();
         Ok(())
+    }
+
+    /// Also sums off-CPU and per-thread on-CPU time in the kernel (event
+    /// `off-cpu`): of the processes `follow` and their descendants, else
+    /// (empty) of every thread.
+    pub fn enable_off_cpu(&mut self, follow: &[u32]) -> Result<()> {
+        let mut off = loupe_bpf::offcpu::OffCpuAggregator::load(!follow.is_empty())?;
+        for &pid in follow {
+            off.follow(pid)?;
+        }
+        off.attach()?;
+        self.collector.enable_off_cpu();
+        self.off_cpu = Some(off);
+        Ok(())
+    }
+
+    pub fn off_cpu(&self) -> Option<&loupe_bpf::offcpu::OffCpuAggregator> {
+        self.off_cpu.as_ref()
     }
 
     pub fn bpf(&self) -> Option<&KernelAggregator> {
@@ -438,6 +461,11 @@ impl Engine {
         if let Some(bpf) = &mut self.bpf {
             self.bpf_entries_drained += bpf.drain(&mut self.collector, &mut self.entries)?;
         }
+        if let Some(off) = &mut self.off_cpu {
+            self.off_entries.clear();
+            off.drain(&mut self.off_entries)?;
+            self.collector.count_off_cpu(&self.off_entries);
+        }
         self.collector.end_drain();
         self.sampler.rerandomize();
         Ok(())
@@ -469,6 +497,7 @@ impl Engine {
             self.store_stacks()?;
             self.store_branches()?;
             self.store_losses()?;
+            self.store_thread_times()?;
             if self.last_clock.elapsed() >= CLOCK_EVERY {
                 self.record_clock()?;
             }
@@ -489,7 +518,7 @@ impl Engine {
     /// Drains the kernel and merges every image now (`loupe flush`, exit).
     pub fn flush_all(&mut self) -> Result<()> {
         self.drain()?;
-        if self.bpf.is_some() {
+        if self.bpf.is_some() || self.off_cpu.is_some() {
             // The other generation filled while the first was drained.
             self.drain()?;
         }
@@ -497,6 +526,7 @@ impl Engine {
         self.store_stacks()?;
         self.store_branches()?;
         self.store_losses()?;
+        self.store_thread_times()?;
         self.store(profiles)?;
         self.sink_flushed();
         Ok(())
@@ -518,6 +548,23 @@ impl Engine {
         let report = self.db.merge_stacks(self.db.current_epoch()?, &stacks)?;
         self.flush_bytes += report.bytes_written;
         self.problems.extend(report.problems.iter().map(|p| p.to_string()));
+        Ok(())
+    }
+
+    /// Adds the per-thread times summed since the last store to the epoch's.
+    /// And the cgroups of processes seen since the last store.
+    fn store_thread_times(&mut self) -> Result<()> {
+        let times = self.collector.take_thread_times();
+        let cgroups = self.collector.take_cgroups();
+        if times.is_empty() && cgroups.is_empty() {
+            return Ok(());
+        }
+        self.db.update_epoch_meta(self.db.current_epoch()?, |m| {
+            for (k, t) in &times {
+                m.threads.entry(*k).or_default().add(t);
+            }
+            m.cgroups.extend(cgroups);
+        })?;
         Ok(())
     }
 
@@ -797,6 +844,8 @@ pub struct DaemonOptions {
     /// Keep sampling cost under this percent of each CPU (`None`: sample at
     /// the configured rate regardless).
     pub max_overhead_pct: Option<f64>,
+    /// Also sum every thread's off-CPU time in the kernel (event `off-cpu`).
+    pub off_cpu: bool,
 }
 
 /// Runs until `stop` is set (SIGTERM/SIGINT), serving control commands on
@@ -818,6 +867,9 @@ pub fn run_daemon_with(
     engine.sink = sink;
     eprintln!("loupe: backend {}", engine.backend_note);
     engine.collector.scan_all();
+    if opts.off_cpu {
+        engine.enable_off_cpu(&[])?;
+    }
     let mut budget = opts.max_overhead_pct.map(|pct| Budget::start(&mut engine, cfg, pct));
     engine.startup_cpu_seconds = own_cpu_seconds();
     engine.sampler.enable()?;

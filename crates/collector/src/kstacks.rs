@@ -282,7 +282,7 @@ pub(crate) fn trustworthy_prefix(images: &[u32], has_frame_pointers: &mut dyn Fn
 
 /// An image's bytes, mapped: through a live mapping of it when one exists
 /// (the exact file mapped), else from its path.
-fn image_bytes(c: &Collector, pid: u32, image: u32, path: &str) -> Option<memmap2::Mmap> {
+pub(crate) fn image_bytes(c: &Collector, pid: u32, image: u32, path: &str) -> Option<memmap2::Mmap> {
     let live = c.procs.get(pid).and_then(|p| p.mappings().find(|m| m.image == image)).map(|m| images::map_files_path(pid, m.start, m.end));
     let f = live.and_then(|p| std::fs::File::open(p).ok()).or_else(|| std::fs::File::open(PathBuf::from(path)).ok())?;
     // SAFETY: a read-only private mapping of an executable image, read once

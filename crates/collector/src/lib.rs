@@ -11,6 +11,7 @@
 pub mod aggregate;
 pub mod branches;
 pub mod budget;
+mod cgroups;
 pub mod clock;
 pub mod daemon;
 pub mod error;
@@ -19,6 +20,7 @@ pub mod images;
 pub mod jit;
 pub mod kernel;
 pub mod kstacks;
+pub mod offcpu;
 pub mod privilege;
 pub mod process;
 pub mod pyframes;
@@ -98,6 +100,10 @@ pub struct Collector {
     jit: jit::JitState,
     /// Python frames of CPython processes (see [`pyframes`]).
     py: pyframes::PyState,
+    /// Each process's cgroup path (see [`cgroups`]).
+    cgroups: cgroups::ProcessCgroups,
+    /// Off-CPU time, when on (see [`offcpu`]).
+    off_cpu: Option<Box<offcpu::OffCpuState>>,
 }
 
 impl Collector {
@@ -147,6 +153,8 @@ impl Collector {
             branches: None,
             jit: jit::JitState::default(),
             py: pyframes::PyState::default(),
+            off_cpu: None,
+            cgroups: Default::default(),
         }
     }
 
@@ -173,6 +181,11 @@ impl Collector {
     /// Map and jitdump files copied into the database so far.
     pub fn jit_files_kept(&self) -> u64 {
         self.jit.copies
+    }
+
+    /// Cgroup paths of processes seen or changed since the last call.
+    pub fn take_cgroups(&mut self) -> std::collections::BTreeMap<u32, String> {
+        self.cgroups.take_new()
     }
 
     pub fn stats(&self) -> Stats {
@@ -205,6 +218,7 @@ impl Collector {
     pub fn scan_pid(&mut self, pid: u32) -> bool {
         self.stats.proc_scans += 1;
         let Ok(text) = fs::read_to_string(format!("/proc/{pid}/maps")) else { return false };
+        self.cgroups.scan(pid);
         let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let comm = self.agg.intern_comm(comm.trim_end());
         let mut maps = Vec::new();
@@ -277,6 +291,7 @@ impl Collector {
 
     /// Applies one record from the kernel.
     pub fn process(&mut self, rec: &Record) {
+        self.cgroups.see(rec);
         match rec {
             Record::Sample(s) => self.sample(s),
             Record::Mmap(m) => self.mmap(m),

@@ -22,6 +22,7 @@
 //! ```
 
 pub mod branches;
+pub mod cgroup;
 pub mod maps;
 pub mod stacks;
 

@@ -413,6 +413,22 @@ impl Database {
         EpochMeta::from_map(self.read_epoch_file(epoch).meta)
     }
 
+    /// Per-thread on-CPU and off-CPU times (`record --off-cpu`), summed over `epochs`.
+    pub fn thread_times(&self, epochs: &[EpochId]) -> meta::ThreadTimes {
+        let mut out = meta::ThreadTimes::new();
+        for &e in epochs {
+            for (k, t) in self.epoch_meta(e).threads {
+                out.entry(k).or_default().add(&t);
+            }
+        }
+        out
+    }
+
+    /// Each process's cgroup path in `epochs` (a later epoch's for a pid in several).
+    pub fn process_cgroups(&self, epochs: &[EpochId]) -> BTreeMap<u32, String> {
+        epochs.iter().flat_map(|&e| self.epoch_meta(e).cgroups).collect()
+    }
+
     fn read_epoch_file(&self, epoch: EpochId) -> EpochFile {
         let path = self.epoch_dir(epoch).join("epoch.json");
         fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()

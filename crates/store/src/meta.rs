@@ -17,6 +17,10 @@ const LOST_RING: &str = "lost_ring_overrun";
 const LOST_MAP_FULL: &str = "lost_map_full";
 const THROTTLED: &str = "throttled";
 const HOST: &str = "host";
+/// Key of each process's cgroup path, `pid path` per line.
+const CGROUPS: &str = "process_cgroups";
+/// Key of the per-thread on-CPU and off-CPU times (see [`ThreadTime`]).
+const THREADS: &str = "thread_times";
 
 /// The core clock measured while the epoch was recorded (the collector
 /// measures it at start, at exit and at each new epoch), which `calc`
@@ -73,6 +77,61 @@ impl EpochLosses {
     }
 }
 
+/// One thread's scheduler time in the epoch (`record --off-cpu`), ns: what
+/// it ran and why it was off the CPU, so their sum is its wall-clock time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadTime {
+    pub comm: String,
+    pub on_cpu_ns: u64,
+    /// Off-CPU ns by reason, in the order of [`OFF_CPU_REASONS`].
+    pub off_cpu_ns: [u64; 5],
+}
+
+/// The off-CPU reasons in the order [`ThreadTime::off_cpu_ns`] holds them.
+pub const OFF_CPU_REASONS: [&str; 5] = ["sleep", "lock", "io", "uninterruptible", "runnable"];
+
+impl ThreadTime {
+    pub fn add(&mut self, other: &ThreadTime) {
+        self.on_cpu_ns += other.on_cpu_ns;
+        for (a, b) in self.off_cpu_ns.iter_mut().zip(other.off_cpu_ns) {
+            *a += b;
+        }
+        if self.comm.is_empty() {
+            self.comm = other.comm.clone();
+        }
+    }
+
+    pub fn off_cpu_total(&self) -> u64 {
+        self.off_cpu_ns.iter().sum()
+    }
+}
+
+/// Per (pid, tid).
+pub type ThreadTimes = BTreeMap<(u32, u32), ThreadTime>;
+
+/// `pid tid on sleep lock io uninterruptible runnable comm` per line (comm last: it may hold spaces).
+fn threads_to_text(t: &ThreadTimes) -> String {
+    let line = |((pid, tid), x): (&(u32, u32), &ThreadTime)| {
+        let o = x.off_cpu_ns;
+        format!("{pid} {tid} {} {} {} {} {} {} {}", x.on_cpu_ns, o[0], o[1], o[2], o[3], o[4], x.comm.replace('\n', " "))
+    };
+    t.iter().map(line).collect::<Vec<_>>().join("\n")
+}
+
+/// Reads [`threads_to_text`]'s lines; None when one does not parse.
+fn threads_from_text(text: &str) -> Option<ThreadTimes> {
+    let mut out = ThreadTimes::new();
+    for l in text.lines() {
+        let mut w = l.splitn(9, ' ');
+        let mut num = || w.next()?.parse::<u64>().ok();
+        let (pid, tid, on) = (num()? as u32, num()? as u32, num()?);
+        let off = [num()?, num()?, num()?, num()?, num()?];
+        let comm = w.next().unwrap_or("").to_string();
+        out.insert((pid, tid), ThreadTime { comm, on_cpu_ns: on, off_cpu_ns: off });
+    }
+    Some(out)
+}
+
 /// What is recorded about an epoch besides its samples.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EpochMeta {
@@ -82,6 +141,10 @@ pub struct EpochMeta {
     pub host: Option<String>,
     pub clock: Clock,
     pub losses: EpochLosses,
+    /// Per-thread scheduler times, when recorded with off-CPU time.
+    pub threads: ThreadTimes,
+    /// Each process's cgroup path (the last one seen, for a pid reused in the epoch).
+    pub cgroups: BTreeMap<u32, String>,
     /// Keys this version does not know (written by a newer one, or by
     /// [`crate::Database::set_epoch_meta`]), kept as they are.
     pub other: BTreeMap<String, String>,
@@ -105,7 +168,26 @@ impl EpochMeta {
         let ghz = take_f64(GHZ);
         let tsc_mhz = take_f64(TSC);
         let readings = map.remove(READINGS).map_or_else(Vec::new, |t| t.split_whitespace().filter_map(|w| w.parse().ok()).collect());
-        EpochMeta { kernel: map.remove(KERNEL), host: map.remove(HOST), clock: Clock { readings, ghz, tsc_mhz }, losses, other: map }
+        let threads = match map.get(THREADS).map(|t| threads_from_text(t)) {
+            Some(Some(t)) => {
+                map.remove(THREADS);
+                t
+            }
+            _ => ThreadTimes::new(),
+        };
+        let cgroups = map
+            .remove(CGROUPS)
+            .map(|t| t.lines().filter_map(|l| l.split_once(' ')).filter_map(|(p, c)| Some((p.parse().ok()?, c.to_string()))).collect())
+            .unwrap_or_default();
+        EpochMeta {
+            kernel: map.remove(KERNEL),
+            host: map.remove(HOST),
+            clock: Clock { readings, ghz, tsc_mhz },
+            losses,
+            threads,
+            cgroups,
+            other: map,
+        }
     }
 
     /// The map stored on disk, in the formats the collector always wrote.
@@ -127,6 +209,9 @@ impl EpochMeta {
         for (key, n) in [(LOST_RING, l.ring_overrun), (LOST_MAP_FULL, l.map_full), (THROTTLED, l.throttled)] {
             put(key, (n > 0).then(|| n.to_string()));
         }
+        put(THREADS, (!self.threads.is_empty()).then(|| threads_to_text(&self.threads)));
+        let cgroups = self.cgroups.iter().map(|(p, c)| format!("{p} {}", c.replace('\n', " "))).collect::<Vec<_>>().join("\n");
+        put(CGROUPS, (!self.cgroups.is_empty()).then_some(cgroups));
         map
     }
 }
@@ -165,6 +250,19 @@ mod tests {
         assert_eq!(m.clock.ghz, None);
         assert_eq!(m.clock.readings, vec![3.5, 3.7]);
         assert_eq!(m.to_map().get("cpu_ghz").map(String::as_str), Some("fast"));
+    }
+
+    #[test]
+    fn thread_times_and_cgroups_round_trip_through_the_map() {
+        // Checks that per-thread times and process cgroups, spaces included, are written and read back unchanged.
+        let mut m = EpochMeta::default();
+        m.threads.insert((7, 8), ThreadTime { comm: "my worker".into(), on_cpu_ns: 5, off_cpu_ns: [1, 2, 3, 4, 5] });
+        m.threads.insert((7, 7), ThreadTime { comm: "main".into(), on_cpu_ns: 9, off_cpu_ns: [0; 5] });
+        m.cgroups.insert(7, "/system.slice/a b.service".into());
+        let back = EpochMeta::from_map(m.to_map());
+        assert_eq!(back.threads, m.threads);
+        assert_eq!(back.cgroups, m.cgroups);
+        assert!(back.other.is_empty());
     }
 
     #[test]

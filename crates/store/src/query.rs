@@ -27,6 +27,7 @@ use crate::{Database, EpochId, EpochInfo, Error, ErrorKind, FileProblem};
 use loupe_model::branches::BranchProfile;
 use loupe_model::stacks::StackProfile;
 use loupe_model::{EventName, ImageId, ImageTotals, ProcessKey, Profile};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Which epochs a query reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,23 +70,38 @@ impl Epochs {
 }
 
 /// Which samples count: processes by pid and by name (empty lists keep
-/// all), images by a substring of their path.
+/// all), images by a substring of their path, processes by cgroup
+/// ([`cgroup_pids`]; None keeps all).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Filter {
     pub pids: Vec<u32>,
     pub comms: Vec<String>,
     pub image: Option<String>,
+    pub cgroup_pids: Option<BTreeSet<u32>>,
 }
 
 impl Filter {
     pub fn keep_process(&self, p: &ProcessKey) -> bool {
-        (self.pids.is_empty() || self.pids.contains(&p.pid)) && (self.comms.is_empty() || self.comms.contains(&p.comm))
+        (self.pids.is_empty() || self.pids.contains(&p.pid))
+            && (self.comms.is_empty() || self.comms.contains(&p.comm))
+            && self.cgroup_pids.as_ref().is_none_or(|s| s.contains(&p.pid))
     }
 
     /// Whether an image (by its path as shown) passes the image filter.
     pub fn keep_image(&self, path: &str) -> bool {
         self.image.as_deref().is_none_or(|f| path.contains(f))
     }
+}
+
+/// The processes (of `cgroups`, pid to path) in cgroup directory `dir`
+/// or below it, and showing every `key=value` of `labels`
+/// ([`loupe_model::cgroup::labels`]).
+pub fn cgroup_pids(cgroups: &BTreeMap<u32, String>, dir: Option<&str>, labels: &[(String, String)]) -> BTreeSet<u32> {
+    let shows = |path: &str| {
+        let l = loupe_model::cgroup::labels(path);
+        labels.iter().all(|(k, v)| l.get(k.as_str()) == Some(v))
+    };
+    cgroups.iter().filter(|(_, c)| dir.is_none_or(|d| loupe_model::cgroup::under(c, d)) && shows(c)).map(|(&p, _)| p).collect()
 }
 
 /// A whole selection as a reader states it: epochs, filter, events (by
@@ -417,7 +433,7 @@ mod tests {
         // Checks that empty lists keep everything and pid, comm and image substring each narrow it.
         let all = Filter::default();
         assert!(all.keep_process(&ProcessKey::new(4, "x")) && all.keep_image("/bin/x"));
-        let f = Filter { pids: vec![4, 5], comms: vec!["x".into()], image: Some("lib".into()) };
+        let f = Filter { pids: vec![4, 5], comms: vec!["x".into()], image: Some("lib".into()), cgroup_pids: None };
         assert!(f.keep_process(&ProcessKey::new(4, "x")));
         assert!(!f.keep_process(&ProcessKey::new(6, "x")) && !f.keep_process(&ProcessKey::new(4, "y")));
         assert!(f.keep_image("/lib/libc.so") && !f.keep_image("/bin/app"));
@@ -521,6 +537,22 @@ mod tests {
             fs::write(db.epoch_dir(EpochId(e)).join("epoch.json"), format!("{{\"started_unix\": {start}, \"meta\": {{}}}}")).unwrap();
         }
         assert_eq!(db.ages(&ids(&[1, 3]), 5000).unwrap(), [(EpochId(1), 3000), (EpochId(3), 0)]);
+    }
+
+    #[test]
+    fn cgroup_filters_select_by_directory_and_labels() {
+        // Checks --cgroup (a directory and what is below it) and label filters, alone and together, against known paths.
+        let cg: BTreeMap<u32, String> =
+            [(1, "/system.slice/a.service"), (2, "/system.slice/b.service"), (3, "/user.slice/s.scope"), (4, "/system.slice2/c.service")]
+                .into_iter()
+                .map(|(p, c)| (p, c.to_string()))
+                .collect();
+        let unit = |u: &str| vec![("unit".to_string(), u.to_string())];
+        assert_eq!(cgroup_pids(&cg, Some("/system.slice"), &[]), BTreeSet::from([1, 2]));
+        assert_eq!(cgroup_pids(&cg, None, &unit("s.scope")), BTreeSet::from([3]));
+        assert_eq!(cgroup_pids(&cg, Some("/system.slice"), &unit("s.scope")), BTreeSet::new());
+        let f = Filter { cgroup_pids: Some(BTreeSet::from([1])), ..Filter::default() };
+        assert!(f.keep_process(&ProcessKey::new(1, "a")) && !f.keep_process(&ProcessKey::new(2, "a")));
     }
 
     #[test]

@@ -27,10 +27,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "codes.h"
+#include "stackwalk.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define MAX_DEPTH 127
 #define MAX_RANGES 12
 
 /* Stacks are named by a 64-bit hash of their frames; 0 = no stack. */
@@ -47,12 +47,6 @@ struct stack_key {
 struct sample_value {
 	__u64 count;
 	__u64 period;
-};
-
-/* One call chain, leaf first: exactly 1 KiB. */
-struct stack {
-	__u64 nr;
-	__u64 pcs[MAX_DEPTH];
 };
 
 struct pc_range {
@@ -77,28 +71,13 @@ struct proc_info {
 		__type(value, struct sample_value);       \
 	} name SEC(".maps")
 
-/* Stacks by hash. Any generation's map holds the same frames for a hash;
- * two let the daemon empty one while the program fills the other. */
-#define STACKS(name)                                  \
-	struct {                                      \
-		__uint(type, BPF_MAP_TYPE_HASH);          \
-		__uint(max_entries, 8192);                \
-		__type(key, __u64);                       \
-		__type(value, struct stack);              \
-	} name SEC(".maps")
-
 TABLE(counts0);
 TABLE(counts1);
 STACKS(stacks0);
 STACKS(stacks1);
 
 /* Per-CPU room for the two chains of the sample being handled. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, struct stack);
-} scratch SEC(".maps");
+SCRATCH(scratch);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -133,32 +112,10 @@ static __always_inline int stream(__u32 why)
 	return 1;
 }
 
-/* Copies one of the sample's chains (the kernel's unwinder for the kernel
- * part, frame pointers for the user part) into scratch slot `slot`. */
+/* Copies one of the sample's chains into scratch slot `slot`. */
 static __always_inline struct stack *chain(struct bpf_perf_event_data *ctx, __u32 slot, __u64 flags)
 {
-	struct stack *s = bpf_map_lookup_elem(&scratch, &slot);
-	long n;
-
-	if (!s)
-		return 0;
-	n = bpf_get_stack(ctx, s->pcs, sizeof(s->pcs), flags);
-	s->nr = n > 0 ? n / sizeof(__u64) : 0;
-	return s;
-}
-
-/* Kept in step with `stack_hash` in stacks.rs (checked by its tests). */
-static __always_inline __u64 hash_stack(const struct stack *s)
-{
-	__u64 h = 0xcbf29ce484222325ULL ^ s->nr;
-
-	for (int i = 0; i < MAX_DEPTH; i++) {
-		if (i >= s->nr)
-			break;
-		h = (h ^ s->pcs[i]) * 0x100000001b3ULL;
-		h ^= h >> 29;
-	}
-	return h ? h : 1;
+	return copy_chain(ctx, &scratch, slot, flags);
 }
 
 static __always_inline int in_ranges(const struct proc_info *p, __u64 pc)
@@ -226,20 +183,6 @@ static __always_inline __u32 needs_copy(__u32 tgid, const struct stack *user)
 		bpf_loop(user->nr - leaf - 2, check_caller, &c, 0);
 	}
 	return c.hit ? LOUPE_STAT_STREAM_CHAIN : 0;
-}
-
-/* Names a chain by its hash, storing its frames the first time:
- * 0 = the map is full. */
-static __always_inline __u64 intern(void *stacks, const struct stack *s)
-{
-	__u64 h = hash_stack(s);
-
-	if (bpf_map_lookup_elem(stacks, &h))
-		return h;
-	/* -EEXIST: another CPU stored it meanwhile. */
-	if (bpf_map_update_elem(stacks, &h, s, BPF_NOEXIST) == 0 || bpf_map_lookup_elem(stacks, &h))
-		return h;
-	return 0;
 }
 
 static __always_inline int count(void *table, struct stack_key *k, __u64 period)

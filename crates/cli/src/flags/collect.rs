@@ -49,6 +49,11 @@ pub struct SamplingArgs {
     /// Without a branch stack (no PMU, or a VM that hides it) Loupe says so and records IP samples only.
     #[arg(long, value_enum, value_name = "WHICH", num_args = 0..=1, default_missing_value = "user")]
     pub lbr: Option<Lbr>,
+    /// Also record off-CPU time, summed in the kernel at each context switch: how long threads are blocked, with
+    /// their stacks and why (sleep, lock, io, runnable), as the event `off-cpu` weighted in ns (one sample per µs),
+    /// and each thread's on-CPU and off-CPU time for `loupe wall`.
+    #[arg(long)]
+    pub off_cpu: bool,
 }
 
 /// `--call-graph`: how stacks are walked.

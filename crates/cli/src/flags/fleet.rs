@@ -1,7 +1,6 @@
 //! The fleet flags: `--ship` on `record`/`daemon`, `--source` and its
 //! filters on `top`, and `loupe fleet init`.
 
-use super::By;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -61,35 +60,6 @@ pub struct SourceArgs {
     /// Rows before this time: unix seconds, `now`, or a duration ago.
     #[arg(long, value_name = "TIME", requires = "source")]
     pub until: Option<String>,
-}
-
-/// `top --by`: the local groupings, and with --source also `host` and `label:KEY`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TopBy {
-    Local(By),
-    Host,
-    Label(String),
-}
-
-impl TopBy {
-    /// The grouping a local database can make.
-    pub fn local(&self) -> Result<By, String> {
-        match self {
-            TopBy::Local(b) => Ok(*b),
-            _ => Err("--by host and --by label:KEY group a fleet; they need --source clickhouse://...".into()),
-        }
-    }
-}
-
-pub fn parse_top_by(s: &str) -> Result<TopBy, String> {
-    use clap::ValueEnum;
-    match s {
-        "host" => Ok(TopBy::Host),
-        _ if s.starts_with("label:") && s.len() > 6 => Ok(TopBy::Label(s[6..].to_string())),
-        _ => By::from_str(s, false)
-            .map(TopBy::Local)
-            .map_err(|_| format!("{s:?}: expected image, procedure, line, instruction, host or label:KEY")),
-    }
 }
 
 #[derive(Args, Debug)]

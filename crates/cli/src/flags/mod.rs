@@ -20,6 +20,7 @@ mod select;
 mod stacks;
 mod top;
 mod trace;
+mod wall;
 
 pub use collect::*;
 pub use data::*;
@@ -32,6 +33,7 @@ pub use select::*;
 pub use stacks::*;
 pub use top::*;
 pub use trace::*;
+pub use wall::*;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -104,6 +106,9 @@ pub enum Command {
     Trace(TraceArgs),
     /// Re-optimize a program from its profile (Morph): export BOLT or LLVM profiles, run llvm-bolt, validate, install, roll back.
     Optimize(optimize::OptimizeArgs),
+    /// Wall-clock time per thread: on-CPU plus off-CPU time by reason (a recording with --off-cpu).
+    #[command(after_help = WALL_HELP)]
+    Wall(WallArgs),
     /// Data profiling (DProf): memory cost by data type and field, miss classes, working set.
     #[command(after_help = SOURCE_NOTE)]
     Data(DataArgs),

@@ -29,6 +29,8 @@ pub struct Selection {
     pub image: ImageFlag,
     #[command(flatten)]
     pub event: EventFlag,
+    #[command(flatten)]
+    pub cgroup: CgroupFlag,
 }
 
 /// `--epoch`, or a time range: `--since`/`--until`.
@@ -145,6 +147,17 @@ pub struct ImageFlag {
     /// Only images whose path contains this text.
     #[arg(long)]
     pub image: Option<String>,
+}
+
+/// `--cgroup` and `--label`: processes by control group.
+#[derive(Args, Debug, Clone, Default)]
+pub struct CgroupFlag {
+    /// Only processes in this cgroup or below it (its path as in /proc/PID/cgroup, e.g. /system.slice/nginx.service).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+    /// Only processes whose cgroup shows this label: unit=NAME, container=ID or pod=UID (repeatable: all must match).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub label: Vec<String>,
 }
 
 /// `-e/--event`: one event.
