@@ -104,6 +104,9 @@ impl CliApi {
                 db = Some(value.as_str());
                 continue;
             }
+            if name == "format" && value == "json" {
+                continue; // what the API answers anyway
+            }
             let arg = find_arg(&cmd, name).ok_or_else(|| bad(format!("{command} has no flag --{name}")))?;
             if FORCED.contains(&arg.get_id().as_str()) || is_path(arg) {
                 return Err(bad(format!("--{name} cannot be set over HTTP")));
