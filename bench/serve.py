@@ -11,7 +11,7 @@ Requests go over HTTP to a real `loupe serve`, one at a time, --rounds each.
 
 Usage: bench/serve.py [--seconds 30] [--freq 2000] [--epochs 1440] [--step 60] [--rounds 20]
 """
-import argparse, json, os, shutil, statistics, subprocess, tempfile, time, urllib.request
+import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
@@ -67,10 +67,19 @@ def main():
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--day-rounds", type=int, default=5)
     a = ap.parse_args()
+    # A timeout's SIGTERM still stops the server (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     tmp = tempfile.mkdtemp(prefix="loupe-serve-bench.")
     one, day = os.path.join(tmp, "one"), os.path.join(tmp, "day")
-    record(one, a.seconds, a.freq)
-    synthesize_day(one, day, a.epochs, a.step)
+    try:
+        record(one, a.seconds, a.freq)
+        synthesize_day(one, day, a.epochs, a.step)
+        measure(a, one, day)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(a, one, day):
     for name, db, epoch, rounds in [("one epoch", one, "current", a.rounds), (f"day ({a.epochs} epochs)", day, "all", a.day_rounds)]:
         p, base = serve(db)
         try:
@@ -83,7 +92,6 @@ def main():
         finally:
             p.kill()
             p.wait()
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

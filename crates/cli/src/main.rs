@@ -39,7 +39,8 @@ fn main() -> ExitCode {
             let mut file = output::LazyFile::new(path);
             run(cli.command, &mut file).and_then(|code| file.finish().map(|()| code))
         }
-        None => run(cli.command, &mut std::io::stdout().lock()),
+        // Not locked for the whole run: threads of some commands (trace record --live) print too.
+        None => run(cli.command, &mut std::io::stdout()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
