@@ -13,6 +13,9 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("assets.rs");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=LOUPE_WEB_DIST");
+    // Watched even while missing (cargo then reruns this script on every
+    // build), so that the front end is picked up as soon as it lands.
+    println!("cargo:rerun-if-changed={}", web.join("package.json").display());
     // A prebuilt directory to embed as it is (no npm run).
     let dist = match std::env::var_os("LOUPE_WEB_DIST") {
         Some(d) => Some(PathBuf::from(d)),
