@@ -1,6 +1,6 @@
 //! `record`, `daemon`, `flush`, `epoch`, `epochs`, `events`.
 
-use crate::flags::{DaemonArgs, DbArg, EpochsArgs, Format, Lbr, RecordArgs, SamplingArgs};
+use crate::flags::{DaemonArgs, DbArg, EpochsArgs, EventsArgs, Format, Lbr, RecordArgs, SamplingArgs};
 use anyhow::{bail, Context, Result};
 use loupe_collector::daemon::{self, DaemonOptions, Engine};
 use loupe_perf::{EventSpec, GatedChild, SamplerConfig, Target};
@@ -20,12 +20,14 @@ fn resolve_events(names: &[String]) -> Result<Vec<EventSpec>> {
     let mut out: Vec<EventSpec> = Vec::new();
     for n in &names {
         let spec = loupe_perf::parse_event(n)?;
-        let ok = probed.iter().find(|(e, _)| e.name == spec.name).is_none_or(|(_, r)| r.is_ok());
+        // By type and config: `cycles:u` is probed as `cycles`.
+        let ok = probed.iter().find(|(e, _)| (e.type_, e.config) == (spec.type_, spec.config)).is_none_or(|(_, r)| r.is_ok());
         let spec = if ok {
             spec
         } else {
             eprintln!("loupe: event {} is not available on this machine (no hardware PMU); falling back to cpu-clock", spec.name);
-            loupe_perf::parse_event("cpu-clock")?
+            let modifier = spec.name.rsplit_once(':').map_or("", |(_, m)| if m == "u" || m == "k" { m } else { "" });
+            loupe_perf::parse_event(&if modifier.is_empty() { "cpu-clock".into() } else { format!("cpu-clock:{modifier}") })?
         };
         if !out.iter().any(|e| e.name == spec.name) {
             out.push(spec);
@@ -77,9 +79,9 @@ fn sampler_config(s: &SamplingArgs) -> Result<SamplerConfig> {
         // Up to 32 records of 24 bytes make a sample ~15x larger.
         cfg.ring_pages = cfg.ring_pages.max(512);
     }
-    if !s.no_stacks {
+    if let Some(bytes) = s.stacks() {
         cfg.callchain = true;
-        cfg.user_stack_bytes = s.stack_bytes;
+        cfg.user_stack_bytes = bytes;
         // Stack copies make samples ~100x larger: give the rings room.
         cfg.ring_pages = 1024;
     }
@@ -114,6 +116,9 @@ pub(crate) fn find_command(cmd: &str) -> Option<std::path::PathBuf> {
 
 pub fn record(a: RecordArgs) -> Result<u8> {
     if a.data {
+        if !a.pids.is_empty() {
+            bail!("record --data profiles a command or the whole machine; -p is not supported with it");
+        }
         return crate::data::record(a);
     }
     if let Some(cmd) = a.command.first() {
@@ -121,6 +126,9 @@ pub fn record(a: RecordArgs) -> Result<u8> {
             eprintln!("loupe: command not found: {cmd}");
             return Ok(127);
         }
+    }
+    if let Some(gone) = a.pids.iter().find(|&&p| loupe_perf::has_exited(p)) {
+        bail!("-p {gone}: no such process");
     }
     let flush_every = seconds(a.flush_every, "--flush-every")?;
     let duration = a.duration.map(|d| seconds(d, "--duration")).transpose()?;
@@ -130,23 +138,25 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     let mut child = match a.command.split_first() {
         Some((cmd, args)) => {
             let c = GatedChild::spawn(cmd, args)?;
-            cfg.target = Target::Process { pid: c.pid };
-            cfg.enable_on_exec = true;
+            if !a.all_cpus {
+                cfg.target = Target::Process { pid: c.pid };
+                cfg.enable_on_exec = true;
+            }
             Some(c)
         }
         None => None,
     };
+    if !a.pids.is_empty() {
+        cfg.target = Target::Attach { pids: a.pids.clone() };
+    }
     let mut engine = Engine::new(&cfg, db, flush_every, a.sampling.backend.choice()).map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("loupe: backend {}", engine.backend_note);
+    start(&mut engine, &cfg.target, &a.pids)?;
     let started = Instant::now();
-    let mut status = 0;
-    match &mut child {
-        Some(c) => c.release()?,
-        None => {
-            engine.collector.scan_all();
-            engine.sampler.enable()?;
-        }
+    if let Some(c) = &mut child {
+        c.release()?;
     }
+    let mut status = 0;
     loop {
         engine.step().map_err(|e| anyhow::anyhow!("{e}"))?;
         if let Some(c) = &mut child {
@@ -154,7 +164,10 @@ pub fn record(a: RecordArgs) -> Result<u8> {
                 status = s;
                 break;
             }
-        } else if stop.load(Ordering::Relaxed) || duration.is_some_and(|d| started.elapsed() >= d) {
+        } else if stop.load(Ordering::Relaxed)
+            || duration.is_some_and(|d| started.elapsed() >= d)
+            || (!a.pids.is_empty() && a.pids.iter().all(|&p| loupe_perf::has_exited(p)))
+        {
             break;
         }
     }
@@ -162,6 +175,24 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     engine.flush_final().map_err(|e| anyhow::anyhow!("{e}"))?;
     summarize(&engine, started.elapsed());
     Ok(status.clamp(0, 255) as u8)
+}
+
+/// Describes the processes already running that the sampler will see
+/// (their mappings produce no mmap records) and enables it; a command's
+/// events enable themselves at its exec.
+fn start(engine: &mut Engine, target: &Target, pids: &[i32]) -> Result<()> {
+    match target {
+        Target::Process { .. } => return Ok(()),
+        Target::Attach { .. } => {
+            for &p in pids {
+                engine.collector.scan_pid(p as u32);
+            }
+            let threads: usize = pids.iter().map(|&p| loupe_perf::threads_of(p).len()).sum();
+            eprintln!("loupe: attached to {} process(es), {threads} thread(s)", pids.len());
+        }
+        _ => engine.collector.scan_all(),
+    }
+    Ok(engine.sampler.enable()?)
 }
 
 fn summarize(e: &Engine, took: Duration) {
@@ -260,23 +291,40 @@ pub fn epochs(a: EpochsArgs, out: &mut dyn Write) -> Result<u8> {
         let (index, _) = db.index(e.id)?;
         let samples: u64 = index.entries.iter().map(|x| x.total_samples).sum();
         let mark = if e.id == current { "*" } else { " " };
-        writeln!(out, "{mark}{:>6}  started {}  {:>10} samples  {} profiles", e.id, e.started_unix, samples, index.entries.len())?;
+        let started = crate::flags::iso_local(e.started_unix);
+        writeln!(out, "{mark}{:>6}  started {started}  {:>10} samples  {} profiles", e.id, samples, index.entries.len())?;
     }
     Ok(0)
 }
 
-pub fn events(out: &mut dyn Write) -> Result<u8> {
-    for (e, r) in loupe_perf::probe_events() {
-        let kind = if loupe_perf::is_hardware(&e) { "hardware" } else { "software" };
-        match r {
-            Ok(()) => writeln!(out, "{:<26} {kind:<9} available", e.name)?,
-            Err(why) => writeln!(out, "{:<26} {kind:<9} unavailable: {why}", e.name)?,
-        }
-    }
+pub fn events(a: EventsArgs, out: &mut dyn Write) -> Result<u8> {
+    let mut rows: Vec<(String, &str, Result<(), String>)> = loupe_perf::probe_events()
+        .into_iter()
+        .map(|(e, r)| {
+            let kind = if loupe_perf::is_hardware(&e) { "hardware" } else { "software" };
+            (e.name, kind, r)
+        })
+        .collect();
     // Not an event: what `--lbr` needs with the hardware events' samples.
-    match loupe_perf::probe_branch_stack(Lbr::User.branch_sample_type()) {
-        Ok(()) => writeln!(out, "{:<26} {:<9} available (--lbr)", "branch-stack", "hardware")?,
-        Err(why) => writeln!(out, "{:<26} {:<9} unavailable: {why}", "branch-stack", "hardware")?,
+    rows.push((
+        "branch-stack".into(),
+        "hardware",
+        loupe_perf::probe_branch_stack(Lbr::User.branch_sample_type()).map_err(|e| e.to_string()),
+    ));
+    if a.format == Format::Json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, kind, r)| serde_json::json!({ "name": name, "kind": kind, "available": r.is_ok(), "reason": r.as_ref().err() }))
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({ "events": list }))?)?;
+        return Ok(0);
+    }
+    for (name, kind, r) in rows {
+        match r {
+            Ok(()) if name == "branch-stack" => writeln!(out, "{name:<26} {kind:<9} available (--lbr)")?,
+            Ok(()) => writeln!(out, "{name:<26} {kind:<9} available")?,
+            Err(why) => writeln!(out, "{name:<26} {kind:<9} unavailable: {why}")?,
+        }
     }
     Ok(0)
 }

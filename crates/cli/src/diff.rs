@@ -204,6 +204,19 @@ fn key_json(o: &mut serde_json::Value, k: &BucketKey, by: By) {
     }
 }
 
+/// Projected loads past this are the floating-point residue of a bucket
+/// that does not grow with load (an exponent near 0 raised to a large
+/// power): they never saturate, as an infinite projection does.
+const NEVER: f64 = 1e12;
+
+/// A score as it is shown: projections past [`NEVER`] become infinite.
+fn shown_score(x: f64, mode: Mode) -> f64 {
+    match mode {
+        Mode::Saturation | Mode::PowerLaw if x.abs() >= NEVER => f64::INFINITY.copysign(x),
+        _ => x,
+    }
+}
+
 /// JSON has no infinity: a projection that never saturates (or a ratio over 0) is `null`.
 fn finite(x: f64) -> serde_json::Value {
     if x.is_finite() {
@@ -226,7 +239,7 @@ fn print_diff_json(
         .iter()
         .take(limit)
         .map(|r| {
-            let mut o = serde_json::json!({ "a": r.a, "b": r.b, "score": finite(r.score), "p_value": r.p_value,
+            let mut o = serde_json::json!({ "a": r.a, "b": r.b, "score": finite(shown_score(r.score, p.mode)), "p_value": r.p_value,
                 "q_value": r.q_value, "significant": r.significant });
             key_json(&mut o, &r.key, by);
             o
@@ -273,7 +286,10 @@ fn print_diff_text(
     writeln!(out, "# {:>10} {:>10} {:>12} {:>9} {:>4}  {what}", "A", "B", p.mode.name(), "p-value", "sig")?;
     writeln!(out, "#")?;
     for r in rows.iter().take(limit) {
-        let score = if r.score.is_nan() { "-".to_string() } else { format!("{:.3}", r.score) };
+        let score = match shown_score(r.score, p.mode) {
+            x if x.is_nan() => "-".to_string(),
+            x => format!("{x:.3}"),
+        };
         let sig = if r.significant { "yes" } else { "no" };
         writeln!(out, "  {:>10} {:>10} {score:>12} {:>9} {sig:>4}  {}", r.a, r.b, fmt_p(r.p_value), label(&r.key, by).trim_end())?;
     }
@@ -378,6 +394,16 @@ fn print_stats_text(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn projections_that_never_saturate_print_as_inf() {
+        // Checks the power-law residue (1e55) and true infinities print as inf in text and null in JSON; other modes keep their numbers.
+        assert_eq!(format!("{:.3}", shown_score(3.2e55, Mode::PowerLaw)), "inf");
+        assert_eq!(format!("{:.3}", shown_score(f64::INFINITY, Mode::Saturation)), "inf");
+        assert_eq!(format!("{:.3}", shown_score(12.5, Mode::PowerLaw)), "12.500");
+        assert_eq!(shown_score(3.2e55, Mode::Ratio), 3.2e55);
+        assert_eq!(finite(shown_score(3.2e55, Mode::PowerLaw)), serde_json::Value::Null);
+    }
 
     #[test]
     fn epoch_suffixes_are_recognized_and_other_colons_kept() {

@@ -5,6 +5,7 @@
 mod annotate;
 mod calc;
 mod collect;
+mod config;
 mod data;
 mod diff;
 mod epochs;
@@ -33,7 +34,18 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args = match config::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "loupe: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(text) = config::print_daemon_config(&args) {
+        print!("{text}");
+        return ExitCode::SUCCESS;
+    }
+    let cli = Cli::parse_from(args);
     let result = match output::path_of(&cli.command) {
         Some(path) => {
             let mut file = output::LazyFile::new(path);
@@ -63,7 +75,7 @@ pub(crate) fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<u8> {
         Command::Epoch(a) => collect::epoch(a),
         Command::Epochs(a) => collect::epochs(a, out),
         Command::Top(a) => top::run(a, out),
-        Command::Events(_) => collect::events(out),
+        Command::Events(a) => collect::events(a, out),
         Command::Calc(a) => calc::run(a, out),
         Command::Annotate(a) => annotate::run(a, out),
         Command::Diff(a) => diff::diff(a, out),

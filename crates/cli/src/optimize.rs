@@ -386,7 +386,7 @@ fn status(a: StatusArgs, out: &mut dyn Write) -> Result<u8> {
         let Ok(d) = serde_json::from_str::<Decision>(line) else { continue };
         // Decisions about the saved original (`run PATH.loupe-orig`) are about the program at PATH too.
         if d.image == want || d.image == saved.display().to_string() {
-            writeln!(out, "  {}  {:<10} build {}  {}", d.unix_time, d.action, d.build_id, d.reason)?;
+            writeln!(out, "  {}  {:<10} build {}  {}", crate::flags::iso_local(d.unix_time), d.action, d.build_id, d.reason)?;
         }
     }
     Ok(0)

@@ -15,7 +15,7 @@ pub fn path_of(c: &Command) -> Option<PathBuf> {
     let p = match c {
         Command::Top(a) => &a.output.output,
         Command::Epochs(a) => &a.output.output,
-        Command::Events(o) => &o.output,
+        Command::Events(a) => &a.output.output,
         Command::Calc(a) => &a.proc_.output.output,
         Command::Annotate(a) => &a.proc_.output.output,
         Command::Diff(a) => &a.sel.output.output,

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use loupe_model::{EventName, ImageId};
-use loupe_store::query::{Epochs, Filter as Processes, ProfileSource};
+use loupe_store::query::{Filter as Processes, ProfileSource};
 use loupe_store::{Database, EpochId};
 use loupe_symbolize::{Code, ProcedureRange, Symbolizer, SymbolizerOptions};
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +29,7 @@ pub struct Selected {
 
 pub struct Filter<'a> {
     pub image: &'a str,
-    pub epoch: &'a str,
+    pub epoch: &'a crate::flags::EpochFlag,
     pub pids: &'a [u32],
     pub comms: &'a [String],
 }
@@ -48,7 +48,7 @@ pub fn symbolizer(db: &Path) -> Symbolizer {
 
 pub fn load(db_path: &Path, f: &Filter, syms: &mut Symbolizer) -> Result<Selected> {
     let db = Database::open(db_path)?;
-    let epochs = db.select(&Epochs::parse(f.epoch)?)?;
+    let epochs = db.select(&f.epoch.which()?)?;
     let image = db.find_image(&epochs, f.image)?;
     let code = syms.code(&image).map_err(|r| anyhow::anyhow!("cannot read {}: {r}", image.path))?;
     let processes = f.processes();

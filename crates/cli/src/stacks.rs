@@ -8,17 +8,13 @@ use anyhow::{bail, Result};
 use loupe_analysis::callgraph::{self, CallData, Selection};
 use loupe_analysis::top::pct;
 use loupe_analysis::{export as ex, flame, pprof};
-use loupe_store::query::{choose_stack_events, Epochs, Filter, ProfileSource};
+use loupe_store::query::{choose_stack_events, Filter, ProfileSource};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 
 /// Epochs for a selection: --since/--until by start times, else --epoch.
 fn epochs(db: &Database, s: &StackSelection) -> Result<Vec<EpochId>> {
-    let which = match s.since {
-        Some(since) => Epochs::last_seconds(since, s.until, std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs()),
-        None => Epochs::parse(&s.epoch)?,
-    };
-    Ok(db.select(&which)?)
+    Ok(db.select(&s.epoch.which()?)?)
 }
 
 /// Loads, merges per event, and names the selected stacks.
@@ -114,8 +110,6 @@ pub fn top(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     let sel = StackSelection {
         db: a.db.clone(),
         epoch: a.epoch.clone(),
-        since: None,
-        until: None,
         pid: a.pid.clone(),
         comm: a.comm.clone(),
         image: a.image.clone(),

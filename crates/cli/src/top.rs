@@ -5,7 +5,7 @@ use crate::flags::{By, Format, TopArgs};
 use crate::symbols::Symbols;
 use anyhow::Result;
 use loupe_analysis::top::{pct, top, GroupBy, TopReport};
-use loupe_store::query::{choose_events, Detail, Epochs, Filter, ProfileSource, Selection};
+use loupe_store::query::{choose_events, Detail, Filter, ProfileSource, Selection};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 
@@ -15,7 +15,7 @@ pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     }
     let db = Database::open(&a.db.db)?;
     let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone() };
-    let sel = Selection { epochs: Epochs::parse(&a.epoch)?, filter, events: a.events.clone() };
+    let sel = Selection { epochs: a.epoch.which()?, filter, events: a.events.clone() };
     let epochs = db.select(&sel.epochs)?;
     let flat = db.flat(&epochs, detail(a.by), &sel.filter)?;
     for p in &flat.problems {

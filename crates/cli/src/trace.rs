@@ -224,7 +224,7 @@ impl Client for Live {
         if ev.class == "Counters" {
             return;
         }
-        let fields: Vec<String> = ev.fields.iter().zip(&rec.fields).map(|(f, v)| format!("{}={v}", f.name)).collect();
+        let fields: Vec<String> = ev.fields.iter().zip(&rec.fields).map(|(f, v)| loupe_trace::dump::field_text(ev, f, v)).collect();
         let _ = writeln!(self.out.lock(), "{} cpu{cpu} {} {}", rec.ts, ev.full_name(), fields.join(" "));
     }
     fn wants_records(&self) -> bool {
@@ -255,14 +255,25 @@ fn read(dir: &Path) -> Result<loupe_trace::tracefile::Trace> {
 }
 
 fn dump(d: TraceDirArg, out: &mut dyn Write) -> Result<u8> {
+    use loupe_trace::dump::{entry_json, field_text};
     let t = read(&d.dir)?;
     let t0 = t.entries.first().map_or(0, |e| e.rec.ts);
+    let mut events = Vec::new();
     for e in &t.entries {
         let Some(ev) = t.spec.by_id(e.rec.id) else { bail!("unknown id {}", e.rec.id) };
-        let fields: Vec<String> = ev.fields.iter().zip(&e.rec.fields).map(|(f, v)| format!("{}={v}", f.name)).collect();
+        if d.format == TraceFormat::Json {
+            events.push(entry_json(ev, e, t0));
+            continue;
+        }
+        let fields: Vec<String> = ev.fields.iter().zip(&e.rec.fields).map(|(f, v)| field_text(ev, f, v)).collect();
         writeln!(out, "{:>14.6} cpu{} {} {}", (e.rec.ts - t0) as f64 / 1e9, e.cpu, ev.full_name(), fields.join(" "))?;
     }
-    writeln!(out, "# {} events, {} packets, {} dropped", t.entries.len(), t.packets, t.dropped)?;
+    if d.format == TraceFormat::Json {
+        let doc = serde_json::json!({ "events": events, "packets": t.packets, "dropped": t.dropped });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(out, "# {} events, {} packets, {} dropped", t.entries.len(), t.packets, t.dropped)?;
+    }
     Ok(0)
 }
 

@@ -77,3 +77,37 @@ fn systemd_unit_passes_systemd_analyze_verify() {
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && !said.contains("loupe.service"), "{said}");
 }
+
+#[test]
+fn daemon_config_file_round_trips_every_flag() {
+    // Checks that --print-config names every long flag of `daemon --help` and that the file it prints, read back with
+    // --config, gives the same settings (so each flag can be set from the file), with the command line winning.
+    let help = String::from_utf8(run_ok(loupe().args(["daemon", "--help"])).stdout).unwrap();
+    // The option lines (`  -e, --event <EVENT>`, `      --flush-every <FLUSH_EVERY>`), not flags named in help texts.
+    let longs: Vec<&str> = help
+        .lines()
+        .filter(|l| l.trim_start().starts_with('-'))
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("--")))
+        .map(|w| w.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).next().unwrap())
+        .filter(|w| !w.is_empty() && !["help", "config", "print-config"].contains(w))
+        .collect();
+    let set = ["daemon", "--flush-every", "7.5", "--freq", "777", "-e", "cpu-clock", "-e", "page-faults", "--no-stacks", "--stats", "3"];
+    let printed = String::from_utf8(run_ok(loupe().args(set).arg("--print-config")).stdout).unwrap();
+    for long in &longs {
+        assert!(printed.lines().any(|l| l.trim_start_matches("# ").starts_with(&format!("{long} ="))), "--{long} missing:\n{printed}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("daemon.toml");
+    std::fs::write(&file, &printed).unwrap();
+    let again = String::from_utf8(run_ok(loupe().args(["daemon", "--print-config", "--config"]).arg(&file)).stdout).unwrap();
+    assert_eq!(again, printed);
+    assert!(printed.contains("event = [\"cpu-clock\", \"page-faults\"]") && printed.contains("flush-every = 7.5"), "{printed}");
+    let wins =
+        String::from_utf8(run_ok(loupe().args(["daemon", "--flush-every", "2", "--print-config", "--config"]).arg(&file)).stdout).unwrap();
+    assert!(wins.contains("flush-every = 2\n"), "{wins}");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "freq = 1000\nfreqq = 5\n").unwrap();
+    let out = loupe().args(["daemon", "--config"]).arg(&bad).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains(&format!("{}:2: unknown daemon option `freqq`", bad.display())), "{said}");
+}

@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const CLOCK_MONOTONIC: i32 = 1;
-const EXCLUDE_HV: u64 = 1 << 6;
 const PRECISE_SHIFT: u32 = 15;
 const RING_PAGES: usize = 64;
 /// One in this many loads when a PMU samples memory accesses.

@@ -95,7 +95,7 @@ impl Sideband {
     /// Opens and enables the events on `roots` (and, by inherit, all they start).
     pub fn open(roots: &[u32]) -> Result<Sideband, loupe_perf::Error> {
         // The software "dummy" event counts nothing and never samples: it only carries sideband records.
-        let dummy = EventSpec { name: "dummy".into(), type_: sys::PERF_TYPE_SOFTWARE, config: 9 };
+        let dummy = EventSpec::new("dummy", sys::PERF_TYPE_SOFTWARE, 9);
         let mut maps = ExecMaps::default();
         let mut samplers = Vec::new();
         for &pid in roots {

@@ -1,13 +1,37 @@
-//! Event names as perf spells them, and which ones this machine supports.
+//! Event names as perf spells them (`cycles`, `cpu-clock:u`,
+//! `sched:sched_switch`), and which ones this machine supports.
 
-use crate::sys::{self, PerfEventAttr, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_SOFTWARE};
+use crate::sys::{self, PerfEventAttr, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT};
 use crate::{Error, ErrorKind};
+use std::path::Path;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventSpec {
+    /// The canonical name, with its modifier as typed (`cycles:u`): samples are counted under it.
     pub name: String,
     pub type_: u32,
     pub config: u64,
+    /// perf's `:u` and `:k`: which privilege levels are counted.
+    pub exclude: Exclude,
+}
+
+/// Privilege levels an event does not count (`perf_event_attr`'s `exclude_user`/`exclude_kernel`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Exclude {
+    pub user: bool,
+    pub kernel: bool,
+}
+
+impl EventSpec {
+    /// A plain event counting every privilege level.
+    pub fn new(name: &str, type_: u32, config: u64) -> EventSpec {
+        EventSpec { name: name.into(), type_, config, exclude: Exclude::default() }
+    }
+
+    /// Tracepoints count occurrences: every hit is a sample, whatever the rate asked for.
+    pub fn is_tracepoint(&self) -> bool {
+        self.type_ == PERF_TYPE_TRACEPOINT
+    }
 }
 
 /// (canonical name, aliases, type, config)
@@ -43,21 +67,126 @@ const fn cache_miss(cache: u64) -> u64 {
 }
 
 pub fn known_events() -> Vec<EventSpec> {
-    EVENTS.iter().map(|&(n, _, t, c)| EventSpec { name: n.into(), type_: t, config: c }).collect()
+    EVENTS.iter().map(|&(n, _, t, c)| EventSpec::new(n, t, c)).collect()
 }
 
-pub fn parse_event(name: &str) -> Result<EventSpec, Error> {
-    EVENTS
+/// Where tracefs is mounted: its own mount point, or under debugfs on older systems.
+const TRACEFS: &[&str] = &["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// An event as perf spells it: a name or alias (`cs`), a tracepoint
+/// (`sched:sched_switch`, its id read from tracefs), each with an optional
+/// `:u` (user only) or `:k` (kernel only) modifier.
+pub fn parse_event(text: &str) -> Result<EventSpec, Error> {
+    let tracefs = TRACEFS.iter().map(Path::new).find(|p| p.join("events").is_dir());
+    parse_event_in(text, tracefs)
+}
+
+fn parse_event_in(text: &str, tracefs: Option<&Path>) -> Result<EventSpec, Error> {
+    let (base, exclude) = split_modifier(text);
+    let mut spec = match base.split_once(':') {
+        Some((sub, name)) => tracepoint(sub, name, tracefs)?,
+        None => EVENTS
+            .iter()
+            .find(|(n, aliases, _, _)| *n == base || aliases.contains(&base))
+            .map(|&(n, _, t, c)| EventSpec::new(n, t, c))
+            .ok_or_else(|| {
+                let known: Vec<String> = EVENTS.iter().map(|e| e.0.to_string()).collect();
+                unknown_event(base, known.clone(), close_matches(base, &known))
+            })?,
+    };
+    if let Some(x) = exclude {
+        spec.name = format!("{}:{}", spec.name, if x.user { "k" } else { "u" });
+        spec.exclude = x;
+    }
+    Ok(spec)
+}
+
+/// `cycles:u` -> (`cycles`, exclude kernel); `sched:sched_switch` has no modifier.
+fn split_modifier(text: &str) -> (&str, Option<Exclude>) {
+    match text.rsplit_once(':') {
+        Some((base, "u")) => (base, Some(Exclude { user: false, kernel: true })),
+        Some((base, "k")) => (base, Some(Exclude { user: true, kernel: false })),
+        _ => (text, None),
+    }
+}
+
+fn tracepoint(sub: &str, name: &str, tracefs: Option<&Path>) -> Result<EventSpec, Error> {
+    let full = format!("{sub}:{name}");
+    let Some(root) = tracefs else {
+        return Err(Error::new(
+            ErrorKind::NotSupported { event: full.clone() },
+            format!("tracepoint {full}: tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)"),
+        ));
+    };
+    let events = root.join("events");
+    let id_file = events.join(sub).join(name).join("id");
+    match std::fs::read_to_string(&id_file) {
+        Ok(text) => match text.trim().parse() {
+            Ok(id) => Ok(EventSpec::new(&full, PERF_TYPE_TRACEPOINT, id)),
+            Err(_) => {
+                Err(Error::new(ErrorKind::Io, format!("tracepoint {full}: {} holds {:?}, not an id", id_file.display(), text.trim())))
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(unknown_tracepoint(&events, sub, name)),
+        Err(e) => Err(Error::io(&format!("tracepoint {full}: cannot read {}", id_file.display()), e)),
+    }
+}
+
+/// The error for an unknown tracepoint: the subsystem's tracepoints, or
+/// the subsystems (as `sub:*`) when it has none, nearest first.
+fn unknown_tracepoint(events: &Path, sub: &str, name: &str) -> Error {
+    let names = |dir: &Path| -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+        let mut v: Vec<String> = rd.flatten().filter(|e| e.path().is_dir()).filter_map(|e| e.file_name().into_string().ok()).collect();
+        v.sort();
+        v
+    };
+    let full = format!("{sub}:{name}");
+    match names(&events.join(sub)) {
+        v if !v.is_empty() => {
+            let close = close_matches(name, &v).into_iter().map(|n| format!("{sub}:{n}")).collect();
+            unknown_event(&full, v.into_iter().map(|n| format!("{sub}:{n}")).collect(), close)
+        }
+        _ => {
+            let subs = names(events);
+            let close = close_matches(sub, &subs).into_iter().map(|s| format!("{s}:*")).collect();
+            unknown_event(&full, subs.into_iter().map(|s| format!("{s}:*")).collect(), close)
+        }
+    }
+}
+
+/// The error for a name that is not an event, with the closest known names first.
+fn unknown_event(name: &str, known: Vec<String>, close: Vec<String>) -> Error {
+    let hint = if close.is_empty() { String::new() } else { format!(" (did you mean {}?)", close.join(", ")) };
+    let list = if known.len() > 40 { format!("{} of them, under /sys/kernel/tracing/events", known.len()) } else { known.join(", ") };
+    Error::new(ErrorKind::UnknownEvent { name: name.into(), known }, format!("unknown event {name:?}{hint}; known events: {list}"))
+}
+
+/// Up to three names within a third of the name's length in edits, or that contain it, nearest first.
+pub fn close_matches(name: &str, known: &[String]) -> Vec<String> {
+    let mut scored: Vec<(usize, &String)> = known
         .iter()
-        .find(|(n, aliases, _, _)| *n == name || aliases.contains(&name))
-        .map(|&(n, _, t, c)| EventSpec { name: n.into(), type_: t, config: c })
-        .ok_or_else(|| {
-            let known: Vec<String> = EVENTS.iter().map(|e| e.0.to_string()).collect();
-            Error::new(
-                ErrorKind::UnknownEvent { name: name.into(), known: known.clone() },
-                format!("unknown event {name:?}; known events: {}", known.join(", ")),
-            )
-        })
+        .map(|k| (edit_distance(name, k), k))
+        .filter(|(d, k)| *d <= (name.len() / 3).max(2) || (name.len() >= 3 && k.contains(name)))
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, k)| k.clone()).collect()
+}
+
+/// Levenshtein distance over bytes (event names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// Events counted by the PMU (generic and cache events), which a machine without one lacks.
@@ -96,7 +225,35 @@ mod tests {
         let e = parse_event("cpu-clocks").unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("cpu-clocks") && msg.contains("cpu-clock,") && msg.contains("branch-misses"), "{msg}");
+        assert!(msg.contains("\"cpu-clocks\" (did you mean cpu-clock?); known events: "), "{msg}");
         assert!(matches!(e.kind(), ErrorKind::UnknownEvent { .. }));
+    }
+
+    #[test]
+    fn modifiers_exclude_the_other_level() {
+        // Checks perf's :u and :k: the name keeps the modifier and the opposite level is excluded.
+        let u = parse_event("cpu-clock:u").unwrap();
+        assert_eq!((u.name.as_str(), u.config, u.exclude), ("cpu-clock:u", 0, Exclude { user: false, kernel: true }));
+        let k = parse_event("cs:k").unwrap();
+        assert_eq!((k.name.as_str(), k.exclude), ("context-switches:k", Exclude { user: true, kernel: false }));
+        assert_eq!(parse_event("cycles").unwrap().exclude, Exclude::default());
+    }
+
+    #[test]
+    fn tracepoints_read_their_id_and_unknown_ones_list_neighbours() {
+        // Checks tracepoint parsing against a tracefs tree made here: the id file's number, and close names on a typo.
+        let dir = tempfile::tempdir().unwrap();
+        for (n, id) in [("sched_switch", 316), ("sched_wakeup", 318)] {
+            std::fs::create_dir_all(dir.path().join("events/sched").join(n)).unwrap();
+            std::fs::write(dir.path().join("events/sched").join(n).join("id"), format!("{id}\n")).unwrap();
+        }
+        let t = parse_event_in("sched:sched_switch:u", Some(dir.path())).unwrap();
+        assert_eq!((t.name.as_str(), t.type_, t.config), ("sched:sched_switch:u", PERF_TYPE_TRACEPOINT, 316));
+        assert!(t.is_tracepoint());
+        let msg = parse_event_in("sched:sched_swich", Some(dir.path())).unwrap_err().to_string();
+        assert!(msg.contains("did you mean sched:sched_switch"), "{msg}");
+        let msg = parse_event_in("shed:sched_switch", Some(dir.path())).unwrap_err().to_string();
+        assert!(msg.contains("did you mean sched:*"), "{msg}");
     }
 
     #[test]

@@ -23,12 +23,13 @@ pub mod sample;
 pub mod sys;
 
 pub use child::GatedChild;
-pub use events::{is_hardware, known_events, parse_event, probe_events, EventSpec};
+pub use events::{close_matches, is_hardware, known_events, parse_event, probe_events, EventSpec, Exclude};
 pub use record::{Mmap, Record, Sample, UserRegs};
 pub use sample::{parse_sample, BranchEntry, Format, Layout, SampleError, SampleErrorKind};
 
 use ring::Ring;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
 use std::time::Duration;
 use sys::PerfEventAttr;
 
@@ -48,6 +49,8 @@ pub enum ErrorKind {
     /// A branch stack was asked for and the CPU (or the VM's virtual PMU)
     /// has none: no LBR, BRS or BRBE.
     NoBranchStack,
+    /// A process to attach to does not exist.
+    NoSuchProcess,
     Io,
 }
 
@@ -71,12 +74,17 @@ impl Error {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
     SystemWide,
     /// That process and all its descendants.
     Process {
         pid: i32,
+    },
+    /// Running processes (perf's `-p`): every thread they have when the
+    /// sampler opens, and the threads and children those create later.
+    Attach {
+        pids: Vec<i32>,
     },
     /// One thread, on whichever CPU it runs: one event and one ring in all
     /// (what a measurement of the calling thread needs, on any number of CPUs).
@@ -130,6 +138,8 @@ struct Event {
     index: usize,
     /// Nominal period; `None` for events sampled in frequency mode.
     period: Option<u64>,
+    /// Whether a change of rate moves the period (not for tracepoints: each hit is a sample).
+    scales: bool,
 }
 
 pub struct Sampler {
@@ -158,6 +168,21 @@ pub fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The threads of a process now, from /proc/PID/task (none if it is gone).
+pub fn threads_of(pid: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// Whether a process has ended: gone from /proc, or a zombie waiting for its parent.
+pub fn has_exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesized command name, which may itself hold ") ".
+        Ok(stat) => stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
+}
+
 /// CPUs that are online, from sysfs (`0-3,5`).
 pub fn online_cpus() -> Vec<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_else(|_| "0".into());
@@ -179,6 +204,7 @@ pub fn parse_cpu_list(s: &str) -> Vec<u32> {
 /// frequency mode (the kernel adapts the period) and are not randomized.
 fn nominal_period(e: &EventSpec, freq: u64) -> Option<u64> {
     match (e.type_, e.config) {
+        (sys::PERF_TYPE_TRACEPOINT, _) => Some(1),
         (sys::PERF_TYPE_SOFTWARE, 0 | 1) => Some((1_000_000_000 / freq).max(1000)),
         (sys::PERF_TYPE_HARDWARE, 0 | 1 | 6 | 9) => Some((cpu_hz() / freq).max(10_000)),
         _ => None,
@@ -251,7 +277,7 @@ impl Sampler {
         };
         if let Target::Thread { tid } = cfg.target {
             s.cpus.clear();
-            s.open_cpu(cfg, tid, -1)?;
+            s.open_cpu(cfg, tid, -1, None)?;
             return Ok(s);
         }
         let pid = match cfg.target {
@@ -261,13 +287,51 @@ impl Sampler {
         let formats: Vec<Format> = cfg.events.iter().map(|e| Format::of(&s.attr(cfg, e, None, false))).collect();
         s.layout.format = formats.first().copied().unwrap_or_default();
         s.layout.per_event = formats.into_iter().enumerate().collect();
+        if let Target::Attach { pids } = &cfg.target {
+            s.attach(cfg, pids)?;
+            return Ok(s);
+        }
         for &cpu in &cpus {
-            s.open_cpu(cfg, pid, cpu as i32)?;
+            s.open_cpu(cfg, pid, cpu as i32, None)?;
         }
         Ok(s)
     }
 
-    fn open_cpu(&mut self, cfg: &SamplerConfig, pid: i32, cpu: i32) -> Result<(), Error> {
+    /// Opens per-thread events, on every CPU, for each thread of `pids`,
+    /// all of a CPU's writing into one ring. `inherit` covers only tasks
+    /// created after the open, so existing threads each need their own;
+    /// the task lists are read again until no thread appeared meanwhile.
+    fn attach(&mut self, cfg: &SamplerConfig, pids: &[i32]) -> Result<(), Error> {
+        let mut done: std::collections::HashSet<i32> = std::collections::HashSet::new();
+        let mut leaders: Vec<Option<i32>> = vec![None; self.cpus.len()];
+        loop {
+            let fresh: Vec<i32> = pids.iter().flat_map(|&p| threads_of(p)).filter(|t| !done.contains(t)).collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for tid in fresh {
+                for (i, &cpu) in self.cpus.clone().iter().enumerate() {
+                    match self.open_cpu(cfg, tid, cpu as i32, leaders[i]) {
+                        Ok(leader) => leaders[i] = Some(leader),
+                        // The thread ended between the listing and the open.
+                        Err(_) if !Path::new(&format!("/proc/{tid}")).exists() => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+                done.insert(tid);
+            }
+        }
+        if done.is_empty() {
+            let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+            return Err(Error::new(ErrorKind::NoSuchProcess, format!("no such process: {}", list.join(", "))));
+        }
+        Ok(())
+    }
+
+    /// Opens the events of one task (or all, -1) on one CPU; the first maps
+    /// a ring unless `ring_of` names an event whose ring they all share.
+    /// Returns the fd that owns the ring.
+    fn open_cpu(&mut self, cfg: &SamplerConfig, pid: i32, cpu: i32, ring_of: Option<i32>) -> Result<i32, Error> {
         let mut leader: Option<i32> = None;
         for (index, e) in cfg.events.iter().enumerate() {
             let period = nominal_period(e, cfg.freq_hz);
@@ -288,28 +352,36 @@ impl Sampler {
             }
             .map_err(|err| open_error(e, err, attr.sample_type & sys::SAMPLE_BRANCH_STACK != 0))?;
             let raw = fd.as_raw_fd();
-            match leader {
+            match leader.or(ring_of) {
                 None => {
                     self.rings.push(Ring::map(raw, cfg.ring_pages).map_err(|err| Error::io("mmap of perf ring buffer", err))?);
                     leader = Some(raw);
                 }
                 Some(l) => {
-                    sys::ioctl(raw, sys::IOC_SET_OUTPUT, l as libc::c_ulong).map_err(|err| Error::io("PERF_EVENT_IOC_SET_OUTPUT", err))?
+                    sys::ioctl(raw, sys::IOC_SET_OUTPUT, l as libc::c_ulong).map_err(|err| Error::io("PERF_EVENT_IOC_SET_OUTPUT", err))?;
+                    leader.get_or_insert(l);
                 }
             }
             let id = sys::event_id(raw).map_err(|err| Error::io("PERF_EVENT_IOC_ID", err))?;
             self.layout.ids.push((id, index));
-            self.events.push(Event { fd, index, period });
+            self.events.push(Event { fd, index, period, scales: !e.is_tracepoint() });
         }
-        Ok(())
+        Ok(ring_of.or(leader).unwrap_or(-1))
     }
 
     fn attr(&self, cfg: &SamplerConfig, e: &EventSpec, period: Option<u64>, sideband: bool) -> PerfEventAttr {
         use sys::flag::*;
         let mut flags = SAMPLE_ID_ALL | WATERMARK;
         flags |= if cfg.enable_on_exec { ENABLE_ON_EXEC | DISABLED } else { DISABLED };
-        if matches!(cfg.target, Target::Process { .. }) {
+        if matches!(cfg.target, Target::Process { .. } | Target::Attach { .. }) {
             flags |= INHERIT;
+        }
+        if e.exclude.user {
+            flags |= EXCLUDE_USER;
+        }
+        if e.exclude.kernel {
+            // As perf's `:u`: the hypervisor is not user space either.
+            flags |= EXCLUDE_KERNEL | EXCLUDE_HV;
         }
         if sideband {
             flags |= MMAP | MMAP2 | COMM | COMM_EXEC | TASK | BUILD_ID;
@@ -439,7 +511,7 @@ impl Sampler {
     pub fn set_freq(&mut self, freq_hz: u64) {
         let freq_hz = freq_hz.max(1);
         let old = self.freq_hz;
-        for e in &mut self.events {
+        for e in self.events.iter_mut().filter(|e| e.scales) {
             if let Some(p) = e.period.as_mut() {
                 *p = (*p as u128 * old as u128 / freq_hz as u128).max(1000) as u64;
             }

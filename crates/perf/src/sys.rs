@@ -6,6 +6,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 pub const PERF_TYPE_HARDWARE: u32 = 0;
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_TYPE_TRACEPOINT: u32 = 2;
 pub const PERF_TYPE_HW_CACHE: u32 = 3;
 
 /// `sample_type` bits, in the order their fields appear in a sample
@@ -66,6 +67,9 @@ pub const FORMAT_LOST: u64 = 1 << 4;
 pub mod flag {
     pub const DISABLED: u64 = 1 << 0;
     pub const INHERIT: u64 = 1 << 1;
+    pub const EXCLUDE_USER: u64 = 1 << 4;
+    pub const EXCLUDE_KERNEL: u64 = 1 << 5;
+    pub const EXCLUDE_HV: u64 = 1 << 6;
     pub const MMAP: u64 = 1 << 8;
     pub const COMM: u64 = 1 << 9;
     pub const FREQ: u64 = 1 << 10;

@@ -21,6 +21,7 @@ pub mod client;
 pub mod codegen;
 pub mod counters;
 pub mod ctf;
+pub mod dump;
 pub mod export;
 pub mod kernel;
 pub mod perfetto;

@@ -5,29 +5,41 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 
 pub const RECORD_HELP: &str = "Examples:\n  loupe record -- make -j2\n  loupe record --freq 5000 --duration 30 --db /tmp/p.db\n  \
+loupe record -p 1234,1240 --duration 10 -o /tmp/p.db   (running processes, as perf record -p)\n  \
+loupe record -F 999 -g -e cpu-clock:u,sched:sched_switch -- ./prog\n  \
 loupe record --lbr -- ./prog   (then: loupe optimize export --format bolt ./prog > prog.fdata)\n\n\
 Recording into an existing database adds to its current epoch, so several runs of a program sum into one profile.\n\
 With a command, loupe exits with the command's exit status; its stdout and stderr pass through untouched.";
 
-pub const DAEMON_HELP: &str = "Examples:\n  loupe daemon --db /var/lib/loupe --flush-every 60 --stats 10\n\n\
+pub const DAEMON_HELP: &str = "Examples:\n  loupe daemon --db /var/lib/loupe --flush-every 60 --stats 10\n  \
+loupe daemon --print-config > /etc/loupe/daemon.toml; loupe daemon --config /etc/loupe/daemon.toml\n\n\
 Control a running daemon with `loupe flush --db DIR` and `loupe epoch --db DIR`. SIGTERM or SIGINT flushes and exits.";
 
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
     /// Mean samples per second per CPU per event; each period is drawn at random within ±10%.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    #[arg(short = 'F', long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub freq: u64,
-    /// Event to sample (repeatable): cpu-clock, task-clock, page-faults, cycles, instructions, cache-misses, ...
-    /// Hardware events the machine lacks fall back to cpu-clock with a warning.
-    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    /// Events to sample (repeatable, or a comma-separated list): cpu-clock, task-clock, page-faults, cycles,
+    /// instructions, cache-misses, ...; tracepoints as `subsystem:name` (every hit a sample, e.g. sched:sched_switch);
+    /// `:u` or `:k` after a name counts user or kernel code only. Hardware events the machine lacks fall back to
+    /// cpu-clock with a warning.
+    #[arg(short = 'e', long = "event", value_name = "EVENT", value_delimiter = ',')]
     pub events: Vec<String>,
     /// Collection backend. `auto` uses in-kernel BPF aggregation (call stacks walked and counted in the kernel)
     /// when the kernel (5.17+) and privileges allow it, and says why when it falls back to streaming.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub backend: Backend,
-    /// Do not collect call stacks (flat per-instruction profiles only).
-    #[arg(long)]
+    /// Do not collect call stacks (flat per-instruction profiles only); as `--call-graph none`.
+    #[arg(long, conflicts_with_all = ["g", "call_graph"])]
     pub no_stacks: bool,
+    /// Call stacks from frame pointers only, as perf's -g (`--call-graph fp`).
+    #[arg(short = 'g', conflicts_with = "call_graph")]
+    pub g: bool,
+    /// How call stacks are collected, in perf's words: `fp` (frame pointers only), `dwarf[,BYTES]` (frame pointers,
+    /// and DWARF unwinding of a stack copy of --stack-bytes or BYTES where they are missing: the default) or `none`.
+    #[arg(long, value_name = "fp|dwarf|none", value_parser = parse_call_graph)]
+    pub call_graph: Option<CallGraph>,
     /// Bytes of user stack copied per sample for DWARF unwinding of code without frame pointers
     /// (deeper stacks end in an `[unwind stopped]` frame); 0 = frame pointers only.
     #[arg(long, default_value_t = 16384, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(0..=65528))]
@@ -37,6 +49,38 @@ pub struct SamplingArgs {
     /// Without a branch stack (no PMU, or a VM that hides it) Loupe says so and records IP samples only.
     #[arg(long, value_enum, value_name = "WHICH", num_args = 0..=1, default_missing_value = "user")]
     pub lbr: Option<Lbr>,
+}
+
+/// `--call-graph`: how stacks are walked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallGraph {
+    Fp,
+    /// With the stack copy's size when given.
+    Dwarf(Option<u32>),
+    None,
+}
+
+fn parse_call_graph(s: &str) -> Result<CallGraph, String> {
+    let bytes = |b: &str| b.parse::<u32>().ok().filter(|&n| n <= 65528).ok_or_else(|| format!("stack bytes must be 0..=65528, got {b:?}"));
+    match s.split_once(',') {
+        None if s == "fp" => Ok(CallGraph::Fp),
+        None if s == "none" => Ok(CallGraph::None),
+        None if s == "dwarf" => Ok(CallGraph::Dwarf(None)),
+        Some(("dwarf", b)) => Ok(CallGraph::Dwarf(Some(bytes(b)?))),
+        _ => Err(format!("expected fp, dwarf, dwarf,BYTES or none, got {s:?}")),
+    }
+}
+
+impl SamplingArgs {
+    /// Bytes of stack copied per sample, or `None` for no stacks at all, after -g, --call-graph and --no-stacks.
+    pub fn stacks(&self) -> Option<u32> {
+        match (self.no_stacks, self.g, self.call_graph) {
+            (true, _, _) | (_, _, Some(CallGraph::None)) => None,
+            (_, true, _) | (_, _, Some(CallGraph::Fp)) => Some(0),
+            (_, _, Some(CallGraph::Dwarf(Some(b)))) => Some(b),
+            _ => Some(self.stack_bytes),
+        }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,12 +106,21 @@ impl Backend {
 }
 
 #[derive(Args, Debug)]
+// As perf's `-o perf.data`: on record and daemon, -o names the database written.
+#[command(mut_arg("db", |a| a.short('o').visible_alias("output")))]
 pub struct RecordArgs {
     #[command(flatten)]
     pub db: DbArg,
     #[command(flatten)]
     pub sampling: SamplingArgs,
-    /// Stop after this many seconds (system-wide mode: default until Ctrl-C).
+    /// Profile running processes (comma-separated or repeated), all their threads, and the threads and children they
+    /// start while recorded, as perf record -p; stops at --duration, Ctrl-C, or when all of them have exited.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',', conflicts_with_all = ["command", "all_cpus"])]
+    pub pids: Vec<i32>,
+    /// Every process on every CPU (the default without a command or -p); with a command, for as long as it runs.
+    #[arg(short = 'a', long)]
+    pub all_cpus: bool,
+    /// Stop after this many seconds (system-wide mode and -p: default until Ctrl-C).
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
     /// Merge into the database this often while recording, in seconds.
@@ -86,6 +139,7 @@ pub struct RecordArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(mut_arg("db", |a| a.short('o').visible_alias("output")))]
 pub struct DaemonArgs {
     #[command(flatten)]
     pub db: DbArg,
@@ -106,6 +160,13 @@ pub struct DaemonArgs {
     /// Also run the re-optimization manager (`loupe optimize manage --config CONFIG`) beside the daemon, niced, until the daemon stops.
     #[arg(long, value_name = "CONFIG")]
     pub optimize: Option<PathBuf>,
+    /// Read flags from a TOML file: any flag above by its long name (`flush-every = 30`, `event = ["cpu-clock"]`,
+    /// `no-stacks = true`); flags on the command line win. Mistakes are reported with the file's line.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print every setting, with what this command line and --config make of it, as a --config file, and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 /// `--max-overhead`: a percent of each CPU, or off.

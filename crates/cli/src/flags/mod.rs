@@ -71,7 +71,10 @@ pub enum Command {
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
     /// Show which sampling events this machine supports.
-    Events(OutputFlag),
+    #[command(
+        after_help = "Tracepoints (`-e subsystem:name`, e.g. sched:sched_switch) are listed by the kernel under /sys/kernel/tracing/events."
+    )]
+    Events(EventsArgs),
     /// Differential profile of two runs or sets of runs (McKenney): buckets sorted by how they changed.
     #[command(after_help = DIFF_HELP)]
     Diff(DiffArgs),
@@ -130,6 +133,15 @@ pub struct OutputFlag {
 pub struct EpochsArgs {
     #[command(flatten)]
     pub db: DbArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
+#[derive(Args, Debug)]
+pub struct EventsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,

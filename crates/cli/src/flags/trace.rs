@@ -28,7 +28,10 @@ The command logs through generated stubs into a per-CPU shared-memory buffer nam
 loupe drains it while the command runs. Events the buffer could not hold are dropped and counted in trace.json.")]
     Record(TraceRecordArgs),
     /// Print a trace's events in time order.
-    #[command(after_help = "Example:\n  loupe trace dump run.trace | head")]
+    #[command(
+        after_help = "Examples:\n  loupe trace dump run.trace | head\n  loupe trace dump run.trace --format json | jq '.events[0]'\n\n\
+System calls show by name (this machine's architecture), addresses (ip, address) in hex."
+    )]
     Dump(TraceDirArg),
     /// Frequency strips per interval aligned with phase markers, correlations, periods (PEM Figure 4).
     #[command(
@@ -113,6 +116,9 @@ pub struct TraceRecordArgs {
 pub struct TraceDirArg {
     /// Trace directory.
     pub dir: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = TraceFormat::Text)]
+    pub format: TraceFormat,
     #[command(flatten)]
     pub output: OutputFlag,
 }
