@@ -1,11 +1,12 @@
 //! `record`, `daemon`, `flush`, `epoch`, `epochs`, `events`.
 
-use crate::flags::{DaemonArgs, DbArg, EventsArgs, Format, Lbr, RecordArgs, SamplingArgs, ShareArg};
+use crate::flags::{DaemonArgs, DbArg, EpochsArgs, EventsArgs, Format, Lbr, RecordArgs, SamplingArgs, ShareArg};
 use anyhow::{bail, Context, Result};
 use loupe_collector::daemon::{self, BackendChoice, DaemonOptions, Engine};
 use loupe_collector::privilege::{self, Plan, Privileges, Scope};
 use loupe_perf::{EventSpec, GatedChild, SamplerConfig, Target};
 use loupe_store::Database;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -375,20 +376,25 @@ fn report_answer(answer: &str) -> Result<u8> {
     }
 }
 
-pub fn epochs(a: DbArg) -> Result<u8> {
-    let db = Database::open(&a.db)?;
+pub fn epochs(a: EpochsArgs, out: &mut dyn Write) -> Result<u8> {
+    let db = Database::open(&a.db.db)?;
+    if a.format == Format::Json {
+        let doc = crate::epochs::json(&db)?;
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(0);
+    }
     let current = db.current_epoch()?;
     for e in db.epochs()? {
         let (index, _) = db.index(e.id)?;
         let samples: u64 = index.entries.iter().map(|x| x.total_samples).sum();
         let mark = if e.id == current { "*" } else { " " };
         let started = crate::flags::iso_local(e.started_unix);
-        println!("{mark}{:>6}  started {started}  {:>10} samples  {} profiles", e.id, samples, index.entries.len());
+        writeln!(out, "{mark}{:>6}  started {started}  {:>10} samples  {} profiles", e.id, samples, index.entries.len())?;
     }
     Ok(0)
 }
 
-pub fn events(a: EventsArgs) -> Result<u8> {
+pub fn events(a: EventsArgs, out: &mut dyn Write) -> Result<u8> {
     let user_only = !Privileges::current().kernel_samples();
     if user_only {
         eprintln!("loupe: probing user space only: kernel samples need CAP_PERFMON or kernel.perf_event_paranoid <= 1");
@@ -411,14 +417,14 @@ pub fn events(a: EventsArgs) -> Result<u8> {
             .iter()
             .map(|(name, kind, r)| serde_json::json!({ "name": name, "kind": kind, "available": r.is_ok(), "reason": r.as_ref().err() }))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "events": list }))?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({ "events": list }))?)?;
         return Ok(0);
     }
     for (name, kind, r) in rows {
         match r {
-            Ok(()) if name == "branch-stack" => println!("{name:<26} {kind:<9} available (--lbr)"),
-            Ok(()) => println!("{name:<26} {kind:<9} available"),
-            Err(why) => println!("{name:<26} {kind:<9} unavailable: {why}"),
+            Ok(()) if name == "branch-stack" => writeln!(out, "{name:<26} {kind:<9} available (--lbr)")?,
+            Ok(()) => writeln!(out, "{name:<26} {kind:<9} available")?,
+            Err(why) => writeln!(out, "{name:<26} {kind:<9} unavailable: {why}")?,
         }
     }
     Ok(0)

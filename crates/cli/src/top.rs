@@ -9,12 +9,12 @@ use loupe_store::query::{choose_events, Detail, Filter, ProfileSource, Selection
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 
-pub fn run(a: TopArgs) -> Result<u8> {
+pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     if let Some(source) = &a.source.source {
         return crate::fleet::top(&a, source);
     }
     if a.children || a.callers.is_some() || a.callees.is_some() {
-        return crate::stacks::top(a);
+        return crate::stacks::top(a, out);
     }
     let by = match &a.by {
         TopBy::Label(key) if loupe_model::cgroup::LABEL_KEYS.contains(&key.as_str()) => {
@@ -44,10 +44,9 @@ pub fn run(a: TopArgs) -> Result<u8> {
     let mut syms = Symbols::for_db(&a.db.db);
     let (keep, keep_image) = (|p: &_| sel.filter.keep_process(p), |i: &str| sel.filter.keep_image(i));
     let report = top(&flat.profiles, &flat.totals, &events, group, &keep, &keep_image, &mut syms);
-    let mut out = std::io::stdout().lock();
     match a.format {
-        Format::Json => print_json(&mut out, &report, by, a.limit)?,
-        Format::Text => print_text(&mut out, &report, by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
+        Format::Json => print_json(out, &report, by, a.limit)?,
+        Format::Text => print_text(out, &report, by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
     }
     Ok(0)
 }

@@ -17,6 +17,7 @@ mod ops;
 pub mod optimize;
 mod procedure;
 mod select;
+mod serve;
 mod stacks;
 mod top;
 mod trace;
@@ -30,6 +31,7 @@ pub use locks::*;
 pub use ops::*;
 pub use procedure::*;
 pub use select::*;
+pub use serve::*;
 pub use stacks::*;
 pub use top::*;
 pub use trace::*;
@@ -72,7 +74,7 @@ pub enum Command {
     /// Start a new epoch (through the running daemon if there is one).
     Epoch(DbArg),
     /// List the epochs of a database.
-    Epochs(DbArg),
+    Epochs(EpochsArgs),
     /// Samples per image, procedure or source line, sorted descending (DCPI's dcpiprof).
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
@@ -115,6 +117,9 @@ pub enum Command {
     /// The fleet store in ClickHouse: create its schema (`loupe fleet init`).
     #[command(after_help = FLEET_HELP)]
     Fleet(FleetArgs),
+    /// Serve the web UI and a JSON API (the CLI's `--format json` of each command) over HTTP.
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(after_help = COMPLETIONS_HELP)]
     Completions(CompletionsArgs),
@@ -130,11 +135,32 @@ pub struct DbArg {
     pub db: PathBuf,
 }
 
+/// `-o/--output`: where a command writes its result.
+#[derive(Args, Debug, Clone, Default)]
+pub struct OutputFlag {
+    /// Write the result to FILE (created 0600) instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct EpochsArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
+}
+
 #[derive(Args, Debug)]
 pub struct EventsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

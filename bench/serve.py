@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""`loupe serve` API latency: p50/p95 of /api/top and /api/flame for one
+epoch and for a synthetic day.
+
+Records the whole machine for --seconds while the selftime and callstack
+workloads run (one epoch: the "one epoch" case), then synthesizes a day
+from that real recording: --epochs copies of the epoch (hard links; only
+epoch.json is rewritten, each copy starting --step seconds after the
+previous), so that the database holds what a day of such minutes would.
+Requests go over HTTP to a real `loupe serve`, one at a time, --rounds each.
+
+Usage: bench/serve.py [--seconds 30] [--freq 2000] [--epochs 1440] [--step 60] [--rounds 20]
+"""
+import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOUPE = os.environ.get("LOUPE", os.path.join(ROOT, "target/release/loupe"))
+WL = os.path.join(ROOT, "target/bench-workloads")
+
+
+def record(db, seconds, freq):
+    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "testdata/workloads"), f"OUT={WL}"], check=True)
+    wls = [subprocess.Popen([f"{WL}/selftime", "--seconds", str(seconds + 1)], stdout=subprocess.DEVNULL),
+           subprocess.Popen([f"{WL}/callstack", "--seconds", str(seconds + 1)], stdout=subprocess.DEVNULL)]
+    time.sleep(0.5)
+    subprocess.run([LOUPE, "record", "--db", db, "--freq", str(freq), "--duration", str(seconds)], check=True, stderr=subprocess.DEVNULL)
+    for w in wls:
+        w.wait()
+
+
+def synthesize_day(src, dst, epochs, step):
+    """Copies of src's one epoch as epochs 1..N of dst (files hard-linked)."""
+    shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("epochs"))
+    one = os.path.join(src, "epochs", sorted(os.listdir(os.path.join(src, "epochs")))[0])
+    meta = json.load(open(os.path.join(one, "epoch.json")))
+    start = meta["started_unix"] - epochs * step
+    for i in range(1, epochs + 1):
+        d = os.path.join(dst, "epochs", f"{i:06d}")
+        shutil.copytree(one, d, copy_function=os.link, ignore=shutil.ignore_patterns("epoch.json"))
+        json.dump(dict(meta, started_unix=start + (i - 1) * step), open(os.path.join(d, "epoch.json"), "w"))
+    open(os.path.join(dst, "CURRENT"), "w").write(f"{epochs}\n")
+
+
+def serve(db):
+    p = subprocess.Popen([LOUPE, "serve", "--db", db, "--listen", "127.0.0.1:0", "--time-limit", "600"], stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    return p, line.split()[1].rstrip("/")
+
+
+def timings(url, rounds):
+    out = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        with urllib.request.urlopen(url, timeout=900) as r:
+            r.read()
+        out.append(time.perf_counter() - t)
+    out.sort()
+    return statistics.median(out), out[min(len(out) - 1, int(round(0.95 * (len(out) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--freq", type=int, default=2000)
+    ap.add_argument("--epochs", type=int, default=1440)
+    ap.add_argument("--step", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--day-rounds", type=int, default=5)
+    a = ap.parse_args()
+    # A timeout's SIGTERM still stops the server (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    tmp = tempfile.mkdtemp(prefix="loupe-serve-bench.")
+    one, day = os.path.join(tmp, "one"), os.path.join(tmp, "day")
+    try:
+        record(one, a.seconds, a.freq)
+        synthesize_day(one, day, a.epochs, a.step)
+        measure(a, one, day)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(a, one, day):
+    for name, db, epoch, rounds in [("one epoch", one, "current", a.rounds), (f"day ({a.epochs} epochs)", day, "all", a.day_rounds)]:
+        p, base = serve(db)
+        try:
+            top = json.load(urllib.request.urlopen(f"{base}/api/top?by=image&epoch={epoch}&limit=1", timeout=900))
+            print(f"{name}: {top['total_samples']} samples")
+            for what in ["top?by=procedure&", "top?by=image&", "flame?"]:
+                path = f"{what}epoch={epoch}"
+                p50, p95 = timings(f"{base}/api/{path}", rounds)
+                print(f"  /api/{path}: p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms ({rounds} requests)")
+        finally:
+            p.kill()
+            p.wait()
+
+
+if __name__ == "__main__":
+    main()
