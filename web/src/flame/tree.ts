@@ -179,7 +179,7 @@ export function search(root: FNode, query: string): { nodes: Set<FNode>; samples
     if (!n.parent || !n.name.toLowerCase().includes(q)) return;
     nodes.add(n);
     let outer = true;
-    for (let x = n.parent; x; x = x.parent) if (nodes.has(x)) outer = false;
+    for (let x: FNode | null = n.parent; x; x = x.parent) if (nodes.has(x)) outer = false;
     if (outer) samples += n.total;
   });
   return { nodes, samples };

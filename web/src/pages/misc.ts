@@ -1,0 +1,73 @@
+// Pages whose answers are lists of rows: data profile, locks, optimization decisions, stats, and the
+// trace exports. They show the API's JSON as sortable tables.
+import { Ctx } from '../context';
+import { apiUrl, formatHash, withParam } from '../state';
+import { el, emptyBox, genericJson, getJson } from '../ui';
+
+const DATA_VIEWS = [
+  ['profile', 'Types and fields'],
+  ['classify', 'Miss classification'],
+  ['workingset', 'Working set'],
+] as const;
+
+export async function dataPage(c: Ctx): Promise<void> {
+  const view = c.route.params.get('view') ?? 'profile';
+  c.main.append(el('h1', {}, 'Data profile'), el('div', { class: 'tabs' }, ...DATA_VIEWS.map(([v, t]) => el('a', { href: formatHash(withParam(c.route, 'view', v)), class: v === view ? 'active' : '' }, t))));
+  const d = await getJson<unknown>(apiUrl(`data/${view}`, c.filters));
+  c.main.append(isEmpty(d) ? emptyBox('No data samples: record with memory events (`loupe record -e mem-loads`) on a program built with -g.') : genericJson(d));
+}
+
+export async function locksPage(c: Ctx): Promise<void> {
+  c.main.append(el('h1', {}, 'Locks'), el('p', { class: 'lead' }, 'Hold and wait times per lock; hold fraction near 1 means the lock is saturated.'));
+  const d = await getJson<unknown>(apiUrl('locks', c.filters));
+  c.main.append(isEmpty(d) ? emptyBox('No lock records: `loupe locks -- CMD` records them.') : genericJson(d));
+}
+
+export async function optimizePage(c: Ctx): Promise<void> {
+  const image = c.route.params.get('image') ?? '';
+  const f = el('form', { class: 'toolbar' }, el('label', {}, 'Image ', el('input', { name: 'img', value: image, placeholder: 'path or name of a binary' })), el('button', { type: 'submit' }, 'Show decisions'));
+  f.addEventListener('submit', (e) => {
+    e.preventDefault();
+    c.nav(withParam(c.route, 'image', (f.elements.namedItem('img') as HTMLInputElement).value.trim()));
+  });
+  c.main.append(el('h1', {}, 'Optimization decisions'), f);
+  if (!image) return void c.main.append(emptyBox('Name an image to see the decisions taken for it (loupe optimize run / manage).'));
+  c.main.append(genericJson(await getJson<unknown>(apiUrl('optimize/status', new URLSearchParams(), { image }))));
+}
+
+export async function statsPage(c: Ctx): Promise<void> {
+  const runs = c.route.params.get('runs') ?? '';
+  const f = el('form', { class: 'toolbar' }, el('label', {}, 'Runs ', el('input', { name: 'runs', value: runs, placeholder: '1 2 3 or NAME:1 NAME:2', size: '30' })), el('button', { type: 'submit' }, 'Compare runs'));
+  f.addEventListener('submit', (e) => {
+    e.preventDefault();
+    c.nav(withParam(c.route, 'runs', (f.elements.namedItem('runs') as HTMLInputElement).value.trim()));
+  });
+  c.main.append(el('h1', {}, 'Stats across runs'), el('p', { class: 'lead' }, 'Which procedures vary most across runs: range %, mean, standard deviation, p-value.'), f);
+  const list = runs.split(/[\s]+/).filter(Boolean);
+  if (list.length < 2) return void c.main.append(emptyBox('Name at least two runs (epochs or NAME:EPOCH), separated by spaces.'));
+  const p = new URLSearchParams();
+  for (const r of list) p.append('run', r);
+  c.main.append(genericJson(await getJson<unknown>(`${apiUrl('stats', p, { by: c.route.params.get('by') ?? undefined })}`)));
+}
+
+const EXPORTS = [
+  ['perfetto', 'Perfetto trace', 'open it at the Perfetto UI (Open trace file)'],
+  ['speedscope', 'speedscope JSON', 'open it in speedscope'],
+  ['pprof', 'pprof profile', 'go tool pprof -http : FILE'],
+  ['collapsed', 'Collapsed stacks', 'flamegraph.pl or inferno'],
+] as const;
+
+export async function tracesPage(c: Ctx): Promise<void> {
+  c.main.append(el('h1', {}, 'Traces and exports'), el('p', { class: 'lead' }, 'Download the selection (the filters above apply) for other tools; nothing leaves this machine unless you open the file elsewhere.'));
+  c.main.append(el('ul', { class: 'exports' }, ...EXPORTS.map(([fmt, name, how]) => el('li', {}, el('a', { href: apiUrl('export', c.filters, { format: fmt }), download: `loupe.${fmt === 'pprof' ? 'pb.gz' : fmt === 'collapsed' ? 'txt' : fmt === 'perfetto' ? 'pftrace' : 'json'}`, 'data-format': fmt }, name), ` — ${how}`))));
+}
+
+function isEmpty(d: unknown): boolean {
+  if (d === null || d === undefined) return true;
+  if (Array.isArray(d)) return d.length === 0;
+  if (typeof d === 'object') {
+    const rows = (d as Record<string, unknown>).rows;
+    return Array.isArray(rows) && rows.length === 0;
+  }
+  return false;
+}
