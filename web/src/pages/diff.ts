@@ -101,7 +101,7 @@ async function diffFlame(c: Ctx, a: string, b: string, mode: string, byProc: Dif
   const box = el('section', { class: 'diff-flame' }, el('h2', {}, 'Diff flame graph'), el('p', { class: 'lead' }, 'Widths: B. Red: significantly more in B, blue: significantly less; grey: no significant change.'));
   c.main.append(box);
   try {
-    const side = (s: string) => getJson<FlameAnswer>(apiUrl('flame', withEpoch(c.filters, s)));
+    const side = (s: string) => getJson<FlameAnswer>(apiUrl('flame', sideSelection(c.filters, s)));
     const [fa, fb, verdicts] = await Promise.all([side(a), side(b), byProc ? Promise.resolve(byProc) : getJson<DiffAnswer>(apiUrl('diff', new URLSearchParams(), { a, b, mode, by: 'procedure', limit: 100000 }))]);
     const map = new Map<string, DiffVerdict>();
     for (const r of verdicts.rows) if (r.procedure) map.set(key(r.procedure, r.image ?? ''), r);
@@ -119,12 +119,21 @@ async function diffFlame(c: Ctx, a: string, b: string, mode: string, byProc: Dif
   }
 }
 
-/** Flame selections for a diff side: an epoch number of the served database, summed sides not supported. */
-function withEpoch(filters: URLSearchParams, side: string): URLSearchParams {
+/** Flame selection of one diff side: `EPOCH` of the first database or `NAME:EPOCH`; sums have no single tree. */
+export function sideSelection(filters: URLSearchParams, side: string): URLSearchParams {
+  if (side.includes(',')) throw new Error(`the diff flame graph draws one epoch per side; ${side} is a sum`);
   const p = new URLSearchParams(filters);
   p.delete('since');
   p.delete('until');
-  p.set('epoch', side);
+  const colon = side.lastIndexOf(':');
+  if (colon >= 0) {
+    p.set('db', side.slice(0, colon));
+    p.set('epoch', side.slice(colon + 1));
+  } else if (/^(\d+|all|current)$/.test(side)) p.set('epoch', side);
+  else {
+    p.set('db', side);
+    p.set('epoch', 'current');
+  }
   return p;
 }
 

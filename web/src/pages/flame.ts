@@ -80,6 +80,8 @@ function searchAll(q: string, status: HTMLElement): void {
   }
   status.textContent = q.trim() ? `${count} frames match “${q}”: ${samples} samples, ${total ? ((100 * samples) / total).toFixed(1) : 0}%` : '';
   status.dataset.matches = String(count);
+  status.dataset.samples = String(samples);
+  status.dataset.total = String(total);
 }
 
 function view(c: Ctx, root: FNode, status: HTMLElement): FlameView {
