@@ -17,9 +17,11 @@ page.setDefaultTimeout(30000);
 const consoleErrors = [];
 page.on('pageerror', (e) => consoleErrors.push(String(e)));
 
-/** Opens `#/hash` and waits until the page has drawn (its main element carries data-ready). */
+/** Loads `#/hash` and waits until the page has drawn (its main element carries data-ready). */
+let loads = 0;
 async function open(hash) {
-  await page.goto(`${base}/#/${hash}`);
+  // A fresh document each time (a new query string): a hash change alone would keep the last page's state.
+  await page.goto(`${base}/?load=${++loads}#/${hash}`);
   await page.waitForSelector('main[data-ready="1"]');
 }
 
@@ -95,8 +97,10 @@ const tests = [
     const steady = await page.$$eval('#diff-table tbody tr', (trs) => trs.filter((t) => /steady_/.test(t.textContent)).map((t) => t.className));
     assert(steady.length === 3 && steady.every((c) => !c.includes('sig')), `unchanged procedures marked: ${steady}`);
     await page.waitForSelector('#diff-flame canvas');
-    const colours = await page.evaluate(() => window.loupeFlames.diff.rectOf('grow'));
-    assert(colours, 'grow missing from the diff flame graph');
+    // Only the significant change is coloured: grow red (it grew), the steady procedures grey.
+    const fills = await page.evaluate(() => ['grow', 'steady_a', 'steady_b', 'steady_c'].map((n) => window.loupeFlames.diff.rectOf(n)?.fill));
+    assert(/^hsl\(0,/.test(fills[0]), `grow is drawn ${fills[0]}, not red`);
+    assert(fills.slice(1).every((f) => f === '#c8c8c8'), `unchanged procedures coloured: ${fills}`);
     await shot('diff');
   }],
   ['the source page shows per-line samples for the hot loop', async () => {
@@ -118,7 +122,7 @@ const tests = [
     await shot('source');
   }],
   ['errors from the API are shown with their message', async () => {
-    await open('source?image=selftime&procedure=no_such_procedure');
+    await open('source?binary=selftime&procedure=no_such_procedure');
     const msg = await page.textContent('.error');
     assert(/no_such_procedure/.test(msg) && /HTTP 404/.test(msg), `error box: ${msg}`);
   }],

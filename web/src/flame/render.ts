@@ -62,13 +62,13 @@ export class FlameView {
   }
 
   /** Where a frame of this name is drawn now, in page pixels (the widest one), or null. */
-  rectOf(name: string): { x: number; y: number; w: number; h: number; highlighted: boolean } | null {
+  rectOf(name: string): { x: number; y: number; w: number; h: number; highlighted: boolean; fill: string } | null {
     this.draw();
     const box = this.canvas.getBoundingClientRect();
     let best: Rect | null = null;
     for (const r of this.rects) if (r.node.name === name && (!best || r.w > best.w)) best = r;
     if (!best) return null;
-    return { x: box.left + best.x * box.width, y: box.top + best.depth * ROW, w: best.w * box.width, h: ROW, highlighted: this.matched.has(best.node) };
+    return { x: box.left + best.x * box.width, y: box.top + best.depth * ROW, w: best.w * box.width, h: ROW, highlighted: this.matched.has(best.node), fill: this.fill(best.node) };
   }
 
   /** Names of the frames drawn highlighted now. */
@@ -108,7 +108,7 @@ export class FlameView {
   private drawRect(ctx: CanvasRenderingContext2D, r: Rect, width: number, searching: boolean): void {
     const x = r.x * width, w = r.w * width, y = r.depth * ROW;
     const hit = this.matched.has(r.node);
-    ctx.fillStyle = hit ? '#e040fb' : (this.opts.colour ?? ((n) => nameColour(n.name, n.image)))(r.node);
+    ctx.fillStyle = hit ? '#e040fb' : this.fill(r.node);
     ctx.globalAlpha = searching && !hit ? 0.35 : 1;
     ctx.fillRect(x, y, Math.max(w - 0.5, 0.5), ROW - 1);
     ctx.globalAlpha = 1;
@@ -117,6 +117,10 @@ export class FlameView {
     const label = r.node.name;
     const fit = Math.floor((w - 6) / 6.5);
     ctx.fillText(label.length > fit ? `${label.slice(0, Math.max(fit - 1, 1))}…` : label, x + 3, y + ROW / 2);
+  }
+
+  private fill(n: FNode): string {
+    return this.opts.colour ? this.opts.colour(n) : nameColour(n.name, n.image);
   }
 
   private at(e: MouseEvent): Rect | null {

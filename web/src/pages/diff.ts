@@ -3,7 +3,7 @@
 // a diff flame graph coloured only where the change is significant.
 import { Ctx } from '../context';
 import { FlameView } from '../flame/render';
-import { DiffVerdict, diffColour, diffTree, fromApi } from '../flame/tree';
+import { DiffVerdict, diffColour, diffTree, FNode, fromApi } from '../flame/tree';
 import { apiUrl, formatHash, goTo, withParam } from '../state';
 import { base, el, emptyBox, errorBox, fmt, getJson, table } from '../ui';
 import { FlameAnswer } from './flame';
@@ -76,7 +76,7 @@ function rowsTable(c: Ctx, d: DiffAnswer, by: string): HTMLElement {
   const rows = d.rows.map((r, i) => ({ ...r, rank: i + 1, name: by === 'image' ? base(r.image) || r.image || '' : label(r) }));
   return table([
     { key: 'rank', label: '#', num: true },
-    { key: 'name', label: by, cell: (r) => (r.procedure && r.image ? el('a', { href: formatHash(goTo(c.route, 'source', { image: r.image, procedure: r.procedure })) }, r.name) : r.name) },
+    { key: 'name', label: by, cell: (r) => (r.procedure && r.image ? el('a', { href: formatHash(goTo(c.route, 'source', { binary: r.image, procedure: r.procedure })) }, r.name) : r.name) },
     { key: 'image', label: 'Image', get: (r) => base(r.image) },
     { key: 'a', label: 'A', num: true },
     { key: 'b', label: 'B', num: true },
@@ -104,13 +104,19 @@ async function diffFlame(c: Ctx, a: string, b: string, mode: string, byProc: Dif
     const side = (s: string) => getJson<FlameAnswer>(apiUrl('flame', sideSelection(c.filters, s)));
     const [fa, fb, verdicts] = await Promise.all([side(a), side(b), byProc ? Promise.resolve(byProc) : getJson<DiffAnswer>(apiUrl('diff', new URLSearchParams(), { a, b, mode, by: 'procedure', limit: 100000 }))]);
     const map = new Map<string, DiffVerdict>();
-    for (const r of verdicts.rows) if (r.procedure) map.set(key(r.procedure, r.image ?? ''), r);
+    const byName = new Map<string, DiffVerdict>();
+    for (const r of verdicts.rows) if (r.procedure) {
+      map.set(key(r.procedure, r.image ?? ''), r);
+      byName.set(r.procedure, r);
+    }
+    // Frames without an image (unsymbolized or kernel) fall back to the verdict of their name.
+    const verdict = (n: FNode) => map.get(key(n.name, n.image)) ?? (n.image ? undefined : byName.get(n.name));
     const tree = diffTree(fromApi(fa.root), fromApi(fb.root));
     const host = el('div', { class: 'flame', id: 'diff-flame' });
     box.append(host);
     const v = new FlameView(host, {
-      colour: (n) => diffColour(map.get(key(n.name, n.image))),
-      describe: (n) => `${n.name}${n.image ? ` (${base(n.image)})` : ''}\nA ${n.base ?? 0} → B ${n.total}${map.get(key(n.name, n.image))?.significant ? ' · significant' : ''}`,
+      colour: (n) => diffColour(verdict(n)),
+      describe: (n) => `${n.name}${n.image ? ` (${base(n.image)})` : ''}\nA ${n.base ?? 0} → B ${n.total}${verdict(n)?.significant ? ' · significant' : ''}`,
     });
     v.setTree(tree);
     window.loupeFlames = { diff: v };

@@ -41,7 +41,7 @@ export async function flamePage(c: Ctx): Promise<void> {
     window.loupeFlames.callers = view(c, s.callers, status);
     c.main.append(el('h2', {}, `${sw} and its callees`));
     window.loupeFlame = window.loupeFlames.callees = view(c, s.callees, status);
-  } else window.loupeFlame = view(c, inverted ? invert(tree) : tree, status);
+  } else window.loupeFlame = window.loupeFlames.main = view(c, inverted ? invert(tree) : tree, status);
   const q = p.get('search') ?? '';
   if (q) searchAll(q, status);
 }
@@ -93,7 +93,7 @@ function view(c: Ctx, root: FNode, status: HTMLElement): FlameView {
       const pct = root.total ? ((100 * n.total) / root.total).toFixed(1) : '0';
       info.replaceChildren(
         n.parent ? `Zoomed to ${n.name}: ${n.total} samples, ${pct}% ` : '',
-        n.parent && n.image ? el('a', { href: formatHash(goTo(c.route, 'source', { image: n.image, procedure: n.name })), id: 'flame-source' }, 'source →') : '',
+        n.parent && n.image ? el('a', { href: formatHash(goTo(c.route, 'source', { binary: n.image, procedure: n.name })), id: 'flame-source' }, 'source →') : '',
         n.parent ? ' ' : '',
         n.parent ? el('a', { href: formatHash(withParam(c.route, 'sandwich', n.name)) }, 'sandwich →') : '',
       );

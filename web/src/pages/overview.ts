@@ -51,10 +51,17 @@ function drawChart(box: HTMLElement, epochs: Epoch[], c: Ctx): void {
   const data: uPlot.AlignedData = [xs, ...[...s.cumulative].reverse(), epochs.map((e) => (e.lost > 0 ? e.lost : null))];
   const width = Math.max(box.clientWidth || 900, 400);
   new uPlot({
-    width, height: 280, series, scales: { x: { time: true } },
+    width, height: 280, series, scales: { x: { time: true, range: () => padded(xs) } },
     axes: [{}, { label: 'samples' }],
     hooks: { setSelect: [(u) => pickRange(u, epochs, c)] },
   }, data, box);
+}
+
+/** The time axis around the epochs, with room for the first and last bars (and a lone one). */
+function padded(xs: number[]): [number, number] {
+  const lo = Math.min(...xs), hi = Math.max(...xs);
+  const pad = Math.max(30, (hi - lo) * 0.05);
+  return [lo - pad, hi + pad];
 }
 
 /** A dragged range selects the epochs that started in it (one epoch, or since/until seconds). */

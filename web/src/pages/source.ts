@@ -42,7 +42,7 @@ interface Calc {
 }
 
 export async function sourcePage(c: Ctx): Promise<void> {
-  const image = c.route.params.get('image') ?? '', procedure = c.route.params.get('procedure') ?? '';
+  const image = c.route.params.get('binary') ?? '', procedure = c.route.params.get('procedure') ?? '';
   c.main.append(el('h1', {}, 'Source and disassembly'));
   if (!image || !procedure) return pickProcedure(c);
   c.main.append(el('p', { class: 'lead' }, el('code', {}, procedure), ` in ${image}`));
@@ -114,5 +114,5 @@ function culprit(c: unknown): string {
 async function pickProcedure(c: Ctx): Promise<void> {
   const t = await getJson<{ rows: { image: string; procedure: string; percent: number }[] }>(apiUrl('top', c.filters, { by: 'procedure', limit: 30 }));
   if (!t.rows.length) return void c.main.append(emptyBox('No samples in this selection.'));
-  c.main.append(el('p', {}, 'Pick a procedure:'), el('ul', { class: 'picks' }, ...t.rows.map((r) => el('li', {}, el('a', { href: formatHash(goTo(c.route, 'source', { image: r.image, procedure: r.procedure })) }, r.procedure), ` ${r.percent}% · ${base(r.image)}`))));
+  c.main.append(el('p', {}, 'Pick a procedure:'), el('ul', { class: 'picks' }, ...t.rows.map((r) => el('li', {}, el('a', { href: formatHash(goTo(c.route, 'source', { binary: r.image, procedure: r.procedure })) }, r.procedure), ` ${r.percent}% · ${base(r.image)}`))));
 }

@@ -63,5 +63,5 @@ async function procedures(c: Ctx): Promise<void> {
 }
 
 function procLink(c: Ctx, image: string, procedure: string): HTMLElement {
-  return el('a', { href: formatHash(goTo(c.route, 'source', { image, procedure })), class: 'proc' }, procedure);
+  return el('a', { href: formatHash(goTo(c.route, 'source', { binary: image, procedure })), class: 'proc' }, procedure);
 }
