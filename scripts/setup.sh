@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config linux-perf valgrind bpftrace libc6-dbg binutils python3 clang bpftool libelf-dev zlib1g-dev make llvm-19 golang-go g++ default-jdk-headless liblttng-ust-dev lttng-tools babeltrace2 libxml2-utils bolt-19 graphviz)
 pkgs+=(libatomic1)  # the Python trace runtime's compare-and-swap (sdk/python/loupe_trace.py)
+pkgs+=(chromium)  # browser tests of loupe serve's pages (web/test.sh drives it with playwright-core)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
