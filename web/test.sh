@@ -17,8 +17,9 @@ unit=$(NO_COLOR=1 npm test --silent 2>&1) || { echo "$unit"; echo "web: 0 passed
 unit_passed=$(sed -n 's/^ *Tests *\([0-9]*\) passed.*/\1/p' <<<"$unit")
 echo "web: ${unit_passed:-0} unit tests passed"
 cd "$root"
-make -s -C testdata/workloads >/dev/null
-wl=$root/testdata/workloads/build
+# The same build of the workloads as the cargo tests' (crates/cli/tests/util).
+wl=$root/target/testdata-workloads
+make -s -C testdata/workloads OUT="$wl" >/dev/null
 tmp=$(mktemp -d /tmp/loupe-web.XXXXXX)
 server=
 cleanup() {
