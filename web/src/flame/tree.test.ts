@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ApiNode, diffColour, diffTree, fromApi, FNode, invert, layout, NEUTRAL, sandwich, search } from './tree';
+import { ApiNode, diffColour, diffTree, fromApi, FNode, invert, layout, NEUTRAL, sandwich, search, walk } from './tree';
 
 // main calls a (which calls c) and b (which calls c): 10 samples, known self counts.
 const api: ApiNode = {
@@ -97,5 +97,30 @@ describe('flame tree', () => {
     expect(diffColour({ significant: true, score: 2, a: 1, b: 2 })).toMatch(/^hsl\(0,/);
     expect(diffColour({ significant: true, score: 0.5, a: 2, b: 1 })).toMatch(/^hsl\(215,/);
     expect(diffColour({ significant: true, score: null, a: 0, b: 9 })).toBe('hsl(0, 80%, 45%)');
+  });
+});
+
+describe('large trees', () => {
+  it('lays out only visible frames of a 100k-node tree', () => {
+    // Checks the pruning that keeps drawing independent of tree size: at most 1/minWidth frames per row.
+    // 100 heavy frames (0.5% of the samples each) among 49,900 light ones, each with one child.
+    const leaves: ApiNode[] = [];
+    for (let i = 0; i < 50000; i++) {
+      const w = i < 100 ? 500 : 1;
+      leaves.push({ name: `f${i}`, self: w, total: 2 * w, children: [{ name: `g${i}`, self: w, total: w }] });
+    }
+    const t = fromApi({ name: 'all', self: 0, total: 100 * 1000 + 49900 * 2, children: leaves });
+    let n = 0;
+    walk(t, () => n++);
+    expect(n).toBe(100001);
+    const minWidth = 0.5 / 1280;
+    const rects = layout(t, t, minWidth);
+    // The root and the heavy frames with their children; no light frame is wide enough.
+    expect(rects.length).toBe(1 + 200);
+    expect(rects.every((r) => r.w >= minWidth)).toBe(true);
+    expect(layout(t).length).toBe(100001);
+    // Zoomed to one frame, its subtree fills the view.
+    const f = t.children[t.children.length - 1];
+    expect(layout(t, f, minWidth).map((r) => r.node.name)).toEqual(['all', f.name, f.children[0].name]);
   });
 });
