@@ -143,6 +143,7 @@ export function sideSelection(filters: URLSearchParams, side: string): URLSearch
   return p;
 }
 
+/** Procedure and image base name: the flame tree names images for display, diff rows by path. */
 function key(name: string, image: string): string {
-  return `${name}\u0000${image}`;
+  return `${name}\u0000${base(image)}`;
 }
