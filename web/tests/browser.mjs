@@ -49,6 +49,11 @@ const tests = [
       assert(Math.abs(r.self - measured(p)) <= 2, `${p}: page shows ${r.self}%, the workload measured ${measured(p).toFixed(2)}%`);
     }
     await shot('top');
+    // Sortable: a click on the Procedure header orders the rows by name.
+    await page.click('#top-table th[data-key="procedure"]');
+    const names = await page.$$eval('#top-table tbody tr td:nth-child(5)', (tds) => tds.map((t) => t.textContent.trim()));
+    const sorted = [...names].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+    assert(names.length > 4 && names.join('\n') === sorted.join('\n'), `not sorted by name: ${names.slice(0, 8)}`);
   }],
   ['clicking a flame frame zooms it to the full width', async () => {
     await open('flame');

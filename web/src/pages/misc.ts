@@ -59,7 +59,16 @@ const EXPORTS = [
 
 export async function tracesPage(c: Ctx): Promise<void> {
   c.main.append(el('h1', {}, 'Traces and exports'), el('p', { class: 'lead' }, 'Download the selection (the filters above apply) for other tools; nothing leaves this machine unless you open the file elsewhere.'));
-  c.main.append(el('ul', { class: 'exports' }, ...EXPORTS.map(([fmt, name, how]) => el('li', {}, el('a', { href: apiUrl('export', c.filters, { format: fmt }), download: `loupe.${fmt === 'pprof' ? 'pb.gz' : fmt === 'collapsed' ? 'txt' : fmt === 'perfetto' ? 'pftrace' : 'json'}`, 'data-format': fmt }, name), ` — ${how}`))));
+  c.main.append(el('ul', { class: 'exports' }, ...EXPORTS.map(([fmt, name, how]) => el('li', {},
+    el('a', { href: apiUrl('export', c.filters, { format: fmt }), download: `loupe.${fmt === 'pprof' ? 'pb.gz' : fmt === 'collapsed' ? 'txt' : fmt === 'perfetto' ? 'pftrace' : 'json'}`, 'data-format': fmt }, name),
+    ` — ${how}; from a shell: `, el('code', {}, cliExport(c.filters, fmt))))));
+}
+
+/** The `loupe export` command line for the same selection, for machines where the server is remote. */
+export function cliExport(filters: URLSearchParams, format: string): string {
+  const args = ['loupe', 'export', '--format', format];
+  for (const [k, v] of filters) args.push(`--${k}`, /^[\w.:/,-]+$/.test(v) ? v : `'${v.replace(/'/g, "'\\''")}'`);
+  return `${args.join(' ')} -o loupe.${format}`;
 }
 
 function isEmpty(d: unknown): boolean {
