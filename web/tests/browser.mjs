@@ -68,6 +68,12 @@ const tests = [
     const text = await page.textContent('.flame-focus');
     assert(text.includes('Zoomed to hot_beta'), `focus line: ${text}`);
     await shot('flame-zoomed');
+    // The zoomed frame links to its source: the source page of hot_beta with samples on its lines.
+    await page.click('#flame-source');
+    await page.waitForSelector('main[data-page="source"][data-ready="1"]');
+    assert(page.url().includes('procedure=hot_beta'), `source link went to ${page.url()}`);
+    const lineSamples = await page.$$eval('#lines-table tbody tr td:nth-child(2)', (tds) => tds.reduce((s, t) => s + Number(t.textContent), 0));
+    assert(lineSamples > 0, 'no samples on hot_beta\'s source lines');
   }],
   ['search highlights the matching frames and counts their samples', async () => {
     await open('flame');
