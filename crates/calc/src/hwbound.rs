@@ -336,7 +336,7 @@ mod tests {
 
     struct OneCycle;
     impl MachineModel for OneCycle {
-        fn schedule(&mut self, b: &[Vec<String>]) -> Result<Vec<Vec<f64>>, String> {
+        fn schedule(&mut self, b: &[Vec<String>]) -> crate::Result<Vec<Vec<f64>>> {
             Ok(b.iter().map(|v| vec![1.0; v.len()]).collect())
         }
         fn describe(&self) -> String {

@@ -11,7 +11,7 @@
 //! use loupe_calc::{analyze, cfg::NoMemory, mca::MachineModel};
 //! struct OneCycle;
 //! impl MachineModel for OneCycle {
-//!     fn schedule(&mut self, b: &[Vec<String>]) -> Result<Vec<Vec<f64>>, String> {
+//!     fn schedule(&mut self, b: &[Vec<String>]) -> loupe_calc::Result<Vec<Vec<f64>>> {
 //!         Ok(b.iter().map(|v| vec![1.0; v.len()]).collect())
 //!     }
 //!     fn describe(&self) -> String { "one cycle each".into() }
@@ -32,6 +32,9 @@ pub mod hwbound;
 pub mod loops;
 pub mod mca;
 pub mod solve;
+
+mod error;
+pub use error::{Error, ErrorKind, Result};
 
 use culprit::{Cause, Culprit};
 use estimate::{Confidence, Freq};
@@ -133,7 +136,7 @@ pub fn analyze(
     period_cycles: f64,
     model: &mut dyn mca::MachineModel,
     mem: &dyn cfg::Memory,
-) -> Result<Calc, String> {
+) -> Result<Calc> {
     analyze_with(start, bytes, samples, period_cycles, model, mem, estimate::Options::default())
 }
 
@@ -146,7 +149,7 @@ pub fn analyze_with(
     model: &mut dyn mca::MachineModel,
     mem: &dyn cfg::Memory,
     opt: estimate::Options,
-) -> Result<Calc, String> {
+) -> Result<Calc> {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let classes = equiv::classes(&g);
     let s: Vec<f64> = g.insns.iter().map(|x| samples.get(&x.addr).copied().unwrap_or(0) as f64).collect();
@@ -196,7 +199,7 @@ pub fn analyze_with(
 }
 
 /// M_i of every instruction of the `wanted` blocks, scheduled on `model` (0 elsewhere).
-fn min_cycles(g: &cfg::Cfg, wanted: &[bool], model: &mut dyn mca::MachineModel) -> Result<Vec<f64>, String> {
+fn min_cycles(g: &cfg::Cfg, wanted: &[bool], model: &mut dyn mca::MachineModel) -> Result<Vec<f64>> {
     // Long blocks go to the model in pieces: llvm-mca's timeline of an 80 KB
     // block run 12 times is gigabytes, and a piece of a few hundred
     // instructions reaches the same steady state.

@@ -9,11 +9,13 @@
 //! llvm-mca's steady-state timeline of the block run as a loop (DCPI
 //! likewise schedules each block alone, ignoring its predecessors).
 
+use crate::{Error, ErrorKind};
+
 /// Schedules basic blocks on a model of the CPU the samples came from.
 pub trait MachineModel {
     /// For each block (its instructions as AT&T text), M_i of each
     /// instruction; an error names the block or the model's complaint.
-    fn schedule(&mut self, blocks: &[Vec<String>]) -> Result<Vec<Vec<f64>>, String>;
+    fn schedule(&mut self, blocks: &[Vec<String>]) -> crate::Result<Vec<Vec<f64>>>;
     /// What the model is, for the report ("llvm-mca 19, -mcpu=znver5").
     fn describe(&self) -> String;
 }
@@ -63,15 +65,16 @@ pub fn input(blocks: &[Vec<String>]) -> (String, Vec<Option<(usize, usize)>>) {
 /// M_i per block from llvm-mca's `-timeline` output of [`input`] with
 /// `iters` iterations: the mean retire-to-retire gap over the second half
 /// of the iterations.
-pub fn parse_timeline(out: &str, sizes: &[usize], iters: usize) -> Result<Vec<Vec<f64>>, String> {
+pub fn parse_timeline(out: &str, sizes: &[usize], iters: usize) -> crate::Result<Vec<Vec<f64>>> {
+    let incomplete = |m: String| Error::new(ErrorKind::Timeline, m);
     let mut result: Vec<Vec<f64>> = Vec::new();
     let mut region: Option<Vec<Vec<Option<usize>>>> = None;
     let mut col = 0usize;
-    let flush = |region: &mut Option<Vec<Vec<Option<usize>>>>, result: &mut Vec<Vec<f64>>| -> Result<(), String> {
+    let flush = |region: &mut Option<Vec<Vec<Option<usize>>>>, result: &mut Vec<Vec<f64>>| -> crate::Result<()> {
         if let Some(r) = region.take() {
             let b = result.len();
-            let n = *sizes.get(b).ok_or("llvm-mca printed more regions than blocks")?;
-            result.push(gaps(&r, n, iters).ok_or_else(|| format!("llvm-mca timeline of block {b} is incomplete"))?);
+            let n = *sizes.get(b).ok_or_else(|| incomplete("llvm-mca printed more regions than blocks".into()))?;
+            result.push(gaps(&r, n, iters).ok_or_else(|| incomplete(format!("llvm-mca timeline of block {b} is incomplete")))?);
         }
         Ok(())
     };
@@ -94,7 +97,7 @@ pub fn parse_timeline(out: &str, sizes: &[usize], iters: usize) -> Result<Vec<Ve
     }
     flush(&mut region, &mut result)?;
     if result.len() != sizes.len() {
-        return Err(format!("llvm-mca printed {} regions for {} blocks", result.len(), sizes.len()));
+        return Err(incomplete(format!("llvm-mca printed {} regions for {} blocks", result.len(), sizes.len())));
     }
     Ok(result)
 }

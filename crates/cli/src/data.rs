@@ -104,7 +104,7 @@ impl Heap for AllocHeap {
 fn load(v: &ViewArgs) -> Result<Loaded> {
     let db = &v.db.db;
     let meta = Meta::read(db)?;
-    let all = loupe_dataprof::log::read(db).map_err(|e| anyhow::anyhow!(e))?;
+    let all = loupe_dataprof::log::read(db)?;
     let all: Vec<AccessRecord> = all.into_iter().filter(|r| v.pid.is_empty() || v.pid.contains(&r.pid)).collect();
     let total = all.len() as u64;
     if total == 0 {

@@ -58,12 +58,13 @@ impl LlvmMca {
     /// One llvm-mca run over `blocks` simulated for `iters` iterations.
     /// Lines llvm-mca cannot assemble (rare AT&T spellings) are scheduled
     /// as `nop` and the run repeated.
-    fn schedule_runs(&self, blocks: &[Vec<String>], iters: usize) -> Result<Vec<Vec<f64>>, String> {
+    fn schedule_runs(&self, blocks: &[Vec<String>], iters: usize) -> loupe_calc::Result<Vec<Vec<f64>>> {
+        let model_error = |m: String| loupe_calc::Error::new(loupe_calc::ErrorKind::Model, m);
         let (text, _) = mca::input(blocks);
         let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
         let sizes: Vec<usize> = blocks.iter().map(Vec::len).collect();
         for _ in 0..64 {
-            let (ok, out, err) = self.run(&(lines.join("\n") + "\n"), iters).map_err(|e| format!("{e:#}"))?;
+            let (ok, out, err) = self.run(&(lines.join("\n") + "\n"), iters).map_err(|e| model_error(format!("{e:#}")))?;
             if ok {
                 return mca::parse_timeline(&out, &sizes, iters);
             }
@@ -73,7 +74,7 @@ impl LlvmMca {
                 .filter_map(|l| l.strip_prefix("<stdin>:")?.split(':').next()?.parse::<usize>().ok())
                 .collect();
             if bad.is_empty() {
-                return Err(format!("{} failed: {}", self.program, err.lines().next().unwrap_or("")));
+                return Err(model_error(format!("{} failed: {}", self.program, err.lines().next().unwrap_or(""))));
             }
             for l in bad {
                 if let Some(x) = lines.get_mut(l - 1) {
@@ -81,14 +82,14 @@ impl LlvmMca {
                 }
             }
         }
-        Err(format!("{} kept rejecting the input", self.program))
+        Err(model_error(format!("{} kept rejecting the input", self.program)))
     }
 }
 
 impl MachineModel for LlvmMca {
     /// Blocks are grouped by [`mca::iterations`] (one llvm-mca run per
     /// count), and the groups split into one run per CPU, run at once.
-    fn schedule(&mut self, blocks: &[Vec<String>]) -> Result<Vec<Vec<f64>>, String> {
+    fn schedule(&mut self, blocks: &[Vec<String>]) -> loupe_calc::Result<Vec<Vec<f64>>> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut jobs: Vec<(usize, Vec<usize>)> = Vec::new();
         for iters in [mca::ITERATIONS, mca::LONG_ITERATIONS] {
@@ -110,7 +111,7 @@ impl MachineModel for LlvmMca {
             }
         }
         let this = &*self;
-        let results: Vec<Result<Vec<Vec<f64>>, String>> = std::thread::scope(|s| {
+        let results: Vec<loupe_calc::Result<Vec<Vec<f64>>>> = std::thread::scope(|s| {
             let handles: Vec<_> = jobs
                 .iter()
                 .map(|(iters, job)| {
@@ -118,7 +119,10 @@ impl MachineModel for LlvmMca {
                     s.spawn(move || this.schedule_runs(&part, *iters))
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("llvm-mca thread panicked".into()))).collect()
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(loupe_calc::Error::new(loupe_calc::ErrorKind::Model, "llvm-mca thread panicked"))))
+                .collect()
         });
         let mut out = vec![Vec::new(); blocks.len()];
         for ((_, job), r) in jobs.iter().zip(results) {

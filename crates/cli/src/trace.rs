@@ -61,7 +61,7 @@ fn gen(g: TraceGenArgs) -> Result<u8> {
 }
 
 fn record(r: TraceRecordArgs) -> Result<u8> {
-    loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz).map_err(anyhow::Error::msg)?;
+    loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz)?;
     std::fs::create_dir(&r.out).with_context(|| format!("creating trace directory {}", r.out.display()))?;
     let spec_dir = r.out.join("spec");
     std::fs::create_dir(&spec_dir)?;
@@ -175,7 +175,7 @@ fn drain_while(buf: &Buffer, r: &TraceRecordArgs, spec: &Spec) -> Result<u8> {
 /// The kernel layer asked for by --kernel/--page-faults, or None; what
 /// cannot be opened is said on stderr and left out.
 fn open_kernel(r: &TraceRecordArgs, pid: i32, spec: &Spec, sub_size: usize) -> Result<Option<loupe_trace::kernel::Kernel>> {
-    let mut sel = loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz).map_err(anyhow::Error::msg)?;
+    let mut sel = loupe_trace::kernel::Select::parse(&r.kernel, r.sample_hz)?;
     sel.faults |= r.page_faults;
     if !sel.any() {
         return Ok(None);

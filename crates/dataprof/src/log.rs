@@ -147,15 +147,29 @@ pub fn log_path(db: &Path) -> PathBuf {
 }
 
 /// Decodes a whole log; a torn trailing record is dropped.
-pub fn decode_all(bytes: &[u8]) -> Result<Vec<AccessRecord>, String> {
-    let body = bytes.strip_prefix(MAGIC.as_slice()).ok_or("not a Loupe access log (bad magic)")?;
+pub fn decode_all(bytes: &[u8]) -> Result<Vec<AccessRecord>, BadMagic> {
+    let body = bytes.strip_prefix(MAGIC.as_slice()).ok_or(BadMagic)?;
     Ok(body.chunks_exact(RECORD_LEN).map(|c| AccessRecord::decode(c.try_into().expect("exact chunk"))).collect())
 }
 
-pub fn read(db: &Path) -> Result<Vec<AccessRecord>, String> {
+/// A file that does not start with the access log's magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadMagic;
+
+impl std::fmt::Display for BadMagic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not a Loupe access log (bad magic)")
+    }
+}
+
+impl std::error::Error for BadMagic {}
+
+/// The database's access log; `Err` of kind `Log` names the file.
+pub fn read(db: &Path) -> crate::error::Result<Vec<AccessRecord>> {
     let p = log_path(db);
-    let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e} (record with `loupe record --data`)", p.display()))?;
-    decode_all(&bytes).map_err(|e| format!("{}: {e}", p.display()))
+    let bytes = std::fs::read(&p)
+        .map_err(|e| crate::error::err(crate::error::ErrorKind::Log, p.display(), format!("{e} (record with `loupe record --data`)")))?;
+    decode_all(&bytes).map_err(|e| crate::error::err(crate::error::ErrorKind::Log, p.display(), e))
 }
 
 /// Appends records; each `append` is one write of whole records.

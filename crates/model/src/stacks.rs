@@ -127,9 +127,9 @@ impl StackProfile {
     }
 
     /// Adds another profile of the same event into this one.
-    pub fn merge(&mut self, other: &StackProfile) -> Result<(), String> {
+    pub fn merge(&mut self, other: &StackProfile) -> Result<(), crate::MergeError> {
         if other.event != self.event {
-            return Err(format!("cannot merge stacks of {} into {}", other.event.0, self.event.0));
+            return Err(crate::MergeError::DifferentEvent(self.event.0.clone(), other.event.0.clone()));
         }
         let images: Vec<u32> = other.images.iter().map(|i| self.intern_image(i)).collect();
         for (&(p, s), &n) in &other.counts {

@@ -153,7 +153,19 @@ pub enum Error {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error("{path}: not an allocation log ({why})")]
-    Format { path: PathBuf, why: String },
+    Format { path: PathBuf, why: FormatError },
+}
+
+/// Why a file's header is not an allocation log this version reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    #[error("bad magic")]
+    Magic,
+    #[error("version {0}, this loupe reads {VERSION}")]
+    Version(u32),
+    #[error("unknown source {0}")]
+    Source(u32),
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -167,18 +179,18 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 }
 
 /// Decodes a whole file's bytes; `Err` names why the header is not ours.
-pub fn decode(bytes: &[u8]) -> Result<Decoded, String> {
+pub fn decode(bytes: &[u8]) -> Result<Decoded, FormatError> {
     if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
-        return Err("bad magic".into());
+        return Err(FormatError::Magic);
     }
     let version = u32_at(bytes, 8);
     if version != VERSION {
-        return Err(format!("version {version}, this loupe reads {VERSION}"));
+        return Err(FormatError::Version(version));
     }
     let source = match u32_at(bytes, 12) {
         1 => Source::Uprobes,
         2 => Source::Preload,
-        s => return Err(format!("unknown source {s}")),
+        s => return Err(FormatError::Source(s)),
     };
     let mut out = Decoded { source, records: Vec::new(), torn_bytes: 0, unknown: 0 };
     let mut at = HEADER_LEN;

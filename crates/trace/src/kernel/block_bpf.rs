@@ -30,6 +30,22 @@ const KIND_COMPLETE: u16 = 2;
 /// One record as a spec event: (CPU, time, event name, field values).
 pub type BlockEvent = (u32, u64, &'static str, Vec<Value>);
 
+/// Which step of bringing up or reading the block program failed, with libbpf's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlockBpfError {
+    #[error("opening: {0}")]
+    Open(String),
+    #[error("loading (verifier): {0}")]
+    Load(String),
+    #[error("attaching to block:block_rq_issue/complete: {0}")]
+    Attach(String),
+    #[error("ring buffer: {0}")]
+    Ring(String),
+    #[error("reading the block ring buffer: {0}")]
+    Read(String),
+}
+
 /// The loaded and attached program and the ring it writes.
 pub struct BlockBpf {
     skel: BlockSkel<'static>,
@@ -39,15 +55,15 @@ pub struct BlockBpf {
 
 impl BlockBpf {
     /// Loads the program and attaches it to both tracepoints; the error says which step failed.
-    pub fn open() -> Result<BlockBpf, String> {
+    pub fn open() -> Result<BlockBpf, BlockBpfError> {
         // libbpf's own messages would repeat ours; the caller falls back to perf with one line.
         libbpf_rs::set_print(None);
         // The skeleton borrows its object storage for its whole life; a recording holds
         // one for the whole command, so leaking it once is fine.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = BlockSkelBuilder::default().open(storage).map_err(|e| format!("opening: {e}"))?;
-        let mut skel = open.load().map_err(|e| format!("loading (verifier): {e}"))?;
-        skel.attach().map_err(|e| format!("attaching to block:block_rq_issue/complete: {e}"))?;
+        let open = BlockSkelBuilder::default().open(storage).map_err(|e| BlockBpfError::Open(e.to_string()))?;
+        let mut skel = open.load().map_err(|e| BlockBpfError::Load(e.to_string()))?;
+        skel.attach().map_err(|e| BlockBpfError::Attach(e.to_string()))?;
         let got = Rc::new(RefCell::new(Vec::new()));
         let sink = got.clone();
         let mut rb = RingBufferBuilder::new();
@@ -55,14 +71,14 @@ impl BlockBpf {
             sink.borrow_mut().extend_from_slice(&r[..RECORD.min(r.len())]);
             0
         })
-        .map_err(|e| format!("ring buffer: {e}"))?;
-        let ring = rb.build().map_err(|e| format!("ring buffer: {e}"))?;
+        .map_err(|e| BlockBpfError::Ring(e.to_string()))?;
+        let ring = rb.build().map_err(|e| BlockBpfError::Ring(e.to_string()))?;
         Ok(BlockBpf { skel, ring, got })
     }
 
     /// Every record the ring holds, as events; records too short to read are counted in the second value.
-    pub fn drain(&mut self) -> Result<(Vec<BlockEvent>, u64), String> {
-        self.ring.consume().map_err(|e| format!("reading the block ring buffer: {e}"))?;
+    pub fn drain(&mut self) -> Result<(Vec<BlockEvent>, u64), BlockBpfError> {
+        self.ring.consume().map_err(|e| BlockBpfError::Read(e.to_string()))?;
         let bytes = std::mem::take(&mut *self.got.borrow_mut());
         let mut events = Vec::with_capacity(bytes.len() / RECORD);
         let mut bad = 0;
