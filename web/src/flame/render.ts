@@ -89,7 +89,7 @@ export class FlameView {
     const width = this.host.clientWidth || 800;
     if (!this.root || !this.focus) return;
     // Frames under half a pixel are not laid out: the tree's size does not limit drawing speed.
-    this.rects = layout(this.root, this.focus, 0.5 / width);
+    this.rects = layout(this.focus, 0.5 / width);
     const depth = this.rects.reduce((d, r) => Math.max(d, r.depth), 0) + 1;
     const height = depth * ROW;
     const dpr = window.devicePixelRatio || 1;

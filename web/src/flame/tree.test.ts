@@ -54,7 +54,7 @@ describe('flame tree', () => {
     // Checks that the focus spans 0..1, ancestors too, and children split it by total.
     const t = fromApi(api);
     const a = find(t, 'main', 'a');
-    const rects = layout(t, a);
+    const rects = layout(a);
     const r = (n: FNode) => rects.find((x) => x.node === n)!;
     expect(r(a)).toMatchObject({ x: 0, w: 1, depth: 2 });
     expect(r(find(t, 'main'))).toMatchObject({ x: 0, w: 1 });
@@ -68,7 +68,7 @@ describe('flame tree', () => {
     const b = all.find((x) => x.node.name === 'b')!;
     expect(b.x).toBeCloseTo(0.6);
     expect(b.w).toBeCloseTo(0.4);
-    expect(layout(t, t, 0.15).filter((x) => x.node.name === 'c')).toHaveLength(1);
+    expect(layout(t, 0.15).filter((x) => x.node.name === 'c')).toHaveLength(1);
   });
   it('finds frames by name and counts nested matches once', () => {
     // Checks case-insensitive search and that c under a matched a is not counted twice.
@@ -114,13 +114,13 @@ describe('large trees', () => {
     walk(t, () => n++);
     expect(n).toBe(100001);
     const minWidth = 0.5 / 1280;
-    const rects = layout(t, t, minWidth);
+    const rects = layout(t, minWidth);
     // The root and the heavy frames with their children; no light frame is wide enough.
     expect(rects.length).toBe(1 + 200);
     expect(rects.every((r) => r.w >= minWidth)).toBe(true);
     expect(layout(t).length).toBe(100001);
     // Zoomed to one frame, its subtree fills the view.
     const f = t.children[t.children.length - 1];
-    expect(layout(t, f, minWidth).map((r) => r.node.name)).toEqual(['all', f.name, f.children[0].name]);
+    expect(layout(f, minWidth).map((r) => r.node.name)).toEqual(['all', f.name, f.children[0].name]);
   });
 });

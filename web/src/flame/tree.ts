@@ -146,11 +146,11 @@ export interface Rect {
 }
 
 /**
- * The icicle's rectangles with `focus` zoomed to the whole width: its ancestors span the view
+ * The icicle's rectangles with `focus` (the root, or a frame zoomed to) across the whole width: its ancestors span the view
  * above it, its descendants share it in proportion to their totals. Frames narrower than
  * `minWidth` (a fraction) are not laid out, so 100k-node trees draw only what is visible.
  */
-export function layout(root: FNode, focus: FNode = root, minWidth = 0): Rect[] {
+export function layout(focus: FNode, minWidth = 0): Rect[] {
   const rects: Rect[] = [];
   for (let a = focus.parent; a; a = a.parent) rects.push({ node: a, x: 0, w: 1, depth: a.depth });
   const todo: Rect[] = [{ node: focus, x: 0, w: 1, depth: focus.depth }];
@@ -165,7 +165,6 @@ export function layout(root: FNode, focus: FNode = root, minWidth = 0): Rect[] {
       x += w;
     }
   }
-  void root;
   return rects;
 }
 

@@ -38,10 +38,10 @@ export async function flamePage(c: Ctx): Promise<void> {
     const s = sandwich(tree, sw);
     if (!s.callees.total) return void c.main.append(emptyBox(`No frame named ${sw} in this selection.`));
     c.main.append(el('h2', {}, `Callers of ${sw}`));
-    window.loupeFlames.callers = view(c, s.callers, status);
+    window.loupeFlames.callers = view(c, s.callers);
     c.main.append(el('h2', {}, `${sw} and its callees`));
-    window.loupeFlame = window.loupeFlames.callees = view(c, s.callees, status);
-  } else window.loupeFlame = window.loupeFlames.main = view(c, inverted ? invert(tree) : tree, status);
+    window.loupeFlame = window.loupeFlames.callees = view(c, s.callees);
+  } else window.loupeFlame = window.loupeFlames.main = view(c, inverted ? invert(tree) : tree);
   const q = p.get('search') ?? '';
   if (q) searchAll(q, status);
 }
@@ -84,7 +84,7 @@ function searchAll(q: string, status: HTMLElement): void {
   status.dataset.total = String(total);
 }
 
-function view(c: Ctx, root: FNode, status: HTMLElement): FlameView {
+function view(c: Ctx, root: FNode): FlameView {
   const box = el('div', { class: 'flame' });
   const info = el('div', { class: 'flame-focus' });
   c.main.append(info, box);
@@ -101,6 +101,5 @@ function view(c: Ctx, root: FNode, status: HTMLElement): FlameView {
     },
   });
   v.setTree(root);
-  void status;
   return v;
 }
