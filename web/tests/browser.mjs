@@ -143,6 +143,14 @@ const tests = [
     const epochs = await page.$$eval('table.data tbody tr', (t) => t.length);
     assert(epochs >= 1, 'no epochs listed');
     await shot('overview');
+    // Dragging across the chart picks the epochs that started in the range (here the only one).
+    const plot = await page.$eval('#overview-chart .u-over', (o) => { const b = o.getBoundingClientRect(); return { x: b.left, y: b.top, w: b.width, h: b.height }; });
+    await page.mouse.move(plot.x + 2, plot.y + plot.h / 2);
+    await page.mouse.down();
+    await page.mouse.move(plot.x + plot.w - 2, plot.y + plot.h / 2, { steps: 5 });
+    await page.mouse.up();
+    await page.waitForFunction(() => /epoch=1(&|$)/.test(location.hash));
+    assert(await page.inputValue('#filters input[name="epoch"]') === '1', 'the epoch filter does not show the picked epoch');
     for (const p of ['data', 'locks', 'optimize?image=selftime', 'stats?runs=scal:1%20scal:2', 'traces']) {
       await open(p);
       await shot(p.split('?')[0]);
