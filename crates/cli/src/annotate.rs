@@ -17,7 +17,7 @@ struct Row {
     line: Option<u32>,
 }
 
-pub fn run(a: AnnotateArgs) -> Result<u8> {
+pub fn run(a: AnnotateArgs, out: &mut dyn Write) -> Result<u8> {
     let p = &a.proc_;
     let mut syms = symbolizer(&p.db.db);
     let filter = Filter { image: &p.image, epoch: &p.epoch, pids: &p.pid, comms: &p.comm };
@@ -35,11 +35,10 @@ pub fn run(a: AnnotateArgs) -> Result<u8> {
         })
         .collect();
     let totals: Vec<u64> = (0..evs.len()).map(|k| rows.iter().map(|r| r.counts[k]).sum()).collect();
-    let mut out = std::io::stdout().lock();
     let names: Vec<&str> = evs.iter().map(|e| e.as_str()).collect();
     match p.format {
-        Format::Json => json(&mut out, &sel.image.path, &proc_.name, &names, &rows, &totals),
-        Format::Text => text(&mut out, &sel.image.path, &proc_.name, &names, &rows, &totals, a.source),
+        Format::Json => json(out, &sel.image.path, &proc_.name, &names, &rows, &totals),
+        Format::Text => text(out, &sel.image.path, &proc_.name, &names, &rows, &totals, a.source),
     }?;
     Ok(0)
 }

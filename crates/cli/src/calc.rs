@@ -16,7 +16,7 @@ use loupe_store::Database;
 use std::io::Write;
 use std::path::Path;
 
-pub fn run(a: CalcArgs) -> Result<u8> {
+pub fn run(a: CalcArgs, out: &mut dyn Write) -> Result<u8> {
     let p = &a.proc_;
     if !(a.memory_ns.is_finite() && a.memory_ns > 0.0) {
         bail!("--memory-ns must be a positive number of nanoseconds, got {}", a.memory_ns);
@@ -84,10 +84,9 @@ pub fn run(a: CalcArgs) -> Result<u8> {
         hw_events: hw.join(", "),
         bounding,
     };
-    let mut out = std::io::stdout().lock();
     match p.format {
-        Format::Json => json(&mut out, &head, &calc),
-        Format::Text => text(&mut out, &head, &calc),
+        Format::Json => json(out, &head, &calc),
+        Format::Text => text(out, &head, &calc),
     }?;
     Ok(0)
 }

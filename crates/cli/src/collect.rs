@@ -1,10 +1,11 @@
 //! `record`, `daemon`, `flush`, `epoch`, `epochs`, `events`.
 
-use crate::flags::{DaemonArgs, DbArg, Lbr, RecordArgs, SamplingArgs};
+use crate::flags::{DaemonArgs, DbArg, EpochsArgs, Format, Lbr, RecordArgs, SamplingArgs};
 use anyhow::{bail, Context, Result};
 use loupe_collector::daemon::{self, DaemonOptions, Engine};
 use loupe_perf::{EventSpec, GatedChild, SamplerConfig, Target};
 use loupe_store::Database;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -247,30 +248,35 @@ fn report_answer(answer: &str) -> Result<u8> {
     }
 }
 
-pub fn epochs(a: DbArg) -> Result<u8> {
-    let db = Database::open(&a.db)?;
+pub fn epochs(a: EpochsArgs, out: &mut dyn Write) -> Result<u8> {
+    let db = Database::open(&a.db.db)?;
+    if a.format == Format::Json {
+        let doc = crate::epochs::json(&db)?;
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(0);
+    }
     let current = db.current_epoch()?;
     for e in db.epochs()? {
         let (index, _) = db.index(e.id)?;
         let samples: u64 = index.entries.iter().map(|x| x.total_samples).sum();
         let mark = if e.id == current { "*" } else { " " };
-        println!("{mark}{:>6}  started {}  {:>10} samples  {} profiles", e.id, e.started_unix, samples, index.entries.len());
+        writeln!(out, "{mark}{:>6}  started {}  {:>10} samples  {} profiles", e.id, e.started_unix, samples, index.entries.len())?;
     }
     Ok(0)
 }
 
-pub fn events() -> Result<u8> {
+pub fn events(out: &mut dyn Write) -> Result<u8> {
     for (e, r) in loupe_perf::probe_events() {
         let kind = if loupe_perf::is_hardware(&e) { "hardware" } else { "software" };
         match r {
-            Ok(()) => println!("{:<26} {kind:<9} available", e.name),
-            Err(why) => println!("{:<26} {kind:<9} unavailable: {why}", e.name),
+            Ok(()) => writeln!(out, "{:<26} {kind:<9} available", e.name)?,
+            Err(why) => writeln!(out, "{:<26} {kind:<9} unavailable: {why}", e.name)?,
         }
     }
     // Not an event: what `--lbr` needs with the hardware events' samples.
     match loupe_perf::probe_branch_stack(Lbr::User.branch_sample_type()) {
-        Ok(()) => println!("{:<26} {:<9} available (--lbr)", "branch-stack", "hardware"),
-        Err(why) => println!("{:<26} {:<9} unavailable: {why}", "branch-stack", "hardware"),
+        Ok(()) => writeln!(out, "{:<26} {:<9} available (--lbr)", "branch-stack", "hardware")?,
+        Err(why) => writeln!(out, "{:<26} {:<9} unavailable: {why}", "branch-stack", "hardware")?,
     }
     Ok(0)
 }

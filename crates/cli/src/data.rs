@@ -16,19 +16,18 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-pub fn run(a: DataArgs) -> Result<u8> {
+pub fn run(a: DataArgs, out: &mut dyn Write) -> Result<u8> {
     let v = match a.cmd {
-        DataCommand::History(h) => return crate::objects::history(h),
-        DataCommand::Flow(f) => return crate::objects::flow_view(f),
-        DataCommand::Allocs(x) => return crate::objects::allocs(x),
+        DataCommand::History(h) => return crate::objects::history(h, out),
+        DataCommand::Flow(f) => return crate::objects::flow_view(f, out),
+        DataCommand::Allocs(x) => return crate::objects::allocs(x, out),
         DataCommand::Profile(ref v) | DataCommand::Classify(ref v) | DataCommand::Workingset(ref v) => v,
     };
     let loaded = load(v)?;
-    let mut out = std::io::stdout().lock();
     match a.cmd {
-        DataCommand::Profile(v) => print_profile(&mut out, &v, &loaded)?,
-        DataCommand::Classify(v) => print_classify(&mut out, &v, &loaded)?,
-        DataCommand::Workingset(v) => print_workingset(&mut out, &v, &loaded)?,
+        DataCommand::Profile(v) => print_profile(out, &v, &loaded)?,
+        DataCommand::Classify(v) => print_classify(out, &v, &loaded)?,
+        DataCommand::Workingset(v) => print_workingset(out, &v, &loaded)?,
         DataCommand::History(_) | DataCommand::Flow(_) | DataCommand::Allocs(_) => unreachable!("dispatched above"),
     }
     Ok(0)
@@ -131,7 +130,7 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
     Ok(Loaded { meta, records, resolved, total, no_address, heap_note })
 }
 
-fn print_profile(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
+fn print_profile(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
     let rows = views::profile(&l.samples(), &l.classes(v), l.total);
     let rows: Vec<_> = rows.into_iter().take(v.limit).collect();
     match v.format {
@@ -176,7 +175,7 @@ fn how(h: How) -> &'static str {
     }
 }
 
-fn print_classify(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
+fn print_classify(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
     let samples = l.samples();
     let classes = l.classes(v);
     let rows: Vec<_> = views::classify(&samples, &classes, &l.meta.caches).into_iter().take(v.limit).collect();
@@ -213,7 +212,7 @@ fn print_classify(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> 
     Ok(())
 }
 
-fn print_workingset(out: &mut impl Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
+fn print_workingset(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
     let rows: Vec<_> = views::working_set(&l.samples(), &l.meta.caches).into_iter().take(v.limit).collect();
     match v.format {
         Format::Json => {
@@ -357,7 +356,8 @@ fn report(s: &Summary) {
 /// The access samples of `db` that fell in heap blocks of its allocation
 /// log, as `history --hottest` chooses from them.
 pub(crate) fn heap_accesses(db: &crate::flags::DbArg) -> Result<Vec<loupe_dataprof::hottest::HeapAccess>> {
-    let v = ViewArgs { db: db.clone(), limit: 0, format: Format::Text, window_ms: 0.0, pid: PidFlag::default() };
+    let v =
+        ViewArgs { db: db.clone(), limit: 0, format: Format::Text, window_ms: 0.0, pid: PidFlag::default(), output: Default::default() };
     let l = load(&v)?;
     Ok(l.samples()
         .iter()

@@ -102,9 +102,9 @@ fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventNam
     Ok((sides, event, reports))
 }
 
-pub fn diff(a: DiffArgs) -> Result<u8> {
+pub fn diff(a: DiffArgs, out: &mut dyn Write) -> Result<u8> {
     if is_lock_table(&a.a) || is_lock_table(&a.b) {
-        return diff_locks(&a);
+        return diff_locks(&a, out);
     }
     let (sides, event, reports) = read_sets(&[a.a.clone(), a.b.clone()], &a.sel)?;
     let (ta, tb) = (reports[0].totals[0], reports[1].totals[0]);
@@ -121,10 +121,9 @@ pub fn diff(a: DiffArgs) -> Result<u8> {
     };
     let buckets = align(&reports).into_iter().map(|(k, v)| (k, v[0], v[1])).collect();
     let rows = diff_rows(buckets, &params)?;
-    let mut out = std::io::stdout().lock();
     match a.sel.format {
-        Format::Json => print_diff_json(&mut out, &rows, &params, &event, (ta, tb), a.sel.by, a.sel.limit),
-        Format::Text => print_diff_text(&mut out, &rows, &params, &event, (&sides[0], &sides[1]), (ta, tb), a.sel.by, a.sel.limit),
+        Format::Json => print_diff_json(out, &rows, &params, &event, (ta, tb), a.sel.by, a.sel.limit),
+        Format::Text => print_diff_text(out, &rows, &params, &event, (&sides[0], &sides[1]), (ta, tb), a.sel.by, a.sel.limit),
     }?;
     Ok(0)
 }
@@ -149,7 +148,7 @@ fn read_lock_table(path: &str) -> Result<std::collections::BTreeMap<String, f64>
 
 /// McKenney's "Pinpointing Contention" step 4: projected saturation of each
 /// lock's held fraction. Measured times have no sampling noise to test.
-fn diff_locks(a: &DiffArgs) -> Result<u8> {
+fn diff_locks(a: &DiffArgs, out: &mut dyn Write) -> Result<u8> {
     if !(is_lock_table(&a.a) && is_lock_table(&a.b)) {
         bail!("both sides must be lock tables (loupe locks --format json) or both profile databases");
     }
@@ -166,7 +165,6 @@ fn diff_locks(a: &DiffArgs) -> Result<u8> {
         ..DiffParams::new(mode_of(a.mode))
     };
     let rows = diff_measured(rows, &params)?;
-    let mut out = std::io::stdout().lock();
     if a.sel.format == Format::Json {
         let rows: Vec<serde_json::Value> = rows
             .iter()
@@ -294,15 +292,14 @@ fn fmt_p(p: f64) -> String {
     }
 }
 
-pub fn stats(a: StatsArgs) -> Result<u8> {
+pub fn stats(a: StatsArgs, out: &mut dyn Write) -> Result<u8> {
     let (sides, event, reports) = read_sets(&a.runs, &a.sel)?;
     let rows = stats_rows(align(&reports), a.level);
     let totals: Vec<u64> = reports.iter().map(|r| r.totals[0]).collect();
     let grand: u64 = totals.iter().sum();
-    let mut out = std::io::stdout().lock();
     match a.sel.format {
-        Format::Json => print_stats_json(&mut out, &rows, &event, &totals, a.sel.by, a.sel.limit),
-        Format::Text => print_stats_text(&mut out, &rows, &event, &sides, &totals, grand, a.sel.by, a.sel.limit),
+        Format::Json => print_stats_json(out, &rows, &event, &totals, a.sel.by, a.sel.limit),
+        Format::Text => print_stats_text(out, &rows, &event, &sides, &totals, grand, a.sel.by, a.sel.limit),
     }?;
     Ok(0)
 }

@@ -19,7 +19,7 @@ struct Named {
     name: String,
 }
 
-pub fn run(a: LocksArgs) -> Result<u8> {
+pub fn run(a: LocksArgs, out: &mut dyn Write) -> Result<u8> {
     let libc = match &a.libc {
         Some(p) => p.clone(),
         None => find_libc().context("cannot find the C library in /proc/self/maps; name it with --libc")?,
@@ -48,10 +48,9 @@ pub fn run(a: LocksArgs) -> Result<u8> {
     if dropped > 0 {
         eprintln!("loupe: {dropped} lock events found the probe tables full and were not counted");
     }
-    let mut out = std::io::stdout().lock();
     match a.format {
-        Format::Json => print_json(&mut out, &named, elapsed, dropped, a.limit)?,
-        Format::Text => print_text(&mut out, &named, elapsed, a.limit)?,
+        Format::Json => print_json(out, &named, elapsed, dropped, a.limit)?,
+        Format::Text => print_text(out, &named, elapsed, a.limit)?,
     }
     Ok(status)
 }

@@ -7,16 +7,20 @@ mod calc;
 mod collect;
 mod data;
 mod diff;
+mod epochs;
 mod flags;
 mod locks;
 mod machine;
 mod objects;
+mod openapi;
 mod optimize;
 mod optimize_bat;
 mod optimize_lbr;
 mod optimize_manage;
 mod optimize_probe;
+mod output;
 mod procedure;
+mod serve;
 mod stacks;
 mod symbols;
 mod top;
@@ -29,24 +33,12 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Record(a) => collect::record(a),
-        Command::Daemon(a) => collect::daemon(a),
-        Command::Flush(a) => collect::flush(a),
-        Command::Epoch(a) => collect::epoch(a),
-        Command::Epochs(a) => collect::epochs(a),
-        Command::Top(a) => top::run(a),
-        Command::Events => collect::events(),
-        Command::Calc(a) => calc::run(a),
-        Command::Annotate(a) => annotate::run(a),
-        Command::Diff(a) => diff::diff(a),
-        Command::Stats(a) => diff::stats(a),
-        Command::Locks(a) => locks::run(a),
-        Command::Flame(a) => stacks::flame(a),
-        Command::Export(a) => stacks::export(a),
-        Command::Trace(a) => trace::run(a),
-        Command::Optimize(a) => optimize::run(a),
-        Command::Data(a) => data::run(a),
+    let result = match output::path_of(&cli.command) {
+        Some(path) => {
+            let mut file = output::LazyFile::new(path);
+            run(cli.command, &mut file).and_then(|code| file.finish().map(|()| code))
+        }
+        None => run(cli.command, &mut std::io::stdout().lock()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -56,6 +48,31 @@ fn main() -> ExitCode {
             let _ = writeln!(std::io::stderr(), "loupe: {}", chain(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// Runs one command, its result written to `out` (progress and warnings go
+/// to stderr); `loupe serve` runs the API's commands through here too.
+pub(crate) fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<u8> {
+    match command {
+        Command::Record(a) => collect::record(a),
+        Command::Daemon(a) => collect::daemon(a),
+        Command::Flush(a) => collect::flush(a),
+        Command::Epoch(a) => collect::epoch(a),
+        Command::Epochs(a) => collect::epochs(a, out),
+        Command::Top(a) => top::run(a, out),
+        Command::Events(_) => collect::events(out),
+        Command::Calc(a) => calc::run(a, out),
+        Command::Annotate(a) => annotate::run(a, out),
+        Command::Diff(a) => diff::diff(a, out),
+        Command::Stats(a) => diff::stats(a, out),
+        Command::Locks(a) => locks::run(a, out),
+        Command::Flame(a) => stacks::flame(a, out),
+        Command::Export(a) => stacks::export(a, out),
+        Command::Trace(a) => trace::run(a, out),
+        Command::Optimize(a) => optimize::run(a, out),
+        Command::Data(a) => data::run(a, out),
+        Command::Serve(a) => serve::run(a),
     }
 }
 

@@ -13,7 +13,7 @@ use loupe_symbolize::{Symbolizer, SymbolizerOptions};
 use std::io::Write;
 use std::time::Duration;
 
-pub fn allocs(a: AllocsArgs) -> Result<u8> {
+pub fn allocs(a: AllocsArgs, out: &mut dyn Write) -> Result<u8> {
     let (cmd, args) = a.command.split_first().expect("clap requires a command");
     std::fs::create_dir_all(&a.db.db).with_context(|| format!("cannot create {}", a.db.db.display()))?;
     let status = if a.preload {
@@ -39,7 +39,6 @@ pub fn allocs(a: AllocsArgs) -> Result<u8> {
         eprintln!("loupe: skipped {b}");
     }
     let rows = site_rows(&idx);
-    let mut out = std::io::stdout().lock();
     let text = match a.format {
         Format::Json => {
             serde_json::to_string_pretty(
@@ -92,7 +91,7 @@ fn render_sites(rows: &[SiteRow], limit: usize) -> String {
     s
 }
 
-pub fn history(mut a: HistoryArgs) -> Result<u8> {
+pub fn history(mut a: HistoryArgs, out: &mut dyn Write) -> Result<u8> {
     let chosen = if a.hottest || a.type_name.is_some() { Some(choose_hottest(&mut a)?) } else { None };
     let mut status = 0;
     if let Some((cmd, args)) = a.command.split_first() {
@@ -112,7 +111,6 @@ pub fn history(mut a: HistoryArgs) -> Result<u8> {
     }
     let (histories, hit_ns) = read(&a.db.db)?;
     let mut code = Code::load(&a.db.db)?;
-    let mut out = std::io::stdout().lock();
     let text = match a.format {
         Format::Json => {
             let mut j = history_json(&histories, hit_ns, &mut code);
@@ -313,7 +311,7 @@ fn history_json(hs: &[History], hit_ns: Option<u64>, code: &mut Code) -> serde_j
     serde_json::json!({ "source": "hardware breakpoints (debug registers)", "hit_ns": hit_ns, "histories": items })
 }
 
-pub fn flow_view(a: FlowArgs) -> Result<u8> {
+pub fn flow_view(a: FlowArgs, out: &mut dyn Write) -> Result<u8> {
     let (histories, _) = read(&a.db.db)?;
     let mut name = namer(&a.db.db)?;
     let f: Flow = flow::flow(&histories, &mut name);
@@ -323,7 +321,7 @@ pub fn flow_view(a: FlowArgs) -> Result<u8> {
         FlowFormat::Dot => flow::render_dot(&f),
         FlowFormat::Svg => svg(&flow::render_dot(&f))?,
     };
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    let _ = out.write_all(text.as_bytes());
     Ok(0)
 }
 

@@ -27,12 +27,12 @@ impl ProfileArgs {
     }
 }
 
-pub fn run(a: OptimizeArgs) -> Result<u8> {
+pub fn run(a: OptimizeArgs, out: &mut dyn Write) -> Result<u8> {
     match a.command {
         OptimizeCommand::Export(e) => export(e),
         OptimizeCommand::Run(r) => optimize(r),
-        OptimizeCommand::Status(s) => status(s),
-        OptimizeCommand::Rollback(s) => rollback(s),
+        OptimizeCommand::Status(s) => status(s, out),
+        OptimizeCommand::Rollback(s) => rollback(s, out),
         OptimizeCommand::Manage(m) => crate::optimize_manage::run(m),
         OptimizeCommand::Probe(p) => crate::optimize_probe::probe(p),
     }
@@ -372,26 +372,27 @@ fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, 
     manager::evaluate(&trial, opt, &manage::Shell, &crate::optimize_manage::Disk, d, &mut |l| eprintln!("loupe: {l}"))
 }
 
-fn status(a: StatusArgs) -> Result<u8> {
+fn status(a: StatusArgs, out: &mut dyn Write) -> Result<u8> {
     let log = layout::decisions_log(&a.db.db);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let want = a.image.display().to_string();
     let saved = manage::saved_original(&a.image);
-    println!(
+    writeln!(
+        out,
         "{want}: {}",
         if saved.exists() { format!("optimized version installed, original at {}", saved.display()) } else { "original in place".into() }
-    );
+    )?;
     for line in text.lines() {
         let Ok(d) = serde_json::from_str::<Decision>(line) else { continue };
         // Decisions about the saved original (`run PATH.loupe-orig`) are about the program at PATH too.
         if d.image == want || d.image == saved.display().to_string() {
-            println!("  {}  {:<10} build {}  {}", d.unix_time, d.action, d.build_id, d.reason);
+            writeln!(out, "  {}  {:<10} build {}  {}", d.unix_time, d.action, d.build_id, d.reason)?;
         }
     }
     Ok(0)
 }
 
-fn rollback(a: StatusArgs) -> Result<u8> {
+fn rollback(a: StatusArgs, out: &mut dyn Write) -> Result<u8> {
     manage::rollback(&a.image).map_err(|e| anyhow!(e))?;
     let d = Decision {
         unix_time: now_unix(),
@@ -404,6 +405,6 @@ fn rollback(a: StatusArgs) -> Result<u8> {
         measurement: None,
     };
     log_decision(&a.db.db, &d)?;
-    println!("{}: original restored", a.image.display());
+    writeln!(out, "{}: original restored", a.image.display())?;
     Ok(0)
 }

@@ -74,12 +74,24 @@ pub fn load(db_path: &Path, f: &Filter, syms: &mut Symbolizer) -> Result<Selecte
     Ok(Selected { image, epochs, samples, totals })
 }
 
+/// A procedure that is not there (typed so that `loupe serve` answers 404).
+#[derive(Debug)]
+pub struct NoSuchProcedure(pub String);
+
+impl std::fmt::Display for NoSuchProcedure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoSuchProcedure {}
+
 /// The procedure named `name` in `code`; several matches are an error that lists them.
 pub fn find_procedure(code: &Code, name: &str, image: &str) -> Result<ProcedureRange> {
     let mut found = code.find(name);
     found.dedup_by(|a, b| a.start == b.start);
     match found.len() {
-        0 => bail!("no procedure {name:?} in {image}"),
+        0 => bail!(NoSuchProcedure(format!("no procedure {name:?} in {image}"))),
         1 => Ok(found.remove(0)),
         _ => {
             let names: Vec<String> = found.iter().take(10).map(|p| format!("{} at {:x}", p.name, p.start)).collect();

@@ -4,14 +4,13 @@
 
 use crate::flags::{EventFlag, ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, Selection as StackSelection, TopArgs};
 use crate::symbols::Symbols;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use loupe_analysis::callgraph::{self, CallData, Selection};
 use loupe_analysis::top::pct;
 use loupe_analysis::{export as ex, flame, pprof};
 use loupe_store::query::{choose_stack_events, Epochs, Filter, ProfileSource};
 use loupe_store::{Database, EpochId};
 use std::io::Write;
-use std::path::Path;
 
 /// Epochs for a selection: --since/--until by start times, else --epoch.
 fn epochs(db: &Database, s: &StackSelection) -> Result<Vec<EpochId>> {
@@ -39,13 +38,6 @@ fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
     Ok(callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms))
 }
 
-fn write_out(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
-    match path {
-        Some(p) => std::fs::write(p, bytes).with_context(|| format!("cannot write {}", p.display())),
-        None => Ok(std::io::stdout().lock().write_all(bytes)?),
-    }
-}
-
 fn warn_truncated(d: &CallData) {
     if d.totals.first().is_some_and(|&t| t > 0) && d.truncated[0] > 0 {
         eprintln!(
@@ -57,19 +49,53 @@ fn warn_truncated(d: &CallData) {
     }
 }
 
-pub fn flame(a: FlameArgs) -> Result<u8> {
+pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
     let d = load(&a.select, false)?;
     warn_truncated(&d);
-    let html = match a.format {
-        Some(f) => f == FlameFormat::Html,
-        None => a.output.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == "html" || e == "htm")),
+    let ext = |x: &[&str]| a.output.as_ref().is_some_and(|p| p.extension().is_some_and(|e| x.iter().any(|x| e == *x)));
+    let format = a.format.unwrap_or(if ext(&["html", "htm"]) {
+        FlameFormat::Html
+    } else if ext(&["json"]) {
+        FlameFormat::Json
+    } else {
+        FlameFormat::Svg
+    });
+    if a.inverted && format != FlameFormat::Json {
+        bail!("--inverted draws only the JSON tree (--format json)");
+    }
+    let bytes = match format {
+        FlameFormat::Html => flame::html(&d, 0, &a.title),
+        FlameFormat::Svg => flame::svg(&d, 0, &a.title),
+        FlameFormat::Json => flame_json(&d, a.inverted, &epochs_of(&a.select)?),
     };
-    let bytes = if html { flame::html(&d, 0, &a.title) } else { flame::svg(&d, 0, &a.title) };
-    write_out(a.output.as_deref(), &bytes.map_err(anyhow::Error::msg)?)?;
+    out.write_all(&bytes.map_err(anyhow::Error::msg)?)?;
     Ok(0)
 }
 
-pub fn export(a: ExportArgs) -> Result<u8> {
+/// `flame --format json`: the tree of [`flame::tree`] with what it covers (docs/serve.md).
+fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8>, String> {
+    fn node(n: &flame::FlameNode) -> serde_json::Value {
+        let mut o = serde_json::json!({ "name": n.procedure, "self": n.self_, "total": n.total });
+        if !n.image.is_empty() {
+            o["image"] = n.image.clone().into();
+            o["inlined"] = n.inlined.into();
+        }
+        o["children"] = n.children.iter().map(node).collect();
+        o
+    }
+    let doc = serde_json::json!({
+        "event": d.events[0].0, "total": d.totals[0], "epochs": epochs.iter().map(|e| e.0).collect::<Vec<_>>(),
+        "unwind_stopped": d.truncated[0], "inverted": inverted, "root": node(&flame::tree(d, 0, inverted)),
+    });
+    serde_json::to_string_pretty(&doc).map(|s| (s + "\n").into_bytes()).map_err(|e| e.to_string())
+}
+
+/// The epochs a selection reads (for the JSON to say which).
+fn epochs_of(s: &StackSelection) -> Result<Vec<EpochId>> {
+    epochs(&Database::open(&s.db.db)?, s)
+}
+
+pub fn export(a: ExportArgs, out: &mut dyn Write) -> Result<u8> {
     let all_events = a.format == ExportFormat::Pprof || a.format == ExportFormat::Speedscope;
     let d = load(&a.select, all_events)?;
     warn_truncated(&d);
@@ -79,12 +105,12 @@ pub fn export(a: ExportArgs) -> Result<u8> {
         ExportFormat::Perfetto => ex::perfetto(&d, 0),
         ExportFormat::Speedscope => ex::speedscope(&d, "loupe").into_bytes(),
     };
-    write_out(a.output.as_deref(), &bytes)?;
+    out.write_all(&bytes)?;
     Ok(0)
 }
 
 /// `top --children` and `--callers/--callees`.
-pub fn top(a: TopArgs) -> Result<u8> {
+pub fn top(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     let sel = StackSelection {
         db: a.db.clone(),
         epoch: a.epoch.clone(),
@@ -96,10 +122,9 @@ pub fn top(a: TopArgs) -> Result<u8> {
         event: EventFlag { event: a.events.first().cloned() },
     };
     let d = load(&sel, false)?;
-    let mut out = std::io::stdout().lock();
     match a.callers.as_deref().or(a.callees.as_deref()) {
-        Some(p) => neighbors(&mut out, &d, p, a.callers.is_some(), a.callees.is_some(), a.format, a.limit),
-        None => children(&mut out, &d, a.format, a.limit),
+        Some(p) => neighbors(out, &d, p, a.callers.is_some(), a.callees.is_some(), a.format, a.limit),
+        None => children(out, &d, a.format, a.limit),
     }
 }
 
@@ -137,7 +162,9 @@ fn neighbors(out: &mut dyn Write, d: &CallData, p: &str, callers: bool, callees:
     let nb = callgraph::neighbors(d, p);
     let total = d.totals[0];
     if nb.inclusive[0] == 0 {
-        bail!("no procedure named {p:?} in the selected stacks (names are as `loupe top --children` prints them)");
+        bail!(crate::procedure::NoSuchProcedure(format!(
+            "no procedure named {p:?} in the selected stacks (names are as `loupe top --children` prints them)"
+        )));
     }
     let list = |v: &[(String, Vec<u64>)]| -> Vec<serde_json::Value> {
         v.iter()

@@ -9,9 +9,9 @@ use loupe_store::query::{choose_events, Detail, Epochs, Filter, ProfileSource, S
 use loupe_store::{Database, EpochId};
 use std::io::Write;
 
-pub fn run(a: TopArgs) -> Result<u8> {
+pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     if a.children || a.callers.is_some() || a.callees.is_some() {
-        return crate::stacks::top(a);
+        return crate::stacks::top(a, out);
     }
     let db = Database::open(&a.db.db)?;
     let filter = Filter { pids: a.pid.pid.clone(), comms: a.comm.comm.clone(), image: a.image.image.clone() };
@@ -26,10 +26,9 @@ pub fn run(a: TopArgs) -> Result<u8> {
     let mut syms = Symbols::for_db(&a.db.db);
     let (keep, keep_image) = (|p: &_| sel.filter.keep_process(p), |i: &str| sel.filter.keep_image(i));
     let report = top(&flat.profiles, &flat.totals, &events, by, &keep, &keep_image, &mut syms);
-    let mut out = std::io::stdout().lock();
     match a.format {
-        Format::Json => print_json(&mut out, &report, a.by, a.limit)?,
-        Format::Text => print_text(&mut out, &report, a.by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
+        Format::Json => print_json(out, &report, a.by, a.limit)?,
+        Format::Text => print_text(out, &report, a.by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,
     }
     Ok(0)
 }
@@ -177,7 +176,7 @@ mod tests {
         let r = TopReport { events: vec![], totals: vec![], unknown: vec![], rows: vec![], unnamed: Default::default() };
         let text = |lost, epochs: &[EpochId]| {
             let mut out = Vec::new();
-            print_text(&mut out, &r, By::Image, 10, epochs, lost).unwrap();
+            print_text(out, &r, By::Image, 10, epochs, lost).unwrap();
             String::from_utf8(out).unwrap()
         };
         assert_eq!(text(0, &[EpochId(1)]), "# Loupe top, epoch 1\n# No samples in the selection.\n");

@@ -21,14 +21,14 @@ const LIVE_FLUSH: Duration = Duration::from_millis(50);
 /// Loupe's own spec, compiled in so that every trace carries it.
 const LOUPE_SPEC: &str = include_str!("../../trace/spec/loupe.xml");
 
-pub fn run(a: TraceArgs) -> Result<u8> {
+pub fn run(a: TraceArgs, out: &mut dyn Write) -> Result<u8> {
     match a.cmd {
-        TraceCmd::Check(s) => check(s),
+        TraceCmd::Check(s) => check(s, out),
         TraceCmd::Gen(g) => gen(g),
         TraceCmd::Record(r) => record(r),
-        TraceCmd::Dump(d) => dump(d),
-        TraceCmd::Export(e) => export(e),
-        TraceCmd::Report(r) => report(r),
+        TraceCmd::Dump(d) => dump(d, out),
+        TraceCmd::Export(e) => export(e, out),
+        TraceCmd::Report(r) => report(r, out),
     }
 }
 
@@ -37,9 +37,15 @@ fn load(specs: &[PathBuf]) -> Result<Spec> {
     loupe_trace::spec::load_files(&refs).map_err(|e| anyhow::anyhow!("invalid event spec:\n{e}"))
 }
 
-fn check(s: TraceSpecs) -> Result<u8> {
+fn check(s: TraceSpecs, out: &mut dyn Write) -> Result<u8> {
     let spec = load(&s.specs)?;
-    println!("{} events valid (ids {}..={})", spec.events.len(), spec.events[0].id, spec.events.iter().map(|e| e.id).max().unwrap_or(0));
+    writeln!(
+        out,
+        "{} events valid (ids {}..={})",
+        spec.events.len(),
+        spec.events[0].id,
+        spec.events.iter().map(|e| e.id).max().unwrap_or(0)
+    )?;
     Ok(0)
 }
 
@@ -248,9 +254,8 @@ fn read(dir: &Path) -> Result<loupe_trace::tracefile::Trace> {
     Ok(t)
 }
 
-fn dump(d: TraceDirArg) -> Result<u8> {
+fn dump(d: TraceDirArg, out: &mut dyn Write) -> Result<u8> {
     let t = read(&d.dir)?;
-    let mut out = std::io::stdout().lock();
     let t0 = t.entries.first().map_or(0, |e| e.rec.ts);
     for e in &t.entries {
         let Some(ev) = t.spec.by_id(e.rec.id) else { bail!("unknown id {}", e.rec.id) };
@@ -261,7 +266,7 @@ fn dump(d: TraceDirArg) -> Result<u8> {
     Ok(0)
 }
 
-fn export(e: TraceExportArgs) -> Result<u8> {
+fn export(e: TraceExportArgs, out: &mut dyn Write) -> Result<u8> {
     let t = read(&e.dir)?;
     let bytes = match e.format {
         TraceExportFormat::Chrome => serde_json::to_vec(&loupe_trace::export::chrome(&t))?,
@@ -271,12 +276,12 @@ fn export(e: TraceExportArgs) -> Result<u8> {
             loupe_trace::perfetto::perfetto(&t, command, meta["pid"].as_i64().unwrap_or(0) as i32)
         }
     };
-    std::fs::write(&e.out, bytes).with_context(|| format!("writing {}", e.out.display()))?;
+    out.write_all(&bytes)?;
     eprintln!("loupe trace: {} events written to {}", t.entries.len(), e.out.display());
     Ok(0)
 }
 
-fn report(a: TraceReportArgs) -> Result<u8> {
+fn report(a: TraceReportArgs, out: &mut dyn Write) -> Result<u8> {
     let t = read(&a.dir)?;
     let r = loupe_trace::report::report(&t, &t.counters, (a.interval_ms * 1e6).max(1000.0) as u64);
     if let Some(svg) = &a.svg {
@@ -285,7 +290,6 @@ fn report(a: TraceReportArgs) -> Result<u8> {
     if let Some(png) = &a.png {
         std::fs::write(png, loupe_trace::raster::png(&r)).with_context(|| format!("writing {}", png.display()))?;
     }
-    let mut out = std::io::stdout().lock();
     match a.format {
         TraceFormat::Text => write!(out, "{}", loupe_trace::render::text(&r))?,
         TraceFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&loupe_trace::render::to_json(&r))?)?,

@@ -1,7 +1,7 @@
 //! `loupe data` and its subcommands (DProf's views, object histories, data
 //! flow, allocation sites).
 
-use super::{DbArg, Format, PidFlag};
+use super::{DbArg, Format, OutputFlag, PidFlag};
 use clap::{Args, Subcommand, ValueEnum};
 
 #[derive(Args, Debug)]
@@ -64,6 +64,8 @@ pub struct ViewArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
     /// Sharing window: another CPU's writes this close in time count as invalidations, and one thread's
     /// sampled writes to the same bytes up to this far apart count as continuous writing.
     #[arg(long, default_value_t = 20.0, value_name = "MS")]
@@ -138,6 +140,8 @@ pub struct HistoryArgs {
     pub limit: usize,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
     /// Command to run (after `--`).
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -165,6 +169,8 @@ pub struct AllocsArgs {
     pub limit: usize,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
     /// Command to run (after `--`).
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -187,6 +193,8 @@ pub struct FlowArgs {
     pub limit: usize,
     #[arg(long, value_enum, default_value_t = FlowFormat::Text)]
     pub format: FlowFormat,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {

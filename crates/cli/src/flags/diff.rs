@@ -1,6 +1,6 @@
 //! `loupe diff` and `loupe stats`.
 
-use super::{By, CommFlag, EventFlag, Format, ImageFlag};
+use super::{By, CommFlag, EventFlag, Format, ImageFlag, OutputFlag};
 use clap::{Args, ValueEnum};
 
 pub const DIFF_HELP: &str = "\
@@ -79,6 +79,8 @@ pub struct CompareArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 #[derive(Args, Debug)]

@@ -1,6 +1,6 @@
 //! `loupe locks`.
 
-use super::Format;
+use super::{Format, OutputFlag};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -38,6 +38,8 @@ pub struct LocksArgs {
     /// Output format; the JSON form is what `loupe diff` reads as a side.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
     /// Command to run and trace, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

@@ -15,6 +15,7 @@ mod locks;
 pub mod optimize;
 mod procedure;
 mod select;
+mod serve;
 mod stacks;
 mod top;
 mod trace;
@@ -25,6 +26,7 @@ pub use diff::*;
 pub use locks::*;
 pub use procedure::*;
 pub use select::*;
+pub use serve::*;
 pub use stacks::*;
 pub use top::*;
 pub use trace::*;
@@ -62,12 +64,12 @@ pub enum Command {
     /// Start a new epoch (through the running daemon if there is one).
     Epoch(DbArg),
     /// List the epochs of a database.
-    Epochs(DbArg),
+    Epochs(EpochsArgs),
     /// Samples per image, procedure or source line, sorted descending (DCPI's dcpiprof).
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
     /// Show which sampling events this machine supports.
-    Events,
+    Events(OutputFlag),
     /// Differential profile of two runs or sets of runs (McKenney): buckets sorted by how they changed.
     #[command(after_help = DIFF_HELP)]
     Diff(DiffArgs),
@@ -96,6 +98,9 @@ pub enum Command {
     /// Data profiling (DProf): memory cost by data type and field, miss classes, working set.
     #[command(after_help = SOURCE_NOTE)]
     Data(DataArgs),
+    /// Serve the web UI and a JSON API (the CLI's `--format json` of each command) over HTTP.
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -103,6 +108,25 @@ pub struct DbArg {
     /// Profile database directory.
     #[arg(long, default_value = "loupe.db", env = "LOUPE_DB")]
     pub db: PathBuf,
+}
+
+/// `-o/--output`: where a command writes its result.
+#[derive(Args, Debug, Clone, Default)]
+pub struct OutputFlag {
+    /// Write the result to FILE (created 0600) instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct EpochsArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

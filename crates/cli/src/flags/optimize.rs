@@ -1,7 +1,7 @@
 //! `loupe optimize` and its subcommands (Morph's manager). Its own module
 //! path, since its `export` has arguments of the same names as `loupe export`.
 
-use super::DbArg;
+use super::{DbArg, OutputFlag};
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -153,6 +153,8 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub db: DbArg,
     pub image: PathBuf,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 pub const PROBE_HELP: &str = "Examples:\n  loupe optimize probe ./lua -- ./lua bench.lua\n  \

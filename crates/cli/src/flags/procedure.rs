@@ -1,6 +1,6 @@
 //! `loupe annotate` and `loupe calc`: one procedure of one image.
 
-use super::{CommFlag, DbArg, EpochFlag, Format, PidFlag};
+use super::{CommFlag, DbArg, EpochFlag, Format, OutputFlag, PidFlag};
 use clap::Args;
 
 pub const ANNOTATE_HELP: &str = "Examples:\n  loupe annotate --image selftime --procedure hot_alpha\n  \
@@ -37,6 +37,8 @@ pub struct ProcedureArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 #[derive(Args, Debug)]

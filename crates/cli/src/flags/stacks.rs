@@ -17,6 +17,8 @@ The database keeps counts per epoch, so --since/--until select whole epochs.";
 pub enum FlameFormat {
     Svg,
     Html,
+    /// The merged call tree, root first (docs/serve.md).
+    Json,
 }
 
 #[derive(Args, Debug)]
@@ -26,12 +28,15 @@ pub struct FlameArgs {
     /// Output file (default: stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// svg, or html (the SVG in a page); default from the output's extension.
+    /// svg, html (the SVG in a page) or json (the call tree); default from the output's extension.
     #[arg(long, value_enum)]
     pub format: Option<FlameFormat>,
     /// Title at the top of the graph.
     #[arg(long, default_value = "Loupe flame graph")]
     pub title: String,
+    /// Leaves at the top, callers below them (JSON only).
+    #[arg(long)]
+    pub inverted: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! `loupe top`.
 
-use super::{By, CommFlag, DbArg, EpochFlag, Format, ImageFlag, PidFlag};
+use super::{By, CommFlag, DbArg, EpochFlag, Format, ImageFlag, OutputFlag, PidFlag};
 use clap::Args;
 
 pub const TOP_HELP: &str = "Examples:\n  loupe top --by image\n  loupe top --by procedure --comm postgres --limit 30\n  loupe top --by line --image selftime --format json\n  loupe top --children\n  loupe top --callers c_work\n\n\
@@ -30,6 +30,8 @@ pub struct TopArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
     /// Per procedure, from the call stacks: samples in it and everything it calls
     /// (inclusive, "children") and in it alone (self).
     #[arg(long)]

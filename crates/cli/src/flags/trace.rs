@@ -1,5 +1,6 @@
 //! `loupe trace` and its subcommands.
 
+use super::OutputFlag;
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -112,14 +113,16 @@ pub struct TraceRecordArgs {
 pub struct TraceDirArg {
     /// Trace directory.
     pub dir: PathBuf,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 #[derive(Args, Debug)]
 pub struct TraceExportArgs {
     /// Trace directory.
     pub dir: PathBuf,
-    /// Output file.
-    #[arg(short, long)]
+    /// Output file (`--out` is an older spelling).
+    #[arg(short, long = "output", alias = "out")]
     pub out: PathBuf,
     /// chrome: Chrome trace-event JSON; perfetto: Perfetto protobuf (counter tracks, phase slices, per-thread/CPU tracks).
     #[arg(long, value_enum, default_value_t = TraceExportFormat::Chrome)]
@@ -155,6 +158,8 @@ pub struct TraceReportArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = TraceFormat::Text)]
     pub format: TraceFormat,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

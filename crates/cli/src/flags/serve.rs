@@ -1,0 +1,43 @@
+//! `loupe serve`.
+
+use clap::Args;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub const SERVE_HELP: &str = "\
+The API mirrors the CLI: /api/COMMAND?flag=value answers what `loupe COMMAND --flag value --format json` \
+prints (repeat a parameter to repeat its flag; `flag=` sets a switch), e.g. /api/top?by=procedure&epoch=all, \
+/api/flame?epoch=2, /api/diff?a=base:1&b=new:2&mode=weighted, /api/data/profile. `db=NAME` picks a served \
+database (default: the first); diff and stats sides are NAME:EPOCH, an EPOCH of the first database, or \
+comma-joined sums. /api/openapi.json describes every command. Read-only; errors are {\"error\": ...} with \
+status 400, 404 or 500.
+
+Examples:
+  loupe serve --db prof.db                                  http://127.0.0.1:7777/
+  loupe serve --db base=old.db --db new=new.db --listen 127.0.0.1:8080
+  loupe serve --db prof.db --listen 0.0.0.0:7777 --token \"$(openssl rand -hex 16)\"";
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// A database to serve: DIR, or NAME=DIR (repeatable; the first is the default). A bare DIR is named by
+    /// its last path component.
+    #[arg(long = "db", value_name = "[NAME=]DIR", required = true)]
+    pub dbs: Vec<String>,
+    /// Address to listen on; anything but loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1:7777")]
+    pub listen: SocketAddr,
+    /// Require this token of every request (`Authorization: Bearer TOKEN` or `?token=TOKEN`).
+    #[arg(long, env = "LOUPE_SERVE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Commands running at once (default: the number of CPUs, 2 to 8); more get 503.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Seconds one request may take before it gets 503.
+    #[arg(long, default_value = "60", value_parser = seconds)]
+    pub time_limit: Duration,
+}
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    Duration::try_from_secs_f64(x).map_err(|e| format!("{s:?}: {e}"))
+}

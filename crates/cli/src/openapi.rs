@@ -1,0 +1,85 @@
+//! `/api/openapi.json`: an OpenAPI 3 document generated from the clap
+//! definitions of the served commands, so that it lists exactly the flags
+//! the API accepts, with their help texts, allowed values and defaults.
+
+use clap::{Arg, ArgAction};
+use serde_json::{json, Map, Value};
+
+/// One GET path per command; `forced` flags and path arguments are left out
+/// (the server sets or refuses them).
+pub fn document(served: &[&str], forced: &[&str], is_path: &dyn Fn(&Arg) -> bool) -> Value {
+    let mut paths = Map::new();
+    for command in served {
+        let words: Vec<&str> = command.split('/').collect();
+        let cmd = crate::serve::subcommand(&words);
+        let mut params: Vec<Value> = cmd
+            .get_arguments()
+            .filter(|a| !forced.contains(&a.get_id().as_str()) && !is_path(a))
+            .filter(|a| a.get_long().is_some() || a.is_positional())
+            .map(parameter)
+            .collect();
+        if cmd.get_arguments().any(|a| a.get_long() == Some("db")) {
+            params.push(json!({ "name": "db", "in": "query", "required": false,
+                "description": "Name of a served database (`loupe serve --db NAME=DIR`); default: the first.",
+                "schema": { "type": "string" } }));
+        }
+        let about = cmd.get_about().map(|s| s.to_string()).unwrap_or_default();
+        paths.insert(
+            format!("/api/{command}"),
+            json!({ "get": {
+                "operationId": command.replace('/', "_"),
+                "summary": about,
+                "description": format!("What `loupe {} ... --format json` prints for the same flags.", words.join(" ")),
+                "parameters": params,
+                "responses": responses(),
+            }}),
+        );
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": { "title": "Loupe", "version": env!("CARGO_PKG_VERSION"),
+            "description": "Read-only JSON API of `loupe serve`: each path runs the CLI command of the same name with the query parameters as its flags (repeat a parameter to repeat its flag; `flag=` sets a switch)." },
+        "paths": paths,
+        "components": { "schemas": { "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" } } } } },
+    })
+}
+
+fn parameter(a: &Arg) -> Value {
+    let value_name = a.get_value_names().and_then(|v| v.first()).map(|v| v.to_ascii_lowercase());
+    let name = match a.get_long() {
+        Some(l) => l.to_string(),
+        None => value_name.unwrap_or_else(|| a.get_id().to_string()),
+    };
+    let mut help = a.get_long_help().or(a.get_help()).map(|h| h.to_string()).unwrap_or_default();
+    if a.is_positional() {
+        help += ". Over HTTP each part is NAME:EPOCH, NAME (its current epoch) or EPOCH (of the first database).";
+    }
+    let mut schema = Map::new();
+    let possible: Vec<String> = a.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| v.get_name().to_string()).collect();
+    if matches!(a.get_action(), ArgAction::SetTrue) {
+        schema.insert("type".into(), "boolean".into());
+    } else {
+        schema.insert("type".into(), "string".into());
+        if !possible.is_empty() {
+            schema.insert("enum".into(), possible.into());
+        }
+        if let Some(d) = a.get_default_values().first() {
+            schema.insert("default".into(), d.to_string_lossy().into_owned().into());
+        }
+    }
+    let many = matches!(a.get_action(), ArgAction::Append) || a.get_num_args().is_some_and(|n| n.max_values() > 1);
+    let schema = if many { json!({ "type": "array", "items": schema }) } else { Value::Object(schema) };
+    json!({ "name": name, "in": "query", "required": a.is_required_set(), "description": help,
+        "schema": schema, "explode": true, "style": "form" })
+}
+
+fn responses() -> Value {
+    let error = |what: &str| json!({ "description": what, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
+    json!({
+        "200": { "description": "The command's JSON", "content": { "application/json": { "schema": { "type": "object" } } } },
+        "400": error("A flag the command does not have, or a bad value"),
+        "404": error("A missing epoch, image, procedure, event or database"),
+        "500": error("The command failed"),
+        "503": error("All workers busy, or the time limit passed"),
+    })
+}

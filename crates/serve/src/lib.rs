@@ -1,0 +1,152 @@
+//! The HTTP side of `loupe serve`: a small read-only server that answers
+//! `/api/<command>` by running the command through an [`Api`] the binary
+//! implements (so the API cannot drift from the CLI), `/api/openapi.json`,
+//! and the front end's built files, embedded at build time.
+//!
+//! Design constraints: it binds 127.0.0.1 unless given a token; only GET;
+//! a request line plus headers past [`Config::max_request_bytes`] is refused;
+//! at most [`Config::workers`] commands run at once (more get 503); a
+//! command that runs past [`Config::time_limit`] answers 503; a panicking
+//! command answers 500 with a message, never its panic text. Paths never
+//! come from a request: the [`Api`] owns the databases.
+//!
+//! It is plain `std::net`, one short-lived thread per connection and no
+//! keep-alive: GET without bodies needs none of an HTTP library's
+//! machinery, and owning the reader is what makes the size and time limits
+//! exact.
+//!
+//! ```no_run
+//! use loupe_serve::{Api, ApiError, Config, Server};
+//! use std::sync::Arc;
+//! struct Echo;
+//! impl Api for Echo {
+//!     fn call(&self, command: &str, _params: &[(String, String)]) -> Result<Vec<u8>, ApiError> {
+//!         Ok(format!("{{\"command\": {command:?}}}").into_bytes())
+//!     }
+//!     fn openapi(&self) -> Vec<u8> {
+//!         b"{}".to_vec()
+//!     }
+//! }
+//! let server = Server::bind(Config::new("127.0.0.1:0".parse().unwrap()), Arc::new(Echo)).unwrap();
+//! println!("http://{}/", server.local_addr());
+//! server.serve();
+//! ```
+
+mod assets;
+mod error;
+mod http;
+mod route;
+
+pub use error::{ApiError, ApiErrorKind, Error, ErrorKind};
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the server asks of the binary: run a command into JSON bytes.
+pub trait Api: Send + Sync + 'static {
+    /// Runs `command` (`top`, `data/profile`, ...) with the request's query
+    /// parameters, in order (the token already taken out).
+    fn call(&self, command: &str, params: &[(String, String)]) -> Result<Vec<u8>, ApiError>;
+    /// The OpenAPI document served at `/api/openapi.json`.
+    fn openapi(&self) -> Vec<u8>;
+}
+
+/// Where and how to serve.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Required of every request when set (`Authorization: Bearer T` or
+    /// `?token=T`); required to listen on anything but loopback.
+    pub token: Option<String>,
+    /// Commands running at once; requests beyond get 503.
+    pub workers: usize,
+    /// Request line and headers together.
+    pub max_request_bytes: usize,
+    /// How long one command may run before the request gets 503.
+    pub time_limit: Duration,
+    /// How long a client may take to send its request or read the answer.
+    pub io_timeout: Duration,
+}
+
+impl Config {
+    pub fn new(listen: SocketAddr) -> Config {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Config {
+            listen,
+            token: None,
+            workers: cpus.clamp(2, 8),
+            max_request_bytes: 8 * 1024,
+            time_limit: Duration::from_secs(60),
+            io_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A bound server; [`Server::serve`] answers requests until the process ends.
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<route::Shared>,
+}
+
+impl Server {
+    /// Binds `config.listen`; refuses a non-loopback address without a token.
+    pub fn bind(config: Config, api: Arc<dyn Api>) -> Result<Server, Error> {
+        if !config.listen.ip().is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
+            return Err(Error::new(
+                ErrorKind::NeedsToken,
+                format!("{} is not a loopback address: anyone who can reach it could read the profiles; give --token", config.listen),
+            ));
+        }
+        let listener = TcpListener::bind(config.listen)
+            .map_err(|e| Error::new(ErrorKind::Bind, format!("cannot listen on {}: {e}", config.listen)))?;
+        Ok(Server { listener, shared: Arc::new(route::Shared { config, api, busy: AtomicUsize::new(0) }) })
+    }
+
+    /// The bound address (the real port when `listen` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Accepts connections forever, each on its own short-lived thread.
+    pub fn serve(self) {
+        for stream in self.listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let shared = Arc::clone(&self.shared);
+            let spawned = std::thread::Builder::new().name("loupe-serve".into()).spawn(move || connection(stream, &shared));
+            if let Err(e) = spawned {
+                eprintln!("loupe serve: cannot start a thread for a connection: {e}");
+            }
+        }
+    }
+}
+
+fn connection(mut stream: TcpStream, shared: &Arc<route::Shared>) {
+    let t = shared.config.io_timeout;
+    let _ = stream.set_read_timeout(Some(t));
+    let _ = stream.set_write_timeout(Some(t));
+    let response = match http::read_request(&mut stream, shared.config.max_request_bytes) {
+        Ok(req) => route::handle(shared, &req),
+        Err(e) => e.response(),
+    };
+    let _ = response.write_to(&mut stream);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// One slot of [`Config::workers`], given back when dropped.
+struct Slot(Arc<route::Shared>);
+
+impl Slot {
+    fn take(shared: &Arc<route::Shared>) -> Option<Slot> {
+        let max = shared.config.workers;
+        shared.busy.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        Some(Slot(Arc::clone(shared)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}

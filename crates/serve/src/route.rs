@@ -1,0 +1,169 @@
+//! Which answer a request gets: token check, method, then the API, the
+//! OpenAPI document or an embedded file.
+
+use crate::http::{Request, Response};
+use crate::{assets, Api, ApiError, ApiErrorKind, Config, Slot};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{mpsc, Arc};
+
+pub(crate) struct Shared {
+    pub config: Config,
+    pub api: Arc<dyn Api>,
+    /// Commands running now (see [`Slot`]).
+    pub busy: AtomicUsize,
+}
+
+const NO_FRONT_END: &str = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Loupe</title></head><body>\n\
+<p>This loupe was built without its web front end (web/dist). The JSON API is at \
+<a href=\"api/openapi.json\">/api/openapi.json</a>.</p>\n</body></html>\n";
+
+pub(crate) fn handle(shared: &Arc<Shared>, req: &Request) -> Response {
+    if let Some(want) = &shared.config.token {
+        if !authorized(req, want) {
+            let mut r = Response::error(401, "a token is required: send `Authorization: Bearer TOKEN` or add ?token=TOKEN");
+            r.headers.push(("WWW-Authenticate", "Bearer".into()));
+            return r;
+        }
+    }
+    if req.method != "GET" {
+        let mut r = Response::error(405, &format!("{} is not allowed: the server is read-only (GET only)", req.method));
+        r.headers.push(("Allow", "GET".into()));
+        return r;
+    }
+    let params: Vec<(String, String)> = req.query.iter().filter(|(n, _)| n != "token").cloned().collect();
+    match req.path.strip_prefix("/api/") {
+        Some("openapi.json") => Response::new(200, "application/json", shared.api.openapi()),
+        Some(command) => call(shared, command, params),
+        None => asset(&req.path),
+    }
+}
+
+/// Either header or query parameter, compared in constant time.
+fn authorized(req: &Request, want: &str) -> bool {
+    let bearer = req.header("authorization").and_then(|v| v.strip_prefix("Bearer "));
+    let query = req.query.iter().find(|(n, _)| n == "token").map(|(_, v)| v.as_str());
+    [bearer, query].into_iter().flatten().any(|got| same(got.trim().as_bytes(), want.as_bytes()))
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Runs the command on its own thread, holding a worker slot until it ends
+/// (even past the time limit, so that slow commands cannot pile up).
+fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>) -> Response {
+    let Some(slot) = Slot::take(shared) else {
+        return Response::error(503, &format!("all {} workers are busy; try again", shared.config.workers));
+    };
+    let (tx, rx) = mpsc::channel();
+    let (api, command_owned) = (Arc::clone(&shared.api), command.to_string());
+    let spawned = std::thread::Builder::new().name("loupe-api".into()).spawn(move || {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| api.call(&command_owned, &params)));
+        // Free before answering, so that a client's next request finds the slot free.
+        drop(slot);
+        let _ =
+            tx.send(r.unwrap_or_else(|_| Err(ApiError::new(ApiErrorKind::Internal, "internal error: the command failed unexpectedly"))));
+    });
+    if let Err(e) = spawned {
+        return Response::error(503, &format!("cannot start a worker: {e}"));
+    }
+    match rx.recv_timeout(shared.config.time_limit) {
+        Ok(Ok(body)) => Response::new(200, "application/json", body),
+        Ok(Err(e)) => Response::error(e.status(), e.message()),
+        Err(_) => Response::error(503, &format!("{command} took longer than {} s", shared.config.time_limit.as_secs_f64())),
+    }
+}
+
+/// An embedded file; paths without an extension get index.html (the pages
+/// route in the browser).
+fn asset(path: &str) -> Response {
+    let rel = path.trim_start_matches('/');
+    let rel = if rel.is_empty() { "index.html" } else { rel };
+    if let Some(b) = assets::get(rel) {
+        return Response::new(200, assets::content_type(rel), b.to_vec());
+    }
+    let is_page = rel == "index.html" || !rel.rsplit('/').next().unwrap_or(rel).contains('.');
+    match (is_page, assets::get("index.html")) {
+        (true, Some(b)) => Response::new(200, "text/html; charset=utf-8", b.to_vec()),
+        (true, None) => Response::new(200, "text/html; charset=utf-8", NO_FRONT_END.into()),
+        (false, _) => Response::error(404, &format!("no file {path}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    struct Fake;
+    impl Api for Fake {
+        fn call(&self, command: &str, params: &[(String, String)]) -> Result<Vec<u8>, ApiError> {
+            match command {
+                "echo" => Ok(serde_json::to_vec(&params).unwrap()),
+                "missing" => Err(ApiError::new(ApiErrorKind::NotFound, "no epoch 9")),
+                "slow" => {
+                    std::thread::sleep(Duration::from_millis(400));
+                    Ok(b"{}".to_vec())
+                }
+                _ => panic!("secret panic text"),
+            }
+        }
+        fn openapi(&self) -> Vec<u8> {
+            b"{\"openapi\": \"3.0.3\"}".to_vec()
+        }
+    }
+
+    /// One worker; `limit_ms` is the time limit.
+    fn shared(token: Option<&str>, limit_ms: u64) -> Arc<Shared> {
+        let mut config = Config::new("127.0.0.1:0".parse().unwrap());
+        config.token = token.map(String::from);
+        config.time_limit = Duration::from_millis(limit_ms);
+        config.workers = 1;
+        Arc::new(Shared { config, api: Arc::new(Fake), busy: AtomicUsize::new(0) })
+    }
+
+    fn get(path: &str, query: &[(&str, &str)], headers: &[(&str, &str)]) -> Request {
+        let pairs = |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        Request { method: "GET".into(), path: path.into(), query: pairs(query), headers: pairs(headers) }
+    }
+
+    #[test]
+    fn errors_panics_and_timeouts_answer_json_with_their_status() {
+        // Checks 404 from the API's kind, 500 without the panic's text, 503 past the time limit, 405 for POST.
+        // A generous limit where panics are answered: with RUST_BACKTRACE set, printing one takes a while.
+        let s = shared(None, 30_000);
+        let r = handle(&s, &get("/api/missing", &[], &[]));
+        assert_eq!((r.status, String::from_utf8(r.body).unwrap()), (404, r#"{"error":"no epoch 9"}"#.to_string()));
+        let r = handle(&s, &get("/api/boom", &[], &[]));
+        assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
+        assert!(!String::from_utf8(r.body).unwrap().contains("secret"));
+        assert_eq!(handle(&shared(None, 100), &get("/api/slow", &[], &[])).status, 503);
+        let mut post = get("/api/echo", &[], &[]);
+        post.method = "POST".into();
+        assert_eq!(handle(&s, &post).status, 405);
+    }
+
+    #[test]
+    fn a_slow_command_keeps_its_worker_until_it_ends() {
+        // Checks the bound on running commands: with one worker busy past its time limit, the next call gets 503.
+        let s = shared(None, 100);
+        assert_eq!(handle(&s, &get("/api/slow", &[], &[])).status, 503);
+        let r = handle(&s, &get("/api/echo", &[], &[]));
+        assert_eq!(r.status, 503);
+        assert!(String::from_utf8(r.body).unwrap().contains("busy"));
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(handle(&s, &get("/api/echo", &[], &[])).status, 200);
+    }
+
+    #[test]
+    fn the_token_is_checked_and_not_passed_on() {
+        // Checks 401 without or with a wrong token, and that ?token= is removed from the command's parameters.
+        let s = shared(Some("sesame"), 30_000);
+        assert_eq!(handle(&s, &get("/api/echo", &[], &[])).status, 401);
+        assert_eq!(handle(&s, &get("/api/echo", &[("token", "sesam")], &[])).status, 401);
+        assert_eq!(handle(&s, &get("/api/echo", &[], &[("authorization", "Bearer sesame")])).status, 200);
+        let r = handle(&s, &get("/api/echo", &[("by", "line"), ("token", "sesame")], &[]));
+        assert_eq!((r.status, String::from_utf8(r.body).unwrap()), (200, r#"[["by","line"]]"#.to_string()));
+    }
+}
