@@ -20,11 +20,19 @@ export class ApiError extends Error {
   }
 }
 
+/** The server's --token when the page was opened as `/?token=...` (needed off loopback). */
+export function token(): string | null {
+  return new URLSearchParams(location.search).get('token');
+}
+
 /** GETs JSON from the API; non-2xx answers become an ApiError carrying the server's own message. */
 export async function getJson<T>(url: string): Promise<T> {
   let res: Response;
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  const t = token();
+  if (t) headers.Authorization = `Bearer ${t}`;
   try {
-    res = await fetch(url, { headers: { Accept: 'application/json' } });
+    res = await fetch(url, { headers });
   } catch (e) {
     throw new ApiError(0, `cannot reach the loupe server (${String(e)})`);
   }

@@ -2,7 +2,7 @@
 // trace exports. They show the API's JSON as sortable tables.
 import { Ctx } from '../context';
 import { apiUrl, formatHash, withParam } from '../state';
-import { el, emptyBox, genericJson, getJson } from '../ui';
+import { el, emptyBox, genericJson, getJson, token } from '../ui';
 
 const DATA_VIEWS = [
   ['profile', 'Types and fields'],
@@ -60,7 +60,7 @@ const EXPORTS = [
 export async function tracesPage(c: Ctx): Promise<void> {
   c.main.append(el('h1', {}, 'Traces and exports'), el('p', { class: 'lead' }, 'Download the selection (the filters above apply) for other tools; nothing leaves this machine unless you open the file elsewhere.'));
   c.main.append(el('ul', { class: 'exports' }, ...EXPORTS.map(([fmt, name, how]) => el('li', {},
-    el('a', { href: apiUrl('export', c.filters, { format: fmt }), download: `loupe.${fmt === 'pprof' ? 'pb.gz' : fmt === 'collapsed' ? 'txt' : fmt === 'perfetto' ? 'pftrace' : 'json'}`, 'data-format': fmt }, name),
+    el('a', { href: apiUrl('export', c.filters, { format: fmt, token: token() ?? undefined }), download: `loupe.${fmt === 'pprof' ? 'pb.gz' : fmt === 'collapsed' ? 'txt' : fmt === 'perfetto' ? 'pftrace' : 'json'}`, 'data-format': fmt }, name),
     ` — ${how}; from a shell: `, el('code', {}, cliExport(c.filters, fmt))))));
 }
 
