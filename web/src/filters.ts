@@ -4,6 +4,7 @@ import { Route, withParam } from './state';
 import { el } from './ui';
 
 const FIELDS: [key: string, label: string, hint: string][] = [
+  ['db', 'DB', 'served database name (default: the first)'],
   ['epoch', 'Epoch', 'current, all or a number'],
   ['since', 'Since (s)', 'epochs that overlap the last N seconds'],
   ['until', 'Until (s)', 'with since: epochs that started at least N seconds ago'],

@@ -26,6 +26,7 @@ describe('URL state', () => {
     // Checks that page-specific keys (by, search) do not leak into another page's URL.
     const r = parseHash('#/top?by=line&epoch=2&comm=selftime&search=x');
     expect(filterParams(r.params).toString()).toBe('epoch=2&comm=selftime');
+    expect(filterParams(new URLSearchParams('by=line&db=run2')).toString()).toBe('db=run2');
     expect(formatHash(goTo(r, 'source', { procedure: 'hot_alpha' }))).toBe('#/source?epoch=2&comm=selftime&procedure=hot_alpha');
   });
   it('builds API URLs relative to the page with repeated filters kept', () => {

@@ -1,8 +1,8 @@
 // Page state lives in the URL hash (`#/page?key=value`), so every view can be linked, reloaded and
 // driven by a browser test without hidden state.
 
-/** Filter keys shared by every page (the filter bar); they are passed to the API unchanged. */
-export const FILTER_KEYS = ['epoch', 'since', 'until', 'pid', 'comm', 'image', 'event'] as const;
+/** Filter keys shared by every page (the filter bar); they are passed to the API unchanged (`db`: a served database's name). */
+export const FILTER_KEYS = ['db', 'epoch', 'since', 'until', 'pid', 'comm', 'image', 'event'] as const;
 
 export const PAGES = [
   'overview', 'top', 'flame', 'source', 'diff', 'data', 'locks', 'optimize', 'stats', 'traces',

@@ -137,7 +137,16 @@ const tests = [
     const msg = await page.textContent('.error');
     assert(/no_such_procedure/.test(msg) && /HTTP 404/.test(msg), `error box: ${msg}`);
   }],
-  ['overview, data, locks, optimize, stats and traces pages draw', async () => {
+  ['the data page shows the fields the workload writes', async () => {
+    // dataprof falseshare writes fields a and b of one `struct counters` from two threads, nothing else.
+    await open('data?db=data');
+    const rows = await page.$$eval('.generic table.data tbody tr', (trs) => trs.map((tr) => tr.textContent));
+    const counters = rows.filter((r) => r.includes('struct counters'));
+    assert(counters.some((r) => /\ba\b/.test(r)) && counters.some((r) => /\bb\b/.test(r)), `struct counters fields a and b not both listed: ${rows}`);
+    assert(await page.inputValue('#filters input[name="db"]') === 'data', 'the db filter does not show the served database');
+    await shot('data');
+  }],
+  ['overview, locks, optimize, stats and traces pages draw', async () => {
     await open('overview');
     await page.waitForSelector('#overview-chart canvas');
     const epochs = await page.$$eval('table.data tbody tr', (t) => t.length);
@@ -151,7 +160,7 @@ const tests = [
     await page.mouse.up();
     await page.waitForFunction(() => /epoch=1(&|$)/.test(location.hash));
     assert(await page.inputValue('#filters input[name="epoch"]') === '1', 'the epoch filter does not show the picked epoch');
-    for (const p of ['data', 'locks', 'optimize?image=selftime', 'stats?runs=scal:1%20scal:2', 'traces']) {
+    for (const p of ['locks', 'optimize?image=selftime', 'stats?runs=scal:1%20scal:2', 'traces']) {
       await open(p);
       await shot(p.split('?')[0]);
     }
