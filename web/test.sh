@@ -2,7 +2,7 @@
 # Browser tests of `loupe serve`: records the selftime workload (it measures its own CPU time per
 # procedure: the ground truth), two runs of scaling (run 2 doubles `grow` by construction) and
 # dataprof's false sharing (two threads write fields a and b of one struct counters),
-# serves the three databases on a free loopback port, and drives the pages in Debian's Chromium.
+# serves both databases on a free loopback port, and drives the pages in Debian's Chromium.
 # Screenshots of each page go to docs/screenshots/. Run as root from anywhere; prints
 # "web: N passed, N failed" last. LOUPE overrides the binary (default target/release/loupe).
 set -euo pipefail
@@ -32,9 +32,10 @@ trap cleanup EXIT
 "$loupe" record --freq 4000 --db "$tmp/scal" -- "$wl/scaling" --out "$tmp/s1.json" 2>/dev/null
 "$loupe" epoch --db "$tmp/scal" >/dev/null
 "$loupe" record --freq 4000 --db "$tmp/scal" -- "$wl/scaling" grow=200 --out "$tmp/s2.json" 2>/dev/null
-"$loupe" record --data --freq 2000 --allocs off --db "$tmp/data" -- "$wl/dataprof" falseshare 1 >/dev/null 2>&1
+# Data samples go beside the CPU profile (record --data adds no CPU samples to the epoch).
+"$loupe" record --data --freq 2000 --allocs off --db "$tmp/db" -- "$wl/dataprof" falseshare 1 >/dev/null 2>&1
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$loupe" serve --db "$tmp/db" --db "scal=$tmp/scal" --db "data=$tmp/data" --listen "127.0.0.1:$port" >"$tmp/serve.log" 2>&1 &
+"$loupe" serve --db "$tmp/db" --db "scal=$tmp/scal" --listen "127.0.0.1:$port" >"$tmp/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 100); do
   python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "http://127.0.0.1:$port/api/epochs" 2>/dev/null && break
