@@ -3,15 +3,15 @@
 import { Route, withParam } from './state';
 import { el } from './ui';
 
-const FIELDS: [key: string, label: string, hint: string][] = [
-  ['db', 'DB', 'served database name (default: the first)'],
-  ['epoch', 'Epoch', 'current, all or a number'],
-  ['since', 'Since (s)', 'epochs that overlap the last N seconds'],
-  ['until', 'Until (s)', 'with since: epochs that started at least N seconds ago'],
-  ['pid', 'PID', 'process ids, comma-separated'],
-  ['comm', 'Comm', 'process names, comma-separated'],
-  ['image', 'Image', 'images whose path contains this text'],
-  ['event', 'Event', 'sampling event, e.g. cpu-clock'],
+const FIELDS: [key: string, label: string, placeholder: string, hint: string][] = [
+  ['db', 'DB', 'first', 'served database name (default: the first)'],
+  ['epoch', 'Epoch', 'current', 'current, all or a number'],
+  ['since', 'Since', 'seconds', 'epochs that overlap the last N seconds'],
+  ['until', 'Until', 'seconds', 'with since: epochs that started at least N seconds ago'],
+  ['pid', 'PID', 'any', 'process ids, comma-separated'],
+  ['comm', 'Comm', 'any', 'process names, comma-separated'],
+  ['image', 'Image', 'any', 'images whose path contains this text'],
+  ['event', 'Event', 'default', 'sampling event, e.g. cpu-clock'],
 ];
 
 const REPEATED = new Set(['pid', 'comm']);
@@ -19,9 +19,9 @@ const REPEATED = new Set(['pid', 'comm']);
 export function filterBar(route: Route, nav: (r: Route) => void): HTMLElement {
   const form = el('form', { class: 'filters', id: 'filters' });
   const inputs = new Map<string, HTMLInputElement>();
-  for (const [key, label, hint] of FIELDS) {
+  for (const [key, label, placeholder, hint] of FIELDS) {
     const value = REPEATED.has(key) ? route.params.getAll(key).join(',') : route.params.get(key) ?? '';
-    const input = el('input', { name: key, value, placeholder: hint, title: hint, size: key === 'image' ? '14' : '8' });
+    const input = el('input', { name: key, value, placeholder, title: hint, size: key === 'image' || key === 'comm' ? '12' : '7' });
     inputs.set(key, input);
     form.append(el('label', {}, label, input));
   }

@@ -2,7 +2,7 @@
 // trace exports. They show the API's JSON as sortable tables.
 import { Ctx } from '../context';
 import { apiUrl, formatHash, withParam } from '../state';
-import { el, emptyBox, genericJson, getJson, token } from '../ui';
+import { base, el, emptyBox, genericJson, getJson, table, token } from '../ui';
 
 const DATA_VIEWS = [
   ['profile', 'Types and fields'],
@@ -47,7 +47,42 @@ export async function statsPage(c: Ctx): Promise<void> {
   if (list.length < 2) return void c.main.append(emptyBox('Name at least two runs (epochs or NAME:EPOCH), separated by spaces.'));
   const p = new URLSearchParams();
   for (const r of list) p.append('run', r);
-  c.main.append(genericJson(await getJson<unknown>(`${apiUrl('stats', p, { by: c.route.params.get('by') ?? undefined })}`)));
+  const st = await getJson<StatsAnswer>(apiUrl('stats', p, { by: c.route.params.get('by') ?? undefined, image: c.filters.get('image') ?? undefined }));
+  c.main.append(el('p', { class: 'lead' }, `${st.total ?? ''} samples of ${st.event ?? ''} in ${list.length} runs; significant: the counts differ more than sampling noise explains.`));
+  if (!st.rows?.length) return void c.main.append(emptyBox('No procedures in these runs.'));
+  c.main.append(table<StatsRow>([
+    { key: 'range_percent', label: 'Range %', num: true, bar: (r) => r.range_percent / 100 },
+    { key: 'procedure', label: 'Procedure' },
+    { key: 'image', label: 'Image', get: (r) => base(r.image) },
+    { key: 'n', label: 'Runs', num: true },
+    { key: 'mean', label: 'Mean', num: true },
+    { key: 'std_dev', label: 'Std dev', num: true },
+    { key: 'min', label: 'Min', num: true },
+    { key: 'max', label: 'Max', num: true },
+    { key: 'percent', label: '% of all', num: true },
+    { key: 'p_value', label: 'p', num: true },
+    { key: 'significant', label: 'Significant', cell: (r) => (r.significant ? el('span', { class: 'badge sig' }, 'yes') : 'no') },
+  ], st.rows, { sort: 'significant', id: 'stats-table', rowClass: (r) => (r.significant ? 'sig grew' : '') }));
+}
+
+interface StatsRow {
+  image: string;
+  procedure: string;
+  n: number;
+  mean: number;
+  std_dev: number;
+  min: number;
+  max: number;
+  percent: number;
+  range_percent: number;
+  p_value: number | null;
+  significant: boolean;
+}
+
+interface StatsAnswer {
+  event?: string;
+  total?: number;
+  rows?: StatsRow[];
 }
 
 const EXPORTS = [
