@@ -23,3 +23,15 @@ echo
 echo "== The demo measured its own CPU time per procedure (ground truth): =="
 cat "$out/selftime.json"; echo
 echo "Database: $db"
+echo
+# The web UI over the same database, left running in the background.
+port=${LOUPE_DEMO_PORT:-7777}
+./target/release/loupe serve --db "demo=$db" --listen "127.0.0.1:$port" >"$out/serve.log" 2>&1 &
+srv=$!
+sleep 1
+if kill -0 "$srv" 2>/dev/null; then
+  echo "== Web UI of this profile: http://127.0.0.1:$port/ (API: http://127.0.0.1:$port/api/openapi.json) =="
+  echo "Stop the server with: kill $srv"
+else
+  echo "loupe serve did not start (port $port taken? set LOUPE_DEMO_PORT): $(cat "$out/serve.log")"
+fi

@@ -3,6 +3,7 @@
 # Idempotent: skips apt when everything is already there.
 set -euo pipefail
 pkgs=(build-essential pkg-config linux-perf valgrind bpftrace libc6-dbg binutils python3 clang bpftool libelf-dev zlib1g-dev make llvm-19 golang-go g++ default-jdk-headless liblttng-ust-dev lttng-tools babeltrace2 libxml2-utils bolt-19 graphviz)
+pkgs+=(man-db systemd)  # tests of the generated man pages and of dist/loupe.service (systemd-analyze verify)
 pkgs+=(libatomic1)  # the Python trace runtime's compare-and-swap (sdk/python/loupe_trace.py)
 pkgs+=(chromium)  # browser tests of loupe serve's pages (web/test.sh drives it with playwright-core)
 missing=()

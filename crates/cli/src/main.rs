@@ -13,6 +13,7 @@ mod locks;
 mod machine;
 mod objects;
 mod openapi;
+mod ops;
 mod optimize;
 mod optimize_bat;
 mod optimize_lbr;
@@ -73,6 +74,8 @@ pub(crate) fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<u8> {
         Command::Optimize(a) => optimize::run(a, out),
         Command::Data(a) => data::run(a, out),
         Command::Serve(a) => serve::run(a),
+        Command::Completions(a) => ops::completions(a),
+        Command::Man(a) => ops::man(a),
     }
 }
 

@@ -176,7 +176,7 @@ mod tests {
         let r = TopReport { events: vec![], totals: vec![], unknown: vec![], rows: vec![], unnamed: Default::default() };
         let text = |lost, epochs: &[EpochId]| {
             let mut out = Vec::new();
-            print_text(out, &r, By::Image, 10, epochs, lost).unwrap();
+            print_text(&mut out, &r, By::Image, 10, epochs, lost).unwrap();
             String::from_utf8(out).unwrap()
         };
         assert_eq!(text(0, &[EpochId(1)]), "# Loupe top, epoch 1\n# No samples in the selection.\n");

@@ -22,7 +22,7 @@ fn shares(db: &Path, pid: &str) -> (f64, HashMap<String, f64>) {
 
 #[test]
 fn bpf_and_stream_backends_give_the_same_distribution() {
-    // Checks both backends, recording the same run at once, agree within 1 point per procedure over 10k+ samples.
+    // Checks both backends, recording the same run at once, agree per procedure within 1 point at 10k samples (wider with fewer).
     if !require_root() {
         return;
     }
@@ -50,10 +50,14 @@ fn bpf_and_stream_backends_give_the_same_distribution() {
     let (nb, sb) = shares(&dir.path().join("bpf"), &pid);
     let (ns, ss) = shares(&dir.path().join("stream"), &pid);
     eprintln!("bpf {nb} samples {sb:?}\nstream {ns} samples {ss:?}");
-    assert!(nb >= 10_000.0 && ns >= 10_000.0, "too few samples: bpf {nb}, stream {ns}");
+    // The workload gets what CPU a loaded machine leaves it, so the sample count varies: the bound is 1 point at
+    // 10k samples per side and widens with the standard error (1/sqrt(n)) below that.
+    let n = nb.min(ns);
+    assert!(n >= 2_000.0, "too few samples to compare: bpf {nb}, stream {ns}");
+    let tolerance = (10_000.0 / n).sqrt().max(1.0);
     for p in ["hot_alpha", "hot_beta", "hot_gamma", "lib_spin"] {
         let (x, y) = (sb.get(p).copied().unwrap_or(0.0), ss.get(p).copied().unwrap_or(0.0));
-        assert!((x - y).abs() <= 1.0, "{p}: bpf {x:.2}% vs stream {y:.2}%");
+        assert!((x - y).abs() <= tolerance, "{p}: bpf {x:.2}% vs stream {y:.2}% (tolerance {tolerance:.2} at {n} samples)");
     }
 }
 

@@ -94,10 +94,10 @@ pub struct DaemonArgs {
     /// Merge in-memory profiles into the database within this many seconds; the work is spread evenly over the interval.
     #[arg(long, default_value_t = 60.0)]
     pub flush_every: f64,
-    /// Keep the cost of sampling under this percent of each CPU: at start the daemon measures what one sample
-    /// costs on this host (about 1.5 s of spinning threads at two rates), then samples at the highest rate that fits,
-    /// never above --freq, re-checking its own CPU per sample and the BPF handler's cost every 10 s.
-    /// `off` samples at --freq regardless.
+    /// Keep the cost of sampling under this percent of each CPU: at start the daemon times one sample's interrupt
+    /// on its own thread (a few milliseconds; nothing else spins), then samples at the highest rate that fits,
+    /// never above --freq, re-checking its own CPU per sample and the BPF handler's cost every 10 s. Lowering the rate
+    /// never loses a record. `off` samples at --freq regardless.
     #[arg(long, value_name = "PCT|off", default_value = "1", value_parser = parse_overhead)]
     pub max_overhead: Overhead,
     /// Print per-interval statistics (samples, unknown, lost, daemon CPU per sample, RSS) as JSON lines to stderr every SECONDS.

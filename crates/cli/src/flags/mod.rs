@@ -12,6 +12,7 @@ mod collect;
 mod data;
 mod diff;
 mod locks;
+mod ops;
 pub mod optimize;
 mod procedure;
 mod select;
@@ -24,6 +25,7 @@ pub use collect::*;
 pub use data::*;
 pub use diff::*;
 pub use locks::*;
+pub use ops::*;
 pub use procedure::*;
 pub use select::*;
 pub use serve::*;
@@ -101,6 +103,12 @@ pub enum Command {
     /// Serve the web UI and a JSON API (the CLI's `--format json` of each command) over HTTP.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = COMPLETIONS_HELP)]
+    Completions(CompletionsArgs),
+    /// Write man pages for loupe and every command into a directory.
+    #[command(after_help = MAN_HELP)]
+    Man(ManArgs),
 }
 
 #[derive(Args, Debug, Clone)]
