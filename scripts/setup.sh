@@ -8,6 +8,7 @@ pkgs+=(man-db systemd)  # tests of the generated man pages and of dist/loupe.ser
 pkgs+=(nodejs)  # JIT frames: Node's perf map and jitdump (crates/cli/tests/jit.rs)
 pkgs+=(xz-utils)  # the stripped-library test's workload (xz with Debian's liblzma)
 pkgs+=(libatomic1)  # the Python trace runtime's compare-and-swap (sdk/python/loupe_trace.py)
+pkgs+=(chromium)  # browser tests of loupe serve's pages (web/test.sh drives it with playwright-core)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
