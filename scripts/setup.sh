@@ -19,6 +19,11 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# npm builds the web UI (crates/serve's build.rs); Node.js from NodeSource bundles it, Debian's nodejs does not.
+if ! command -v npm >/dev/null; then
+  echo "setup: installing npm" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+fi
 if ! command -v cargo >/dev/null; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
     [ -x "$d/cargo" ] && export PATH="$d:$PATH"

@@ -3,7 +3,7 @@
 # procedure: the ground truth), two runs of scaling (run 2 doubles `grow` by construction) and
 # dataprof's false sharing (two threads write fields a and b of one struct counters),
 # serves both databases on a free loopback port, and drives the pages in Debian's Chromium.
-# Screenshots of each page go to docs/screenshots/. Run as root from anywhere; prints
+# Screenshots of each page go to $LOUPE_SCREENSHOTS (LOUPE_SCREENSHOTS=docs/screenshots to refresh the README's). Run as root from anywhere; prints
 # "web: N passed, N failed" last. LOUPE overrides the binary (default target/release/loupe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +44,7 @@ for _ in $(seq 100); do
 done
 umask 077
 status=0
-node web/tests/browser.mjs "http://127.0.0.1:$port" "$tmp/truth.json" "$tmp/s1.json" "$tmp/s2.json" "$root/docs/screenshots" | tee "$tmp/browser.log" || status=1
+node web/tests/browser.mjs "http://127.0.0.1:$port" "$tmp/truth.json" "$tmp/s1.json" "$tmp/s2.json" "${LOUPE_SCREENSHOTS:-$tmp/screenshots}" | tee "$tmp/browser.log" || status=1
 read -r bp bf < <(sed -n 's/^browser: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$tmp/browser.log")  || true
 echo "web: $((unit_passed + ${bp:-0})) passed, $((${bf:-1})) failed"
 exit "$status"

@@ -44,18 +44,30 @@ fn shares_match_truth(backend: &str) {
     let total_cpu = truth["total_cpu"].as_f64().unwrap();
     let top = top_json(&db, &["--by", "procedure", "--pid", &pid]);
     let total = top["total_samples"].as_u64().unwrap() as f64;
-    assert!(total > 10_000.0, "too few samples to judge: {total}");
+    assert!(total > 2_000.0, "too few samples to judge: {total}");
+    // Sampling error of a share q over n samples is sqrt(q(1-q)/n): 2 points is 4.3 of them for q = 0.3 at the 10k
+    // samples a quiet machine gives; a loaded one leaves the workload less CPU, so fewer samples, so a wider bound.
+    let bound = |q: f64, points: f64, n: f64| points.max(4.3 * 100.0 * (q * (1.0 - q) / n).sqrt());
     let mut report = String::new();
     for p in PROCEDURES {
         let truth_share = 100.0 * truth["procedures"][p].as_f64().unwrap() / total_cpu;
         let got = 100.0 * sum_rows(&top, |r| r["procedure"] == p) as f64 / total;
         report += &format!("{p}: loupe {got:.2}% truth {truth_share:.2}%\n");
-        assert!((got - truth_share).abs() <= 2.0, "{p} off by more than 2 points:\n{report}");
+        let tolerance = bound(truth_share / 100.0, 2.0, total);
+        assert!((got - truth_share).abs() <= tolerance, "{p} off by more than {tolerance:.2} points:\n{report}");
     }
     let kernel = 100.0 * sum_rows(&top, |r| r["image"] == "[kernel]") as f64 / total;
     let kernel_truth = 100.0 * truth["stime"].as_f64().unwrap() / total_cpu;
     eprintln!("{report}kernel: loupe {kernel:.2}% truth {kernel_truth:.2}%");
-    assert!((kernel - kernel_truth).abs() <= 3.0, "kernel share {kernel:.2}% vs stime share {kernel_truth:.2}%");
+    // stime is itself a sample: getrusage splits user/system at each scheduler tick (CONFIG_HZ, 250 on Debian), so
+    // its own error over total_cpu * 250 ticks is added to the 3 points.
+    let ticks = total_cpu * 250.0;
+    let q = kernel_truth / 100.0;
+    let tolerance = bound(q, 3.0, total) + 3.0 * 100.0 * (q * (1.0 - q) / ticks).sqrt();
+    assert!(
+        (kernel - kernel_truth).abs() <= tolerance,
+        "kernel share {kernel:.2}% vs stime share {kernel_truth:.2}% (bound {tolerance:.2})"
+    );
     let lib_rows: Vec<&serde_json::Value> = top["rows"].as_array().unwrap().iter().filter(|r| r["procedure"] == "lib_spin").collect();
     assert!(
         lib_rows.iter().all(|r| r["image"].as_str().unwrap().ends_with("libselftime.so")),
