@@ -98,7 +98,11 @@ fn flags_of(path: &Path, text: &str, on_command_line: impl Fn(&str) -> bool) -> 
         let flags = flag_values(&long, arg, value).map_err(|m| err(line, format!("`{key}`: {m}")))?;
         let mut trial: Vec<OsString> = vec!["daemon".into()];
         trial.extend(flags.iter().cloned());
-        if let Err(e) = cmd.clone().try_get_matches_from(trial) {
+        // A flag that needs another (`spool-max` needs `ship`) is checked with the rest, by the final parse.
+        if let Err(e) = cmd.clone().try_get_matches_from(trial).or_else(|e| match e.kind() {
+            clap::error::ErrorKind::MissingRequiredArgument => Ok(Default::default()),
+            _ => Err(e),
+        }) {
             let first = e.to_string().lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
             return Err(err(line, format!("`{key}`: {first}")));
         }
@@ -159,6 +163,12 @@ pub fn print_daemon_config(args: &[OsString]) -> Option<String> {
             out += &format!("# {line}\n");
         }
         let takes_value = !matches!(arg.get_action(), ArgAction::SetTrue | ArgAction::SetFalse | ArgAction::Count);
+        // Defaults are shown commented out: reading the file back leaves them defaults (and a flag that
+        // needs another, like spool-max with ship, is not set alone).
+        let default = m.value_source(id) == Some(ValueSource::DefaultValue);
+        if default {
+            out += "# ";
+        }
         if !takes_value {
             out += &format!("{long} = {}\n", m.get_flag(id));
             continue;
@@ -168,6 +178,7 @@ pub fn print_daemon_config(args: &[OsString]) -> Option<String> {
         let many = matches!(arg.get_action(), ArgAction::Append);
         out += &match (quoted.as_slice(), many) {
             ([], _) if m.value_source(id).is_some() => format!("{long} = true\n"),
+            ([], _) if default => format!("{long} = \n"),
             ([], _) => format!("# {long} = \n"),
             (q, true) => format!("{long} = [{}]\n", q.join(", ")),
             ([one], false) => format!("{long} = {one}\n"),

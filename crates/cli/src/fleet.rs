@@ -199,8 +199,12 @@ fn selection(s: &SourceArgs, a: &TopArgs) -> Result<Selection> {
         let comms: Vec<String> = a.comm.comm.iter().map(|c| regex_escape(c)).collect();
         wheres.push(Cond::Match("comm".into(), format!("^({})$", comms.join("|"))));
     }
-    let since = s.since.as_deref().map(|t| query::parse_time(t, now)).transpose()?;
-    let until = s.until.as_deref().map(|t| query::parse_time(t, now)).transpose()?;
+    // The same --since/--until as local epochs (a duration before now or a time), applied to the rows' buckets.
+    let at = |t: &crate::flags::TimeSpec| match *t {
+        crate::flags::TimeSpec::Ago(secs) => now.saturating_sub(secs),
+        crate::flags::TimeSpec::At(unix) => unix,
+    };
+    let (since, until) = (a.epoch.since.as_ref().map(at), a.epoch.until.as_ref().map(at));
     Ok(Selection { wheres, since, until })
 }
 

@@ -141,10 +141,11 @@ fn server_stopped_mid_run_loses_nothing_and_a_full_spool_counts_its_drops() {
     ch.init_cluster("prof");
     let dir = tempfile::tempdir().unwrap();
     let url = ch.url(0, "prof");
-    // Away for 10 s of a 14 s run: batches wait in the spool and go when it returns.
+    // Away for 10 s of a 20 s run: batches wait in the spool and go when it returns (a loaded machine may take
+    // several seconds to bring ClickHouse back; the run's last 8 s leave it that time).
     let db = dir.path().join("away");
     let run = std::thread::scope(|s| {
-        let rec = s.spawn(|| record(&db, &url, "away", "14", &[]));
+        let rec = s.spawn(|| record(&db, &url, "away", "20", &[]));
         std::thread::sleep(std::time::Duration::from_secs(2));
         ch.kill(0);
         std::thread::sleep(std::time::Duration::from_secs(10));

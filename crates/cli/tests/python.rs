@@ -50,7 +50,11 @@ fn python_function_shares_match_self_measured_cpu_time() {
         let got = 100.0 * count(&|f| f.contains(&name)) as f64 / main;
         let want = 100.0 * truth["functions"][name].as_f64().unwrap() / total_cpu;
         report += &format!("{name}: loupe {got:.2}% truth {want:.2}%\n");
-        assert!((got - want).abs() <= 3.0, "{name} off by more than 3 points:\n{report}{stderr}");
+        // 3 points, or 4.3 standard errors of a share over this many samples where that is wider (a loaded machine
+        // leaves the workload fewer samples).
+        let q = want / 100.0;
+        let tolerance = (4.3 * 100.0 * (q * (1.0 - q) / main).sqrt()).max(3.0);
+        assert!((got - want).abs() <= tolerance, "{name} off by more than {tolerance:.2} points:\n{report}{stderr}");
     }
     eprintln!("{report}");
     let sha = count(&|f| f.iter().any(|x| x.starts_with("SHA256")));

@@ -54,12 +54,6 @@ pub struct SourceArgs {
     /// Only rows where KEY=VALUE, or KEY~REGEX; keys: host, comm, pid, image, event, build_id, or any label. Repeatable (all must hold).
     #[arg(long = "where", value_name = "KEY=VALUE|KEY~REGEX", requires = "source")]
     pub wheres: Vec<String>,
-    /// Rows from this time on: unix seconds, or a duration ago (15m, 2h, 7d).
-    #[arg(long, value_name = "TIME", requires = "source")]
-    pub since: Option<String>,
-    /// Rows before this time: unix seconds, `now`, or a duration ago.
-    #[arg(long, value_name = "TIME", requires = "source")]
-    pub until: Option<String>,
 }
 
 #[derive(Args, Debug)]
