@@ -24,7 +24,8 @@ make -s -C testdata/workloads OUT="$wl" >/dev/null
 tmp=$(mktemp -d /tmp/loupe-web.XXXXXX)
 server=
 cleanup() {
-  [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
+  # The server ends by SIGTERM (status 143): not the script's status under set -e.
+  if [ -n "$server" ] && kill "$server" 2>/dev/null; then wait "$server" 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -47,8 +48,4 @@ status=0
 node web/tests/browser.mjs "http://127.0.0.1:$port" "$tmp/truth.json" "$tmp/s1.json" "$tmp/s2.json" "${LOUPE_SCREENSHOTS:-$tmp/screenshots}" | tee "$tmp/browser.log" || status=1
 read -r bp bf < <(sed -n 's/^browser: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$tmp/browser.log")  || true
 echo "web: $((unit_passed + ${bp:-0})) passed, $((${bf:-1})) failed"
-# The counts decide (a browser that exits non-zero while closing after all its checks passed was seen under a CPU
-# hog); a run that printed no count, or node failing before its checks, still fails.
-if [ "${bf:-1}" = 0 ] && [ "${bp:-0}" -gt 0 ]; then status=0; fi
-[ "$status" = 0 ] || echo "web/test.sh: browser tests exited non-zero (see above)" >&2
 exit "$status"
