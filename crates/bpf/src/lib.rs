@@ -197,14 +197,7 @@ impl BpfAggregator {
     /// Flips the generation, waits out the grace period, and moves the old
     /// generation's entries and any evictions into `out`.
     pub fn drain(&mut self, out: &mut Vec<AggEntry>) -> Result<(), Error> {
-        let old = self.generation;
-        self.generation ^= 1;
-        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            // SAFETY: `generation` is a u32 in the mmap'ed .bss that the
-            // program reads; a volatile store makes the flip visible at once.
-            unsafe { std::ptr::write_volatile(&mut bss.generation, self.generation) };
-        }
-        std::thread::sleep(GRACE);
+        let old = flip_generation(&mut self.generation, self.skel.maps.bss_data.as_deref_mut().map(|b| &mut b.generation));
         let table = if old == 0 { &self.skel.maps.counts0 } else { &self.skel.maps.counts1 };
         drain_table(table.as_fd().as_raw_fd(), self.ncpus, out)?;
         self.drain_evictions(out)
@@ -351,6 +344,22 @@ fn drain_table(fd: i32, ncpus: usize, out: &mut Vec<AggEntry>) -> Result<(), Err
             out.push(e);
         }
     })
+}
+
+/// Flips a program's generation (the aggregators' double buffering): toggles
+/// `current`, stores it in the program's mmap'ed `.bss` word, and waits out
+/// the grace period so handlers that read the old one have finished.
+/// Returns the old generation, whose tables are now the caller's to drain.
+fn flip_generation(current: &mut u32, bss_word: Option<&mut u32>) -> u32 {
+    let old = *current;
+    *current ^= 1;
+    if let Some(word) = bss_word {
+        // SAFETY: `word` is the u32 in the mmap'ed .bss that the program
+        // reads; a volatile store makes the flip visible at once.
+        unsafe { std::ptr::write_volatile(word, *current) };
+    }
+    std::thread::sleep(GRACE);
+    old
 }
 
 /// Empties a per-CPU hash of `key_size`-byte keys and (count, period)

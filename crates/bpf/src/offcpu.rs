@@ -11,7 +11,7 @@
 //! stack's frames cross into user space once.
 
 use crate::stacks::{parse_stack, raw_frames, stack_hash, Stack};
-use crate::{attach_all_tracing, codes, drain_table_with, err, percpu_sum, prog_run_stats, Error, ErrorKind, RunStats, GRACE};
+use crate::{attach_all_tracing, codes, drain_table_with, err, flip_generation, percpu_sum, prog_run_stats, Error, ErrorKind, RunStats};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 use std::collections::HashMap;
@@ -148,14 +148,7 @@ impl OffCpuAggregator {
     /// Flips the generation, waits out the grace period, and moves the old
     /// generation's counts into `out` with their stacks.
     pub fn drain(&mut self, out: &mut Vec<OffCpuEntry>) -> Result<(), Error> {
-        let old = self.generation as usize;
-        self.generation ^= 1;
-        if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            // SAFETY: `generation` is a u32 in the mmap'ed .bss that the
-            // program reads; a volatile store makes the flip visible at once.
-            unsafe { std::ptr::write_volatile(&mut bss.generation, self.generation) };
-        }
-        std::thread::sleep(GRACE);
+        let old = flip_generation(&mut self.generation, self.skel.maps.bss_data.as_deref_mut().map(|b| &mut b.generation)) as usize;
         let mut raw: Vec<([u8; KEY_SIZE], u64, u64)> = Vec::new();
         let table = if old == 0 { &self.skel.maps.counts0 } else { &self.skel.maps.counts1 };
         drain_table_with(std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(table)), self.ncpus, KEY_SIZE, |k, n, ns| {
