@@ -5,6 +5,11 @@
 
 /// Lowest kernel address on x86-64 (canonical upper half).
 pub const KERNEL_SPACE_START: u64 = 0xffff_8000_0000_0000;
+/// Where user code can be: above the never-mapped first page, below the end
+/// of x86-64 user space (56 bits, so that 5-level paging fits). A user frame
+/// outside it is garbage read by a walk that went wrong (a return address of
+/// 0 would otherwise become 0 - 1, a kernel address).
+pub const USER_CODE: std::ops::Range<u64> = 0x1000..0x0100_0000_0000_0000;
 
 /// Address of `_text` in a kallsyms listing.
 pub fn text_base(kallsyms: &str) -> Option<u64> {

@@ -180,7 +180,7 @@ impl KernelStacks {
             return d.clone();
         }
         let kernel_chain: &[u64] = e.kernel_stack.as_ref().map_or(&[], |s| &s.frames);
-        let user_chain: &[u64] = e.user.as_ref().map_or(&[], |s| &s.frames);
+        let (user_chain, bad_frame) = crate::stacks::user_space_prefix(e.user.as_ref().map_or(&[], |s| &s.frames));
         let mut frames: Vec<(u32, u64)> =
             kernel_chain.iter().enumerate().map(|(i, &a)| c.kernel_location(if i == 0 { a } else { a - 1 })).collect();
         let pc_in_user = frames.is_empty();
@@ -201,7 +201,7 @@ impl KernelStacks {
             self.fallbacks.entry(path).or_default().cut += 1;
         }
         frames.extend_from_slice(&user[..keep]);
-        let truncated = cut || e.lost_stack || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
+        let truncated = cut || bad_frame || e.lost_stack || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
         let d = Arc::new(Derived { frames, truncated, cut });
         self.derived.entry(e.pid).or_default().insert(key, d.clone());
         d

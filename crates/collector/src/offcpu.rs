@@ -93,7 +93,7 @@ impl Collector {
         }
         let kernel: &[u64] = e.kernel_stack.as_ref().map_or(&[], |s| &s.frames);
         let kernel = from_schedule(kernel, st.schedule);
-        let user: &[u64] = e.user.as_ref().map_or(&[], |s| &s.frames);
+        let (user, bad_frame) = crate::stacks::user_space_prefix(e.user.as_ref().map_or(&[], |s| &s.frames));
         let (ip, in_kernel) = match (user.first(), kernel.first()) {
             (Some(&u), _) => (u, false),
             (None, Some(&k)) => (k, true),
@@ -111,7 +111,7 @@ impl Collector {
         let (keep, cut) = crate::kstacks::trustworthy_prefix(&images, &mut |img| self.has_frame_pointers(st, e.pid, img));
         frames.extend_from_slice(&user_frames[..keep]);
         let Some(mut stacks) = self.stacks.take() else { return };
-        if cut || e.lost_stack {
+        if cut || bad_frame || e.lost_stack {
             frames.push((stacks.truncated_image, 0));
         }
         let comm = self.procs.get(e.pid).map_or("swapper", |p| self.agg.comm(p.comm)).to_string();

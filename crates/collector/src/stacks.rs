@@ -121,7 +121,6 @@ impl Collector {
             let (image, off) = self.kernel_location(if i == 0 { a } else { a - 1 });
             frames.push((image, off));
         }
-        let user_from_chain = || s.callchain.iter().copied().skip_while(|&a| a >= kernel::KERNEL_SPACE_START).collect::<Vec<u64>>();
         let mut user = std::mem::take(&mut st.scratch);
         user.clear();
         let truncated = match s.user_regs {
@@ -135,8 +134,9 @@ impl Collector {
             // A kernel thread, or a user thread without a copy: the kernel's
             // frame-pointer chain (the whole of it when it hit the 127 cap is suspect).
             _ => {
-                user = user_from_chain();
-                s.callchain.len() >= 127
+                let (chain, bad_frame) = user_part_of_chain(&s.callchain);
+                user.extend_from_slice(chain);
+                bad_frame || s.callchain.len() >= 127
             }
         };
         let pc_in_user = frames.is_empty();
@@ -215,6 +215,20 @@ impl Collector {
 
 /// A process's executable mappings, each with the path its image is best
 /// read from: the exact mapped file through /proc, else its path; None for the vDSO.
+/// The user frames of a kernel call chain (after its kernel part), and
+/// whether they end early (see [`user_space_prefix`]).
+fn user_part_of_chain(chain: &[u64]) -> (&[u64], bool) {
+    user_space_prefix(&chain[chain.iter().take_while(|&&a| a >= kernel::KERNEL_SPACE_START).count()..])
+}
+
+/// A user stack up to its first address where no user code can be, where a
+/// frame pointer led into garbage, and whether it ended there (a last 0 is
+/// the outermost frame's null return address: the root, not an early end).
+pub(crate) fn user_space_prefix(user: &[u64]) -> (&[u64], bool) {
+    let valid = user.iter().take_while(|&&a| kernel::USER_CODE.contains(&a)).count();
+    (&user[..valid], valid < user.len() && user[valid..] != [0])
+}
+
 fn user_mappings(
     procs: &crate::process::Processes,
     imgs: &images::ImageTable,
@@ -234,4 +248,22 @@ fn user_mappings(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_s_user_part_ends_at_a_frame_where_no_user_code_can_be() {
+        // Checks the kernel part is skipped and a garbage return address
+        // (here one in kernel space, after user frames) ends the user part.
+        let k = 0xffff_ffff_8100_0000;
+        assert_eq!(user_part_of_chain(&[k, k + 8, 0x401000, 0x402000]), (&[0x401000, 0x402000][..], false));
+        assert_eq!(user_part_of_chain(&[0x401000, k, 0x402000]), (&[0x401000][..], true));
+        assert_eq!(user_part_of_chain(&[0x401000, 0x0200_0000_0000_0000]), (&[0x401000][..], true));
+        // A return address of 0 (whose call site, 0 - 1, is a kernel address).
+        assert_eq!(user_part_of_chain(&[0x401000, 0, 0x402000]), (&[0x401000][..], true));
+        assert_eq!(user_part_of_chain(&[0x401000, 0]), (&[0x401000][..], false));
+    }
 }

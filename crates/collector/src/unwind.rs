@@ -7,6 +7,7 @@
 //! (`invalidate`), and each image's unwind sections are mapped from disk
 //! once and shared by every process that maps the image.
 
+use crate::kernel::USER_CODE;
 use crate::process::Mapping;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
@@ -158,8 +159,10 @@ impl Unwinders {
         let mut it = unwinder.iter_frames(regs.ip, UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp), &mut self.cache, &mut read);
         loop {
             match it.next() {
-                Ok(Some(FrameAddress::InstructionPointer(a))) if out.len() < MAX_FRAMES => out.push(a),
-                Ok(Some(FrameAddress::ReturnAddress(a))) if out.len() < MAX_FRAMES => out.push(a.get()),
+                // A return address outside user space was read from a bad
+                // frame (garbage in the stack copy): the walk went wrong there.
+                Ok(Some(FrameAddress::InstructionPointer(a))) if out.len() < MAX_FRAMES && USER_CODE.contains(&a) => out.push(a),
+                Ok(Some(FrameAddress::ReturnAddress(a))) if out.len() < MAX_FRAMES && USER_CODE.contains(&a.get()) => out.push(a.get()),
                 Ok(Some(_)) => return End::Truncated,
                 Ok(None) => return End::Root,
                 Err(_) => return End::Truncated,
