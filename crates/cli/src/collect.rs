@@ -272,6 +272,10 @@ fn summarize(e: &Engine, took: Duration) {
     let (py_notes, py_stacks, py_failed) = e.collector.python_notes();
     if py_stacks > 0 {
         eprintln!("loupe: {py_stacks} stacks with Python frames ({py_failed} more not readable: changing or exiting)");
+        let in_kernel = e.collector.python_stacks_read_in_kernel();
+        if in_kernel > 0 {
+            eprintln!("loupe: {in_kernel} of them read by the BPF program at sample time");
+        }
     }
     for n in py_notes {
         eprintln!("loupe: {n}");

@@ -266,6 +266,12 @@ impl Engine {
             _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
+        if let Some(KernelAggregator::Stacks(k)) = &bpf {
+            match k.aggregator().python_samples() {
+                Ok(p) => collector.read_python_in_kernel(p),
+                Err(e) => eprintln!("loupe: warning: Python frames of streamed samples are read when drained ({e})"),
+            }
+        }
         collector.keep_jit_files_in(loupe_store::layout::jit_dir(db.root()));
         if cfg.callchain {
             collector.enable_stacks();
