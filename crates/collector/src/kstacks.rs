@@ -124,7 +124,7 @@ pub struct KernelStacks {
     frame_pointers_only: bool,
     entries: Vec<StackEntry>,
     /// Per process: frames derived from (user, kernel, Python stack) hashes.
-    derived: HashMap<u32, HashMap<(u64, u64, u64), Arc<Derived>>>,
+    derived: HashMap<u32, HashMap<StackHashes, Arc<Derived>>>,
     /// Per image index: built with frame pointers?
     verdicts: HashMap<u32, bool>,
     vdso: Option<Vec<u8>>,
@@ -132,6 +132,9 @@ pub struct KernelStacks {
     /// Fallbacks by image path.
     pub fallbacks: HashMap<String, ImageFallbacks>,
 }
+
+/// The hashes of an entry's user, kernel and Python stacks (0: none).
+type StackHashes = (u64, u64, u64);
 
 /// One stack in (image, offset) frames, ready to count.
 #[derive(Debug, PartialEq, Eq)]
