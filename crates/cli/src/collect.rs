@@ -264,7 +264,15 @@ fn start(engine: &mut Engine, target: &Target, pids: &[i32]) -> Result<()> {
         }
         _ => engine.collector.scan_all(),
     }
-    Ok(engine.sampler.enable()?)
+    engine.sampler.enable()?;
+    if let Target::Attach { .. } = target {
+        // Children started between the open and now inherited disabled events, which wrote no fork, exec or
+        // mmap records: their mappings come from /proc, else their samples would find none (issue 25).
+        for child in loupe_perf::descendants_of(pids) {
+            engine.collector.scan_pid(child as u32);
+        }
+    }
+    Ok(())
 }
 
 fn summarize(e: &Engine, took: Duration) {

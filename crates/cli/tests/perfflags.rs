@@ -88,9 +88,19 @@ fn attach_follows_children_started_later_and_refuses_a_missing_process() {
     if !require_root() {
         return;
     }
-    // Alone: beside the other recordings of this file the child's samples were once all outside its procedures
-    // (its exec's mappings missed; see the stop note), a bug to find rather than a load effect.
-    let _one = serial();
+    // Beside the other recordings and a CPU hog: the child's samples were once all outside its procedures. A child
+    // started between the open and the enable (a slow attach on a loaded machine) inherits disabled events, which
+    // write no exec or mmap records; its maps are read from /proc after the enable.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hog = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut x = 1u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        })
+    };
     let dir = tempfile::tempdir().unwrap();
     let truth_file = dir.path().join("child.json");
     let script = format!("sleep 0.3; {} --seconds 0.4 --out {}; true", workloads().join("selftime").display(), truth_file.display());
@@ -100,6 +110,8 @@ fn attach_follows_children_started_later_and_refuses_a_missing_process() {
     assert!(sh.wait().unwrap().success());
     let (t, _) = truth(&truth_file);
     let (n, got) = shares(&db, &t["pid"].as_u64().unwrap().to_string(), "cpu-clock");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    hog.join().unwrap();
     assert!(n > 50 && got["hot_alpha"] > 10.0, "the child started after the attach must be sampled: {n} samples, {got:?}");
 
     let mut gone = Command::new("/bin/true").spawn().unwrap();
