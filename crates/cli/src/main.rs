@@ -26,6 +26,7 @@ mod output;
 mod procedure;
 mod serve;
 mod stacks;
+mod symbol_cache;
 mod symbols;
 mod top;
 mod trace;

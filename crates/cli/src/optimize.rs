@@ -377,17 +377,25 @@ fn status(a: StatusArgs, out: &mut dyn Write) -> Result<u8> {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let want = a.image.display().to_string();
     let saved = manage::saved_original(&a.image);
+    // Decisions about the saved original (`run PATH.loupe-orig`) are about the program at PATH too.
+    let decisions = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Decision>(line).ok())
+        .filter(|d| d.image == want || d.image == saved.display().to_string());
+    if a.format == crate::flags::Format::Json {
+        let decisions: Vec<Decision> = decisions.collect();
+        let doc = serde_json::json!({ "image": want, "installed": saved.exists(),
+            "original": saved.exists().then(|| saved.display().to_string()), "decisions": decisions });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(0);
+    }
     writeln!(
         out,
         "{want}: {}",
         if saved.exists() { format!("optimized version installed, original at {}", saved.display()) } else { "original in place".into() }
     )?;
-    for line in text.lines() {
-        let Ok(d) = serde_json::from_str::<Decision>(line) else { continue };
-        // Decisions about the saved original (`run PATH.loupe-orig`) are about the program at PATH too.
-        if d.image == want || d.image == saved.display().to_string() {
-            writeln!(out, "  {}  {:<10} build {}  {}", crate::flags::iso_local(d.unix_time), d.action, d.build_id, d.reason)?;
-        }
+    for d in decisions {
+        writeln!(out, "  {}  {:<10} build {}  {}", crate::flags::iso_local(d.unix_time), d.action, d.build_id, d.reason)?;
     }
     Ok(0)
 }

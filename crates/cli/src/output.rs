@@ -10,6 +10,26 @@ use std::io::{BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
+thread_local! {
+    static COMPACT_JSON: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes this thread's large JSON answers compact (no indentation): `loupe
+/// serve` answers on its own thread per request, and a whole machine's
+/// flame tree is 5 times bigger indented (161 MB against 33 MB).
+pub fn set_compact_json(on: bool) {
+    COMPACT_JSON.with(|c| c.set(on));
+}
+
+/// `doc` as printed: indented for people, compact for the server.
+pub fn json_text(doc: &serde_json::Value) -> serde_json::Result<String> {
+    if COMPACT_JSON.with(|c| c.get()) {
+        serde_json::to_string(doc)
+    } else {
+        serde_json::to_string_pretty(doc)
+    }
+}
+
 /// The file a command was told to write its result to, if any.
 pub fn path_of(c: &Command) -> Option<PathBuf> {
     let p = match c {

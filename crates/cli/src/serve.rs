@@ -8,14 +8,36 @@
 use crate::flags::{Cli, ServeArgs};
 use anyhow::{bail, Result};
 use clap::{Arg, ArgAction, CommandFactory, Parser, ValueHint};
-use loupe_serve::{Api, ApiError, ApiErrorKind, Config, Server};
+use loupe_serve::{Api, ApiError, ApiErrorKind, Config, Reply, Server};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The commands served at `/api/<command>`: those whose `--format json` is
-/// a result read from a database (not ones that run programs or write files).
-pub const SERVED: &[&str] =
-    &["top", "flame", "epochs", "diff", "stats", "calc", "annotate", "data/profile", "data/classify", "data/workingset"];
+/// a result read from a database (not ones that run programs or write
+/// files), and `export`, whose answer is the file it would write.
+pub const SERVED: &[&str] = &[
+    "top",
+    "flame",
+    "epochs",
+    "diff",
+    "stats",
+    "calc",
+    "annotate",
+    "data/profile",
+    "data/classify",
+    "data/workingset",
+    "locks",
+    "optimize/status",
+    "export",
+];
+
+/// Commands whose `format` the request picks (a file type), not JSON.
+pub const DOWNLOADS: &[&str] = &["export"];
+
+/// Arguments with a path's value hint that only name something to look
+/// up, never a file the server reads: `optimize status IMAGE` finds IMAGE's
+/// lines in the database's decisions log.
+const NAMES_NOT_PATHS: &[(&str, &str)] = &[("optimize/status", "image")];
 
 /// Flags a request may not set: the server picks the format and database,
 /// and never writes files.
@@ -31,6 +53,9 @@ pub fn run(a: ServeArgs) -> Result<u8> {
         config.workers = w.max(1);
     }
     let server = Server::bind(config, Arc::new(api))?;
+    if a.cache_mb > 0 {
+        crate::symbol_cache::enable(a.cache_mb << 20);
+    }
     let host = if a.listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.listen.ip().to_string() };
     let host = if a.listen.is_ipv6() { format!("[{host}]") } else { host };
     println!("Serving http://{host}:{}/ (databases: {})", server.local_addr().port(), names.join(", "));
@@ -104,11 +129,11 @@ impl CliApi {
                 db = Some(value.as_str());
                 continue;
             }
-            if name == "format" && value == "json" {
+            if name == "format" && value == "json" && !DOWNLOADS.contains(&command) {
                 continue; // what the API answers anyway
             }
             let arg = find_arg(&cmd, name).ok_or_else(|| bad(format!("{command} has no flag --{name}")))?;
-            if FORCED.contains(&arg.get_id().as_str()) || is_path(arg) {
+            if refused(command, arg) {
                 return Err(bad(format!("--{name} cannot be set over HTTP")));
             }
             match (arg.get_index(), arg.get_long()) {
@@ -117,7 +142,9 @@ impl CliApi {
                 (None, None) => return Err(bad(format!("{command} has no flag --{name}"))),
             }
         }
-        argv.extend(["--format".to_string(), "json".to_string()]);
+        if !DOWNLOADS.contains(&command) {
+            argv.extend(["--format".to_string(), "json".to_string()]);
+        }
         if find_arg(&cmd, "db").is_some() {
             argv.extend(["--db".to_string(), self.db(db)?.display().to_string()]);
         } else if let Some(name) = db {
@@ -205,17 +232,50 @@ fn flag(argv: &mut Vec<String>, arg: &Arg, long: &str, value: &str) -> Result<()
 }
 
 impl Api for CliApi {
-    fn call(&self, command: &str, params: &[(String, String)]) -> Result<Vec<u8>, ApiError> {
+    fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError> {
         let argv = self.argv(command, params)?;
         let cli = Cli::try_parse_from(&argv).map_err(|e| bad(clap_message(&e)))?;
+        let download = match &cli.command {
+            crate::flags::Command::Export(a) => Some(download_type(a.format)),
+            _ => None,
+        };
         let mut out = Vec::new();
+        crate::output::set_compact_json(true);
         crate::run(cli.command, &mut out).map_err(|e| api_error(&e))?;
-        Ok(out)
+        Ok(match download {
+            Some((content_type, name)) => Reply::download(out, content_type, name),
+            None => Reply::json(out),
+        })
     }
 
     fn openapi(&self) -> Vec<u8> {
-        let doc = crate::openapi::document(SERVED, FORCED, &|a| is_path(a));
+        let doc = crate::openapi::document(SERVED, DOWNLOADS, &refused);
         serde_json::to_vec_pretty(&doc).expect("a JSON value serializes")
+    }
+}
+
+/// Flags that would make a served command trace instead of read: `locks`
+/// shows the result kept in the database, never starts probes.
+const TRACING: &[(&str, &str)] = &[("locks", "duration"), ("locks", "libc")];
+
+/// Arguments a request may not give for `command` (the OpenAPI document
+/// leaves them out).
+fn refused(command: &str, a: &Arg) -> bool {
+    let id = a.get_id().as_str();
+    let chosen = DOWNLOADS.contains(&command) && id == "format";
+    (FORCED.contains(&id) && !chosen)
+        || (is_path(a) && !NAMES_NOT_PATHS.contains(&(command, id)))
+        || TRACING.contains(&(command, id))
+}
+
+/// An export's content type and the file name a browser saves it under.
+fn download_type(f: crate::flags::ExportFormat) -> (&'static str, &'static str) {
+    use crate::flags::ExportFormat as F;
+    match f {
+        F::Pprof => ("application/gzip", "loupe.pb.gz"),
+        F::Collapsed => ("text/plain; charset=utf-8", "loupe.txt"),
+        F::Perfetto => ("application/octet-stream", "loupe.pftrace"),
+        F::Speedscope => ("application/json", "loupe.speedscope.json"),
     }
 }
 

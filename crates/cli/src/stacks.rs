@@ -129,7 +129,7 @@ fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8
         "event": d.events[0].0, "total": d.totals[0], "epochs": epochs.iter().map(|e| e.0).collect::<Vec<_>>(),
         "unwind_stopped": d.truncated[0], "inverted": inverted, "root": node(&flame::tree(d, 0, inverted)),
     });
-    serde_json::to_string_pretty(&doc).map(|s| (s + "\n").into_bytes()).map_err(|e| e.to_string())
+    crate::output::json_text(&doc).map(|s| (s + "\n").into_bytes()).map_err(|e| e.to_string())
 }
 
 /// The epochs a selection reads (for the JSON to say which).

@@ -39,6 +39,12 @@ fn serve(args: &[&str]) -> Served {
 
 /// One raw request; (status, body).
 fn request(addr: &str, raw: &str) -> (u16, Vec<u8>) {
+    let (status, _, body) = request_head(addr, raw);
+    (status, body)
+}
+
+/// One raw request; (status, head, body).
+fn request_head(addr: &str, raw: &str) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.write_all(raw.as_bytes()).unwrap();
     let mut resp = Vec::new();
@@ -46,7 +52,7 @@ fn request(addr: &str, raw: &str) -> (u16, Vec<u8>) {
     let split = resp.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
     let head = String::from_utf8_lossy(&resp[..split]).to_string();
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, resp[split + 4..].to_vec())
+    (status, head, resp[split + 4..].to_vec())
 }
 
 fn get(addr: &str, target: &str) -> (u16, Value) {
@@ -173,6 +179,44 @@ fn check_errors(addr: &str) {
     assert!(listed || by.to_string().contains("procedure"), "{by}");
     let (status, page) = request(addr, "GET / HTTP/1.1\r\n\r\n");
     assert_eq!((status, String::from_utf8_lossy(&page).contains("<html")), (200, true));
+}
+
+#[test]
+fn exports_locks_and_optimization_decisions_are_served() {
+    // Checks /api/export's bytes and type against `loupe export`, and /api/locks and /api/optimize/status against the CLI's JSON.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = record(dir.path());
+    let d = db.to_str().unwrap();
+    let s = serve(&["--db", d]);
+    for (format, ty) in [("collapsed", "text/plain"), ("pprof", "application/gzip"), ("speedscope", "application/json")] {
+        let (status, head, body) = request_head(&s.addr, &format!("GET /api/export?format={format}&epoch=all HTTP/1.1\r\n\r\n"));
+        assert_eq!(status, 200, "{format}: {}", String::from_utf8_lossy(&body));
+        assert!(head.contains(&format!("Content-Type: {ty}")) && head.contains("Content-Disposition: attachment"), "{head}");
+        let want = run_ok(loupe().args(["export", "--format", format, "--epoch", "all", "--db", d]));
+        assert_eq!(body, want.stdout, "{format} differs from loupe export");
+    }
+    assert_eq!(get(&s.addr, "/api/export?format=collapsed&output=/tmp/x").0, 400);
+    // No lock result kept yet: 404 saying how to keep one; then a real traced run, kept in the database.
+    let (status, body) = get(&s.addr, "/api/locks");
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("--db"), "{body}");
+    let traced = json(&run_ok(loupe().args(["locks", "--format", "json", "--db", d, "--"]).arg(workloads().join("locks"))));
+    let (status, served) = get(&s.addr, "/api/locks");
+    assert_eq!((status, &served), (200, &traced));
+    assert!(served["locks"].as_array().unwrap().iter().any(|l| l["name"].as_str().unwrap().starts_with("lock_hot")), "{served}");
+    assert_eq!(served, cli(&["locks", "--format", "json", "--db", d]));
+    assert_eq!(get(&s.addr, "/api/locks?duration=1").0, 400, "tracing is never started over HTTP");
+    let (status, st) = get(&s.addr, "/api/optimize/status?image=/usr/bin/true");
+    assert_eq!(status, 200, "{st}");
+    assert_eq!(st, cli(&["optimize", "status", "/usr/bin/true", "--format", "json", "--db", d]));
+    assert_eq!((st["image"].as_str(), st["decisions"].as_array().map(Vec::len)), (Some("/usr/bin/true"), Some(0)));
+    let (_, doc) = get(&s.addr, "/api/openapi.json");
+    for path in ["/api/locks", "/api/optimize/status", "/api/export"] {
+        assert!(doc["paths"][path]["get"].is_object(), "{path} missing from the OpenAPI document");
+    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 // trace exports. They show the API's JSON as sortable tables.
 import { Ctx } from '../context';
 import { apiUrl, formatHash, withParam } from '../state';
-import { base, el, emptyBox, genericJson, getJson, table, token } from '../ui';
+import { ApiError, base, el, emptyBox, genericJson, getJson, table, token } from '../ui';
 
 const DATA_VIEWS = [
   ['profile', 'Types and fields'],
@@ -19,8 +19,51 @@ export async function dataPage(c: Ctx): Promise<void> {
 
 export async function locksPage(c: Ctx): Promise<void> {
   c.main.append(el('h1', {}, 'Locks'), el('p', { class: 'lead' }, 'Hold and wait times per lock; hold fraction near 1 means the lock is saturated.'));
-  const d = await getJson<unknown>(apiUrl('locks', c.filters));
-  c.main.append(isEmpty(d) ? emptyBox('No lock records: `loupe locks -- CMD` records them.') : genericJson(d));
+  // Locks are kept per database (`loupe locks --db DIR -- CMD`), not per epoch: only the database filter applies.
+  const d = await getJson<LocksAnswer>(apiUrl('locks', dbOnly(c.filters))).catch((e: unknown) => {
+    if (e instanceof ApiError && e.status === 404) return null;
+    throw e;
+  });
+  if (!d || !d.locks?.length) return void c.main.append(emptyBox('No lock results kept in this database: `loupe locks --db DIR -- CMD` keeps one.'));
+  c.main.append(el('p', { class: 'lead' }, `${d.locks.length} locks over ${d.duration_s.toFixed(3)} s${d.dropped ? `; ${d.dropped} events dropped` : ''}.`));
+  c.main.append(table<LockRow>([
+    { key: 'held_fraction', label: 'Held', num: true, bar: (r) => Math.min(1, r.held_fraction), cell: (r) => `${(100 * r.held_fraction).toFixed(2)}%` },
+    { key: 'name', label: 'Lock' },
+    { key: 'kind', label: 'Kind' },
+    { key: 'pid', label: 'PID', num: true },
+    { key: 'acquisitions', label: 'Acquired', num: true },
+    { key: 'hold_ns', label: 'Hold ms', num: true, cell: (r) => (r.hold_ns / 1e6).toFixed(3) },
+    { key: 'wait_ns', label: 'Wait ms', num: true, cell: (r) => (r.wait_ns / 1e6).toFixed(3) },
+    { key: 'max_hold_ns', label: 'Max hold µs', num: true, cell: (r) => (r.max_hold_ns / 1e3).toFixed(1) },
+  ], d.locks, { sort: 'held_fraction', desc: true, id: 'locks-table' }));
+}
+
+interface LockRow {
+  name: string;
+  kind: string;
+  pid: number;
+  address: string;
+  acquisitions: number;
+  hold_ns: number;
+  wait_ns: number;
+  held_fraction: number;
+  wait_fraction: number;
+  max_hold_ns: number;
+  max_wait_ns: number;
+}
+
+interface LocksAnswer {
+  duration_s: number;
+  dropped: number;
+  locks: LockRow[];
+}
+
+/** Only the `db` filter: what commands that keep results per database (locks, optimize) take. */
+function dbOnly(filters: URLSearchParams): URLSearchParams {
+  const p = new URLSearchParams();
+  const db = filters.get('db');
+  if (db) p.set('db', db);
+  return p;
 }
 
 export async function optimizePage(c: Ctx): Promise<void> {
@@ -32,7 +75,7 @@ export async function optimizePage(c: Ctx): Promise<void> {
   });
   c.main.append(el('h1', {}, 'Optimization decisions'), f);
   if (!image) return void c.main.append(emptyBox('Name an image to see the decisions taken for it (loupe optimize run / manage).'));
-  c.main.append(genericJson(await getJson<unknown>(apiUrl('optimize/status', new URLSearchParams(), { image }))));
+  c.main.append(genericJson(await getJson<unknown>(apiUrl('optimize/status', dbOnly(c.filters), { image }))));
 }
 
 export async function statsPage(c: Ctx): Promise<void> {
