@@ -37,7 +37,13 @@ def synthesize_day(src, dst, epochs, step):
     for i in range(1, epochs + 1):
         d = os.path.join(dst, "epochs", f"{i:06d}")
         shutil.copytree(one, d, copy_function=os.link, ignore=shutil.ignore_patterns("epoch.json"))
-        json.dump(dict(meta, started_unix=start + (i - 1) * step), open(os.path.join(d, "epoch.json"), "w"))
+        # Each copy starts and ends `step` later (times to the nanosecond where the store keeps them).
+        shift = (start + (i - 1) * step - meta["started_unix"]) * 10**9
+        copy = dict(meta, started_unix=start + (i - 1) * step)
+        for k in ("started_unix_ns", "ended_unix_ns"):
+            if k in meta:
+                copy[k] = meta[k] + shift
+        json.dump(copy, open(os.path.join(d, "epoch.json"), "w"))
     open(os.path.join(dst, "CURRENT"), "w").write(f"{epochs}\n")
 
 

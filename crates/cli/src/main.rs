@@ -24,6 +24,7 @@ mod optimize_manage;
 mod optimize_probe;
 mod output;
 mod procedure;
+mod progress;
 mod serve;
 mod stacks;
 mod symbol_cache;

@@ -11,19 +11,23 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 thread_local! {
-    static COMPACT_JSON: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static SERVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Makes this thread's large JSON answers compact (no indentation): `loupe
-/// serve` answers on its own thread per request, and a whole machine's
-/// flame tree is 5 times bigger indented (161 MB against 33 MB).
-pub fn set_compact_json(on: bool) {
-    COMPACT_JSON.with(|c| c.set(on));
+/// Marks this thread as answering `loupe serve` (one thread per request):
+/// large JSON answers are compact (a whole machine's flame tree is 5 times
+/// bigger indented: 161 MB against 33 MB) and no progress is drawn.
+pub fn set_serving(on: bool) {
+    SERVING.with(|c| c.set(on));
+}
+
+pub fn serving() -> bool {
+    SERVING.with(|c| c.get())
 }
 
 /// `doc` as printed: indented for people, compact for the server.
 pub fn json_text(doc: &serde_json::Value) -> serde_json::Result<String> {
-    if COMPACT_JSON.with(|c| c.get()) {
+    if serving() {
         serde_json::to_string(doc)
     } else {
         serde_json::to_string_pretty(doc)
