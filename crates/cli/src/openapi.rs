@@ -35,7 +35,7 @@ pub fn document(served: &[&str], downloads: &[&str], refused: &dyn Fn(&str, &Arg
                     format!("What `loupe {} ... --format json` prints for the same flags.", words.join(" "))
                 },
                 "parameters": params,
-                "responses": responses(downloads.contains(command)),
+                "responses": responses(downloads.contains(command), crate::openapi_schemas::answer(command)),
             }}),
         );
     }
@@ -44,7 +44,7 @@ pub fn document(served: &[&str], downloads: &[&str], refused: &dyn Fn(&str, &Arg
         "info": { "title": "Loupe", "version": env!("CARGO_PKG_VERSION"),
             "description": "Read-only JSON API of `loupe serve`: each path runs the CLI command of the same name with the query parameters as its flags (repeat a parameter to repeat its flag; `flag=` sets a switch)." },
         "paths": paths,
-        "components": { "schemas": { "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" } } } } },
+        "components": { "schemas": crate::openapi_schemas::schemas().into_iter().map(|(k, v)| (k.to_string(), v)).collect::<Map<String, Value>>() },
     })
 }
 
@@ -77,13 +77,14 @@ fn parameter(a: &Arg) -> Value {
         "schema": schema, "explode": true, "style": "form" })
 }
 
-fn responses(download: bool) -> Value {
+fn responses(download: bool, answer: Option<&str>) -> Value {
     let error = |what: &str| json!({ "description": what, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
     let ok = if download {
         json!({ "description": "The exported file (pprof: application/gzip; collapsed: text/plain; perfetto: application/octet-stream; speedscope: application/json)",
             "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } })
     } else {
-        json!({ "description": "The command's JSON", "content": { "application/json": { "schema": { "type": "object" } } } })
+        let schema = answer.map_or_else(|| json!({ "type": "object" }), |a| json!({ "$ref": format!("#/components/schemas/{a}") }));
+        json!({ "description": "The command's JSON", "content": { "application/json": { "schema": schema } } })
     };
     json!({
         "200": ok,

@@ -45,6 +45,7 @@ pub fn path_of(c: &Command) -> Option<PathBuf> {
         Command::Diff(a) => &a.sel.output.output,
         Command::Stats(a) => &a.sel.output.output,
         Command::Locks(a) => &a.output.output,
+        Command::Wall(a) => &a.output.output,
         Command::Flame(a) => &a.output,
         Command::Export(a) => &a.output,
         Command::Data(a) => match &a.cmd {

@@ -140,6 +140,12 @@ impl CliApi {
         Ok(CliApi { dbs, answers: Mutex::new(Answers::new(answer_budget)) })
     }
 
+    /// Serving nothing: what the OpenAPI document needs (it depends on no database).
+    #[cfg(test)]
+    pub fn empty() -> CliApi {
+        CliApi { dbs: Vec::new(), answers: Mutex::new(Answers::new(0)) }
+    }
+
     fn stamp(&self) -> Vec<Option<std::time::SystemTime>> {
         self.dbs.iter().flat_map(|(_, d)| crate::symbol_cache::full_stamp(d)).collect()
     }
