@@ -283,7 +283,7 @@ fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::B
     let filter = Filter { pids: Vec::new(), comms: Vec::new(), image: a.image.image.clone(), cgroup_pids: None };
     let mut syms = FleetSymbols { local: Symbols::for_db(&a.db.db), client };
     let report = top_table(&profiles, &[], &events, crate::top::group_by(by), &|_| true, &|i| filter.keep_image(i), &mut syms);
-    
+
     match a.format {
         Format::Json => crate::top::print_json(out, &report, by, a.limit)?,
         Format::Text => {

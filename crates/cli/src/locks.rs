@@ -73,7 +73,9 @@ fn trace(a: LocksArgs, out: &mut dyn Write) -> Result<u8> {
         None => find_libc().context("cannot find the C library in /proc/self/maps; name it with --libc")?,
     };
     let (status, elapsed, maps, tracer) = if a.command.is_empty() {
-        let Some(secs) = a.duration else { bail!("give a command after `--`, or --duration SECONDS for every process (or --db DIR to show the result kept there)") };
+        let Some(secs) = a.duration else {
+            bail!("give a command after `--`, or --duration SECONDS for every process (or --db DIR to show the result kept there)")
+        };
         let (tracer, warnings) = LockTracer::start(&libc, None)?;
         warn(&warnings);
         let t0 = Instant::now();

@@ -164,7 +164,8 @@ fn key_fields() -> Vec<(&'static str, Value)> {
 fn diff() -> Value {
     let mut optional = key_fields();
     optional.push(("q_value", nullable(num())));
-    let row = obj(&[("a", num()), ("b", num()), ("score", nullable(num())), ("p_value", nullable(num())), ("significant", boolean())], &optional);
+    let row =
+        obj(&[("a", num()), ("b", num()), ("score", nullable(num())), ("p_value", nullable(num())), ("significant", boolean())], &optional);
     obj(&[("mode", s()), ("rows", arr(row))], &[("event", s()), ("a_total", int()), ("b_total", int()), ("level", num())])
 }
 

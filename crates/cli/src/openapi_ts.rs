@@ -84,6 +84,10 @@ mod tests {
             std::fs::write(&path, &want).unwrap();
         }
         let have = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(have == want, "{} is stale: regenerate it with LOUPE_BLESS=1 cargo test --release -p loupe --bin loupe api_types", path.display());
+        assert!(
+            have == want,
+            "{} is stale: regenerate it with LOUPE_BLESS=1 cargo test --release -p loupe --bin loupe api_types",
+            path.display()
+        );
     }
 }

@@ -337,9 +337,7 @@ const TRACING: &[(&str, &str)] = &[("locks", "duration"), ("locks", "libc")];
 fn refused(command: &str, a: &Arg) -> bool {
     let id = a.get_id().as_str();
     let chosen = DOWNLOADS.contains(&command) && id == "format";
-    (FORCED.contains(&id) && !chosen)
-        || (is_path(a) && !NAMES_NOT_PATHS.contains(&(command, id)))
-        || TRACING.contains(&(command, id))
+    (FORCED.contains(&id) && !chosen) || (is_path(a) && !NAMES_NOT_PATHS.contains(&(command, id))) || TRACING.contains(&(command, id))
 }
 
 /// An export's content type and the file name a browser saves it under.

@@ -112,9 +112,13 @@ fn the_api_answers_what_the_cli_prints() {
             vec!["annotate", "--image", "callstack", "--procedure", "b", "--epoch", "all"],
         ),
     ];
+    let (_, doc) = get(&s.addr, "/api/openapi.json");
     for (target, args) in &cases {
         let (status, api) = get(&s.addr, target);
         assert_eq!(status, 200, "{target}: {api}");
+        let path = target.split('?').next().unwrap();
+        let schema = &doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        conforms(&doc, schema, &api, path).unwrap_or_else(|e| panic!("{target}: the answer is not the documented shape: {e}"));
         let mut full: Vec<&str> = args.clone();
         full.extend(["--format", "json"]);
         if !matches!(args[0], "diff" | "stats") {
@@ -124,6 +128,51 @@ fn the_api_answers_what_the_cli_prints() {
     }
     check_flame_and_epochs(&s.addr);
     check_errors(&s.addr);
+}
+
+/// Checks `v` against an OpenAPI schema of `doc`: type, nullable, required
+/// keys, properties, items, additionalProperties, $ref (what the answers'
+/// schemas use).
+fn conforms(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.rsplit('/').next().unwrap();
+        return conforms(doc, &doc["components"]["schemas"][name], v, at);
+    }
+    if v.is_null() && schema["nullable"] == true {
+        return Ok(());
+    }
+    let ok = match schema["type"].as_str() {
+        Some("string") => v.is_string(),
+        Some("integer") => v.is_i64() || v.is_u64(),
+        Some("number") => v.is_number(),
+        Some("boolean") => v.is_boolean(),
+        Some("array") => v.is_array(),
+        Some("object") => v.is_object(),
+        None => true,
+        Some(t) => return Err(format!("{at}: unknown schema type {t}")),
+    };
+    if !ok {
+        return Err(format!("{at}: {v} is not {}", schema["type"]));
+    }
+    if let Some(items) = v.as_array() {
+        for (i, x) in items.iter().enumerate() {
+            conforms(doc, &schema["items"], x, &format!("{at}[{i}]"))?;
+        }
+    }
+    if let Some(o) = v.as_object() {
+        for k in schema["required"].as_array().into_iter().flatten() {
+            if !o.contains_key(k.as_str().unwrap()) {
+                return Err(format!("{at}: no key {k}"));
+            }
+        }
+        for (k, x) in o {
+            match (schema["properties"].get(k), schema.get("additionalProperties")) {
+                (Some(s), _) | (None, Some(s)) => conforms(doc, s, x, &format!("{at}.{k}"))?,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The new JSON shapes hold what they promise: the tree's totals add up, the epochs' counts match top's.
@@ -216,6 +265,30 @@ fn exports_locks_and_optimization_decisions_are_served() {
     let (_, doc) = get(&s.addr, "/api/openapi.json");
     for path in ["/api/locks", "/api/optimize/status", "/api/export"] {
         assert!(doc["paths"][path]["get"].is_object(), "{path} missing from the OpenAPI document");
+    }
+    conforms(&doc, &serde_json::json!({ "$ref": "#/components/schemas/LocksAnswer" }), &served, "locks").unwrap();
+    conforms(&doc, &serde_json::json!({ "$ref": "#/components/schemas/OptimizeStatusAnswer" }), &st, "optimize/status").unwrap();
+    // Every listing command's --format json parses (those needing other recordings are parsed by their own tests:
+    // wall in offcpu.rs, data in data.rs/objects.rs, trace dump/report in trace.rs and perfflags.rs, calc in calc.rs).
+    for args in [
+        vec!["epochs"],
+        vec!["events"],
+        vec!["top", "--by", "image"],
+        vec!["top", "--by", "procedure"],
+        vec!["top", "--by", "line"],
+        vec!["top", "--by", "instruction"],
+        vec!["top", "--callees", "b"],
+        vec!["flame"],
+        vec!["locks"],
+        vec!["optimize", "status", "/usr/bin/true"],
+    ] {
+        let mut full = args.clone();
+        full.extend(["--format", "json"]);
+        if args[0] != "events" {
+            full.extend(["--db", d]);
+        }
+        let v = cli(&full);
+        assert!(v.is_object() || v.is_array(), "loupe {}: {v}", full.join(" "));
     }
 }
 

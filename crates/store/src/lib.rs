@@ -388,7 +388,8 @@ impl Database {
         loupe_files::create_dir_all(&dir).map_err(|err| Error::io(&dir, err))?;
         if !dir.join("epoch.json").exists() {
             let now = now_ns();
-            let ef = EpochFile { started_unix: now / 1_000_000_000, started_unix_ns: Some(now), ended_unix_ns: None, meta: BTreeMap::new() };
+            let ef =
+                EpochFile { started_unix: now / 1_000_000_000, started_unix_ns: Some(now), ended_unix_ns: None, meta: BTreeMap::new() };
             write_atomic(&dir.join("epoch.json"), &serde_json::to_vec_pretty(&ef).expect("serializable"))?;
         }
         write_atomic(&self.root.join("CURRENT"), format!("{}\n", e.0).as_bytes())

@@ -2,6 +2,7 @@
 // trace exports. They show the API's JSON as sortable tables.
 import { Ctx } from '../context';
 import { apiUrl, formatHash, withParam } from '../state';
+import type { Answers, Lock } from '../api.gen';
 import { ApiError, base, el, emptyBox, genericJson, getJson, table, token } from '../ui';
 
 const DATA_VIEWS = [
@@ -20,13 +21,13 @@ export async function dataPage(c: Ctx): Promise<void> {
 export async function locksPage(c: Ctx): Promise<void> {
   c.main.append(el('h1', {}, 'Locks'), el('p', { class: 'lead' }, 'Hold and wait times per lock; hold fraction near 1 means the lock is saturated.'));
   // Locks are kept per database (`loupe locks --db DIR -- CMD`), not per epoch: only the database filter applies.
-  const d = await getJson<LocksAnswer>(apiUrl('locks', dbOnly(c.filters))).catch((e: unknown) => {
+  const d = await getJson<Answers['locks']>(apiUrl('locks', dbOnly(c.filters))).catch((e: unknown) => {
     if (e instanceof ApiError && e.status === 404) return null;
     throw e;
   });
   if (!d || !d.locks?.length) return void c.main.append(emptyBox('No lock results kept in this database: `loupe locks --db DIR -- CMD` keeps one.'));
   c.main.append(el('p', { class: 'lead' }, `${d.locks.length} locks over ${d.duration_s.toFixed(3)} s${d.dropped ? `; ${d.dropped} events dropped` : ''}.`));
-  c.main.append(table<LockRow>([
+  c.main.append(table<Lock>([
     { key: 'held_fraction', label: 'Held', num: true, bar: (r) => Math.min(1, r.held_fraction), cell: (r) => `${(100 * r.held_fraction).toFixed(2)}%` },
     { key: 'name', label: 'Lock' },
     { key: 'kind', label: 'Kind' },
@@ -36,26 +37,6 @@ export async function locksPage(c: Ctx): Promise<void> {
     { key: 'wait_ns', label: 'Wait ms', num: true, cell: (r) => (r.wait_ns / 1e6).toFixed(3) },
     { key: 'max_hold_ns', label: 'Max hold µs', num: true, cell: (r) => (r.max_hold_ns / 1e3).toFixed(1) },
   ], d.locks, { sort: 'held_fraction', desc: true, id: 'locks-table' }));
-}
-
-interface LockRow {
-  name: string;
-  kind: string;
-  pid: number;
-  address: string;
-  acquisitions: number;
-  hold_ns: number;
-  wait_ns: number;
-  held_fraction: number;
-  wait_fraction: number;
-  max_hold_ns: number;
-  max_wait_ns: number;
-}
-
-interface LocksAnswer {
-  duration_s: number;
-  dropped: number;
-  locks: LockRow[];
 }
 
 /** Only the `db` filter: what commands that keep results per database (locks, optimize) take. */
@@ -90,13 +71,13 @@ export async function statsPage(c: Ctx): Promise<void> {
   if (list.length < 2) return void c.main.append(emptyBox('Name at least two runs (epochs or NAME:EPOCH), separated by spaces.'));
   const p = new URLSearchParams();
   for (const r of list) p.append('run', r);
-  const st = await getJson<StatsAnswer>(apiUrl('stats', p, { by: c.route.params.get('by') ?? undefined, image: c.filters.get('image') ?? undefined }));
+  const st = await getJson<Answers['stats']>(apiUrl('stats', p, { by: c.route.params.get('by') ?? undefined, image: c.filters.get('image') ?? undefined }));
   c.main.append(el('p', { class: 'lead' }, `${st.total ?? ''} samples of ${st.event ?? ''} in ${list.length} runs; significant: the counts differ more than sampling noise explains.`));
   if (!st.rows?.length) return void c.main.append(emptyBox('No procedures in these runs.'));
   c.main.append(table<StatsRow>([
     { key: 'range_percent', label: 'Range %', num: true, bar: (r) => r.range_percent / 100 },
     { key: 'procedure', label: 'Procedure' },
-    { key: 'image', label: 'Image', get: (r) => base(r.image) },
+    { key: 'image', label: 'Image', get: (r) => base(r.image ?? undefined) },
     { key: 'n', label: 'Runs', num: true },
     { key: 'mean', label: 'Mean', num: true },
     { key: 'std_dev', label: 'Std dev', num: true },
@@ -108,25 +89,7 @@ export async function statsPage(c: Ctx): Promise<void> {
   ], st.rows, { sort: 'significant', id: 'stats-table', rowClass: (r) => (r.significant ? 'sig grew' : '') }));
 }
 
-interface StatsRow {
-  image: string;
-  procedure: string;
-  n: number;
-  mean: number;
-  std_dev: number;
-  min: number;
-  max: number;
-  percent: number;
-  range_percent: number;
-  p_value: number | null;
-  significant: boolean;
-}
-
-interface StatsAnswer {
-  event?: string;
-  total?: number;
-  rows?: StatsRow[];
-}
+type StatsRow = Answers['stats']['rows'][number];
 
 const EXPORTS = [
   ['perfetto', 'Perfetto trace', 'open it at the Perfetto UI (Open trace file)'],
