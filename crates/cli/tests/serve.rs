@@ -248,6 +248,7 @@ fn exports_locks_and_optimization_decisions_are_served() {
         assert_eq!(body, want.stdout, "{format} differs from loupe export");
     }
     assert_eq!(get(&s.addr, "/api/export?format=collapsed&output=/tmp/x").0, 400);
+    check_progress(d);
     // No lock result kept yet: 404 saying how to keep one; then a real traced run, kept in the database.
     let (status, body) = get(&s.addr, "/api/locks");
     assert_eq!(status, 404, "{body}");
@@ -290,6 +291,19 @@ fn exports_locks_and_optimization_decisions_are_served() {
         let v = cli(&full);
         assert!(v.is_object() || v.is_array(), "loupe {}: {v}", full.join(" "));
     }
+}
+
+/// Progress goes to a terminal only: nothing on a pipe, a spinner naming the stage under a pseudo-terminal
+/// (util-linux `script`), cleared before the result.
+fn check_progress(d: &str) {
+    let piped = run_ok(loupe().args(["export", "--format", "collapsed", "--epoch", "all", "--db", d]));
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(!err.contains('\r') && !err.contains('\x1b') && !err.contains("reading the stacks"), "progress on a pipe: {err:?}");
+    let cmd = format!("{} export --format collapsed --epoch all --db {d} -o /dev/null", env!("CARGO_BIN_EXE_loupe"));
+    let tty = std::process::Command::new("script").args(["-qec", &cmd, "/dev/null"]).output().expect("script (util-linux)");
+    assert!(tty.status.success(), "{}", String::from_utf8_lossy(&tty.stderr));
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(shown.contains("reading the stacks") || shown.contains("naming the stacks"), "no progress at a terminal: {shown:?}");
 }
 
 #[test]
