@@ -178,21 +178,35 @@ export interface StatsAnswer {
 }
 
 export interface TopAnswer {
+  callees?: {
+    percent: number;
+    procedure: string;
+    samples: number;
+  }[];
+  callers?: {
+    percent: number;
+    procedure: string;
+    samples: number;
+  }[];
   event?: string | null;
   events?: string[];
+  inclusive?: number;
   procedure?: string;
-  rows: {
+  rows?: {
     address?: string | null;
-    children?: number;
     counts?: Record<string, number>;
     image?: string;
+    inclusive?: number;
+    inclusive_percent?: number;
     line?: string | null;
     percent?: number;
     procedure?: string | null;
     samples?: number;
     self?: number;
+    self_percent?: number;
   }[];
-  total_samples?: number;
+  self?: number;
+  total_samples: number;
   truncated_samples?: number;
   unknown_samples?: number;
   unnamed_samples?: Record<string, number>;

@@ -124,6 +124,18 @@ fn keep(db: &std::path::Path, kept: &Kept) -> Result<()> {
     loupe_files::write(&path, serde_json::to_vec(kept)?).with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// No lock result is kept in the database (`loupe serve` answers 404).
+#[derive(Debug)]
+pub struct NoKeptResult(String);
+
+impl std::fmt::Display for NoKeptResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoKeptResult {}
+
 /// The result kept last in `db`.
 fn show_kept(db: &std::path::Path, a: &LocksArgs, out: &mut dyn Write) -> Result<u8> {
     loupe_store::Database::open(db)?;
@@ -136,7 +148,7 @@ fn show_kept(db: &std::path::Path, a: &LocksArgs, out: &mut dyn Write) -> Result
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .max();
     let Some(path) = newest else {
-        bail!("no lock results kept in {} (`loupe locks --db {} -- CMD` keeps one)", db.display(), db.display())
+        bail!(NoKeptResult(format!("no lock results kept in {} (`loupe locks --db {} -- CMD` keeps one)", db.display(), db.display())))
     };
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let kept: Kept = serde_json::from_str(&text).with_context(|| format!("{} is not a lock result", path.display()))?;

@@ -84,8 +84,9 @@ pub fn answer(command: &str) -> Option<&'static str> {
     })
 }
 
-/// The table (`--by`), or with --children/--callers/--callees the call-graph
-/// rows (procedure, self/children shares).
+/// The table (`--by`: `rows` of samples and percent), with --children the
+/// call-graph rows (inclusive and self), with --callers/--callees one
+/// procedure's neighbours.
 fn top() -> Value {
     let row = obj(
         &[],
@@ -97,20 +98,27 @@ fn top() -> Value {
             ("samples", int()),
             ("percent", num()),
             ("counts", map(int())),
-            ("self", num()),
-            ("children", num()),
+            ("inclusive", int()),
+            ("self", int()),
+            ("inclusive_percent", num()),
+            ("self_percent", num()),
         ],
     );
+    let neighbour = obj(&[("procedure", s()), ("samples", int()), ("percent", num())], &[]);
     obj(
-        &[("rows", arr(row))],
+        &[("total_samples", int())],
         &[
+            ("rows", arr(row)),
             ("event", nullable(s())),
             ("events", arr(s())),
-            ("total_samples", int()),
             ("unknown_samples", int()),
             ("truncated_samples", int()),
             ("unnamed_samples", map(int())),
             ("procedure", s()),
+            ("inclusive", int()),
+            ("self", int()),
+            ("callers", arr(neighbour.clone())),
+            ("callees", arr(neighbour)),
         ],
     )
 }

@@ -221,10 +221,12 @@ impl CliApi {
         Ok(argv)
     }
 
-    /// Positional values are diff's and stats' sides.
+    /// Positional values are diff's and stats' sides, and optimize status's image.
     fn positional(&self, command: &str, value: &str) -> Result<String, ApiError> {
         match command {
             "diff" | "stats" => self.side(value),
+            // The program whose decisions to show: looked up in the log, never read (see NAMES_NOT_PATHS).
+            "optimize/status" => Ok(value.to_string()),
             _ => Err(bad(format!("{command} takes no positional argument"))),
         }
     }
@@ -367,7 +369,9 @@ fn api_error(e: &anyhow::Error) -> ApiError {
     let kind = match store {
         Some(K::NoSuchEpoch | K::NoSuchImage | K::NoSuchEvent) => ApiErrorKind::NotFound,
         Some(K::BadSelection) => ApiErrorKind::BadRequest,
-        _ if e.chain().any(|c| c.is::<crate::procedure::NoSuchProcedure>()) => ApiErrorKind::NotFound,
+        _ if e.chain().any(|c| c.is::<crate::procedure::NoSuchProcedure>() || c.is::<crate::locks::NoKeptResult>()) => {
+            ApiErrorKind::NotFound
+        }
         _ => ApiErrorKind::Internal,
     };
     ApiError::new(kind, message)

@@ -253,7 +253,9 @@ fn exports_locks_and_optimization_decisions_are_served() {
     let (status, body) = get(&s.addr, "/api/locks");
     assert_eq!(status, 404, "{body}");
     assert!(body["error"].as_str().unwrap().contains("--db"), "{body}");
-    let traced = json(&run_ok(loupe().args(["locks", "--format", "json", "--db", d, "--"]).arg(workloads().join("locks"))));
+    let truth = dir.path().join("locks-truth.json");
+    let traced =
+        json(&run_ok(loupe().args(["locks", "--format", "json", "--db", d, "--"]).arg(workloads().join("locks")).arg("--out").arg(&truth)));
     let (status, served) = get(&s.addr, "/api/locks");
     assert_eq!((status, &served), (200, &traced));
     assert!(served["locks"].as_array().unwrap().iter().any(|l| l["name"].as_str().unwrap().starts_with("lock_hot")), "{served}");
