@@ -14,7 +14,7 @@ pub struct Symbols {
 }
 
 enum Held {
-    Own(Symbolizer),
+    Own(Box<Symbolizer>),
     /// The server's, locked for each call so that requests share it.
     Shared(Arc<Mutex<Symbolizer>>),
 }
@@ -36,7 +36,7 @@ impl Symbols {
         };
         match crate::symbol_cache::shared(dbs, make) {
             Some(s) => Symbols { inner: Held::Shared(s) },
-            None => Symbols { inner: Held::Own(make()) },
+            None => Symbols { inner: Held::Own(Box::new(make())) },
         }
     }
 
