@@ -1,0 +1,108 @@
+/* Known-by-construction types for loupe's type flow and allocation typing
+ * (issue 28). Built -O1 -g and -O2 -g by the dataprof tests; each function
+ * is one case, `noinline` so its code stays its own.
+ *
+ *   alloc_static   heap block stored into a typed static pointer
+ *   alloc_field    heap block stored into a field of another struct
+ *   new_node       block kept in a typed local, returned through a typed wrapper
+ *   xmalloc        a `void *` wrapper: its blocks stay untyped (no caller in the log)
+ *   bump_left      pointer loaded from a typed static, then dereferenced
+ *   bump_inner     nested struct inside an array inside a struct
+ *   walk           list walk: the pointer comes from a field of the same type
+ *   run            main's worker: two threads bump the two fields of `pair`
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+struct tally_pair {
+    long left;
+    long right;
+};
+
+struct inner {
+    int a;
+    int b;
+};
+
+struct outer {
+    long tag;
+    struct inner in[4];
+    struct tally_pair *pair;
+};
+
+struct node {
+    long key;
+    struct node *next;
+};
+
+struct tally_pair *pair;
+struct outer *outer;
+struct node *list;
+
+__attribute__((noinline)) void alloc_static(void) {
+    pair = aligned_alloc(64, 64);
+}
+
+__attribute__((noinline)) void alloc_field(struct outer *o) {
+    o->pair = malloc(sizeof *o->pair);
+}
+
+__attribute__((noinline)) void *xmalloc(size_t n) {
+    void *p = malloc(n);
+    if (!p)
+        abort();
+    return p;
+}
+
+__attribute__((noinline)) struct node *new_node(long key, struct node *next) {
+    struct node *n = malloc(sizeof *n);
+    if (!n)
+        abort();
+    n->key = key;
+    n->next = next;
+    return n;
+}
+
+__attribute__((noinline)) void bump_left(void) {
+    pair->left++;
+}
+
+__attribute__((noinline)) void bump_right(void) {
+    pair->right++;
+}
+
+__attribute__((noinline)) void bump_inner(void) {
+    outer->in[2].b++;
+}
+
+__attribute__((noinline)) long walk(struct node *n) {
+    long s = 0;
+    for (; n; n = n->next)
+        s += n->key;
+    return s;
+}
+
+static long iterations;
+
+static void *worker(void *arg) {
+    void (*bump)(void) = arg;
+    for (long i = 0; i < iterations; i++)
+        bump();
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    iterations = argc > 1 ? atol(argv[1]) : 1000;
+    alloc_static();
+    outer = xmalloc(sizeof *outer);
+    alloc_field(outer);
+    for (long k = 0; k < 4; k++)
+        list = new_node(k, list);
+    pthread_t a, b;
+    pthread_create(&a, 0, worker, (void *)bump_left);
+    pthread_create(&b, 0, worker, (void *)bump_right);
+    pthread_join(a, 0);
+    pthread_join(b, 0);
+    bump_inner();
+    return (int)(walk(list) + pair->left + pair->right + outer->in[2].b) == 0;
+}
