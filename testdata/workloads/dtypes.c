@@ -9,10 +9,15 @@
  *   bump_left      pointer loaded from a typed static, then dereferenced
  *   bump_inner     nested struct inside an array inside a struct
  *   walk           list walk: the pointer comes from a field of the same type
- *   run            main's worker: two threads bump the two fields of `pair`
+ *
+ * Run: `dtypes SECS`: two threads pinned to CPUs 0 and 1 bump the two fields
+ * of `pair` (false sharing of struct tally_pair.left/right) for SECS seconds.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 
 struct tally_pair {
     long left;
@@ -82,25 +87,39 @@ __attribute__((noinline)) long walk(struct node *n) {
     return s;
 }
 
-static long iterations;
+static volatile int stop;
+
+struct job {
+    void (*bump)(void);
+    int cpu;
+};
 
 static void *worker(void *arg) {
-    void (*bump)(void) = arg;
-    for (long i = 0; i < iterations; i++)
-        bump();
+    struct job *j = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(j->cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    while (!stop)
+        for (int i = 0; i < 1000; i++)
+            j->bump();
     return 0;
 }
 
 int main(int argc, char **argv) {
-    iterations = argc > 1 ? atol(argv[1]) : 1000;
+    double secs = argc > 1 ? atof(argv[1]) : 0.1;
     alloc_static();
     outer = xmalloc(sizeof *outer);
     alloc_field(outer);
     for (long k = 0; k < 4; k++)
         list = new_node(k, list);
+    struct job ja = {bump_left, 0}, jb = {bump_right, 1};
     pthread_t a, b;
-    pthread_create(&a, 0, worker, (void *)bump_left);
-    pthread_create(&b, 0, worker, (void *)bump_right);
+    pthread_create(&a, 0, worker, &ja);
+    pthread_create(&b, 0, worker, &jb);
+    struct timespec t = {(time_t)secs, (long)((secs - (time_t)secs) * 1e9)};
+    nanosleep(&t, 0);
+    stop = 1;
     pthread_join(a, 0);
     pthread_join(b, 0);
     bump_inner();

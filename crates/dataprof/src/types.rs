@@ -71,6 +71,8 @@ struct Load {
     vaddr: u64,
     offset: u64,
     filesz: u64,
+    /// With the zero-filled tail (.bss) that shares the file mapping's last page.
+    memsz: u64,
 }
 
 pub struct ImageTypes {
@@ -117,7 +119,7 @@ impl ImageTypes {
             .segments()
             .map(|s| {
                 let (offset, filesz) = s.file_range();
-                Load { vaddr: s.address(), offset, filesz }
+                Load { vaddr: s.address(), offset, filesz, memsz: s.size() }
             })
             .collect();
         let eh_frame = file.section_by_name(".eh_frame").and_then(|sec| {
@@ -153,7 +155,7 @@ impl ImageTypes {
     pub fn vaddr_of(&self, file_offset: u64) -> Option<u64> {
         self.loads
             .iter()
-            .find(|l| (l.offset & !0xfff) <= file_offset && file_offset < l.offset + l.filesz.max(1))
+            .find(|l| (l.offset & !0xfff) <= file_offset && file_offset < l.offset + l.filesz.max(l.memsz).max(1))
             .map(|l| (l.vaddr + file_offset).wrapping_sub(l.offset))
     }
 
@@ -359,7 +361,8 @@ impl ImageTypes {
         let ty = TypeRef { ui, ty: self.var_type(unit, e)? };
         match first {
             // The variable's value is in the register (a pointer to the object, when it is one).
-            gimli::Operation::Register { register } if register.0 == reg && only => Some(Hit::InReg(ty)),
+            // A `void *` or integer there says nothing: another variable may share the register.
+            gimli::Operation::Register { register } if register.0 == reg && only => self.pointee_ref(ty).map(|_| Hit::InReg(ty)),
             // The variable itself lives at register + k (a stack local).
             gimli::Operation::RegisterOffset { register, offset: k, .. } if register.0 == reg && only => {
                 self.covers(ty, offset - k).then_some(Hit::InMem(ty, offset - k))
@@ -740,6 +743,17 @@ int main(void) { return (int)(pairs[1].b + counter) + get(0); }
         assert_eq!((got.type_name.as_str(), got.field.as_str(), got.offset, got.size), ("struct pair", "b", 8, 16));
         assert_eq!(t.static_at(syms["counter"]).unwrap().type_name, "long int counter");
         assert_eq!(t.static_at(syms["pairs"] + 64), None);
+    }
+
+    #[test]
+    fn bss_sharing_the_data_segments_last_page_maps_back_to_its_vaddr() {
+        // Checks a .bss static (past the data segment's file size, in its file-backed last page) gets its ELF address back from its file offset.
+        let (_d, bin, syms) = build();
+        let t = ImageTypes::load(&bin).unwrap();
+        let c = syms["counter"];
+        let l = t.loads.iter().find(|l| l.vaddr <= c && c < l.vaddr + l.memsz).unwrap();
+        assert!(c >= l.vaddr + l.filesz, "counter is in .bss");
+        assert_eq!(t.vaddr_of(l.offset + (c - l.vaddr)), Some(c));
     }
 
     #[test]
