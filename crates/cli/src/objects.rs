@@ -259,6 +259,8 @@ fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, code: &mu
             "  {:>12}  {:>4}  {:>8}  {:>6}  {:>6}  function (instruction)\n",
             "time(us)", "cpu", "tid", "offset", "access"
         ));
+        // Rows without their time, so back-to-back repeats fold (a hot loop's field traps thousands of times).
+        let mut rows: Vec<(f64, String)> = Vec::new();
         for l in &h.hits {
             if let Line::Hit { offset, ip, tid, cpu, time_ns, .. } = l {
                 let t = time_ns.saturating_sub(*alloc_ns) as f64 / 1000.0;
@@ -266,10 +268,20 @@ fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, code: &mu
                     Some((start, k)) => (format!("{start:#x}"), k.map_or("?", |k| k.label())),
                     None => (format!("before {ip:#x}"), "?"),
                 };
+                rows.push((t, format!("  {cpu:>4}  {tid:>8}  {:>6}  {kind:>6}  {} ({at})\n", format!("+{offset}"), code.name(*pid, *ip))));
+            }
+        }
+        for (i, period, repeats) in loupe_objects::flow::periods(&rows, |a, b| a.1 == b.1) {
+            for (t, row) in &rows[i..i + period] {
+                s.push_str(&format!("  {t:>12.3}{row}"));
+            }
+            if repeats > 1 {
+                let last = rows[i + period * repeats - 1].0;
+                let what = if period == 1 { "line above".to_string() } else { format!("{period} lines above") };
                 s.push_str(&format!(
-                    "  {t:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  {kind:>6}  {} ({at})\n",
-                    format!("+{offset}"),
-                    code.name(*pid, *ip)
+                    "  {:>12}  (the {what} {} times in all, until {last:.3} us)\n",
+                    "",
+                    loupe_objects::flow::thousands(repeats as u64)
                 ));
             }
         }

@@ -49,20 +49,8 @@ const MAX_PERIOD: usize = 3;
 /// Folds a path's back-to-back repeats of the same functions on the same
 /// CPUs into runs, so a 70,000-step ping-pong reads as one line.
 pub fn fold(steps: &[Step]) -> Vec<Run> {
-    let same = |a: &Step, b: &Step| a.function == b.function && a.cpu == b.cpu;
     let mut out = Vec::new();
-    let mut i = 0;
-    while i < steps.len() {
-        let (mut period, mut repeats) = (1, 1);
-        for p in 1..=MAX_PERIOD {
-            let mut k = 1;
-            while i + (k + 1) * p <= steps.len() && (0..p).all(|j| same(&steps[i + j], &steps[i + k * p + j])) {
-                k += 1;
-            }
-            if k > 1 && k * p > period * repeats {
-                (period, repeats) = (p, k);
-            }
-        }
+    for (i, period, repeats) in periods(steps, |a, b| a.function == b.function && a.cpu == b.cpu) {
         let mut run: Vec<Step> = steps[i..i + period].to_vec();
         for r in 1..repeats {
             for (j, st) in run.iter_mut().enumerate() {
@@ -78,6 +66,28 @@ pub fn fold(steps: &[Step]) -> Vec<Run> {
             }
         }
         out.push(Run { steps: run, repeats: repeats as u64 });
+    }
+    out
+}
+
+/// Splits `items` into runs `(start, period, repeats)`: the longest
+/// back-to-back repetition of up to [`MAX_PERIOD`] items found at each
+/// point (`repeats` 1 where nothing repeats).
+pub fn periods<T>(items: &[T], same: impl Fn(&T, &T) -> bool) -> Vec<(usize, usize, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < items.len() {
+        let (mut period, mut repeats) = (1, 1);
+        for p in 1..=MAX_PERIOD {
+            let mut k = 1;
+            while i + (k + 1) * p <= items.len() && (0..p).all(|j| same(&items[i + j], &items[i + k * p + j])) {
+                k += 1;
+            }
+            if k > 1 && k * p > period * repeats {
+                (period, repeats) = (p, k);
+            }
+        }
+        out.push((i, period, repeats));
         i += period * repeats;
     }
     out
