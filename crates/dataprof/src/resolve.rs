@@ -91,13 +91,19 @@ pub struct Resolved {
 }
 
 pub struct Resolver<H: Heap> {
-    maps: HashMap<u32, Vec<Mapping>>,
-    images: HashMap<String, Option<ImageTypes>>,
+    maps: HashMap<u32, std::rc::Rc<Vec<Mapping>>>,
+    /// Image path -> index in `images` (caches key on the index: no path copies per sample).
+    paths: HashMap<String, usize>,
+    images: Vec<(String, Option<ImageTypes>)>,
     heap: H,
     /// (image, vaddr of instruction, register, offset) -> result of (c).
-    pointee_cache: HashMap<(String, u64, u16, i64), Result<(Typed, How), Unknown>>,
+    pointee_cache: HashMap<(usize, u64, u16, i64), Result<(Typed, How), Unknown>>,
+    /// (image, vaddr) -> the static there.
+    static_cache: HashMap<(usize, u64), Option<Typed>>,
+    /// (image, block type, offset) -> its field.
+    field_cache: HashMap<(usize, TypeRef, u64), Typed>,
     /// (image, file offset of the return address) -> the block type from the allocation site.
-    alloc_cache: HashMap<(String, u64), AllocType>,
+    alloc_cache: HashMap<(usize, u64), AllocType>,
 }
 
 impl<H: Heap> Resolver<H> {
@@ -108,11 +114,20 @@ impl<H: Heap> Resolver<H> {
             for e in dir.flatten() {
                 let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
                 if let Ok(text) = std::fs::read_to_string(e.path()) {
-                    maps.insert(pid, maps::parse(&text));
+                    maps.insert(pid, std::rc::Rc::new(maps::parse(&text)));
                 }
             }
         }
-        Resolver { maps, images: HashMap::new(), heap, pointee_cache: HashMap::new(), alloc_cache: HashMap::new() }
+        Resolver {
+            maps,
+            paths: HashMap::new(),
+            images: Vec::new(),
+            heap,
+            pointee_cache: HashMap::new(),
+            static_cache: HashMap::new(),
+            field_cache: HashMap::new(),
+            alloc_cache: HashMap::new(),
+        }
     }
 
     /// Images whose DWARF or symbols could not be read: (path, why).
@@ -120,8 +135,14 @@ impl<H: Heap> Resolver<H> {
         self.images.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| k.clone()).collect()
     }
 
-    fn image(&mut self, path: &str) -> Option<&ImageTypes> {
-        self.images.entry(path.to_string()).or_insert_with(|| ImageTypes::load(Path::new(path)).ok()).as_ref()
+    /// The image's index, loading it on first use.
+    fn image_index(&mut self, path: &str) -> usize {
+        if let Some(&i) = self.paths.get(path) {
+            return i;
+        }
+        self.images.push((path.to_string(), ImageTypes::load(Path::new(path)).ok()));
+        self.paths.insert(path.to_string(), self.images.len() - 1);
+        self.images.len() - 1
     }
 
     pub fn resolve(&mut self, r: &AccessRecord) -> Resolved {
@@ -181,37 +202,39 @@ impl<H: Heap> Resolver<H> {
 
     /// The block's type from its allocation site, and what `addr` is in it.
     fn alloc_typed(&mut self, b: &HeapBlock, addr: u64) -> Result<Typed, Unknown> {
-        let (path, off) = b.site_at.clone().ok_or(Unknown::NoDebugInfo)?;
-        let key = (path.clone(), off);
-        let t: AllocType = match self.alloc_cache.get(&key) {
+        let (path, off) = b.site_at.as_ref().ok_or(Unknown::NoDebugInfo)?;
+        let i = self.image_index(path);
+        let t: AllocType = match self.alloc_cache.get(&(i, *off)) {
             Some(t) => *t,
             None => {
-                let t = match self.image(&path) {
-                    Some(img) => img.vaddr_of(off).ok_or(Unknown::NoCode).and_then(|v| img.alloc_type(v)),
+                let t = match &self.images[i].1 {
+                    Some(img) => img.vaddr_of(*off).ok_or(Unknown::NoCode).and_then(|v| img.alloc_type(v)),
                     None => Err(Unknown::NoDebugInfo),
                 };
-                self.alloc_cache.insert(key, t);
+                self.alloc_cache.insert((i, *off), t);
                 t
             }
         };
         let t: TypeRef = t?;
-        let img = self.image(&path).ok_or(Unknown::NoDebugInfo)?;
-        Ok(img.describe(t, addr - b.base))
+        let img = self.images[i].1.as_ref().ok_or(Unknown::NoDebugInfo)?;
+        let rel = addr - b.base;
+        Ok(self.field_cache.entry((i, t, rel)).or_insert_with(|| img.describe(t, rel)).clone())
     }
 
     fn static_at(&mut self, region: &Region, addr: u64) -> Option<Typed> {
-        let (path, vaddr) = match region {
+        let (i, vaddr) = match region {
             Region::Image { path, file_offset } => {
-                let t = self.image(path)?;
-                (path.to_string(), t.vaddr_of(*file_offset)?)
+                let i = self.image_index(path);
+                (i, self.images[i].1.as_ref()?.vaddr_of(*file_offset)?)
             }
             Region::Bss { path, last, .. } => {
-                let t = self.image(path)?;
-                (path.to_string(), t.vaddr_of(last.pgoff)? + (addr - last.start))
+                let i = self.image_index(path);
+                (i, self.images[i].1.as_ref()?.vaddr_of(last.pgoff)? + (addr - last.start))
             }
             _ => return None,
         };
-        self.image(&path)?.static_at(vaddr)
+        let img = self.images[i].1.as_ref()?;
+        self.static_cache.entry((i, vaddr)).or_insert_with(|| img.static_at(vaddr)).clone()
     }
 
     /// The base register's type at the instruction: the DWARF variable in
@@ -219,12 +242,12 @@ impl<H: Heap> Resolver<H> {
     fn pointee(&mut self, maps: &[Mapping], r: &AccessRecord) -> Result<(Typed, How), Unknown> {
         let reg = r.base.ok_or(Unknown::NoBaseRegister)?;
         let Region::Image { path, file_offset } = maps::region(maps, r.insn()) else { return Err(Unknown::NoDebugInfo) };
-        let path = path.to_string();
-        let key = (path.clone(), file_offset, reg, r.base_offset);
+        let i = self.image_index(path);
+        let key = (i, file_offset, reg, r.base_offset);
         if let Some(c) = self.pointee_cache.get(&key) {
             return c.clone();
         }
-        let found = match self.image(&path) {
+        let found = match &self.images[i].1 {
             None => Err(Unknown::NoDebugInfo),
             Some(t) if !t.has_dwarf => Err(Unknown::NoDebugInfo),
             Some(t) => match t.vaddr_of(file_offset) {
