@@ -98,7 +98,9 @@ impl Loaded {
 
     fn coverage_json(&self) -> serde_json::Value {
         let (typed, unknown) = self.coverage();
-        let obj = |v: Vec<(&str, usize)>| v.into_iter().map(|(k, n)| (k.replace(' ', "_"), serde_json::json!(n))).collect::<serde_json::Map<_, _>>();
+        let obj = |v: Vec<(&str, usize)>| {
+            v.into_iter().map(|(k, n)| (k.replace(' ', "_"), serde_json::json!(n))).collect::<serde_json::Map<_, _>>()
+        };
         serde_json::json!({"typed": obj(typed), "untyped": obj(unknown)})
     }
 

@@ -160,11 +160,17 @@ fn heap_struct_in_a_static_pointer_is_named_and_its_fields_false_share() {
             .filter(|r| r["type"].as_str().unwrap().starts_with("struct tally_pair"))
             .map(|r| (r["type"].as_str().unwrap(), r["field"].as_str().unwrap(), r["how"].as_str().unwrap()))
             .collect();
-        assert!(named.contains(&("struct tally_pair", "left", "alloc")) && named.contains(&("struct tally_pair", "right", "alloc")), "{exe}: {p}");
+        assert!(
+            named.contains(&("struct tally_pair", "left", "alloc")) && named.contains(&("struct tally_pair", "right", "alloc")),
+            "{exe}: {p}"
+        );
         assert!(!p["rows"].as_array().unwrap().iter().any(|r| r["type"].as_str().unwrap().starts_with("[heap from")), "{exe}: {p}");
         assert!(p["coverage"]["typed"]["heap_by_allocation"].as_u64().unwrap() > 0, "{exe}: {p}");
         let c = rows(&view(db.path(), "classify"));
-        assert!(has(&c, "struct tally_pair", "left", "false_sharing") && has(&c, "struct tally_pair", "right", "false_sharing"), "{exe}: {c:?}");
+        assert!(
+            has(&c, "struct tally_pair", "left", "false_sharing") && has(&c, "struct tally_pair", "right", "false_sharing"),
+            "{exe}: {c:?}"
+        );
         assert!(!c.iter().any(|r| r.0 == "struct tally_pair" && r.2 == "true_sharing"), "{exe}: {c:?}");
     }
 }

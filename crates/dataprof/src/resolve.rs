@@ -7,7 +7,7 @@
 
 use crate::log::{self, AccessRecord};
 use crate::maps::{self, Mapping, Region};
-use crate::types::{AllocType, ImageTypes, Typed, TypeRef, Unknown};
+use crate::types::{AllocType, ImageTypes, TypeRef, Typed, Unknown};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -90,6 +90,9 @@ pub struct Resolved {
     pub why: Option<Unknown>,
 }
 
+/// A base register's type and how it was found, or why not.
+type RegisterType = Result<(Typed, How), Unknown>;
+
 pub struct Resolver<H: Heap> {
     maps: HashMap<u32, std::rc::Rc<Vec<Mapping>>>,
     /// Image path -> index in `images` (caches key on the index: no path copies per sample).
@@ -97,7 +100,7 @@ pub struct Resolver<H: Heap> {
     images: Vec<(String, Option<ImageTypes>)>,
     heap: H,
     /// (image, vaddr of instruction, register, offset) -> result of (c).
-    pointee_cache: HashMap<(usize, u64, u16, i64), Result<(Typed, How), Unknown>>,
+    pointee_cache: HashMap<(usize, u64, u16, i64), RegisterType>,
     /// (image, vaddr) -> the static there.
     static_cache: HashMap<(usize, u64), Option<Typed>>,
     /// (image, block type, offset) -> its field.
@@ -239,7 +242,7 @@ impl<H: Heap> Resolver<H> {
 
     /// The base register's type at the instruction: the DWARF variable in
     /// it, else type flow through the function.
-    fn pointee(&mut self, maps: &[Mapping], r: &AccessRecord) -> Result<(Typed, How), Unknown> {
+    fn pointee(&mut self, maps: &[Mapping], r: &AccessRecord) -> RegisterType {
         let reg = r.base.ok_or(Unknown::NoBaseRegister)?;
         let Region::Image { path, file_offset } = maps::region(maps, r.insn()) else { return Err(Unknown::NoDebugInfo) };
         let i = self.image_index(path);
@@ -321,7 +324,16 @@ mod tests {
     use super::*;
 
     fn res(t: &str, how: How, site: Option<&str>, offset: u64, field: &str) -> Resolved {
-        Resolved { type_name: t.into(), field: field.into(), how, object: None, offset, site: site.map(String::from), area: Area::Heap, why: None }
+        Resolved {
+            type_name: t.into(),
+            field: field.into(),
+            how,
+            object: None,
+            offset,
+            site: site.map(String::from),
+            area: Area::Heap,
+            why: None,
+        }
     }
 
     #[test]

@@ -404,7 +404,11 @@ impl ImageTypes {
             if !self.is_aggregate(unit, ty) {
                 return (off == 0).then_some(TypeRef { ui: t.ui, ty });
             }
-            let (mt, loc) = self.members(t.ui, unit, ty).into_iter().find(|&(_, _, loc, sz)| loc <= off && off < loc + sz.max(1)).map(|(_, mt, loc, _)| (mt, loc))?;
+            let (mt, loc) = self
+                .members(t.ui, unit, ty)
+                .into_iter()
+                .find(|&(_, _, loc, sz)| loc <= off && off < loc + sz.max(1))
+                .map(|(_, mt, loc, _)| (mt, loc))?;
             let (e, eoff) = self.element(t.ui, unit, mt, off - loc);
             (ty, off) = (e, eoff);
         }

@@ -197,7 +197,9 @@ impl ImageTypes {
                 }
             }
         }
-        let stored = ins.mnemonic() == Mnemonic::Mov && ins.op0_kind() == OpKind::Memory && reg_op(ins, 1).is_some_and(|r| s[r] == Some(Fact::Alloc));
+        let stored = ins.mnemonic() == Mnemonic::Mov
+            && ins.op0_kind() == OpKind::Memory
+            && reg_op(ins, 1).is_some_and(|r| s[r] == Some(Fact::Alloc));
         if stored {
             if let Some(p) = self.place(s, ins).and_then(|(t, off)| self.leaf_at(t, off)).and_then(|l| self.pointee_ref(l)) {
                 return Dest::Typed(p);
@@ -229,11 +231,14 @@ impl ImageTypes {
     /// Forward data flow over the function until the states settle.
     fn analyse(&self, low: u64, high: u64) -> Option<FuncFlow> {
         let code = self.code(low, high)?;
-        let insns: Vec<Instruction> = Decoder::with_ip(64, code, low, DecoderOptions::NONE).into_iter().take_while(|i| !i.is_invalid()).collect();
+        let insns: Vec<Instruction> =
+            Decoder::with_ip(64, code, low, DecoderOptions::NONE).into_iter().take_while(|i| !i.is_invalid()).collect();
         let at: HashMap<u64, usize> = insns.iter().enumerate().map(|(i, ins)| (ins.ip(), i)).collect();
         // Jump-table targets are unknown: an indirect jump may reach any block that no fall-through enters.
         let labels: Vec<usize> = (1..insns.len())
-            .filter(|&i| matches!(insns[i - 1].flow_control(), FlowControl::UnconditionalBranch | FlowControl::Return | FlowControl::IndirectBranch))
+            .filter(|&i| {
+                matches!(insns[i - 1].flow_control(), FlowControl::UnconditionalBranch | FlowControl::Return | FlowControl::IndirectBranch)
+            })
             .collect();
         let mut states: Vec<Option<State>> = vec![None; insns.len()];
         *states.first_mut()? = Some([None; 16]);
