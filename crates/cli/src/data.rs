@@ -75,7 +75,7 @@ impl Loaded {
     }
 
     /// Shares of the address-bearing samples by how they were typed, and the untyped ones by reason.
-    fn coverage(&self) -> (Vec<(&'static str, usize)>, Vec<(&'static str, usize)>) {
+    fn coverage(&self) -> (Shares, Shares) {
         let mut typed = vec![("static", 0), ("stack", 0), ("heap by allocation", 0), ("heap by type flow", 0)];
         let mut unknown: HashMap<&'static str, usize> = HashMap::new();
         for r in &self.resolved {
@@ -114,11 +114,17 @@ impl Loaded {
     }
 }
 
+/// Counts of samples by coverage category.
+type Shares = Vec<(&'static str, usize)>;
+
+/// A site's label and where its return address is (image, file offset).
+type NamedSite = (String, Option<(String, u64)>);
+
 /// The allocation log as the resolver's heap, naming sites once each.
 struct AllocHeap {
     index: AllocationIndex,
     namer: SiteNamer,
-    names: HashMap<(u32, u64), (String, Option<(String, u64)>)>,
+    names: HashMap<(u32, u64), NamedSite>,
 }
 
 impl Heap for AllocHeap {
