@@ -12,6 +12,8 @@
  *
  * Run: `dtypes SECS`: two threads pinned to CPUs 0 and 1 bump the two fields
  * of `pair` (false sharing of struct tally_pair.left/right) for SECS seconds.
+ * `dtypes SECS late`: allocates `pair` after 200 ms, so an access history
+ * (`loupe data history`, armed once the process's maps are read) can watch it.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -108,6 +110,10 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.1;
+    if (argc > 2) {
+        struct timespec late = {0, 200000000};
+        nanosleep(&late, 0);
+    }
     alloc_static();
     outer = xmalloc(sizeof *outer);
     alloc_field(outer);
