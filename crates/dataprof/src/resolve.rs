@@ -88,6 +88,9 @@ pub struct Resolved {
     pub area: Area,
     /// Why no type was found (untyped samples).
     pub why: Option<Unknown>,
+    /// A scalar type the block's allocation was stored as (an allocator's
+    /// own header pointer, `long *`): used only when nothing better is found.
+    pub fallback: Option<(String, String)>,
 }
 
 /// A base register's type and how it was found, or why not.
@@ -154,7 +157,17 @@ impl<H: Heap> Resolver<H> {
         if let Some(t) = self.static_at(&region, r.addr) {
             let object = Some((r.addr - t.offset, t.size));
             let (offset, how) = (t.offset, How::Static);
-            return Resolved { type_name: t.type_name, field: t.field, how, object, offset, site: None, area: Area::Static, why: None };
+            return Resolved {
+                type_name: t.type_name,
+                field: t.field,
+                how,
+                object,
+                offset,
+                site: None,
+                area: Area::Static,
+                why: None,
+                fallback: None,
+            };
         }
         let area = match region {
             Region::Stack => Area::Stack,
@@ -164,20 +177,45 @@ impl<H: Heap> Resolver<H> {
         let block = self.heap.block(r.pid, r.addr, r.time);
         let area = if block.is_some() { Area::Heap } else { area };
         let alloc = block.as_ref().map(|b| self.alloc_typed(b, r.addr));
-        if let (Some(Ok(t)), Some(b)) = (&alloc, &block) {
+        if let (Some(Ok((t, true))), Some(b)) = (&alloc, &block) {
             let object = Some((b.base, b.size));
             let (type_name, field, offset) = (t.type_name.clone(), t.field.clone(), r.addr - b.base);
-            return Resolved { type_name, field, how: How::Alloc, object, offset, site: Some(b.site.clone()), area, why: None };
+            return Resolved {
+                type_name,
+                field,
+                how: How::Alloc,
+                object,
+                offset,
+                site: Some(b.site.clone()),
+                area,
+                why: None,
+                fallback: None,
+            };
         }
+        let fallback = match &alloc {
+            Some(Ok((t, false))) => Some((t.type_name.clone(), t.field.clone())),
+            _ => None,
+        };
         let reg = self.pointee(&maps, r);
         if let Ok((t, how)) = reg {
             let object = block.as_ref().map(|b| (b.base, b.size)).or(Some((r.addr - t.offset, t.size)));
             let site = block.map(|b| b.site);
-            return Resolved { type_name: t.type_name, field: t.field, how, object, offset: t.offset, site, area, why: None };
+            return Resolved {
+                type_name: t.type_name,
+                field: t.field,
+                how,
+                object,
+                offset: t.offset,
+                site,
+                area,
+                why: None,
+                fallback: None,
+            };
         }
         // The allocation's reason names the heap block's miss better than the register's.
         let why = match alloc {
             Some(Err(w)) => Some(w),
+            Some(Ok(_)) => Some(Unknown::UntypedRegister),
             _ => reg.err(),
         };
         if let Some(b) = block {
@@ -191,6 +229,7 @@ impl<H: Heap> Resolver<H> {
                 site: Some(b.site),
                 area,
                 why,
+                fallback,
             };
         }
         let name = match region {
@@ -200,11 +239,12 @@ impl<H: Heap> Resolver<H> {
             Region::Unmapped => "[unmapped]".to_string(),
             Region::Image { path, .. } | Region::Bss { path, .. } => format!("[data of {}]", path.rsplit('/').next().unwrap_or(path)),
         };
-        Resolved { type_name: name, field: String::new(), how: How::Region, object: None, offset: 0, site: None, area, why }
+        Resolved { type_name: name, field: String::new(), how: How::Region, object: None, offset: 0, site: None, area, why, fallback: None }
     }
 
-    /// The block's type from its allocation site, and what `addr` is in it.
-    fn alloc_typed(&mut self, b: &HeapBlock, addr: u64) -> Result<Typed, Unknown> {
+    /// The block's type from its allocation site, and what `addr` is in it;
+    /// true when the type is an aggregate (a scalar may be an allocator's own view).
+    fn alloc_typed(&mut self, b: &HeapBlock, addr: u64) -> Result<(Typed, bool), Unknown> {
         let (path, off) = b.site_at.as_ref().ok_or(Unknown::NoDebugInfo)?;
         let i = self.image_index(path);
         let t: AllocType = match self.alloc_cache.get(&(i, *off)) {
@@ -221,7 +261,8 @@ impl<H: Heap> Resolver<H> {
         let t: TypeRef = t?;
         let img = self.images[i].1.as_ref().ok_or(Unknown::NoDebugInfo)?;
         let rel = addr - b.base;
-        Ok(self.field_cache.entry((i, t, rel)).or_insert_with(|| img.describe(t, rel)).clone())
+        let typed = self.field_cache.entry((i, t, rel)).or_insert_with(|| img.describe(t, rel)).clone();
+        Ok((typed, img.is_aggregate_ref(t)))
     }
 
     fn static_at(&mut self, region: &Region, addr: u64) -> Option<Typed> {
@@ -272,6 +313,11 @@ impl<H: Heap> Resolver<H> {
 pub fn infer_site_types(rs: &mut [Resolved]) {
     infer_block_types(rs);
     infer_by_site(rs);
+    for r in rs.iter_mut().filter(|r| r.how == How::SiteOnly) {
+        if let Some((t, f)) = r.fallback.take() {
+            (r.type_name, r.field, r.how, r.why) = (t, f, How::Alloc, None);
+        }
+    }
 }
 
 /// The block's type from its typed samples (the most common), with the field they saw at each offset.
@@ -333,7 +379,21 @@ mod tests {
             site: site.map(String::from),
             area: Area::Heap,
             why: None,
+            fallback: None,
         }
+    }
+
+    #[test]
+    fn a_scalar_allocation_type_is_only_a_last_resort() {
+        // Checks a block stored as `long *` (an allocator's header) yields to its site's register-found type, and is used where nothing else is.
+        let weak = |site: &str| Resolved {
+            fallback: Some(("long int".into(), String::new())),
+            ..res("[heap from x]", How::SiteOnly, Some(site), 8, "")
+        };
+        let mut rs = vec![res("struct node", How::Register, Some("make_node"), 8, "next"), weak("make_node"), weak("other")];
+        infer_site_types(&mut rs);
+        assert_eq!((rs[1].type_name.as_str(), rs[1].how), ("struct node", How::Site));
+        assert_eq!((rs[2].type_name.as_str(), rs[2].how), ("long int", How::Alloc));
     }
 
     #[test]

@@ -386,6 +386,13 @@ impl ImageTypes {
         self.pointee(unit, t.ty).map(|ty| TypeRef { ui: t.ui, ty })
     }
 
+    /// Whether `t` (an array's element) is a struct, union or class.
+    pub(crate) fn is_aggregate_ref(&self, t: TypeRef) -> bool {
+        let unit = &self.units[t.ui];
+        let (elem, _) = self.element(t.ui, unit, t.ty, 0);
+        self.is_aggregate(unit, elem)
+    }
+
     /// Type and field at `off` inside an object of type `t` (array elements folded).
     pub(crate) fn describe(&self, t: TypeRef, off: u64) -> Typed {
         let unit = &self.units[t.ui];

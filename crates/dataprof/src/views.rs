@@ -409,6 +409,7 @@ mod tests {
             site: None,
             area: crate::resolve::Area::Static,
             why: None,
+            fallback: None,
         }
     }
 
