@@ -243,7 +243,8 @@ impl<H: Heap> Resolver<H> {
     }
 
     /// The block's type from its allocation site, and what `addr` is in it;
-    /// true when the type is an aggregate (a scalar may be an allocator's own view).
+    /// true when the type is an aggregate whose size fits the block's (a
+    /// scalar may be an allocator's own view; an odd size, an arena's first object).
     fn alloc_typed(&mut self, b: &HeapBlock, addr: u64) -> Result<(Typed, bool), Unknown> {
         let (path, off) = b.site_at.as_ref().ok_or(Unknown::NoDebugInfo)?;
         let i = self.image_index(path);
@@ -262,7 +263,10 @@ impl<H: Heap> Resolver<H> {
         let img = self.images[i].1.as_ref().ok_or(Unknown::NoDebugInfo)?;
         let rel = addr - b.base;
         let typed = self.field_cache.entry((i, t, rel)).or_insert_with(|| img.describe(t, rel)).clone();
-        Ok((typed, img.is_aggregate_ref(t)))
+        // One object (with a flexible tail) or an array of them; a block of any other size holds more (an arena, a workspace).
+        let n = typed.size.max(1);
+        let fits = (n <= b.size && b.size < 2 * n) || b.size.is_multiple_of(n);
+        Ok((typed, fits && img.is_aggregate_ref(t)))
     }
 
     fn static_at(&mut self, region: &Region, addr: u64) -> Option<Typed> {
