@@ -71,7 +71,7 @@ pub fn fold(steps: &[Step]) -> Vec<Run> {
 }
 
 /// Splits `items` into runs `(start, period, repeats)`: the longest
-/// back-to-back repetition of up to [`MAX_PERIOD`] items found at each
+/// back-to-back repetition of up to three items found at each
 /// point (`repeats` 1 where nothing repeats).
 pub fn periods<T>(items: &[T], same: impl Fn(&T, &T) -> bool) -> Vec<(usize, usize, usize)> {
     let mut out = Vec::new();
