@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use loupe_dataprof::cache::Geometry;
 use loupe_dataprof::log::{AccessRecord, Status};
 use loupe_dataprof::recorder::{Meta, Recorder, Summary};
-use loupe_dataprof::resolve::{infer_site_types, Heap, HeapBlock, How, Resolved, Resolver};
+use loupe_dataprof::resolve::{infer_site_types, Area, Heap, HeapBlock, How, Resolved, Resolver};
 use loupe_dataprof::views::{self, Sample};
 use loupe_objects::{AllocTracker, AllocationIndex, SiteNamer, TrackerOptions};
 use loupe_perf::GatedChild;
@@ -73,32 +73,79 @@ impl Loaded {
             self.typed(),
             100.0 * self.typed() as f64 / mem.max(1) as f64,
             self.heap_note
-        )
+        ) + &self.coverage_line()
+    }
+
+    /// Shares of the address-bearing samples by how they were typed, and the untyped ones by reason.
+    fn coverage(&self) -> (Shares, Shares) {
+        let mut typed = vec![("static", 0), ("stack", 0), ("heap by allocation", 0), ("heap by type flow", 0)];
+        let mut unknown: HashMap<&'static str, usize> = HashMap::new();
+        for r in &self.resolved {
+            let slot = match (r.how, r.area) {
+                (How::Static, _) => 0,
+                (h, Area::Stack) if h.typed() => 1,
+                (How::Alloc, _) => 2,
+                (h, _) if h.typed() => 3,
+                _ => {
+                    *unknown.entry(r.why.map_or("no allocation or register type", |w| w.label())).or_default() += 1;
+                    continue;
+                }
+            };
+            typed[slot].1 += 1;
+        }
+        let mut unknown: Vec<_> = unknown.into_iter().collect();
+        unknown.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        (typed, unknown)
+    }
+
+    fn coverage_json(&self) -> serde_json::Value {
+        let (typed, unknown) = self.coverage();
+        let obj = |v: Vec<(&str, usize)>| {
+            v.into_iter().map(|(k, n)| (k.replace(' ', "_"), serde_json::json!(n))).collect::<serde_json::Map<_, _>>()
+        };
+        serde_json::json!({"typed": obj(typed), "untyped": obj(unknown)})
+    }
+
+    fn coverage_line(&self) -> String {
+        let n = self.records.len().max(1) as f64;
+        let (typed, unknown) = self.coverage();
+        let part = |(k, v): &(&str, usize)| format!("{k} {:.1}%", 100.0 * *v as f64 / n);
+        let typed: Vec<String> = typed.iter().map(part).collect();
+        let unknown: Vec<String> = unknown.iter().map(part).collect();
+        format!("# typed: {}; untyped: {}\n", typed.join(", "), if unknown.is_empty() { "none".to_string() } else { unknown.join(", ") })
     }
 }
+
+/// Counts of samples by coverage category.
+type Shares = Vec<(&'static str, usize)>;
+
+/// A site's label and where its return address is (image, file offset).
+type NamedSite = (String, Option<(String, u64)>);
 
 /// The allocation log as the resolver's heap, naming sites once each.
 struct AllocHeap {
     index: AllocationIndex,
     namer: SiteNamer,
-    names: HashMap<(u32, u64), String>,
+    names: HashMap<(u32, u64), NamedSite>,
 }
 
 impl Heap for AllocHeap {
     fn block(&mut self, pid: u32, addr: u64, time_ns: u64) -> Option<HeapBlock> {
         let a = self.index.lookup(pid, addr, time_ns)?.clone();
-        let site = match self.names.get(&(pid, a.site)) {
+        let (site, site_at) = match self.names.get(&(pid, a.site)) {
             Some(s) => s.clone(),
             None => {
-                let s = match self.index.site_location(&a) {
-                    Some(loc) => self.namer.label(&loc),
+                let loc = self.index.site_location(&a);
+                let s = match &loc {
+                    Some(loc) => self.namer.label(loc),
                     None => format!("{:#x}", a.site),
                 };
-                self.names.insert((pid, a.site), s.clone());
-                s
+                let named = (s, loc.map(|l| (l.path, l.offset.0)));
+                self.names.insert((pid, a.site), named.clone());
+                named
             }
         };
-        Some(HeapBlock { base: a.base, size: a.size, site })
+        Some(HeapBlock { base: a.base, size: a.size, site, site_at })
     }
 }
 
@@ -143,6 +190,7 @@ fn print_profile(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
                 "memory_samples": l.records.len(),
                 "memory_samples_without_address": l.no_address,
                 "typed_samples": l.typed(),
+                "coverage": l.coverage_json(),
                 "rows": rows,
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
@@ -170,7 +218,10 @@ fn print_profile(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
 fn how(h: How) -> &'static str {
     match h {
         How::Static => "static",
+        How::Alloc => "alloc",
         How::Register => "register",
+        How::Flow => "flow",
+        How::Block => "block",
         How::Site => "site",
         How::SiteOnly => "site-only",
         How::Region => "region",

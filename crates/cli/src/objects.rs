@@ -239,6 +239,44 @@ impl Code {
     }
 }
 
+/// History rows folded twice: identical lines back to back become one line
+/// with a count, then lines that alternate (`bump_left`, `bump_right`, again)
+/// become one group with its rounds, so a hot loop's field fits a screen.
+fn fold_rows(rows: &[(f64, String)]) -> String {
+    use loupe_objects::flow::{periods, thousands};
+    // (first time, last time, row, count) of each run of identical lines.
+    let mut units: Vec<(f64, f64, &str, u64)> = Vec::new();
+    for (t, row) in rows {
+        match units.last_mut() {
+            Some(u) if u.2 == row.as_str() => (u.1, u.3) = (*t, u.3 + 1),
+            _ => units.push((*t, *t, row, 1)),
+        }
+    }
+    let mut s = String::new();
+    for (i, period, rounds) in periods(&units, |a, b| a.2 == b.2) {
+        let group = &units[i..i + period * rounds];
+        for j in 0..period {
+            let n: u64 = group.iter().skip(j).step_by(period).map(|u| u.3).sum();
+            let (t, row) = (group[j].0, group[j].2);
+            s.push_str(&format!("  {t:>12.3}{row}"));
+            if n > 1 && rounds == 1 {
+                s.push_str(&format!("  {:>12}  (the line above {} times in all, until {:.3} us)\n", "", thousands(n), group[j].1));
+            } else if n > 1 {
+                s.push_str(&format!("  {:>12}  ({} times)\n", "", thousands(n)));
+            }
+        }
+        if rounds > 1 {
+            let last = group.last().map_or(0.0, |u| u.1);
+            s.push_str(&format!(
+                "  {:>12}  (the {period} lines above alternate {} rounds, until {last:.3} us)\n",
+                "",
+                thousands(rounds as u64)
+            ));
+        }
+    }
+    s
+}
+
 fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, code: &mut Code) -> String {
     let mut s = format!(
         "# {} object access histories (hardware breakpoints); breakpoint trap cost {} ns\n\
@@ -259,6 +297,8 @@ fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, code: &mu
             "  {:>12}  {:>4}  {:>8}  {:>6}  {:>6}  function (instruction)\n",
             "time(us)", "cpu", "tid", "offset", "access"
         ));
+        // Rows without their time, so back-to-back repeats fold (a hot loop's field traps thousands of times).
+        let mut rows: Vec<(f64, String)> = Vec::new();
         for l in &h.hits {
             if let Line::Hit { offset, ip, tid, cpu, time_ns, .. } = l {
                 let t = time_ns.saturating_sub(*alloc_ns) as f64 / 1000.0;
@@ -266,13 +306,10 @@ fn render_histories(hs: &[History], hit_ns: Option<u64>, limit: usize, code: &mu
                     Some((start, k)) => (format!("{start:#x}"), k.map_or("?", |k| k.label())),
                     None => (format!("before {ip:#x}"), "?"),
                 };
-                s.push_str(&format!(
-                    "  {t:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  {kind:>6}  {} ({at})\n",
-                    format!("+{offset}"),
-                    code.name(*pid, *ip)
-                ));
+                rows.push((t, format!("  {cpu:>4}  {tid:>8}  {:>6}  {kind:>6}  {} ({at})\n", format!("+{offset}"), code.name(*pid, *ip))));
             }
         }
+        s.push_str(&fold_rows(&rows));
         match &h.end {
             Some(Line::End { why, time_ns, cpu, site, tid, .. }) if why == "freed" => s.push_str(&format!(
                 "  {:>12.3}  {cpu:>4}  {tid:>8}  {:>6}  {:>6}  freed by {}\n",
@@ -342,4 +379,33 @@ fn svg(dot: &str) -> Result<String> {
         bail!("graphviz `dot` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hot_loop_rows_fold_into_one_alternating_group() {
+        // Checks 3 rounds of (left x100, right x50) read as two lines with their totals and one rounds line; a lone last line stays.
+        let mut rows = Vec::new();
+        for i in 0..450 {
+            rows.push((i as f64, if i % 150 < 100 { " L\n" } else { " R\n" }.to_string()));
+        }
+        rows.push((450.0, " F\n".to_string()));
+        let text = fold_rows(&rows);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        assert_eq!(
+            lines,
+            vec![
+                "0.000 L",
+                "(300 times)",
+                "100.000 R",
+                "(150 times)",
+                "(the 2 lines above alternate 3 rounds, until 449.000 us)",
+                "450.000 F"
+            ],
+            "{text}"
+        );
+    }
 }

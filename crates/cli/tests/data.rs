@@ -141,3 +141,36 @@ fn array_larger_than_the_llc_is_capacity_of_its_type() {
     let ws = view(db.path(), "workingset");
     assert_eq!(ws["rows"][0]["type"], "struct node", "{ws}");
 }
+
+#[test]
+fn heap_struct_in_a_static_pointer_is_named_and_its_fields_false_share() {
+    // Checks (issue 28) a heap struct reached through a typed static pointer, built -O1 and -O2: the profile's top rows are struct tally_pair.left/right typed at allocation, classified false sharing, and the header reports coverage.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    for exe in ["dtypes-O1", "dtypes-O2"] {
+        let db = tempfile::tempdir().unwrap();
+        run_ok(loupe().args(["record", "--data", "--freq", "2000", "--db"]).arg(db.path()).arg("--").arg(workloads().join(exe)).arg("1.5"));
+        let p = view(db.path(), "profile");
+        let named: Vec<(&str, &str, &str)> = p["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["type"].as_str().unwrap().starts_with("struct tally_pair"))
+            .map(|r| (r["type"].as_str().unwrap(), r["field"].as_str().unwrap(), r["how"].as_str().unwrap()))
+            .collect();
+        assert!(
+            named.contains(&("struct tally_pair", "left", "alloc")) && named.contains(&("struct tally_pair", "right", "alloc")),
+            "{exe}: {p}"
+        );
+        assert!(!p["rows"].as_array().unwrap().iter().any(|r| r["type"].as_str().unwrap().starts_with("[heap from")), "{exe}: {p}");
+        assert!(p["coverage"]["typed"]["heap_by_allocation"].as_u64().unwrap() > 0, "{exe}: {p}");
+        let c = rows(&view(db.path(), "classify"));
+        assert!(
+            has(&c, "struct tally_pair", "left", "false_sharing") && has(&c, "struct tally_pair", "right", "false_sharing"),
+            "{exe}: {c:?}"
+        );
+        assert!(!c.iter().any(|r| r.0 == "struct tally_pair" && r.2 == "true_sharing"), "{exe}: {c:?}");
+    }
+}

@@ -193,7 +193,7 @@ fn perf_index(full: Register) -> Option<usize> {
 }
 
 /// DWARF number of a 64-bit general register (x86-64 psABI).
-fn dwarf_number(reg: Register) -> Option<u16> {
+pub(crate) fn dwarf_number(reg: Register) -> Option<u16> {
     use Register::*;
     if !reg.is_gpr64() {
         return Option::None;

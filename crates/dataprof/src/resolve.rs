@@ -7,7 +7,7 @@
 
 use crate::log::{self, AccessRecord};
 use crate::maps::{self, Mapping, Region};
-use crate::types::{ImageTypes, Typed};
+use crate::types::{AllocType, ImageTypes, TypeRef, Typed, Unknown};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -17,8 +17,14 @@ use std::path::Path;
 pub enum How {
     /// A static variable's DWARF type (or its ELF symbol).
     Static,
+    /// The heap block's type from where its allocation's pointer went.
+    Alloc,
     /// The DWARF type of the variable in the base register at the instruction.
     Register,
+    /// The base register's type by type flow through the function's code.
+    Flow,
+    /// The type other samples found for the same heap block.
+    Block,
     /// The type other samples found for objects from the same allocation site.
     Site,
     /// No type: grouped by allocation site.
@@ -29,7 +35,7 @@ pub enum How {
 
 impl How {
     pub fn typed(self) -> bool {
-        matches!(self, How::Static | How::Register | How::Site)
+        matches!(self, How::Static | How::Alloc | How::Register | How::Flow | How::Block | How::Site)
     }
 }
 
@@ -40,6 +46,18 @@ pub struct HeapBlock {
     pub size: u64,
     /// The allocation site, named (`make_node (list.c:42)`).
     pub site: String,
+    /// The image and file offset of the allocator call's return address.
+    pub site_at: Option<(String, u64)>,
+}
+
+/// Where the sampled address lies, for the coverage line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Area {
+    Static,
+    Stack,
+    Heap,
+    Other,
 }
 
 /// The allocation index as the resolver needs it (the `objects` crate's
@@ -67,14 +85,31 @@ pub struct Resolved {
     /// Offset inside the object.
     pub offset: u64,
     pub site: Option<String>,
+    pub area: Area,
+    /// Why no type was found (untyped samples).
+    pub why: Option<Unknown>,
+    /// A scalar type the block's allocation was stored as (an allocator's
+    /// own header pointer, `long *`): used only when nothing better is found.
+    pub fallback: Option<(String, String)>,
 }
 
+/// A base register's type and how it was found, or why not.
+type RegisterType = Result<(Typed, How), Unknown>;
+
 pub struct Resolver<H: Heap> {
-    maps: HashMap<u32, Vec<Mapping>>,
-    images: HashMap<String, Option<ImageTypes>>,
+    maps: HashMap<u32, std::rc::Rc<Vec<Mapping>>>,
+    /// Image path -> index in `images` (caches key on the index: no path copies per sample).
+    paths: HashMap<String, usize>,
+    images: Vec<(String, Option<ImageTypes>)>,
     heap: H,
     /// (image, vaddr of instruction, register, offset) -> result of (c).
-    pointee_cache: HashMap<(String, u64, u16, i64), Option<Typed>>,
+    pointee_cache: HashMap<(usize, u64, u16, i64), RegisterType>,
+    /// (image, vaddr) -> the static there.
+    static_cache: HashMap<(usize, u64), Option<Typed>>,
+    /// (image, block type, offset) -> its field.
+    field_cache: HashMap<(usize, TypeRef, u64), Typed>,
+    /// (image, file offset of the return address) -> the block type from the allocation site.
+    alloc_cache: HashMap<(usize, u64), AllocType>,
 }
 
 impl<H: Heap> Resolver<H> {
@@ -85,11 +120,20 @@ impl<H: Heap> Resolver<H> {
             for e in dir.flatten() {
                 let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
                 if let Ok(text) = std::fs::read_to_string(e.path()) {
-                    maps.insert(pid, maps::parse(&text));
+                    maps.insert(pid, std::rc::Rc::new(maps::parse(&text)));
                 }
             }
         }
-        Resolver { maps, images: HashMap::new(), heap, pointee_cache: HashMap::new() }
+        Resolver {
+            maps,
+            paths: HashMap::new(),
+            images: Vec::new(),
+            heap,
+            pointee_cache: HashMap::new(),
+            static_cache: HashMap::new(),
+            field_cache: HashMap::new(),
+            alloc_cache: HashMap::new(),
+        }
     }
 
     /// Images whose DWARF or symbols could not be read: (path, why).
@@ -97,8 +141,14 @@ impl<H: Heap> Resolver<H> {
         self.images.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| k.clone()).collect()
     }
 
-    fn image(&mut self, path: &str) -> Option<&ImageTypes> {
-        self.images.entry(path.to_string()).or_insert_with(|| ImageTypes::load(Path::new(path)).ok()).as_ref()
+    /// The image's index, loading it on first use.
+    fn image_index(&mut self, path: &str) -> usize {
+        if let Some(&i) = self.paths.get(path) {
+            return i;
+        }
+        self.images.push((path.to_string(), ImageTypes::load(Path::new(path)).ok()));
+        self.paths.insert(path.to_string(), self.images.len() - 1);
+        self.images.len() - 1
     }
 
     pub fn resolve(&mut self, r: &AccessRecord) -> Resolved {
@@ -106,20 +156,68 @@ impl<H: Heap> Resolver<H> {
         let region = maps::region(&maps, r.addr);
         if let Some(t) = self.static_at(&region, r.addr) {
             let object = Some((r.addr - t.offset, t.size));
-            return Resolved { type_name: t.type_name, field: t.field, how: How::Static, object, offset: t.offset, site: None };
-        }
-        let block = self.heap.block(r.pid, r.addr, r.time);
-        if let Some(t) = self.pointee(&maps, r) {
-            let object = block.as_ref().map(|b| (b.base, b.size)).or(Some((r.addr - t.offset, t.size)));
+            let (offset, how) = (t.offset, How::Static);
             return Resolved {
                 type_name: t.type_name,
                 field: t.field,
-                how: How::Register,
+                how,
                 object,
-                offset: t.offset,
-                site: block.map(|b| b.site),
+                offset,
+                site: None,
+                area: Area::Static,
+                why: None,
+                fallback: None,
             };
         }
+        let area = match region {
+            Region::Stack => Area::Stack,
+            Region::Heap | Region::Anon => Area::Heap,
+            _ => Area::Other,
+        };
+        let block = self.heap.block(r.pid, r.addr, r.time);
+        let area = if block.is_some() { Area::Heap } else { area };
+        let alloc = block.as_ref().map(|b| self.alloc_typed(b, r.addr));
+        if let (Some(Ok((t, true))), Some(b)) = (&alloc, &block) {
+            let object = Some((b.base, b.size));
+            let (type_name, field, offset) = (t.type_name.clone(), t.field.clone(), r.addr - b.base);
+            return Resolved {
+                type_name,
+                field,
+                how: How::Alloc,
+                object,
+                offset,
+                site: Some(b.site.clone()),
+                area,
+                why: None,
+                fallback: None,
+            };
+        }
+        let fallback = match &alloc {
+            Some(Ok((t, false))) => Some((t.type_name.clone(), t.field.clone())),
+            _ => None,
+        };
+        let reg = self.pointee(&maps, r);
+        if let Ok((t, how)) = reg {
+            let object = block.as_ref().map(|b| (b.base, b.size)).or(Some((r.addr - t.offset, t.size)));
+            let site = block.map(|b| b.site);
+            return Resolved {
+                type_name: t.type_name,
+                field: t.field,
+                how,
+                object,
+                offset: t.offset,
+                site,
+                area,
+                why: None,
+                fallback: None,
+            };
+        }
+        // The allocation's reason names the heap block's miss better than the register's.
+        let why = match alloc {
+            Some(Err(w)) => Some(w),
+            Some(Ok(_)) => Some(Unknown::UntypedRegister),
+            _ => reg.err(),
+        };
         if let Some(b) = block {
             let offset = r.addr - b.base;
             return Resolved {
@@ -129,6 +227,9 @@ impl<H: Heap> Resolver<H> {
                 object: Some((b.base, b.size)),
                 offset,
                 site: Some(b.site),
+                area,
+                why,
+                fallback,
             };
         }
         let name = match region {
@@ -138,45 +239,116 @@ impl<H: Heap> Resolver<H> {
             Region::Unmapped => "[unmapped]".to_string(),
             Region::Image { path, .. } | Region::Bss { path, .. } => format!("[data of {}]", path.rsplit('/').next().unwrap_or(path)),
         };
-        Resolved { type_name: name, field: String::new(), how: How::Region, object: None, offset: 0, site: None }
+        Resolved { type_name: name, field: String::new(), how: How::Region, object: None, offset: 0, site: None, area, why, fallback: None }
+    }
+
+    /// The block's type from its allocation site, and what `addr` is in it;
+    /// true when the type is an aggregate whose size fits the block's (a
+    /// scalar may be an allocator's own view; an odd size, an arena's first object).
+    fn alloc_typed(&mut self, b: &HeapBlock, addr: u64) -> Result<(Typed, bool), Unknown> {
+        let (path, off) = b.site_at.as_ref().ok_or(Unknown::NoDebugInfo)?;
+        let i = self.image_index(path);
+        let t: AllocType = match self.alloc_cache.get(&(i, *off)) {
+            Some(t) => *t,
+            None => {
+                let t = match &self.images[i].1 {
+                    Some(img) => img.vaddr_of(*off).ok_or(Unknown::NoCode).and_then(|v| img.alloc_type(v)),
+                    None => Err(Unknown::NoDebugInfo),
+                };
+                self.alloc_cache.insert((i, *off), t);
+                t
+            }
+        };
+        let t: TypeRef = t?;
+        let img = self.images[i].1.as_ref().ok_or(Unknown::NoDebugInfo)?;
+        let rel = addr - b.base;
+        let typed = self.field_cache.entry((i, t, rel)).or_insert_with(|| img.describe(t, rel)).clone();
+        // One object (with a flexible tail) or an array of them; a block of any other size holds more (an arena, a workspace).
+        let n = typed.size.max(1);
+        let fits = (n <= b.size && b.size < 2 * n) || b.size.is_multiple_of(n);
+        Ok((typed, fits && img.is_aggregate_ref(t)))
     }
 
     fn static_at(&mut self, region: &Region, addr: u64) -> Option<Typed> {
-        let (path, vaddr) = match region {
+        let (i, vaddr) = match region {
             Region::Image { path, file_offset } => {
-                let t = self.image(path)?;
-                (path.to_string(), t.vaddr_of(*file_offset)?)
+                let i = self.image_index(path);
+                (i, self.images[i].1.as_ref()?.vaddr_of(*file_offset)?)
             }
             Region::Bss { path, last, .. } => {
-                let t = self.image(path)?;
-                (path.to_string(), t.vaddr_of(last.pgoff)? + (addr - last.start))
+                let i = self.image_index(path);
+                (i, self.images[i].1.as_ref()?.vaddr_of(last.pgoff)? + (addr - last.start))
             }
             _ => return None,
         };
-        self.image(&path)?.static_at(vaddr)
+        let img = self.images[i].1.as_ref()?;
+        self.static_cache.entry((i, vaddr)).or_insert_with(|| img.static_at(vaddr)).clone()
     }
 
-    fn pointee(&mut self, maps: &[Mapping], r: &AccessRecord) -> Option<Typed> {
-        let reg = r.base?;
-        let Region::Image { path, file_offset } = maps::region(maps, r.insn()) else { return None };
-        let path = path.to_string();
-        let key = (path.clone(), file_offset, reg, r.base_offset);
+    /// The base register's type at the instruction: the DWARF variable in
+    /// it, else type flow through the function.
+    fn pointee(&mut self, maps: &[Mapping], r: &AccessRecord) -> RegisterType {
+        let reg = r.base.ok_or(Unknown::NoBaseRegister)?;
+        let Region::Image { path, file_offset } = maps::region(maps, r.insn()) else { return Err(Unknown::NoDebugInfo) };
+        let i = self.image_index(path);
+        let key = (i, file_offset, reg, r.base_offset);
         if let Some(c) = self.pointee_cache.get(&key) {
             return c.clone();
         }
-        let found = self.image(&path).and_then(|t| t.pointee_at(t.vaddr_of(file_offset)?, reg, r.base_offset));
+        let found = match &self.images[i].1 {
+            None => Err(Unknown::NoDebugInfo),
+            Some(t) if !t.has_dwarf => Err(Unknown::NoDebugInfo),
+            Some(t) => match t.vaddr_of(file_offset) {
+                None => Err(Unknown::NoCode),
+                Some(pc) => match t.pointee_at(pc, reg, r.base_offset) {
+                    Some(x) => Ok((x, How::Register)),
+                    None => t.flow_pointee(pc, reg, r.base_offset).map(|x| (x, How::Flow)),
+                },
+            },
+        };
         self.pointee_cache.insert(key, found.clone());
         found
     }
 }
 
 /// Heap samples with no type of their own take the type other samples
-/// found for objects of the same allocation site (the most common one),
-/// and the field those samples saw at the same offset.
+/// found for the same block (it was typed once: every access to it is of
+/// that type), else for blocks of the same allocation site.
 pub fn infer_site_types(rs: &mut [Resolved]) {
+    infer_block_types(rs);
+    infer_by_site(rs);
+    for r in rs.iter_mut().filter(|r| r.how == How::SiteOnly) {
+        if let Some((t, f)) = r.fallback.take() {
+            (r.type_name, r.field, r.how, r.why) = (t, f, How::Alloc, None);
+        }
+    }
+}
+
+/// The block's type from its typed samples (the most common), with the field they saw at each offset.
+fn infer_block_types(rs: &mut [Resolved]) {
+    type Key = ((u64, u64), String);
+    let mut by_block: HashMap<(u64, u64), HashMap<String, usize>> = HashMap::new();
+    let mut fields: HashMap<(Key, u64), String> = HashMap::new();
+    for r in rs.iter().filter(|r| matches!(r.how, How::Register | How::Flow) && r.site.is_some()) {
+        let Some(obj) = r.object else { continue };
+        *by_block.entry(obj).or_default().entry(r.type_name.clone()).or_default() += 1;
+        fields.insert(((obj, r.type_name.clone()), r.offset), r.field.clone());
+    }
+    for r in rs.iter_mut().filter(|r| r.how == How::SiteOnly) {
+        let Some(counts) = r.object.and_then(|o| by_block.get(&o)) else { continue };
+        let Some((t, _)) = counts.iter().max_by_key(|&(t, n)| (*n, std::cmp::Reverse(t.clone()))) else { continue };
+        let obj = r.object.unwrap_or_default();
+        r.field = fields.get(&((obj, t.clone()), r.offset)).cloned().unwrap_or_default();
+        r.type_name = t.clone();
+        r.how = How::Block;
+        r.why = None;
+    }
+}
+
+fn infer_by_site(rs: &mut [Resolved]) {
     let mut by_site: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
     let mut fields: HashMap<(String, String, u64), String> = HashMap::new();
-    for r in rs.iter().filter(|r| r.how == How::Register) {
+    for r in rs.iter().filter(|r| matches!(r.how, How::Register | How::Flow)) {
         if let Some(s) = &r.site {
             *by_site.entry(s.as_str()).or_default().entry(r.type_name.as_str()).or_default() += 1;
             fields.insert((s.clone(), r.type_name.clone(), r.offset), r.field.clone());
@@ -192,6 +364,7 @@ pub fn infer_site_types(rs: &mut [Resolved]) {
             r.field = fields.get(&(site.clone(), t.clone(), r.offset)).cloned().unwrap_or_default();
             r.type_name = t.clone();
             r.how = How::Site;
+            r.why = None;
         }
     }
 }
@@ -201,7 +374,30 @@ mod tests {
     use super::*;
 
     fn res(t: &str, how: How, site: Option<&str>, offset: u64, field: &str) -> Resolved {
-        Resolved { type_name: t.into(), field: field.into(), how, object: None, offset, site: site.map(String::from) }
+        Resolved {
+            type_name: t.into(),
+            field: field.into(),
+            how,
+            object: None,
+            offset,
+            site: site.map(String::from),
+            area: Area::Heap,
+            why: None,
+            fallback: None,
+        }
+    }
+
+    #[test]
+    fn a_scalar_allocation_type_is_only_a_last_resort() {
+        // Checks a block stored as `long *` (an allocator's header) yields to its site's register-found type, and is used where nothing else is.
+        let weak = |site: &str| Resolved {
+            fallback: Some(("long int".into(), String::new())),
+            ..res("[heap from x]", How::SiteOnly, Some(site), 8, "")
+        };
+        let mut rs = vec![res("struct node", How::Register, Some("make_node"), 8, "next"), weak("make_node"), weak("other")];
+        infer_site_types(&mut rs);
+        assert_eq!((rs[1].type_name.as_str(), rs[1].how), ("struct node", How::Site));
+        assert_eq!((rs[2].type_name.as_str(), rs[2].how), ("long int", How::Alloc));
     }
 
     #[test]

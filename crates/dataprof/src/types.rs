@@ -10,6 +10,9 @@ use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
 use object::{Object, ObjectSegment, ObjectSymbol};
 use std::path::Path;
 
+mod flow;
+pub use flow::{AllocType, Unknown};
+
 type R = EndianSlice<'static, RunTimeEndian>;
 
 /// A type and the field at an offset inside it.
@@ -33,6 +36,22 @@ struct Query {
     frame: Option<(u16, i64)>,
 }
 
+/// A type inside one compilation unit: what the type flow carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TypeRef {
+    pub(crate) ui: usize,
+    pub(crate) ty: UnitOffset,
+}
+
+/// A variable found for a register at a PC, before naming.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Hit {
+    /// The variable's value is in the register (type of the variable).
+    InReg(TypeRef),
+    /// The variable lives in memory; the access is this far into it.
+    InMem(TypeRef, i64),
+}
+
 struct Global {
     addr: u64,
     size: u64,
@@ -52,6 +71,8 @@ struct Load {
     vaddr: u64,
     offset: u64,
     filesz: u64,
+    /// With the zero-filled tail (.bss) that shares the file mapping's last page.
+    memsz: u64,
 }
 
 pub struct ImageTypes {
@@ -63,6 +84,12 @@ pub struct ImageTypes {
     globals: Vec<Global>,
     funcs: Vec<Func>,
     loads: Vec<Load>,
+    /// The whole file: code for the type flow.
+    data: &'static [u8],
+    /// Type flow per function (by entry), computed on first use.
+    flows: std::cell::RefCell<std::collections::HashMap<u64, Option<std::rc::Rc<flow::FuncFlow>>>>,
+    /// `variable_at` answers, memoized: the flow asks the same ones on every pass.
+    vars: std::cell::RefCell<std::collections::HashMap<(u64, u16, i64), Option<Hit>>>,
     pub has_dwarf: bool,
 }
 
@@ -92,7 +119,7 @@ impl ImageTypes {
             .segments()
             .map(|s| {
                 let (offset, filesz) = s.file_range();
-                Load { vaddr: s.address(), offset, filesz }
+                Load { vaddr: s.address(), offset, filesz, memsz: s.size() }
             })
             .collect();
         let eh_frame = file.section_by_name(".eh_frame").and_then(|sec| {
@@ -103,7 +130,18 @@ impl ImageTypes {
             }
             Some((gimli::EhFrame::new(data, endian), bases))
         });
-        let mut t = ImageTypes { dwarf, eh_frame, units: Vec::new(), globals: Vec::new(), funcs: Vec::new(), loads, has_dwarf: false };
+        let mut t = ImageTypes {
+            dwarf,
+            eh_frame,
+            units: Vec::new(),
+            globals: Vec::new(),
+            funcs: Vec::new(),
+            loads,
+            data,
+            flows: Default::default(),
+            vars: Default::default(),
+            has_dwarf: false,
+        };
         t.index()?;
         t.has_dwarf = !t.units.is_empty();
         t.add_symbols(&file);
@@ -117,7 +155,7 @@ impl ImageTypes {
     pub fn vaddr_of(&self, file_offset: u64) -> Option<u64> {
         self.loads
             .iter()
-            .find(|l| (l.offset & !0xfff) <= file_offset && file_offset < l.offset + l.filesz.max(1))
+            .find(|l| (l.offset & !0xfff) <= file_offset && file_offset < l.offset + l.filesz.max(l.memsz).max(1))
             .map(|l| (l.vaddr + file_offset).wrapping_sub(l.offset))
     }
 
@@ -190,11 +228,7 @@ impl ImageTypes {
     /// The static variable at `vaddr`: its type (an array's element type)
     /// and field. Scalars and untyped symbols are named `TYPE NAME`.
     pub fn static_at(&self, vaddr: u64) -> Option<Typed> {
-        let i = self.globals.partition_point(|g| g.addr <= vaddr).checked_sub(1)?;
-        let g = &self.globals[i];
-        if vaddr - g.addr >= g.size {
-            return None;
-        }
+        let g = self.global_at(vaddr)?;
         let off = vaddr - g.addr;
         let Some(ty) = g.ty else {
             return Some(Typed { type_name: format!("[symbol {}]", g.name), field: String::new(), offset: off, size: g.size });
@@ -209,27 +243,48 @@ impl ImageTypes {
         }
     }
 
+    fn global_at(&self, vaddr: u64) -> Option<&Global> {
+        let i = self.globals.partition_point(|g| g.addr <= vaddr).checked_sub(1)?;
+        let g = &self.globals[i];
+        (vaddr - g.addr < g.size).then_some(g)
+    }
+
+    /// The typed static holding `vaddr`: its type and the offset into it.
+    pub(crate) fn static_raw(&self, vaddr: u64) -> Option<(TypeRef, u64)> {
+        let g = self.global_at(vaddr)?;
+        Some((TypeRef { ui: g.unit, ty: g.ty? }, vaddr - g.addr))
+    }
+
     /// The type of what register `reg` (DWARF number) points to at `pc`,
     /// and the field at `offset` from it: the variable whose location at
     /// `pc` is that register and whose type is a pointer; or the variable
     /// stored in memory at `reg + k` that covers `offset`.
     pub fn pointee_at(&self, pc: u64, reg: u16, offset: i64) -> Option<Typed> {
+        match self.variable_at(pc, reg, offset)? {
+            Hit::InReg(v) => {
+                let pointee = self.pointee_ref(v)?;
+                let size = self.size_of(pointee.ui, &self.units[pointee.ui], pointee.ty).max(1) as i64;
+                (offset >= 0).then(|| self.describe(pointee, (offset % size) as u64))
+            }
+            Hit::InMem(v, off) => self.local(v.ui, &self.units[v.ui], v.ty, off),
+        }
+    }
+
+    /// The variable held in register `reg` at `pc`, or stored at `reg + k`
+    /// around `reg + offset` (innermost function containing `pc` first).
+    pub(crate) fn variable_at(&self, pc: u64, reg: u16, offset: i64) -> Option<Hit> {
         let end = self.funcs.partition_point(|f| f.low <= pc);
         for f in self.funcs[..end].iter().rev().filter(|f| pc < f.high) {
             let unit = &self.units[f.unit];
-            if let Some(t) = self.search_function(f.unit, unit, f.die, pc, reg, offset) {
-                return Some(t);
+            let frame = self.frame_base(unit, f.die, pc);
+            let mut tree = unit.entries_tree(Some(f.die)).ok()?;
+            let root = tree.root().ok()?;
+            let q = Query { pc, reg, offset, frame };
+            if let Some(h) = self.search_subtree(f.unit, unit, root, &q) {
+                return Some(h);
             }
         }
         None
-    }
-
-    fn search_function(&self, ui: usize, unit: &gimli::Unit<R>, die: UnitOffset, pc: u64, reg: u16, offset: i64) -> Option<Typed> {
-        let frame = self.frame_base(unit, die, pc);
-        let mut tree = unit.entries_tree(Some(die)).ok()?;
-        let root = tree.root().ok()?;
-        let q = Query { pc, reg, offset, frame };
-        self.search_subtree(ui, unit, root, &q)
     }
 
     /// A function's frame base at `pc` as (DWARF register, offset): the CFA
@@ -258,7 +313,7 @@ impl ImageTypes {
     }
 
     /// Depth-first over a scope's variables, parameters, blocks and inlined calls.
-    fn search_subtree(&self, ui: usize, unit: &gimli::Unit<R>, node: gimli::EntriesTreeNode<R>, q: &Query) -> Option<Typed> {
+    fn search_subtree(&self, ui: usize, unit: &gimli::Unit<R>, node: gimli::EntriesTreeNode<R>, q: &Query) -> Option<Hit> {
         let mut it = node.children();
         let mut nested = Vec::new();
         while let Ok(Some(child)) = it.next() {
@@ -283,7 +338,7 @@ impl ImageTypes {
         None
     }
 
-    fn match_variable(&self, ui: usize, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>, q: &Query) -> Option<Typed> {
+    fn match_variable(&self, ui: usize, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>, q: &Query) -> Option<Hit> {
         let (pc, reg, offset) = (q.pc, q.reg, q.offset);
         let loc = e.attr_value(gimli::DW_AT_location).ok()??;
         let expr = match loc {
@@ -303,28 +358,157 @@ impl ImageTypes {
         let mut ops = expr.operations(unit.encoding());
         let first = ops.next().ok()??;
         let only = matches!(ops.next(), Ok(None));
-        let ty = self.var_type(unit, e)?;
+        let ty = TypeRef { ui, ty: self.var_type(unit, e)? };
         match first {
-            // The variable's value is in the register: a pointer to the object.
-            gimli::Operation::Register { register } if register.0 == reg && only => {
-                let pointee = self.pointee(unit, ty)?;
-                let size = self.size_of(ui, unit, pointee).max(1) as i64;
-                if offset < 0 {
-                    return None;
-                }
-                Some(self.typed(ui, unit, pointee, (offset % size) as u64))
-            }
+            // The variable's value is in the register (a pointer to the object, when it is one).
+            // A `void *` or integer there says nothing: another variable may share the register.
+            gimli::Operation::Register { register } if register.0 == reg && only => self.pointee_ref(ty).map(|_| Hit::InReg(ty)),
             // The variable itself lives at register + k (a stack local).
             gimli::Operation::RegisterOffset { register, offset: k, .. } if register.0 == reg && only => {
-                self.local(ui, unit, ty, offset - k)
+                self.covers(ty, offset - k).then_some(Hit::InMem(ty, offset - k))
             }
             // At frame base + k, the frame base being register + f at this PC.
             gimli::Operation::FrameOffset { offset: k } if only => match q.frame {
-                Some((r, f)) if r == reg => self.local(ui, unit, ty, offset - f - k),
+                Some((r, f)) if r == reg => self.covers(ty, offset - f - k).then_some(Hit::InMem(ty, offset - f - k)),
                 _ => None,
             },
             _ => None,
         }
+    }
+
+    fn covers(&self, t: TypeRef, off: i64) -> bool {
+        off >= 0 && off < self.size_of(t.ui, &self.units[t.ui], t.ty) as i64
+    }
+
+    /// What a pointer-typed `t` points to; `None` for `void *` and non-pointers.
+    pub(crate) fn pointee_ref(&self, t: TypeRef) -> Option<TypeRef> {
+        let unit = &self.units[t.ui];
+        self.pointee(unit, t.ty).map(|ty| TypeRef { ui: t.ui, ty })
+    }
+
+    /// Whether `t` (an array's element) is a struct, union or class.
+    pub(crate) fn is_aggregate_ref(&self, t: TypeRef) -> bool {
+        let unit = &self.units[t.ui];
+        let (elem, _) = self.element(t.ui, unit, t.ty, 0);
+        self.is_aggregate(unit, elem)
+    }
+
+    /// Type and field at `off` inside an object of type `t` (array elements folded).
+    pub(crate) fn describe(&self, t: TypeRef, off: u64) -> Typed {
+        let unit = &self.units[t.ui];
+        let size = self.size_of(t.ui, unit, t.ty).max(1);
+        let (elem, eoff) = self.element(t.ui, unit, t.ty, off % size);
+        self.typed(t.ui, unit, elem, eoff)
+    }
+
+    /// The scalar (or pointer) member that starts exactly at `off` inside
+    /// `t`, through nested structs and arrays: what a load there reads.
+    pub(crate) fn leaf_at(&self, t: TypeRef, off: u64) -> Option<TypeRef> {
+        let unit = &self.units[t.ui];
+        let size = self.size_of(t.ui, unit, t.ty).max(1);
+        let (mut ty, mut off) = self.element(t.ui, unit, t.ty, off % size);
+        for _ in 0..8 {
+            if !self.is_aggregate(unit, ty) {
+                return (off == 0).then_some(TypeRef { ui: t.ui, ty });
+            }
+            let (mt, loc) = self
+                .members(t.ui, unit, ty)
+                .into_iter()
+                .find(|&(_, _, loc, sz)| loc <= off && off < loc + sz.max(1))
+                .map(|(_, mt, loc, _)| (mt, loc))?;
+            let (e, eoff) = self.element(t.ui, unit, mt, off - loc);
+            (ty, off) = (e, eoff);
+        }
+        None
+    }
+
+    /// The function starting at `entry`: its DWARF entry.
+    fn function_at(&self, entry: u64) -> Option<(usize, UnitOffset)> {
+        let i = self.funcs.partition_point(|f| f.low < entry);
+        self.funcs[i..].iter().take_while(|f| f.low == entry).next().map(|f| (f.unit, f.die))
+    }
+
+    /// A subprogram's attribute, looking through its declaration or abstract origin.
+    fn sub_attr(&self, unit: &gimli::Unit<R>, die: UnitOffset, at: gimli::DwAt) -> Option<AttributeValue<R>> {
+        let mut d = die;
+        for _ in 0..4 {
+            let e = unit.entry(d).ok()?;
+            if let Some(v) = e.attr_value(at).ok()? {
+                return Some(v);
+            }
+            match e.attr_value(gimli::DW_AT_specification).ok()?.or(e.attr_value(gimli::DW_AT_abstract_origin).ok()?) {
+                Some(AttributeValue::UnitRef(o)) => d = o,
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// The pointee type of what the function at `entry` returns.
+    pub(crate) fn returns(&self, entry: u64) -> Option<TypeRef> {
+        let (ui, die) = self.function_at(entry)?;
+        let Some(AttributeValue::UnitRef(ty)) = self.sub_attr(&self.units[ui], die, gimli::DW_AT_type) else { return None };
+        self.pointee_ref(TypeRef { ui, ty })
+    }
+
+    /// The pointee type of the function's first parameter (`this` for a constructor).
+    pub(crate) fn first_param(&self, entry: u64) -> Option<TypeRef> {
+        let (ui, die) = self.function_at(entry)?;
+        let unit = &self.units[ui];
+        let mut tree = unit.entries_tree(Some(die)).ok()?;
+        let root = tree.root().ok()?;
+        let mut it = root.children();
+        while let Ok(Some(c)) = it.next() {
+            let e = c.entry();
+            if e.tag() == gimli::DW_TAG_formal_parameter {
+                let ty = self.var_type(unit, e)?;
+                return self.pointee_ref(TypeRef { ui, ty });
+            }
+        }
+        None
+    }
+
+    /// Entry and end of the outermost function holding `pc`.
+    pub(crate) fn function_bounds(&self, pc: u64) -> Option<(u64, u64)> {
+        let end = self.funcs.partition_point(|f| f.low <= pc);
+        self.funcs[..end].iter().filter(|f| pc < f.high).map(|f| (f.low, f.high)).max_by_key(|&(l, h)| h - l)
+    }
+
+    /// The file's bytes at ELF virtual addresses `[low, high)`.
+    pub(crate) fn code(&self, low: u64, high: u64) -> Option<&'static [u8]> {
+        let l = self.loads.iter().find(|l| l.vaddr <= low && high <= l.vaddr + l.filesz)?;
+        let start = (low - l.vaddr + l.offset) as usize;
+        self.data.get(start..start + (high - low) as usize)
+    }
+
+    /// Members of a struct/union/class: (name, type, offset, size). Bit-fields
+    /// are placed at the bytes their bits occupy.
+    fn members(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset) -> Vec<(String, UnitOffset, u64, u64)> {
+        let s = self.strip(unit, t);
+        let mut out = Vec::new();
+        let Ok(mut tree) = unit.entries_tree(Some(s)) else { return out };
+        let Ok(root) = tree.root() else { return out };
+        let mut it = root.children();
+        while let Ok(Some(child)) = it.next() {
+            let m = child.entry();
+            if m.tag() != gimli::DW_TAG_member && m.tag() != gimli::DW_TAG_inheritance {
+                continue;
+            }
+            let Some(AttributeValue::UnitRef(mt)) = m.attr_value(gimli::DW_AT_type).ok().flatten() else { continue };
+            let attr = |a| m.attr_value(a).ok().flatten().and_then(|v: AttributeValue<R>| v.udata_value());
+            let (loc, size) = match (attr(gimli::DW_AT_bit_size), attr(gimli::DW_AT_data_bit_offset)) {
+                (Some(bits), Some(at)) => (at / 8, (at + bits).div_ceil(8) - at / 8),
+                (Some(bits), None) => (attr(gimli::DW_AT_data_member_location).unwrap_or(0), bits.div_ceil(8)),
+                _ => (attr(gimli::DW_AT_data_member_location).unwrap_or(0), self.size_of(ui, unit, mt)),
+            };
+            let name = if m.tag() == gimli::DW_TAG_inheritance {
+                self.name_of(unit, mt)
+            } else {
+                self.name_str(unit, m.offset()).unwrap_or_else(|| "<anonymous>".into())
+            };
+            out.push((name, mt, loc, size));
+        }
+        out
     }
 
     /// A variable of type `ty` stored in memory, accessed at `off` from its start.
@@ -460,36 +644,30 @@ impl ImageTypes {
         }
     }
 
+    /// The member path at `off`; where several members cover it (a union,
+    /// bit-fields sharing a byte) every candidate, joined by `|`.
     fn field_at(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset, off: u64, depth: u32) -> String {
         let s = self.strip(unit, t);
         if depth > 6 || !self.is_aggregate(unit, s) {
             return String::new();
         }
-        let Ok(mut tree) = unit.entries_tree(Some(s)) else { return String::new() };
-        let Ok(root) = tree.root() else { return String::new() };
-        let mut it = root.children();
-        while let Ok(Some(child)) = it.next() {
-            let m = child.entry();
-            if m.tag() != gimli::DW_TAG_member {
-                continue;
-            }
-            let loc = m.attr_value(gimli::DW_AT_data_member_location).ok().flatten().and_then(|v| v.udata_value()).unwrap_or(0);
-            let Some(AttributeValue::UnitRef(mt)) = m.attr_value(gimli::DW_AT_type).ok().flatten() else { continue };
-            let size = self.size_of(ui, unit, mt);
-            if loc <= off && off < loc + size.max(1) {
-                let name = self.name_str(unit, m.offset()).unwrap_or_else(|| "<anonymous>".into());
+        let paths: Vec<String> = self
+            .members(ui, unit, s)
+            .into_iter()
+            .filter(|&(_, _, loc, size)| loc <= off && off < loc + size.max(1))
+            .map(|(name, mt, loc, _)| {
                 let (elem, eoff) = self.element(ui, unit, mt, off - loc);
                 let inner = self.field_at(ui, unit, elem, eoff, depth + 1);
-                return if inner.is_empty() {
+                if inner.is_empty() {
                     name
                 } else if name == "<anonymous>" {
                     inner
                 } else {
                     format!("{name}.{inner}")
-                };
-            }
-        }
-        String::new()
+                }
+            })
+            .collect();
+        paths.join("|")
     }
 
     fn size_of(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset) -> u64 {
@@ -576,6 +754,17 @@ int main(void) { return (int)(pairs[1].b + counter) + get(0); }
         assert_eq!((got.type_name.as_str(), got.field.as_str(), got.offset, got.size), ("struct pair", "b", 8, 16));
         assert_eq!(t.static_at(syms["counter"]).unwrap().type_name, "long int counter");
         assert_eq!(t.static_at(syms["pairs"] + 64), None);
+    }
+
+    #[test]
+    fn bss_sharing_the_data_segments_last_page_maps_back_to_its_vaddr() {
+        // Checks a .bss static (past the data segment's file size, in its file-backed last page) gets its ELF address back from its file offset.
+        let (_d, bin, syms) = build();
+        let t = ImageTypes::load(&bin).unwrap();
+        let c = syms["counter"];
+        let l = t.loads.iter().find(|l| l.vaddr <= c && c < l.vaddr + l.memsz).unwrap();
+        assert!(c >= l.vaddr + l.filesz, "counter is in .bss");
+        assert_eq!(t.vaddr_of(l.offset + (c - l.vaddr)), Some(c));
     }
 
     #[test]

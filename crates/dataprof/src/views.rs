@@ -400,7 +400,17 @@ mod tests {
     }
 
     fn typed(t: &str, f: &str) -> Resolved {
-        Resolved { type_name: t.into(), field: f.into(), how: How::Static, object: Some((0x1000, 16)), offset: 0, site: None }
+        Resolved {
+            type_name: t.into(),
+            field: f.into(),
+            how: How::Static,
+            object: Some((0x1000, 16)),
+            offset: 0,
+            site: None,
+            area: crate::resolve::Area::Static,
+            why: None,
+            fallback: None,
+        }
     }
 
     fn l1() -> Geometry {

@@ -240,6 +240,15 @@ impl Watcher {
     /// it has been seen, so hits before it belong to the object.
     pub fn poll(&mut self, now_ns: u64, safe_ns: u64) -> bool {
         self.drain(safe_ns);
+        // A field written in a hot loop traps on every iteration: stop once its traps pass the budget.
+        let over = self.current.as_ref().is_some_and(|c| {
+            let before = self.cost_ns.saturating_sub(c.setup_ns);
+            over_budget(before, c.hits + c.held.len() as u64, self.hit_ns, now_ns.saturating_sub(self.started_ns), self.opts.budget)
+        });
+        if over {
+            self.finish(BUDGET, now_ns, 0, 0, 0);
+            return true;
+        }
         let timed_out = self.current.as_ref().is_some_and(|c| now_ns.saturating_sub(c.start_ns) > self.opts.max_watch.as_nanos() as u64);
         if timed_out {
             self.finish("timeout", now_ns, 0, 0, 0);
@@ -284,6 +293,16 @@ impl Watcher {
     pub fn hit_ns(&self) -> u64 {
         self.hit_ns
     }
+}
+
+/// The end reason of an object let go because its traps passed the budget.
+pub const BUDGET: &str = "trap budget reached";
+
+/// Whether the object being watched must be let go: the cost before it
+/// (its own set-up aside, already paid) plus its traps so far exceed the
+/// budget's share of the time since collection began.
+pub fn over_budget(cost_before_ns: u64, hits: u64, hit_ns: u64, elapsed_ns: u64, budget: f64) -> bool {
+    !within_budget(cost_before_ns + hits * hit_ns, elapsed_ns, budget)
 }
 
 /// Whether collection that has cost the target `cost_ns` over `elapsed_ns`
@@ -367,6 +386,14 @@ mod tests {
         assert!(!within_budget(1_000_000, 19_999_999, 0.05));
         assert!(within_budget(1_000_000, 20_000_000, 0.05));
         assert!(within_budget(0, 0, 0.05));
+    }
+
+    #[test]
+    fn a_hot_watch_is_let_go_once_its_traps_pass_the_budget() {
+        // Checks the mid-watch limit: at 5% of 100 ms (5 ms), 299 traps of 16.7 us fit and 300 do not; earlier objects' cost counts.
+        assert!(!over_budget(0, 299, 16_700, 100_000_000, 0.05));
+        assert!(over_budget(0, 300, 16_700, 100_000_000, 0.05));
+        assert!(over_budget(4_000_000, 60, 16_700, 100_000_000, 0.05));
     }
 
     #[test]
