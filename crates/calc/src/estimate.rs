@@ -147,12 +147,24 @@ pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]
     if opt.combine == Combine::Global {
         let samples: Vec<f64> =
             members.iter().map(|bs| bs.iter().flat_map(|&b| g.blocks[b].first..g.blocks[b].end).map(|i| s[i]).sum()).collect();
-        class_f = crate::solve::solve(&direct, &samples, &flow_equations(g, c), &class_f);
+        let known = unsampled_as_zero(&members, &samples, &direct);
+        class_f = crate::solve::solve(&known, &samples, &flow_equations(g, c), &class_f);
     }
     Estimate {
         block: c.block.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
         edge: c.edge.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
     }
+}
+
+/// The classes' own estimates for the global fit, where a class that has
+/// instructions but not one sample is an estimate of 0, not a free
+/// variable: its blocks go unscheduled (no M), so it had no estimate, and a
+/// free class in `loop = entry + back edge` took the whole loop's count
+/// (issue 30: a prologue and `ret` run a handful of times fitted at
+/// 3.7e8-6.1e8). Its weight is that of one sample at the solver's floor.
+fn unsampled_as_zero(members: &[Vec<usize>], samples: &[f64], direct: &[Option<Freq>]) -> Vec<Option<Freq>> {
+    let zero = Freq { f: 0.0, confidence: Confidence::Low, how: How::SampleSum };
+    (0..direct.len()).map(|k| direct[k].or((!members[k].is_empty() && samples[k] == 0.0).then_some(zero))).collect()
 }
 
 /// Local propagation from the classes' own estimates: sure estimates

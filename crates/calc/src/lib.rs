@@ -43,6 +43,40 @@ use std::collections::{BTreeMap, HashMap};
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Every instruction takes one cycle (the model the known-count tests are built on).
+    pub(crate) struct OneCycle;
+    impl mca::MachineModel for OneCycle {
+        fn schedule(&mut self, b: &[Vec<String>]) -> Result<Vec<Vec<f64>>> {
+            Ok(b.iter().map(|v| vec![1.0; v.len()]).collect())
+        }
+        fn describe(&self) -> String {
+            "one cycle each".into()
+        }
+    }
+
+    /// push %rbx; mov $1000,%ecx | 6: dec %ecx; jne 6 | a: pop %rbx; ret — the loop runs 1000 times per call.
+    pub(crate) const COUNTED_LOOP: [u8; 12] = [0x53, 0xb9, 0xe8, 0x03, 0, 0, 0xff, 0xc9, 0x75, 0xfc, 0x5b, 0xc3];
+
+    #[test]
+    fn global_solver_keeps_unsampled_prologue_out_of_the_loop() {
+        // Checks the bug of issue 30: the loop of COUNTED_LOOP sampled 500 times per instruction at 1000 cycles a
+        // sample (500,000 iterations: 500 calls), prologue and ret never sampled; the global fit gave the
+        // prologue's class (free, no estimate) the whole loop's count. It must stay at most a sample's worth.
+        let samples: HashMap<u64, u64> = [(6, 500), (8, 500)].into_iter().collect();
+        for combine in [estimate::Combine::Local, estimate::Combine::Global] {
+            let opt = estimate::Options { combine, ..Default::default() };
+            let c = analyze_with(0, &COUNTED_LOOP, &samples, 1000.0, &mut OneCycle, &cfg::NoMemory, opt).unwrap();
+            let loop_e = c.instructions[2].executions.unwrap();
+            assert!((loop_e - 500_000.0).abs() < 1.0, "{combine:?}: loop {loop_e}");
+            for i in [0, 1, 4, 5] {
+                let e = c.instructions[i].executions.unwrap_or(0.0);
+                assert!(e <= 1000.0, "{combine:?}: instruction {i} outside the loop ran {e} times");
+            }
+        }
+    }
+
     #[test]
     fn skid_moves_each_gap_to_the_next_instruction() {
         // Checks that a load's 5-cycle retire gap is expected on the instruction after it, wrapping at the end.
