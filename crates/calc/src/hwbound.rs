@@ -410,6 +410,7 @@ mod tests {
             cpi: Some(2.0),
             confidence: None,
             stall: 1.0,
+            gain: 0.0,
             culprits: culprits.iter().map(|c| Culprit { cause: c.0, at: None }).collect(),
             bounds: culprits.into_iter().map(|c| c.1).collect(),
             suspect: 1.0,
