@@ -2,7 +2,7 @@
 //! stall culprits of one procedure, printed like DCPI's Figures 2 and 4.
 
 use crate::flags::{CalcArgs, Format};
-use crate::machine::{measure_ghz, LlvmMca};
+use crate::machine::{check_model, measure_ghz, LlvmMca, ModelCheck};
 use crate::procedure::{find_procedure, load, symbolizer, Filter, Mem, Selected};
 use anyhow::{anyhow, bail, Result};
 use loupe_calc::culprit::Cause;
@@ -52,6 +52,8 @@ pub fn run(a: CalcArgs, out: &mut dyn Write) -> Result<u8> {
     let proc_ = find_procedure(&code, &p.procedure, &sel.image.path)?;
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
     let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
+    // Timed on this machine's clock now, whatever the profile's was.
+    let model_check = check_model(&mut model, measure_ghz())?;
     let combine = if a.solver == "global" { Combine::Global } else { Combine::Local };
     let opt = Options { combine, branching_loops: a.branching_loops == "on", retire_window: a.retire_window as usize };
     let mut calc = analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), opt).map_err(|e| anyhow!("{e}"))?;
@@ -78,6 +80,7 @@ pub fn run(a: CalcArgs, out: &mut dyn Write) -> Result<u8> {
         epochs: epoch_ranges(&sel.epochs),
         event: &a.event,
         model: model.describe(),
+        model_check,
         clock: clock_note,
         clock_source,
         ghz,
@@ -97,6 +100,8 @@ struct Header<'a> {
     epochs: String,
     event: &'a str,
     model: String,
+    /// The model against loops timed here at start.
+    model_check: ModelCheck,
     clock: String,
     /// Where the clock came from: "recorded", "measured", "flag" or "cycles".
     clock_source: &'static str,
@@ -200,7 +205,7 @@ fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
         .collect();
     let doc = serde_json::json!({
         "procedure": h.procedure, "image": h.image, "epochs": h.epochs, "event": h.event,
-        "model": h.model, "clock": h.clock, "clock_source": h.clock_source, "cpu_ghz": h.ghz, "period_cycles": c.period_cycles,
+        "model": h.model, "model_check": model_check_json(&h.model_check), "clock": h.clock, "clock_source": h.clock_source, "cpu_ghz": h.ghz, "period_cycles": c.period_cycles,
         "hardware_events": if h.hw_events.is_empty() { serde_json::Value::Null } else { h.hw_events.clone().into() },
         "missing_edges": c.missing_edges, "classes": c.classes,
         "instructions": insns, "blocks": blocks, "edges": edges, "summary": c.summary,
@@ -209,10 +214,17 @@ fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
     Ok(())
 }
 
+fn model_check_json(m: &ModelCheck) -> serde_json::Value {
+    let loops: Vec<serde_json::Value> =
+        m.loops.iter().map(|(n, mo, t)| serde_json::json!({"loop": n, "modelled_cycles": mo, "timed_cycles": t})).collect();
+    serde_json::json!({"loops": loops, "mean_error": m.error()})
+}
+
 fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
     let s = &c.summary;
     writeln!(out, "*** {} in {} (epoch {}), {} samples of {}", h.procedure, h.image, h.epochs, s.samples, h.event)?;
     writeln!(out, "*** model: {}; {}; {:.0} cycles per sample", h.model, h.clock, c.period_cycles)?;
+    writeln!(out, "*** model check: {}", h.model_check.describe())?;
     let cfg_note =
         if c.missing_edges { "CFG missing edges (unresolved indirect jump): one class per block and edge" } else { "CFG complete" };
     writeln!(out, "*** {} blocks, {} frequency classes; {cfg_note}", c.blocks.len(), c.classes)?;
