@@ -6,17 +6,22 @@
 //!   first instruction ([`EntryCounter`]; one trap per entry, 5-15 µs here);
 //! - each class's **executions per entry**, by execute breakpoints on one
 //!   instruction of the class armed together with one on the entry for a
-//!   window ([`bounded_window`]). Within a window every execution traps
+//!   window ([`sequence_window`]). Within a window every execution traps
 //!   (about 17 µs), so a window is bounded by hits, not by time.
 //!
-//! A window starts and ends mid-invocation; the executions it counts of the
-//! invocation in progress at its start (a tail) and at its end (a head, whose
-//! entry it counted) are, for a run that repeats itself, one invocation's
-//! worth in expectation, so Σ hits / Σ entries over windows is the class's
-//! executions per entry; its interval comes from the spread between windows
+//! A window starts and ends mid-invocation, and counting hits between its
+//! ends would add a part of an invocation at each (off by up to one
+//! invocation's executions per window). So every breakpoint writes a record
+//! per hit into one ring, in the order they ran, and only the hits between
+//! the window's first and last entry count: whole invocations
+//! ([`whole_invocations`]). Σ hits / Σ invocations over windows is the
+//! class's executions per entry, exact for a procedure that does the same
+//! each call; its interval comes from the spread between windows
 //! ([`ClassCount::per_entry`]). Executions = that x the entries counted.
+//! A procedure entered too rarely for a window to hold two entries keeps
+//! its estimates.
 
-use crate::{ElfAddr, Group, RuntimeAddr};
+use crate::{ElfAddr, RuntimeAddr};
 use loupe_perf::sys::{self, PerfEventAttr};
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
@@ -36,8 +41,10 @@ pub struct EntryCounter {
 }
 
 impl EntryCounter {
-    /// Counts executions of `file_offset` in `path` from now on.
-    pub fn open(path: &Path, file_offset: u64) -> io::Result<EntryCounter> {
+    /// Counts executions of `file_offset` in `path`: in process `pid` (not
+    /// yet exec'd: from its exec on, it and its descendants, threads
+    /// included), or with None in every process from now on.
+    pub fn open(path: &Path, file_offset: u64, pid: Option<i32>) -> io::Result<EntryCounter> {
         let ty: u32 = std::fs::read_to_string(UPROBE_TYPE)
             .map_err(|e| io::Error::new(e.kind(), format!("no uprobe PMU ({UPROBE_TYPE}: {e})")))?
             .trim()
@@ -45,16 +52,20 @@ impl EntryCounter {
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{UPROBE_TYPE} holds no number")))?;
         let cpath = CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path with a NUL byte"))?;
+        let per_task = sys::flag::DISABLED | sys::flag::ENABLE_ON_EXEC | sys::flag::INHERIT;
         let attr = PerfEventAttr {
             type_: ty,
             size: sys::ATTR_SIZE,
+            flags: if pid.is_some() { per_task } else { 0 },
             // config1 is the path's address: the kernel copies the string during the call.
             config1: cpath.as_ptr() as u64,
             config2: file_offset,
             ..Default::default()
         };
-        let cpus = online_cpus()?;
-        let fds = cpus.into_iter().map(|cpu| sys::perf_event_open(&attr, -1, cpu, -1)).collect::<io::Result<Vec<_>>>()?;
+        let fds = match pid {
+            Some(p) => vec![sys::perf_event_open(&attr, p, -1, -1)?],
+            None => online_cpus()?.into_iter().map(|cpu| sys::perf_event_open(&attr, -1, cpu, -1)).collect::<io::Result<Vec<_>>>()?,
+        };
         Ok(EntryCounter { fds })
     }
 
@@ -122,22 +133,81 @@ impl Default for Budget {
     }
 }
 
-/// Arms `addrs` on thread `tid` (the first is the entry), polling every
-/// millisecond, until one has trapped `max_hits` times or `max_window` has
-/// passed; returns the counts and how long the window was armed.
-pub fn bounded_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget) -> io::Result<(Vec<u64>, Duration)> {
-    let g = Group::open(tid, addrs)?;
-    let t0 = Instant::now();
-    g.enable()?;
-    let counts = loop {
-        std::thread::sleep(Duration::from_millis(1));
-        let c = g.read()?;
-        if t0.elapsed() >= budget.max_window || c.iter().any(|&x| x >= budget.max_hits) {
-            g.disable()?;
-            break g.read()?;
-        }
+/// Arms `addrs` on thread `tid` (the first is the procedure's entry), each
+/// breakpoint writing one record per execution into one ring, so the window
+/// returns the order they ran in (indices into `addrs`). Polls every
+/// millisecond and stops once `max_hits` have trapped or `max_window` has
+/// passed; returns the sequence and how long it was armed.
+pub fn sequence_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget) -> io::Result<(Vec<u8>, Duration)> {
+    let mut fds: Vec<OwnedFd> = Vec::with_capacity(addrs.len());
+    for (i, &a) in addrs.iter().enumerate() {
+        let leader = fds.first().map_or(-1, |f| f.as_raw_fd());
+        fds.push(sys::perf_event_open(&sequence_attr(a, i == 0), tid as i32, -1, leader)?);
+    }
+    // Room for every hit of the window plus a few milliseconds past the bound (16 bytes a record).
+    let pages = ((budget.max_hits as usize + 1000) * 16).div_ceil(loupe_perf::ring::page_size()).next_power_of_two();
+    let mut ring = loupe_perf::ring::Ring::map(fds[0].as_raw_fd(), pages)?;
+    for f in &fds[1..] {
+        sys::ioctl(f.as_raw_fd(), sys::IOC_SET_OUTPUT, fds[0].as_raw_fd() as libc::c_ulong)?;
+    }
+    let layout = loupe_perf::Layout::new(loupe_perf::Format::of(&sequence_attr(addrs[0], true)));
+    let (mut seq, t0) = (Vec::new(), Instant::now());
+    let mut drain = |seq: &mut Vec<u8>| {
+        ring.read(|rec| {
+            let ip = loupe_perf::parse_sample(&layout, rec).ok().and_then(|s| s.ip);
+            seq.extend(ip.and_then(|ip| addrs.iter().position(|a| a.0 == ip)).map(|k| k as u8));
+        })
     };
-    Ok((counts, t0.elapsed()))
+    sys::ioctl(fds[0].as_raw_fd(), sys::IOC_ENABLE, IOC_FLAG_GROUP)?;
+    loop {
+        std::thread::sleep(Duration::from_millis(1));
+        drain(&mut seq);
+        if t0.elapsed() >= budget.max_window || seq.len() as u64 >= budget.max_hits {
+            break;
+        }
+    }
+    sys::ioctl(fds[0].as_raw_fd(), sys::IOC_DISABLE, IOC_FLAG_GROUP)?;
+    let armed = t0.elapsed();
+    drain(&mut seq);
+    Ok((seq, armed))
+}
+
+/// PERF_IOC_FLAG_GROUP: enable or disable the leader's whole group at once.
+const IOC_FLAG_GROUP: libc::c_ulong = 1;
+
+/// An execute breakpoint that records its instruction pointer at every execution.
+fn sequence_attr(addr: RuntimeAddr, leader: bool) -> PerfEventAttr {
+    const PERF_TYPE_BREAKPOINT: u32 = 5;
+    const HW_BREAKPOINT_X: u32 = 4;
+    PerfEventAttr {
+        type_: PERF_TYPE_BREAKPOINT,
+        size: sys::ATTR_SIZE,
+        sample_period_or_freq: 1,
+        sample_type: sys::SAMPLE_IP,
+        flags: sys::flag::EXCLUDE_KERNEL | sys::flag::EXCLUDE_HV | if leader { sys::flag::DISABLED } else { 0 },
+        // Polled, never woken.
+        wakeup_events_or_watermark: 1 << 30,
+        bp_type: HW_BREAKPOINT_X,
+        config1: addr.0,
+        config2: std::mem::size_of::<libc::c_long>() as u64,
+        ..Default::default()
+    }
+}
+
+/// Per slot after the entry (slot 0), its executions within the complete
+/// invocations of a window's sequence (from the first entry to the last),
+/// and how many invocations that is. A window with fewer than two entries
+/// holds no complete invocation: None.
+pub fn whole_invocations(seq: &[u8], slots: usize) -> Option<(Vec<u64>, u64)> {
+    let first = seq.iter().position(|&k| k == 0)?;
+    let last = seq.iter().rposition(|&k| k == 0)?;
+    if last == first {
+        return None;
+    }
+    let inside = &seq[first..last];
+    let calls = inside.iter().filter(|&&k| k == 0).count() as u64;
+    let hits = (1..slots).map(|j| inside.iter().filter(|&&k| k as usize == j).count() as u64).collect();
+    Some((hits, calls))
 }
 
 /// One class's counts: its instruction's executions and the entry's, window by window.
@@ -219,6 +289,91 @@ impl Counts {
     }
 }
 
+/// The procedure to count: its image, entry and one instruction per class.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub image: std::path::PathBuf,
+    pub entry: ElfAddr,
+    pub classes: Vec<ElfAddr>,
+}
+
+/// What the windows counted: per class, and their cost.
+#[derive(Clone, Debug, Default)]
+pub struct Windows {
+    pub classes: Vec<ClassCount>,
+    pub armed_secs: f64,
+    pub traps: u64,
+    pub windows: u64,
+}
+
+/// Arms the target's groups in turn on the threads of `root` and its
+/// descendants that map the image, a window at a time with `budget.gap`
+/// between, until `done()` says the run is over. A thread that ends
+/// mid-window takes its breakpoints with it (they are its own events); the
+/// window is dropped.
+pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> bool) -> io::Result<Windows> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(&t.image)?.ino();
+    let segs = crate::segments(&t.image)?;
+    let groups = groups(t.entry, &t.classes);
+    let mut out = Windows { classes: t.classes.iter().map(|&addr| ClassCount { addr, windows: vec![] }).collect(), ..Default::default() };
+    let mut turn = 0usize;
+    while !done() {
+        let threads = threads_of(root, inode, &segs, t.entry);
+        if let (Some(&(tid, bias)), false) = (threads.get(turn % threads.len().max(1)), groups.is_empty()) {
+            let g = &groups[turn % groups.len()];
+            let rt: Vec<RuntimeAddr> = g.iter().map(|&a| crate::runtime(a, bias)).collect();
+            if let Ok((seq, armed)) = sequence_window(tid, &rt, budget) {
+                out.armed_secs += armed.as_secs_f64();
+                out.traps += seq.len() as u64;
+                out.windows += 1;
+                if let Some((hits, calls)) = whole_invocations(&seq, g.len()) {
+                    for (&addr, &h) in g[1..].iter().zip(&hits) {
+                        if let Some(c) = out.classes.iter_mut().find(|c| c.addr == addr) {
+                            c.windows.push((h, calls));
+                        }
+                    }
+                }
+            }
+        }
+        turn += 1;
+        std::thread::sleep(budget.gap);
+    }
+    Ok(out)
+}
+
+/// Threads (with their process's load bias) of `root` and its descendants
+/// that map the file with `inode`.
+fn threads_of(root: u32, inode: u64, segs: &[(u64, u64, u64)], probe: ElfAddr) -> Vec<(u32, i64)> {
+    let ids = |dir: &str| -> Vec<u32> {
+        std::fs::read_dir(dir).map_or(vec![], |d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+    };
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let under_root = |mut pid: u32| {
+        for _ in 0..64 {
+            if pid == root {
+                return true;
+            }
+            match parent(pid) {
+                Some(p) if p > 1 => pid = p,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut out = Vec::new();
+    for pid in ids("/proc").into_iter().filter(|&p| under_root(p)) {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+        let Some(bias) = crate::load_bias(&loupe_model::maps::parse_maps(&maps), inode, segs, probe) else { continue };
+        out.extend(ids(&format!("/proc/{pid}/task")).into_iter().map(|tid| (tid, bias)));
+    }
+    out.sort();
+    out
+}
+
 /// The groups to arm: the entry and three classes at a time.
 pub fn groups(entry: ElfAddr, classes: &[ElfAddr]) -> Vec<Vec<ElfAddr>> {
     let others: Vec<ElfAddr> = classes.iter().copied().filter(|&c| c != entry).collect();
@@ -248,6 +403,15 @@ mod tests {
     }
 
     #[test]
+    fn only_hits_between_the_first_and_last_entry_count() {
+        // Checks whole_invocations on a sequence cut mid-call at both ends: 1 1 | 0 1 1 2 | 0 1 1 | 0 1 — two whole
+        // calls hold 4 hits of slot 1 and 1 of slot 2; with one entry there is no whole call.
+        let seq = [1, 1, 0, 1, 1, 2, 0, 1, 1, 0, 1];
+        assert_eq!(whole_invocations(&seq, 3), Some((vec![4, 1], 2)));
+        assert_eq!(whole_invocations(&[1, 0, 1, 1], 2), None);
+    }
+
+    #[test]
     fn every_group_holds_the_entry() {
         // Checks grouping: the entry leads each group of up to four; a class equal to the entry is not repeated.
         let e = ElfAddr(0);
@@ -259,6 +423,49 @@ mod tests {
     #[inline(never)]
     fn counted_call(n: u64) -> u64 {
         (0..n).fold(1u64, |a, i| std::hint::black_box(a.wrapping_mul(31) ^ i))
+    }
+
+    #[inline(never)]
+    fn inner(i: u64) -> u64 {
+        std::hint::black_box(i ^ 0x55)
+    }
+
+    #[inline(never)]
+    fn outer(n: u64) -> u64 {
+        (0..n).fold(0, |a, i| a ^ inner(i))
+    }
+
+    #[test]
+    fn a_window_counts_whole_calls_exactly() {
+        // Checks sequence_window end to end: a thread calling outer(7) (7 calls of inner each) without pause, cut
+        // at arbitrary times, gives exactly 7 inner executions per whole call of outer, in a window bounded by hits.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+            return;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s2 = stop.clone();
+        let worker = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let mut x = 0;
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                x ^= outer(7);
+            }
+            x
+        });
+        let tid = rx.recv().unwrap();
+        let addrs = [RuntimeAddr(outer as fn(u64) -> u64 as usize as u64), RuntimeAddr(inner as fn(u64) -> u64 as usize as u64)];
+        let budget = Budget { max_hits: 400, max_window: Duration::from_secs(20), gap: Duration::ZERO };
+        let (seq, _) = sequence_window(tid, &addrs, &budget).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        worker.join().unwrap();
+        assert!(seq.len() >= 400 && seq.len() < 4000, "{} hits", seq.len());
+        let (hits, calls) = whole_invocations(&seq, 2).unwrap();
+        assert!(calls >= 40, "{calls} whole calls");
+        assert_eq!(hits[0], 7 * calls);
     }
 
     #[test]
@@ -278,7 +485,7 @@ mod tests {
         let off = rt - m.start + m.pgoff;
         let &(vaddr, seg_off, _) = segs.iter().find(|&&(_, o, s)| off >= o && off < o + s).unwrap();
         assert_eq!(file_offset(&segs, ElfAddr(off - seg_off + vaddr)), Some(off));
-        let c = EntryCounter::open(&exe, off).unwrap();
+        let c = EntryCounter::open(&exe, off, None).unwrap();
         let x: u64 = (0..5000).map(|i| counted_call(i % 7)).sum();
         std::hint::black_box(x);
         c.disable().unwrap();
