@@ -64,18 +64,6 @@ impl Group {
         self.read()
     }
 
-    /// Zeroes and enables the whole group.
-    pub fn enable(&self) -> io::Result<()> {
-        let leader = self.fds[0].as_raw_fd();
-        sys::ioctl(leader, IOC_RESET, IOC_FLAG_GROUP)?;
-        sys::ioctl(leader, sys::IOC_ENABLE, IOC_FLAG_GROUP)
-    }
-
-    /// Disables the whole group (its counts stay readable).
-    pub fn disable(&self) -> io::Result<()> {
-        sys::ioctl(self.fds[0].as_raw_fd(), sys::IOC_DISABLE, IOC_FLAG_GROUP)
-    }
-
     /// The counts since the last reset, in the order the addresses were given.
     pub fn read(&self) -> io::Result<Vec<u64>> {
         let mut buf = [0u64; 1 + SLOTS];
