@@ -407,6 +407,8 @@ mod tests {
             samples: 2,
             min_cycles: 1.0,
             executions: Some(100.0),
+            interval: None,
+            counted: false,
             cpi: Some(2.0),
             confidence: None,
             stall: 1.0,
