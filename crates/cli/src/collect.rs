@@ -212,6 +212,10 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     if !a.pids.is_empty() {
         cfg.target = Target::Attach { pids: a.pids.clone() };
     }
+    let counters = match (&child, a.command.first().and_then(|c| find_command(c))) {
+        (Some(c), Some(exe)) if !a.count.is_empty() => Some(crate::count::start(&exe, c.pid, &a.count, a.count_hits)?),
+        _ => None,
+    };
     let mut engine = Engine::new(&cfg, db, flush_every, plan.backend).map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!("loupe: backend {}", backend_note(&engine, &a.sampling, &plan));
     engine.sink = shipping.as_ref().map(|s| s.sink());
@@ -241,6 +245,9 @@ pub fn record(a: RecordArgs) -> Result<u8> {
     }
     engine.sampler.disable()?;
     engine.flush_final().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(c) = counters {
+        c.finish(&a.db.db)?;
+    }
     created.keep();
     summarize(&engine, started.elapsed());
     if let Some(s) = shipping {
