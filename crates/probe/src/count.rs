@@ -308,7 +308,9 @@ pub struct Windows {
 
 /// Arms the target's groups in turn on the threads of `root` and its
 /// descendants that map the image, a window at a time with `budget.gap`
-/// between, until `done()` says the run is over. A thread that ends
+/// (or the window's length, if longer) between, until `done()` says the
+/// run is over. A group whose window held no whole call gets twice the
+/// budget next time, up to [`MAX_SCALE`] times. A thread that ends
 /// mid-window takes its breakpoints with it (they are its own events); the
 /// window is dropped.
 pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> bool) -> io::Result<Windows> {
@@ -317,17 +319,28 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> 
     let segs = crate::segments(&t.image)?;
     let groups = groups(t.entry, &t.classes);
     let mut out = Windows { classes: t.classes.iter().map(|&addr| ClassCount { addr, windows: vec![] }).collect(), ..Default::default() };
+    // Per group, how many times the budget its windows get: doubled after a window without a whole call.
+    let mut scale = vec![1u32; groups.len()];
     let mut turn = 0usize;
     while !done() {
         let threads = threads_of(root, inode, &segs, t.entry);
+        let mut pause = budget.gap;
         if let (Some(&(tid, bias)), false) = (threads.get(turn % threads.len().max(1)), groups.is_empty()) {
-            let g = &groups[turn % groups.len()];
+            let k = turn % groups.len();
+            let g = &groups[k];
             let rt: Vec<RuntimeAddr> = g.iter().map(|&a| crate::runtime(a, bias)).collect();
-            if let Ok((seq, armed)) = sequence_window(tid, &rt, budget) {
+            let b = Budget { max_hits: budget.max_hits * scale[k] as u64, max_window: budget.max_window * scale[k], ..*budget };
+            if let Ok((seq, armed)) = sequence_window(tid, &rt, &b) {
                 out.armed_secs += armed.as_secs_f64();
                 out.traps += seq.len() as u64;
                 out.windows += 1;
-                if let Some((hits, calls)) = whole_invocations(&seq, g.len()) {
+                // As long a pause as the window: the program runs at least half the time at full speed.
+                pause = pause.max(armed);
+                let whole = whole_invocations(&seq, g.len());
+                if whole.is_none() && scale[k] < MAX_SCALE {
+                    scale[k] *= 2;
+                }
+                if let Some((hits, calls)) = whole {
                     for (&addr, &h) in g[1..].iter().zip(&hits) {
                         if let Some(c) = out.classes.iter_mut().find(|c| c.addr == addr) {
                             c.windows.push((h, calls));
@@ -337,10 +350,14 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> 
             }
         }
         turn += 1;
-        std::thread::sleep(budget.gap);
+        std::thread::sleep(pause);
     }
     Ok(out)
 }
+
+/// A group's windows grow to at most this many times the budget (32 x 2,000
+/// hits: about a second of traps) while they catch no whole call.
+pub const MAX_SCALE: u32 = 32;
 
 /// Threads (with their process's load bias) of `root` and its descendants
 /// that map the file with `inode`.
