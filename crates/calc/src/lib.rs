@@ -157,7 +157,7 @@ pub struct InsnReport {
     pub confidence: Option<Confidence>,
     /// Dynamic stall cycles per execution: CPI - M_i net of the cycles the
     /// model charged earlier instructions of the block that were sampled
-    /// here (see [`net_stalls`]); never negative.
+    /// here (see [`net_block`]); never negative.
     pub stall: f64,
     /// Cycles per execution the model charges the block beyond all its
     /// samples (on the block's first instruction; 0 elsewhere): the

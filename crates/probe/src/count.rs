@@ -310,7 +310,9 @@ pub struct Windows {
 /// descendants that map the image, a window at a time with `budget.gap`
 /// (or the window's length, if longer) between, until `done()` says the
 /// run is over. A group whose window held no whole call gets twice the
-/// budget next time, up to [`MAX_SCALE`] times. A thread that ends
+/// budget next time, up to [`MAX_SCALE`] times; one that holds none even
+/// then is not armed again (its classes keep their estimates), and when no
+/// group is left the windows end. A thread that ends
 /// mid-window takes its breakpoints with it (they are its own events); the
 /// window is dropped.
 pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> bool) -> io::Result<Windows> {
@@ -325,8 +327,13 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> 
     while !done() {
         let threads = threads_of(root, inode, &segs, t.entry);
         let mut pause = budget.gap;
+        if scale.iter().all(|&s| s == 0) {
+            break;
+        }
         if let (Some(&(tid, bias)), false) = (threads.get(turn % threads.len().max(1)), groups.is_empty()) {
-            let k = turn % groups.len();
+            // The next group still armed.
+            let k = (0..groups.len()).map(|j| (turn + j) % groups.len()).find(|&j| scale[j] > 0).unwrap_or(0);
+            turn = k;
             let g = &groups[k];
             let rt: Vec<RuntimeAddr> = g.iter().map(|&a| crate::runtime(a, bias)).collect();
             let b = Budget { max_hits: budget.max_hits * scale[k] as u64, max_window: budget.max_window * scale[k], ..*budget };
@@ -337,8 +344,11 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> 
                 // As long a pause as the window: the program runs at least half the time at full speed.
                 pause = pause.max(armed);
                 let whole = whole_invocations(&seq, g.len());
-                if whole.is_none() && scale[k] < MAX_SCALE {
-                    scale[k] *= 2;
+                match (&whole, scale[k]) {
+                    // Calls too long to count whole at any budget: this group is not armed again.
+                    (None, MAX_SCALE) => scale[k] = 0,
+                    (None, _) => scale[k] *= 2,
+                    _ => {}
                 }
                 if let Some((hits, calls)) = whole {
                     for (&addr, &h) in g[1..].iter().zip(&hits) {
