@@ -20,6 +20,13 @@ pub fn counts_path(db: &Path, image: &str, procedure: &str) -> PathBuf {
     db.join("counts").join(format!("{}@{}.json", safe(procedure), safe(&base)))
 }
 
+/// A procedure counted: its name, image and entry.
+struct Counting2 {
+    procedure: String,
+    image: PathBuf,
+    entry: ElfAddr,
+}
+
 /// One procedure being counted: its entry uprobe and the thread arming its windows.
 struct Counting {
     procedure: String,
@@ -39,7 +46,9 @@ pub struct Counters {
 /// Opens the entry uprobes on the gated child `pid` (before it runs, so no
 /// entry is missed) and starts the windows, for each procedure of the
 /// executable `exe`.
-pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64) -> Result<Counters> {
+/// `pause` are the recording's sampling events, disabled while a window is armed.
+pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64, pause: Vec<std::os::fd::OwnedFd>) -> Result<Counters> {
+    let pause = Arc::new(pause);
     let mut syms = loupe_symbolize::Symbolizer::new(crate::symbols::options());
     let path = exe.canonicalize().with_context(|| format!("cannot read {}", exe.display()))?;
     let image = ImageId::elf(&path.to_string_lossy(), loupe_symbolize::Symbolizer::read_build_id(&path));
@@ -56,8 +65,9 @@ pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64) -> Result<C
         let off = count::file_offset(&segs, entry).ok_or_else(|| anyhow!("{name} is in no loadable segment of {}", path.display()))?;
         let entries = EntryCounter::open(&path, off, Some(pid)).with_context(|| format!("cannot count the entries of {name} (uprobe)"))?;
         let target = Target { image: path.clone(), entry, classes: points };
-        let d = done.clone();
-        let windows = std::thread::spawn(move || count::count_windows(pid as u32, &target, &budget, &move || d.load(Ordering::Relaxed)));
+        let (d, quiet) = (done.clone(), pause.clone());
+        let windows =
+            std::thread::spawn(move || count::count_windows(pid as u32, &target, &budget, &quiet, &move || d.load(Ordering::Relaxed)));
         each.push(Counting { procedure: p.name, image: path.clone(), entry, entries, windows });
     }
     Ok(Counters { done, each, started: Instant::now() })
@@ -65,14 +75,34 @@ pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64) -> Result<C
 
 impl Counters {
     /// Stops the windows (the command has exited: its breakpoints went with
-    /// its threads), removes the uprobes and writes the counts under `db`.
-    pub fn finish(self, db: &Path) -> Result<()> {
+    /// its threads) and waits for them, so that none re-enables sampling
+    /// after the recording has stopped it.
+    pub fn stop(self) -> Result<Stopped> {
         self.done.store(true, Ordering::Relaxed);
         let wall = self.started.elapsed().as_secs_f64();
+        let mut each = Vec::new();
         for c in self.each {
-            let entries = c.entries.read().ok();
-            drop(c.entries);
             let w = c.windows.join().map_err(|_| anyhow!("the counting thread of {} panicked", c.procedure))??;
+            each.push((c.procedure, c.image, c.entry, c.entries, w));
+        }
+        Ok(Stopped { each, wall })
+    }
+}
+
+/// Counting over: what each procedure's windows counted.
+pub struct Stopped {
+    each: Vec<(String, PathBuf, ElfAddr, EntryCounter, count::Windows)>,
+    wall: f64,
+}
+
+impl Stopped {
+    /// Reads and removes the uprobes and writes the counts under `db`.
+    pub fn finish(self, db: &Path) -> Result<()> {
+        let wall = self.wall;
+        for (procedure, image, entry, counter, w) in self.each {
+            let c = Counting2 { procedure, image, entry };
+            let entries = counter.read().ok();
+            drop(counter);
             let counts = Counts {
                 procedure: c.procedure.clone(),
                 image: c.image.to_string_lossy().into_owned(),

@@ -315,7 +315,10 @@ pub struct Windows {
 /// group is left the windows end. A thread that ends
 /// mid-window takes its breakpoints with it (they are its own events); the
 /// window is dropped.
-pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> bool) -> io::Result<Windows> {
+///
+/// `quiet` are sampling events to disable while a window is armed: its
+/// traps would otherwise draw samples (trap time) to the armed instructions.
+pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], done: &dyn Fn() -> bool) -> io::Result<Windows> {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata(&t.image)?.ino();
     let segs = crate::segments(&t.image)?;
@@ -337,7 +340,11 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, done: &dyn Fn() -> 
             let g = &groups[k];
             let rt: Vec<RuntimeAddr> = g.iter().map(|&a| crate::runtime(a, bias)).collect();
             let b = Budget { max_hits: budget.max_hits * scale[k] as u64, max_window: budget.max_window * scale[k], ..*budget };
-            if let Ok((seq, armed)) = sequence_window(tid, &rt, &b) {
+            let toggle = |req| quiet.iter().for_each(|f| drop(sys::ioctl(f.as_raw_fd(), req, 0)));
+            toggle(sys::IOC_DISABLE);
+            let counted = sequence_window(tid, &rt, &b);
+            toggle(sys::IOC_ENABLE);
+            if let Ok((seq, armed)) = counted {
                 out.armed_secs += armed.as_secs_f64();
                 out.traps += seq.len() as u64;
                 out.windows += 1;
