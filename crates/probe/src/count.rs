@@ -311,8 +311,9 @@ pub struct Windows {
 /// (or the window's length, if longer) between, until `done()` says the
 /// run is over. A group whose window held no whole call gets twice the
 /// budget next time, up to [`MAX_SCALE`] times; one that holds none even
-/// then is not armed again (its classes keep their estimates), and when no
-/// group is left the windows end. A thread that ends
+/// then is not armed again (its classes keep their estimates), nor is one
+/// whose classes are settled ([`SETTLED_CALLS`]); when no group is left the
+/// windows end. A thread that ends
 /// mid-window takes its breakpoints with it (they are its own events); the
 /// window is dropped.
 ///
@@ -363,6 +364,15 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], 
                             c.windows.push((h, calls));
                         }
                     }
+                    // Settled: enough whole calls in enough windows; the rest of the run goes uncounted, at full speed.
+                    let settled = |a: &ElfAddr| {
+                        out.classes.iter().find(|c| c.addr == *a).is_some_and(|c| {
+                            c.windows.len() >= SETTLED_WINDOWS && c.windows.iter().map(|w| w.1).sum::<u64>() >= SETTLED_CALLS
+                        })
+                    };
+                    if g[1..].iter().all(settled) {
+                        scale[k] = 0;
+                    }
                 }
             }
         }
@@ -371,6 +381,13 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], 
     }
     Ok(out)
 }
+
+/// A group stops once each of its classes has been counted over this many
+/// whole calls in at least [`SETTLED_WINDOWS`] windows: a call that does the
+/// same each time is exact after one, and the windows' spread (the interval)
+/// needs a few.
+pub const SETTLED_CALLS: u64 = 50;
+pub const SETTLED_WINDOWS: usize = 5;
 
 /// A group's windows grow to at most this many times the budget (32 x 2,000
 /// hits: about a second of traps) while they catch no whole call.
