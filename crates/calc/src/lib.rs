@@ -62,9 +62,9 @@ mod tests {
     #[test]
     fn a_deficit_is_repaid_by_the_next_excess_and_never_shows_as_a_negative_stall() {
         // Checks net_block on literal CPI - M_i rows: -2, +3, 0, +1 -> 0, 1, 0, 1 with nothing left; a deficit at
-        // the end is repaid at the head (the block loops); a block short overall leaves its shortfall as gain.
+        // the end is not taken from the head (its stall is its entry's) but left as gain, as is a block's shortfall.
         assert_eq!(net_block(&[-2.0, 3.0, 0.0, 1.0]), (vec![0.0, 1.0, 0.0, 1.0], 0.0));
-        assert_eq!(net_block(&[2.0, 1.0, -1.5]), (vec![0.5, 1.0, 0.0], 0.0));
+        assert_eq!(net_block(&[2.0, 1.0, -1.5]), (vec![2.0, 1.0, 0.0], 1.5));
         assert_eq!(net_block(&[-3.0, 1.0, 1.0]), (vec![0.0, 0.0, 0.0], 1.0));
     }
 
@@ -413,9 +413,11 @@ pub fn skid(gaps: &[f64]) -> Vec<f64> {
 /// an instruction are often sampled at a later one of its retire group, so
 /// CPI - M_i alone goes negative at one instruction and too high at the next
 /// (issue 30: the text showed negative stalls). A deficit is therefore
-/// carried forward through the block and repaid by the next excess (round to
-/// the head once: a block in a loop follows itself); what no excess repays
-/// is the model charging the block more than its samples show.
+/// carried forward through the block and repaid by the next excess; what no
+/// later excess repays is the model charging the block more than its
+/// samples show. Not round to the head: a head's stall is its entry's (an
+/// I-cache miss or mispredict on the way in; calcwork's `icache`, wrapped,
+/// lost its I-cache stalls to the deficits of its blocks' jumps).
 fn net_stalls(g: &cfg::Cfg, s: &[f64], m: &[f64], est: &estimate::Estimate) -> (Vec<f64>, Vec<f64>) {
     let (mut stall, mut gain) = (vec![0.0; s.len()], vec![0.0; s.len()]);
     for (b, blk) in g.blocks.iter().enumerate() {
@@ -429,20 +431,18 @@ fn net_stalls(g: &cfg::Cfg, s: &[f64], m: &[f64], est: &estimate::Estimate) -> (
 }
 
 /// One block's stalls from its CPI - M_i (`excess`): deficits repaid by the
-/// excesses after them, cyclically; returns the stalls and the deficit left.
+/// excesses after them; returns the stalls and the deficit left.
 pub fn net_block(excess: &[f64]) -> (Vec<f64>, f64) {
     let mut net: Vec<f64> = excess.iter().map(|&e| e.max(0.0)).collect();
     let mut owed = 0.0;
-    for pass in 0..2 {
-        for (k, &e) in excess.iter().enumerate() {
-            if pass == 0 && e < 0.0 {
-                owed -= e;
-                continue;
-            }
-            let paid = owed.min(net[k]);
-            net[k] -= paid;
-            owed -= paid;
+    for (k, &e) in excess.iter().enumerate() {
+        if e < 0.0 {
+            owed -= e;
+            continue;
         }
+        let paid = owed.min(net[k]);
+        net[k] -= paid;
+        owed -= paid;
     }
     (net, owed)
 }
