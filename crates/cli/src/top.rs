@@ -11,14 +11,14 @@ use std::io::Write;
 
 pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     if let Some(source) = &a.source.source {
-        return crate::fleet::top(&a, source);
+        return crate::fleet::top(&a, source, out);
     }
     if a.children || a.callers.is_some() || a.callees.is_some() {
         return crate::stacks::top(a, out);
     }
     let by = match &a.by {
         TopBy::Label(key) if loupe_model::cgroup::LABEL_KEYS.contains(&key.as_str()) => {
-            return crate::cgroup::top_by_label(&a, key);
+            return crate::cgroup::top_by_label(&a, key, out);
         }
         TopBy::Label(key) => {
             bail!(
