@@ -21,6 +21,13 @@ Run as root from the repository root after `cargo build --release`:
   bench/calc_accuracy.py --keep DIR ...   # keep recordings and exact counts in DIR
   bench/calc_accuracy.py --reuse DIR ...  # re-run only `loupe calc` on them
   bench/calc_accuracy.py --reuse DIR --calc-args '--solver global'  # with other calc options
+  bench/calc_accuracy.py --count ...  # also record with `record --count PROC` (issue 30): before/after
+                                        # side by side, the share of samples counted and the slowdown
+With --count each case is recorded twice, plain and with its procedures
+counted (exact class counts from breakpoint windows over whole calls and an
+entry uprobe); the case `counted` (testdata/workloads/counted.c, known counts
+by construction) is added. Slowdown = wall time of the counted recording over
+the plain one.
 """
 import argparse, collections, json, os, shlex, subprocess, sys, tempfile, time
 
@@ -143,9 +150,26 @@ def repetitions(binary, proc, seconds):
         n *= 4
 
 
-def record(db, freq, argv):
-    subprocess.run([LOUPE, "record", "--no-stacks", "--freq", str(freq), "--db", db, "--"] + argv, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def record(db, freq, argv, count=()):
+    """Records argv into db (counting the procedures in `count`); returns the wall seconds it took."""
+    extra = ["--count", ",".join(count)] if count else []
+    t = time.time()
+    r = subprocess.run([LOUPE, "record", "--no-stacks", "--freq", str(freq), "--db", db] + extra + ["--"] + argv, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took = time.time() - t
+    for line in r.stderr.splitlines():
+        if line.startswith("loupe: counted"):
+            print(line, file=sys.stderr)
+    return took
+
+
+def record_both(a, db, argv, procs):
+    """The plain recording, and with --count the counted one beside it: {db, db_count, slowdown}."""
+    plain = record(db, a.freq, argv)
+    if not a.count:
+        return {"db": db}
+    counted = record(db + "-count", a.freq, argv, procs)
+    return {"db": db, "db_count": db + "-count", "slowdown": counted / max(plain, 1e-9)}
 
 
 def hottest(db, binary, seconds, freq):
@@ -167,10 +191,17 @@ def prepare(a, keep):
             reps = repetitions(binary, p, a.seconds)
             c1, j1 = callgrind([binary, "--reps", "1", "--only", p], keep, p + "-1")
             c2, j2 = callgrind([binary, "--reps", "2", "--only", p], keep, p + "-2")
-            db = os.path.join(keep, "db-" + p)
-            record(db, a.freq, [binary, "--reps", str(reps), "--only", p])
-            cases.append({"case": "calcwork", "binary": binary, "db": db, "procs": [p], "runs": reps,
+            dbs = record_both(a, os.path.join(keep, "db-" + p), [binary, "--reps", str(reps), "--only", p], [p])
+            cases.append({"case": "calcwork", "binary": binary, **dbs, "procs": [p], "runs": reps,
                           "counts": exact(c1, c2, reps), "jumps": exact(j1, j2, reps)})
+    if "counted" in want:
+        # Known counts by construction: count_loop called M times, its loop N times a call, its if taken K of N.
+        subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "testdata/workloads"), f"OUT={keep}/w", f"{keep}/w/counted"], check=True)
+        binary = os.path.join(keep, "w", "counted")
+        argv = [binary, "60000", "400", "100"]
+        c1, j1 = callgrind(argv, keep, "counted")
+        dbs = record_both(a, os.path.join(keep, "db-counted"), argv, ["count_loop"])
+        cases.append({"case": "counted", "binary": binary, **dbs, "procs": ["count_loop"], "runs": 1, "counts": c1, "jumps": j1})
     real = [c for c in want if c in REAL]
     if real:
         bindir = build_real(os.path.join(keep, "real"))
@@ -183,6 +214,7 @@ def prepare(a, keep):
             c1, j1 = callgrind(argv, keep, c)
             db = os.path.join(keep, "db-" + c)
             loop = f"for i in $(seq {runs}); do {shlex.join(argv)} >/dev/null; done"
+            # `record --count` counts in the command's own executable: the runs' shell loop is not counted.
             record(db, a.freq, ["/bin/sh", "-c", loop])
             procs = hottest(db, argv[0], a.seconds, a.freq)
             cases.append({"case": c, "binary": argv[0], "db": db, "procs": procs, "runs": runs,
@@ -253,9 +285,12 @@ def main():
     ap.add_argument("--keep", help="keep recordings and exact counts in this directory")
     ap.add_argument("--reuse", help="re-run only `loupe calc` over --keep directories (comma-separated)")
     ap.add_argument("--calc-args", default="", help="extra `loupe calc` arguments, e.g. '--solver global'")
+    ap.add_argument("--count", action="store_true", help="also record with --count and compare (issue 30)")
     ap.add_argument("--json")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
+    if a.count and "counted" not in a.cases.split(","):
+        a.cases += ",counted"
     with tempfile.TemporaryDirectory() as tmp:
         if a.reuse:
             cases = [c for d in a.reuse.split(",") for c in load(d) if c["case"] in a.cases.split(",")]
@@ -265,14 +300,30 @@ def main():
             cases = prepare(a, keep)
             save(cases, keep)
         res = evaluate(cases, a.quiet, shlex.split(a.calc_args))
+        if any("db_count" in c for c in cases):
+            counted = [dict(c, db=c["db_count"]) for c in cases if "db_count" in c]
+            after = evaluate(counted, a.quiet, shlex.split(a.calc_args))
+            for c in counted:
+                for p in c["procs"]:
+                    name = p if c["case"] == "calcwork" else f"{c['case']}/{p}"
+                    if name in after["procedures"]:
+                        after["procedures"][name]["slowdown"] = c["slowdown"]
+            res["after_count"] = after
     res.update({"seconds": a.seconds, "freq": a.freq})
     if a.json:
         json.dump(res, open(a.json, "w"), indent=1)
     if not a.quiet:
         report(res, sys.stderr)
         print(file=sys.stderr)
+        if "after_count" in res:
+            print("\n=== with record --count ===", file=sys.stderr)
+            report(dict(res["after_count"], seconds=a.seconds, freq=a.freq), sys.stderr)
+            print(file=sys.stderr)
     keys = ["within5", "within10", "within15", "off15_labelled_low", "edges_within10", "procedures"]
-    json.dump({k: res[k] for k in keys}, sys.stdout)
+    summary = {k: res[k] for k in keys}
+    if "after_count" in res:
+        summary["after_count"] = {k: res["after_count"][k] for k in keys + ["counted_share"]}
+    json.dump(summary, sys.stdout)
     print()
 
 
@@ -287,13 +338,14 @@ def evaluate(cases, quiet, calc_args=()):
                 print(f"{c['case']}/{p}: loupe calc failed: {out.stderr.strip()}", file=sys.stderr)
                 continue
             r = json.loads(out.stdout)
-            pp = []
+            pp, counted_samples = [], 0
             for x in r["instructions"]:
                 n = counts.get(int(x["address"], 16), 0)
                 if x["samples"] == 0 or x["executions"] is None or n == 0:
                     continue
                 err = 100.0 * (x["executions"] / n - 1)
                 pp.append((err, x["samples"]))
+                counted_samples += x["samples"] if x.get("how") == "counted" else 0
                 per_conf[x["confidence"]].append((err, x["samples"]))
             insn_pairs += pp
             for e in r["edges"]:
@@ -303,7 +355,7 @@ def evaluate(cases, quiet, calc_args=()):
             name = p if c["case"] == "calcwork" else f"{c['case']}/{p}"
             per_proc[name] = {"runs": c["runs"], "samples": sum(w for _, w in pp), "within5": within(pp, 5),
                               "within10": within(pp, 10), "within15": within(pp, 15), "period_cycles": r["period_cycles"],
-                              "clock": r["clock"]}
+                              "clock": r["clock"], "counted": 100.0 * counted_samples / (sum(w for _, w in pp) or 1)}
             if not quiet:
                 print(f"{name}: {per_proc[name]}", file=sys.stderr)
     total = sum(w for _, w in insn_pairs) or 1
@@ -317,6 +369,7 @@ def evaluate(cases, quiet, calc_args=()):
                            "within10": within(v, 10), "within15": within(v, 15)} for c, v in per_conf.items()},
         "histogram": histogram(insn_pairs), "edges_within10": within(edge_pairs, 10),
         "edge_histogram": histogram(edge_pairs), "procedures": per_proc,
+        "counted_share": 100.0 * sum(v["samples"] * v["counted"] / 100.0 for v in per_proc.values()) / total,
     }
 
 
@@ -330,9 +383,11 @@ def report(r, f):
     out("\n| confidence | share of samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|")
     for c, v in sorted(r["confidence"].items()):
         out(f"| {c} | {v['share']:.1f}% | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
-    out("\n| procedure | runs | samples | within 5% | within 10% | within 15% |\n|---|---|---|---|---|---|")
+    out("\n| procedure | runs | samples | within 5% | within 10% | within 15% | counted | slowdown |\n|---|---|---|---|---|---|---|---|")
     for p, v in r["procedures"].items():
-        out(f"| {p} | {v['runs']} | {v['samples']} | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% |")
+        slow = f"{v['slowdown']:.2f}x" if "slowdown" in v else "-"
+        out(f"| {p} | {v['runs']} | {v['samples']} | {v['within5']:.1f}% | {v['within10']:.1f}% | {v['within15']:.1f}% "
+            f"| {v.get('counted', 0):.0f}% | {slow} |")
     out("\n| error bucket | % of samples (instructions) | % of executions (edges) |\n|---|---|---|")
     for k in r["histogram"]:
         out(f"| {k}% | {r['histogram'][k]:.1f} | {r['edge_histogram'][k]:.1f} |")

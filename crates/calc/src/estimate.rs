@@ -35,6 +35,17 @@ pub enum How {
     /// scaled so that the loop's samples equal its estimated cycles; `regular`
     /// and `plausible` as for [`How::Loop`].
     LoopShape { blocks: usize, regular: bool, plausible: bool },
+    /// Counted by breakpoints and an entry uprobe (`loupe_probe::count`),
+    /// or following from counted classes by the flow constraints alone;
+    /// `half_width` is the 95% interval's half-width, in the units of `f`.
+    Counted { half_width: f64 },
+}
+
+impl How {
+    /// Whether the frequency was counted rather than estimated.
+    pub fn counted(&self) -> bool {
+        matches!(self, How::Counted { .. })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -124,6 +135,23 @@ pub fn estimate(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]) -> 
 
 /// [`estimate`] with `branching` innermost loops, as `opt` says.
 pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle], branching: &[Cycle], opt: Options) -> Estimate {
+    estimate_counted(g, c, s, m, loops, branching, opt, &vec![None; c.count])
+}
+
+/// [`estimate_with`], where `counted` holds, per class, its counted
+/// frequency and 95% half-width (executions per period): those come first,
+/// with what follows from them by flow alone, and estimates fill the rest.
+#[allow(clippy::too_many_arguments)]
+pub fn estimate_counted(
+    g: &Cfg,
+    c: &Classes,
+    s: &[f64],
+    m: &[f64],
+    loops: &[Cycle],
+    branching: &[Cycle],
+    opt: Options,
+    counted: &[Option<(f64, f64)>],
+) -> Estimate {
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); c.count];
     for (b, cl) in c.block.iter().enumerate() {
         if let Some(cl) = cl {
@@ -136,6 +164,11 @@ pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]
     for l in loops {
         loop_estimate(&x, l, &mut direct);
     }
+    for (k, f) in propagate_counted(g, c, counted).into_iter().enumerate() {
+        if let Some((f, h)) = f {
+            direct[k] = Some(Freq { f, confidence: Confidence::High, how: How::Counted { half_width: h } });
+        }
+    }
     let mut class_f = combine_locally(g, c, &direct);
     if opt.branching_loops && !branching.is_empty() {
         let local = class_f.clone();
@@ -147,12 +180,50 @@ pub fn estimate_with(g: &Cfg, c: &Classes, s: &[f64], m: &[f64], loops: &[Cycle]
     if opt.combine == Combine::Global {
         let samples: Vec<f64> =
             members.iter().map(|bs| bs.iter().flat_map(|&b| g.blocks[b].first..g.blocks[b].end).map(|i| s[i]).sum()).collect();
-        class_f = crate::solve::solve(&direct, &samples, &flow_equations(g, c), &class_f);
+        let known = unsampled_as_zero(&members, &samples, &direct);
+        class_f = crate::solve::solve(&known, &samples, &flow_equations(g, c), &class_f);
     }
     Estimate {
         block: c.block.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
         edge: c.edge.iter().map(|cl| cl.and_then(|k| class_f[k])).collect(),
     }
+}
+
+/// The counted classes and those the flow constraints fix from counted
+/// ones alone (a class equal to counted ones, or a counted sum less counted
+/// parts; the half-widths add). A difference below 0 is counting noise
+/// around a class that ran (almost) never: 0.
+fn propagate_counted(g: &Cfg, c: &Classes, counted: &[Option<(f64, f64)>]) -> Vec<Option<(f64, f64)>> {
+    let mut f = counted.to_vec();
+    let eqs = flow_equations(g, c);
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (lhs, rhs) in &eqs {
+            let unknown: Vec<usize> = rhs.iter().copied().filter(|&k| f[k].is_none()).collect();
+            let (known, half) = rhs.iter().filter_map(|&k| f[k]).fold((0.0, 0.0), |(a, b), (x, h)| (a + x, b + h));
+            match (f[*lhs], unknown.as_slice()) {
+                (None, []) => f[*lhs] = Some((known, half)),
+                (Some((l, lh)), [u, rest @ ..]) if rest.iter().all(|r| r == u) && *u != *lhs => {
+                    f[*u] = Some((((l - known) / unknown.len() as f64).max(0.0), lh + half));
+                }
+                _ => continue,
+            }
+            changed = true;
+        }
+    }
+    f
+}
+
+/// The classes' own estimates for the global fit, where a class that has
+/// instructions but not one sample is an estimate of 0, not a free
+/// variable: its blocks go unscheduled (no M), so it had no estimate, and a
+/// free class in `loop = entry + back edge` took the whole loop's count
+/// (issue 30: a prologue and `ret` run a handful of times fitted at
+/// 3.7e8-6.1e8). Its weight is that of one sample at the solver's floor.
+fn unsampled_as_zero(members: &[Vec<usize>], samples: &[f64], direct: &[Option<Freq>]) -> Vec<Option<Freq>> {
+    let zero = Freq { f: 0.0, confidence: Confidence::Low, how: How::SampleSum };
+    (0..direct.len()).map(|k| direct[k].or((!members[k].is_empty() && samples[k] == 0.0).then_some(zero))).collect()
 }
 
 /// Local propagation from the classes' own estimates: sure estimates
@@ -216,7 +287,7 @@ fn branching_loop_estimate(x: &LoopInputs, l: &Cycle, local: &[Option<Freq>], di
     let plausible = regular && entries <= MAX_ENTRIES * h && samples >= 100.0;
     let how = How::LoopShape { blocks: l.blocks.len(), regular, plausible };
     for (&b, &rb) in l.blocks.iter().zip(&r) {
-        let Some(cl) = c.block[b].filter(|&k| local[k].is_some()) else { continue };
+        let Some(cl) = c.block[b].filter(|&k| local[k].is_some() && !direct[k].is_some_and(|d| d.how.counted())) else { continue };
         if members[cl].iter().all(|x| l.blocks.contains(x)) {
             direct[cl] = Some(Freq { f: h * rb, confidence: Confidence::Low, how });
         }

@@ -43,6 +43,92 @@ use std::collections::{BTreeMap, HashMap};
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Every instruction takes one cycle (the model the known-count tests are built on).
+    pub(crate) struct OneCycle;
+    impl mca::MachineModel for OneCycle {
+        fn schedule(&mut self, b: &[Vec<String>]) -> Result<Vec<Vec<f64>>> {
+            Ok(b.iter().map(|v| vec![1.0; v.len()]).collect())
+        }
+        fn describe(&self) -> String {
+            "one cycle each".into()
+        }
+    }
+
+    /// push %rbx; mov $1000,%ecx | 6: dec %ecx; jne 6 | a: pop %rbx; ret — the loop runs 1000 times per call.
+    pub(crate) const COUNTED_LOOP: [u8; 12] = [0x53, 0xb9, 0xe8, 0x03, 0, 0, 0xff, 0xc9, 0x75, 0xfc, 0x5b, 0xc3];
+
+    #[test]
+    fn a_deficit_is_repaid_by_the_next_excess_and_never_shows_as_a_negative_stall() {
+        // Checks net_block on literal CPI - M_i rows: -2, +3, 0, +1 -> 0, 1, 0, 1 with nothing left; a deficit at
+        // the end is not taken from the head (its stall is its entry's) but left as gain, as is a block's shortfall.
+        assert_eq!(net_block(&[-2.0, 3.0, 0.0, 1.0]), (vec![0.0, 1.0, 0.0, 1.0], 0.0));
+        assert_eq!(net_block(&[2.0, 1.0, -1.5]), (vec![2.0, 1.0, 0.0], 1.5));
+        assert_eq!(net_block(&[-3.0, 1.0, 1.0]), (vec![0.0, 0.0, 0.0], 1.0));
+    }
+
+    #[test]
+    fn no_instruction_of_a_known_loop_gets_a_negative_stall() {
+        // Checks the listing on COUNTED_LOOP with its samples all skidded onto the jne (0 on the dec, 1000 on the
+        // jne, 2 cycles a iteration): F is right (500,000 iterations), the dec's missing cycle is the jne's, so
+        // both stalls are 0 and the procedure has no gain.
+        let samples: HashMap<u64, u64> = [(8, 1000)].into_iter().collect();
+        let c = analyze(0, &COUNTED_LOOP, &samples, 1000.0, &mut OneCycle, &cfg::NoMemory).unwrap();
+        assert!((c.instructions[2].executions.unwrap() - 500_000.0).abs() < 1.0, "{:?}", c.instructions[2]);
+        assert!(c.instructions.iter().all(|r| r.stall >= 0.0 && r.stall < 1e-9), "{:?}", c.instructions);
+        assert!(c.summary.unexplained_gain.abs() < 1e-6 && c.summary.dynamic_stall.abs() < 1e-6, "{:?}", c.summary);
+    }
+
+    /// 0: push %rbx; mov $100,%ecx | 6: test $3,%cl; jne 0xe | b: inc %eax; nop | e: dec %ecx; jne 6 | 12: pop %rbx; ret —
+    /// a loop of 100 whose `inc` runs when the counter is a multiple of 4: 25 of the 100 times.
+    pub(crate) const BRANCH_LOOP: [u8; 20] =
+        [0x53, 0xb9, 100, 0, 0, 0, 0xf6, 0xc1, 0x03, 0x75, 0x03, 0xff, 0xc0, 0x90, 0xff, 0xc9, 0x75, 0xf4, 0x5b, 0xc3];
+
+    #[test]
+    fn counted_classes_and_their_flow_replace_the_estimates() {
+        // Checks analyze_counted on BRANCH_LOOP called M = 1000 times: counted entries 1000, loop head 100,000, arm
+        // 25,000 (skewed samples that would estimate otherwise). Every block then has its count, the skipping edge
+        // 75,000 by flow, CPI = samples x period / count, and the rows say counted with the counts' interval.
+        // Three classes have blocks: prologue with epilogue, loop (head and tail), the arm.
+        assert_eq!(counting_points(0, &BRANCH_LOOP, &cfg::NoMemory), vec![0, 6, 0xb]);
+        let samples: HashMap<u64, u64> = [(6, 300), (9, 10), (0xb, 200), (0xe, 90), (0x10, 5)].into_iter().collect();
+        let counted = [
+            Counted { address: 0, executions: 1000.0, half_width: 0.0 },
+            Counted { address: 6, executions: 100_000.0, half_width: 500.0 },
+            Counted { address: 0xb, executions: 25_000.0, half_width: 100.0 },
+        ];
+        let opt = estimate::Options::default();
+        let c = analyze_counted(0, &BRANCH_LOOP, &samples, 1000.0, &mut OneCycle, &cfg::NoMemory, opt, &counted).unwrap();
+        let at = |a: u64| c.instructions.iter().find(|r| r.address == a).unwrap();
+        for (a, want) in [(0, 1000.0), (6, 100_000.0), (0xb, 25_000.0), (0xe, 100_000.0), (0x12, 1000.0)] {
+            let r = at(a);
+            assert!(r.counted && (r.executions.unwrap() - want).abs() < 1e-6, "{a:x}: {r:?}");
+        }
+        assert_eq!(at(6).interval, Some((99_500.0, 100_500.0)));
+        assert!((at(0xb).cpi.unwrap() - 200.0 * 1000.0 / 25_000.0).abs() < 1e-9);
+        let skip = c.edges.iter().find(|e| (e.from, e.to) == (9, 0xe)).unwrap();
+        assert!((skip.executions.unwrap() - 75_000.0).abs() < 1e-6, "{skip:?}");
+    }
+
+    #[test]
+    fn global_solver_keeps_unsampled_prologue_out_of_the_loop() {
+        // Checks the bug of issue 30: the loop of COUNTED_LOOP sampled 500 times per instruction at 1000 cycles a
+        // sample (500,000 iterations: 500 calls), prologue and ret never sampled; the global fit gave the
+        // prologue's class (free, no estimate) the whole loop's count. It must stay at most a sample's worth.
+        let samples: HashMap<u64, u64> = [(6, 500), (8, 500)].into_iter().collect();
+        for combine in [estimate::Combine::Local, estimate::Combine::Global] {
+            let opt = estimate::Options { combine, ..Default::default() };
+            let c = analyze_with(0, &COUNTED_LOOP, &samples, 1000.0, &mut OneCycle, &cfg::NoMemory, opt).unwrap();
+            let loop_e = c.instructions[2].executions.unwrap();
+            assert!((loop_e - 500_000.0).abs() < 1.0, "{combine:?}: loop {loop_e}");
+            for i in [0, 1, 4, 5] {
+                let e = c.instructions[i].executions.unwrap_or(0.0);
+                assert!(e <= 1000.0, "{combine:?}: instruction {i} outside the loop ran {e} times");
+            }
+        }
+    }
+
     #[test]
     fn skid_moves_each_gap_to_the_next_instruction() {
         // Checks that a load's 5-cycle retire gap is expected on the instruction after it, wrapping at the end.
@@ -60,11 +146,23 @@ pub struct InsnReport {
     /// Minimum cycles per execution without dynamic stalls (the model's M_i).
     pub min_cycles: f64,
     pub executions: Option<f64>,
+    /// 95% interval of `executions`: a count's from its windows; an
+    /// estimate's from its block's samples (sampling error only: the
+    /// estimator's bias is not in it); None where the block has no samples.
+    pub interval: Option<(f64, f64)>,
+    /// Whether `executions` was counted rather than estimated.
+    pub counted: bool,
     /// Cycles per execution at the head of the reorder buffer.
     pub cpi: Option<f64>,
     pub confidence: Option<Confidence>,
-    /// Dynamic stall cycles per execution (CPI - M_i), when positive.
+    /// Dynamic stall cycles per execution: CPI - M_i net of the cycles the
+    /// model charged earlier instructions of the block that were sampled
+    /// here (see [`net_block`]); never negative.
     pub stall: f64,
+    /// Cycles per execution the model charges the block beyond all its
+    /// samples (on the block's first instruction; 0 elsewhere): the
+    /// model's overcharge, DCPI's "unexplained gain".
+    pub gain: f64,
     pub culprits: Vec<Culprit>,
     /// What hardware events say about each culprit (same order as `culprits`).
     pub bounds: Vec<hwbound::Bound>,
@@ -80,6 +178,8 @@ pub struct BlockReport {
     /// Address just past the last instruction.
     pub end: u64,
     pub executions: Option<f64>,
+    /// As [`InsnReport::interval`].
+    pub interval: Option<(f64, f64)>,
     pub confidence: Option<Confidence>,
     pub how: Option<estimate::How>,
     pub class: Option<usize>,
@@ -150,8 +250,57 @@ pub fn analyze_with(
     mem: &dyn cfg::Memory,
     opt: estimate::Options,
 ) -> Result<Calc> {
+    analyze_counted(start, bytes, samples, period_cycles, model, mem, opt, &[])
+}
+
+/// Executions of one instruction counted over the run, and the 95%
+/// interval's half-width (`loupe_probe::count`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Counted {
+    pub address: u64,
+    pub executions: f64,
+    pub half_width: f64,
+}
+
+/// One instruction per frequency class worth counting: the head of the
+/// first reachable block of each class (every block of a class runs equally
+/// often), the entry's class first; edge-only classes follow by flow.
+pub fn counting_points(start: u64, bytes: &[u8], mem: &dyn cfg::Memory) -> Vec<u64> {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let classes = equiv::classes(&g);
+    let mut seen = vec![false; classes.count];
+    let mut out = Vec::new();
+    for (b, blk) in g.blocks.iter().enumerate() {
+        let Some(k) = classes.block[b].filter(|&k| blk.reachable && !seen[k]) else { continue };
+        seen[k] = true;
+        out.push(g.start(b));
+    }
+    out
+}
+
+/// [`analyze_with`], where the instructions in `counted` were counted: their
+/// classes, and what follows from them by flow, take the counts; CPI is then
+/// the sampled cycles over the counted executions.
+#[allow(clippy::too_many_arguments)]
+pub fn analyze_counted(
+    start: u64,
+    bytes: &[u8],
+    samples: &HashMap<u64, u64>,
+    period_cycles: f64,
+    model: &mut dyn mca::MachineModel,
+    mem: &dyn cfg::Memory,
+    opt: estimate::Options,
+    counted: &[Counted],
+) -> Result<Calc> {
+    let g = cfg::build(decode::decode(start, bytes), mem);
+    let classes = equiv::classes(&g);
+    let mut per_class: Vec<Option<(f64, f64)>> = vec![None; classes.count];
+    for c in counted {
+        let Some(i) = g.insns.iter().position(|x| x.addr == c.address) else { continue };
+        if let Some(k) = classes.block[g.block_of(i)] {
+            per_class[k] = Some((c.executions / period_cycles, c.half_width / period_cycles));
+        }
+    }
     let s: Vec<f64> = g.insns.iter().map(|x| samples.get(&x.addr).copied().unwrap_or(0) as f64).collect();
     // Only classes with samples need M_i (others estimate 0 or by propagation):
     // a large procedure with few hot blocks schedules only those.
@@ -167,8 +316,15 @@ pub fn analyze_with(
     let branching: Vec<loops::Cycle> =
         if opt.branching_loops { loops::branching_loops(&g).into_iter().filter(hot).collect() } else { Vec::new() };
     let m = min_cycles(&g, &wanted, model)?;
-    let est = estimate::estimate_with(&g, &classes, &s, &m, &hot_loops, &branching, opt);
-    let instructions: Vec<InsnReport> = (0..g.insns.len()).map(|i| insn_report(&g, i, &s, &m, &est, period_cycles)).collect();
+    let est = estimate::estimate_counted(&g, &classes, &s, &m, &hot_loops, &branching, opt, &per_class);
+    let block_samples: Vec<f64> = g.blocks.iter().map(|blk| (blk.first..blk.end).map(|i| s[i]).sum()).collect();
+    let interval = |b: usize| est.block[b].and_then(|f| interval(f, block_samples[b], period_cycles));
+    let (stalls, gains) = net_stalls(&g, &s, &m, &est);
+    let mut instructions: Vec<InsnReport> =
+        (0..g.insns.len()).map(|i| insn_report(&g, i, &s, &m, &est, period_cycles, (stalls[i], gains[i]))).collect();
+    for r in &mut instructions {
+        r.interval = interval(r.block);
+    }
     let blocks = (0..g.blocks.len())
         .map(|b| {
             let f = est.block[b];
@@ -176,6 +332,7 @@ pub fn analyze_with(
                 start: g.start(b),
                 end: g.last(b).end(),
                 executions: f.map(|f| f.f * period_cycles),
+                interval: interval(b),
                 confidence: f.map(|f| f.confidence),
                 how: f.map(|f| f.how),
                 class: classes.block[b],
@@ -196,6 +353,19 @@ pub fn analyze_with(
         .collect();
     let summary = summarize(&instructions, period_cycles);
     Ok(Calc { instructions, blocks, edges, missing_edges: g.missing_edges, classes: classes.count, period_cycles, summary })
+}
+
+/// The 95% interval of executions `f` x `period`: a count's own; an
+/// estimate's from the `samples` of its block (Poisson, sampling error
+/// only), None without samples.
+fn interval(f: Freq, samples: f64, period: f64) -> Option<(f64, f64)> {
+    let e = f.f * period;
+    let h = match f.how {
+        estimate::How::Counted { half_width } => half_width * period,
+        _ if samples > 0.0 => e * 1.96 / samples.sqrt(),
+        _ => return None,
+    };
+    Some(((e - h).max(0.0), e + h))
 }
 
 /// M_i of every instruction of the `wanted` blocks, scheduled on `model` (0 elsewhere).
@@ -238,11 +408,50 @@ pub fn skid(gaps: &[f64]) -> Vec<f64> {
     (0..n).map(|i| gaps[(i + n - 1) % n]).collect()
 }
 
-fn insn_report(g: &cfg::Cfg, i: usize, s: &[f64], m: &[f64], est: &estimate::Estimate, period: f64) -> InsnReport {
+/// Per instruction, its dynamic stall per execution, and per block head the
+/// model's overcharge. On an out-of-order core the cycles the model charges
+/// an instruction are often sampled at a later one of its retire group, so
+/// CPI - M_i alone goes negative at one instruction and too high at the next
+/// (issue 30: the text showed negative stalls). A deficit is therefore
+/// carried forward through the block and repaid by the next excess; what no
+/// later excess repays is the model charging the block more than its
+/// samples show. Not round to the head: a head's stall is its entry's (an
+/// I-cache miss or mispredict on the way in; calcwork's `icache`, wrapped,
+/// lost its I-cache stalls to the deficits of its blocks' jumps).
+fn net_stalls(g: &cfg::Cfg, s: &[f64], m: &[f64], est: &estimate::Estimate) -> (Vec<f64>, Vec<f64>) {
+    let (mut stall, mut gain) = (vec![0.0; s.len()], vec![0.0; s.len()]);
+    for (b, blk) in g.blocks.iter().enumerate() {
+        let Some(f) = est.block[b].map(|f| f.f).filter(|&f| f > 0.0) else { continue };
+        let excess: Vec<f64> = (blk.first..blk.end).map(|i| s[i] / f - m[i]).collect();
+        let (net, left) = net_block(&excess);
+        stall[blk.first..blk.end].copy_from_slice(&net);
+        gain[blk.first] = left;
+    }
+    (stall, gain)
+}
+
+/// One block's stalls from its CPI - M_i (`excess`): deficits repaid by the
+/// excesses after them; returns the stalls and the deficit left.
+pub fn net_block(excess: &[f64]) -> (Vec<f64>, f64) {
+    let mut net: Vec<f64> = excess.iter().map(|&e| e.max(0.0)).collect();
+    let mut owed = 0.0;
+    for (k, &e) in excess.iter().enumerate() {
+        if e < 0.0 {
+            owed -= e;
+            continue;
+        }
+        let paid = owed.min(net[k]);
+        net[k] -= paid;
+        owed -= paid;
+    }
+    (net, owed)
+}
+
+fn insn_report(g: &cfg::Cfg, i: usize, s: &[f64], m: &[f64], est: &estimate::Estimate, period: f64, sg: (f64, f64)) -> InsnReport {
     let b = g.block_of(i);
     let f: Option<Freq> = est.block[b];
     let cpi = f.filter(|f| f.f > 0.0).map(|f| s[i] / f.f);
-    let stall = cpi.map_or(0.0, |c| c - m[i]);
+    let (stall, gain) = sg;
     // Guilty until proven innocent: a low-confidence frequency cannot prove
     // that the model's minimum was not itself a stall (a class whose only
     // issue point always stalls, like a pointer chase), so the whole CPI is suspect.
@@ -264,9 +473,12 @@ fn insn_report(g: &cfg::Cfg, i: usize, s: &[f64], m: &[f64], est: &estimate::Est
         samples: s[i] as u64,
         min_cycles: m[i],
         executions: f.map(|f| f.f * period),
+        interval: None,
+        counted: f.is_some_and(|f| f.how.counted()),
         cpi,
         confidence: f.map(|f| f.confidence),
         stall,
+        gain,
         bounds: vec![hwbound::Bound::default(); culprits.len()],
         culprits,
         suspect,
@@ -294,10 +506,7 @@ pub(crate) fn summarize(rows: &[InsnReport], period: f64) -> Summary {
         if r.cpi.is_none() {
             continue;
         }
-        if stall < 0.0 {
-            s.unexplained_gain += stall;
-            continue;
-        }
+        s.unexplained_gain -= r.gain * e;
         s.dynamic_stall += stall;
         // Each live culprit explains at most its bound; what none can is unexplained.
         let caps = hwbound::caps(r, stall);

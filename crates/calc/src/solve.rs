@@ -32,6 +32,7 @@ pub const WEIGHT_ISSUE_MEDIUM: f64 = 4.0;
 pub const WEIGHT_ISSUE_LOW: f64 = 1.0;
 pub const WEIGHT_LOOP: f64 = 1.0;
 pub const WEIGHT_SAMPLE_SUM: f64 = 0.25;
+pub const WEIGHT_COUNTED: f64 = 1e6;
 /// An adjusted estimate keeps its label only within this factor of its own value.
 pub const KEEP_LABEL: f64 = 0.1;
 
@@ -40,6 +41,8 @@ fn factor(f: &Freq) -> f64 {
         (How::IssuePoints { .. }, Confidence::Low) => WEIGHT_ISSUE_LOW,
         (How::IssuePoints { .. }, _) => WEIGHT_ISSUE_MEDIUM,
         (How::Loop { .. }, _) => WEIGHT_LOOP,
+        // Measured, not inferred: the fit moves everything else first.
+        (How::Counted { .. }, _) => WEIGHT_COUNTED,
         _ => WEIGHT_SAMPLE_SUM,
     }
 }

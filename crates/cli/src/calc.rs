@@ -2,14 +2,14 @@
 //! stall culprits of one procedure, printed like DCPI's Figures 2 and 4.
 
 use crate::flags::{CalcArgs, Format};
-use crate::machine::{measure_ghz, LlvmMca};
+use crate::machine::{check_model, measure_ghz, LlvmMca, ModelCheck};
 use crate::procedure::{find_procedure, load, symbolizer, Filter, Mem, Selected};
 use anyhow::{anyhow, bail, Result};
 use loupe_calc::culprit::Cause;
 use loupe_calc::estimate::{Combine, Options};
 use loupe_calc::hwbound::{self, Bound, EventSamples, HwEvents, Penalties};
 use loupe_calc::mca::MachineModel;
-use loupe_calc::{analyze_with, Calc};
+use loupe_calc::{analyze_counted, Calc, Counted};
 use loupe_model::EventName;
 use loupe_store::query::ProfileSource;
 use loupe_store::Database;
@@ -54,9 +54,14 @@ pub fn run(a: CalcArgs, out: &mut dyn Write) -> Result<u8> {
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
     progress.stage(&format!("modelling {} ({} bytes) with llvm-mca", proc_.name, proc_.size));
     let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
+    // Timed on this machine's clock now, whatever the profile's was.
+    let model_check = check_model(&mut model, measure_ghz())?;
     let combine = if a.solver == "global" { Combine::Global } else { Combine::Local };
     let opt = Options { combine, branching_loops: a.branching_loops == "on", retire_window: a.retire_window as usize };
-    let mut calc = analyze_with(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), opt).map_err(|e| anyhow!("{e}"))?;
+    let counts = counts_of(&p.db.db, &sel.image.path, &proc_.name);
+    let counted = counts.as_ref().map_or_else(Vec::new, counted_points);
+    let mut calc =
+        analyze_counted(proc_.start, bytes, samples, period_cycles, &mut model, &Mem(&code), opt, &counted).map_err(|e| anyhow!("{e}"))?;
     // Software events (clocks, faults, switches) are not hardware evidence; names perf does not know here (raw PMU events) may be.
     let hw: Vec<&str> = sel
         .samples
@@ -80,6 +85,8 @@ pub fn run(a: CalcArgs, out: &mut dyn Write) -> Result<u8> {
         epochs: epoch_ranges(&sel.epochs),
         event: &a.event,
         model: model.describe(),
+        model_check,
+        counting: counts.map(|c| counting_note(&c, counted.len())),
         clock: clock_note,
         clock_source,
         ghz,
@@ -99,6 +106,10 @@ struct Header<'a> {
     epochs: String,
     event: &'a str,
     model: String,
+    /// The model against loops timed here at start.
+    model_check: ModelCheck,
+    /// What `record --count` measured, when it did.
+    counting: Option<(String, serde_json::Value)>,
     clock: String,
     /// Where the clock came from: "recorded", "measured", "flag" or "cycles".
     clock_source: &'static str,
@@ -106,6 +117,51 @@ struct Header<'a> {
     hw_events: String,
     /// Per cause, the events present that bound it and the cycles each event costs at most (empty without hardware events).
     bounding: Vec<(Cause, Vec<(&'static str, f64)>)>,
+}
+
+/// The procedure's counts from `record --count`, if any; unreadable ones are named and left out.
+fn counts_of(db: &Path, image: &str, procedure: &str) -> Option<loupe_probe::count::Counts> {
+    let path = crate::count::counts_path(db, image, procedure);
+    match loupe_probe::count::Counts::load(&path) {
+        Ok(c) => c.filter(|c| c.image == image || Path::new(&c.image).file_name() == Path::new(image).file_name()),
+        Err(e) => {
+            eprintln!("loupe: warning: ignoring unreadable counts {}: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// The instructions counted, with executions and 95% half-widths.
+fn counted_points(c: &loupe_probe::count::Counts) -> Vec<Counted> {
+    let entry = c.entries.map(|_| c.entry);
+    entry
+        .into_iter()
+        .chain(c.classes.iter().map(|k| k.addr))
+        .filter_map(|a| c.executions(a).map(|(e, h)| Counted { address: a.0, executions: e, half_width: h }))
+        .collect()
+}
+
+/// One line and a JSON object saying what the counting measured and cost.
+fn counting_note(c: &loupe_probe::count::Counts, used: usize) -> (String, serde_json::Value) {
+    let entries = c.entries.map_or("not counted".into(), |e| e.to_string());
+    let line = format!(
+        "{used} of {} classes counted ({entries} entries by uprobe, whole calls in windows armed {:.2} s of a {:.2} s run, {} traps)",
+        c.classes.len() + 1,
+        c.armed_secs,
+        c.wall_secs,
+        c.traps
+    );
+    let v = serde_json::json!({"classes_counted": used, "entries": c.entries, "armed_secs": c.armed_secs,
+        "wall_secs": c.wall_secs, "traps": c.traps});
+    (line, v)
+}
+
+fn how(counted: bool, executions: Option<f64>) -> Option<&'static str> {
+    executions.map(|_| if counted { "counted" } else { "estimated" })
+}
+
+fn interval_json(i: Option<(f64, f64)>) -> serde_json::Value {
+    i.map_or(serde_json::Value::Null, |(a, b)| serde_json::json!([a.round(), b.round()]))
 }
 
 /// The selection's hardware events, each with its mean events per sample.
@@ -182,7 +238,8 @@ fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
                 .collect();
             serde_json::json!({
                 "address": hex(r.address), "instruction": r.instruction, "samples": r.samples,
-                "executions": r.executions.map(f64::round), "cpi": r.cpi, "confidence": r.confidence,
+                "executions": r.executions.map(f64::round), "how": how(r.counted, r.executions),
+                "interval": interval_json(r.interval), "cpi": r.cpi, "confidence": r.confidence,
                 "min_cycles": r.min_cycles, "stall": r.stall.max(0.0), "culprits": culprits,
             })
         })
@@ -192,6 +249,7 @@ fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
         .iter()
         .map(|b| {
             serde_json::json!({"start": hex(b.start), "end": hex(b.end), "executions": b.executions.map(f64::round),
+                "interval": interval_json(b.interval),
                 "confidence": b.confidence, "class": b.class, "how": b.how, "reachable": b.reachable})
         })
         .collect();
@@ -202,7 +260,8 @@ fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
         .collect();
     let doc = serde_json::json!({
         "procedure": h.procedure, "image": h.image, "epochs": h.epochs, "event": h.event,
-        "model": h.model, "clock": h.clock, "clock_source": h.clock_source, "cpu_ghz": h.ghz, "period_cycles": c.period_cycles,
+        "model": h.model, "model_check": model_check_json(&h.model_check),
+        "counting": h.counting.as_ref().map(|c| c.1.clone()), "clock": h.clock, "clock_source": h.clock_source, "cpu_ghz": h.ghz, "period_cycles": c.period_cycles,
         "hardware_events": if h.hw_events.is_empty() { serde_json::Value::Null } else { h.hw_events.clone().into() },
         "missing_edges": c.missing_edges, "classes": c.classes,
         "instructions": insns, "blocks": blocks, "edges": edges, "summary": c.summary,
@@ -211,10 +270,20 @@ fn json(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
     Ok(())
 }
 
+fn model_check_json(m: &ModelCheck) -> serde_json::Value {
+    let loops: Vec<serde_json::Value> =
+        m.loops.iter().map(|(n, mo, t)| serde_json::json!({"loop": n, "modelled_cycles": mo, "timed_cycles": t})).collect();
+    serde_json::json!({"loops": loops, "mean_error": m.error()})
+}
+
 fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
     let s = &c.summary;
     writeln!(out, "*** {} in {} (epoch {}), {} samples of {}", h.procedure, h.image, h.epochs, s.samples, h.event)?;
     writeln!(out, "*** model: {}; {}; {:.0} cycles per sample", h.model, h.clock, c.period_cycles)?;
+    writeln!(out, "*** model check: {}", h.model_check.describe())?;
+    if let Some((line, _)) = &h.counting {
+        writeln!(out, "*** counted: {line}")?;
+    }
     let cfg_note =
         if c.missing_edges { "CFG missing edges (unresolved indirect jump): one class per block and edge" } else { "CFG complete" };
     writeln!(out, "*** {} blocks, {} frequency classes; {cfg_note}", c.blocks.len(), c.classes)?;
@@ -236,7 +305,7 @@ fn text(out: &mut dyn Write, h: &Header, c: &Calc) -> Result<()> {
         }
         let execs = r.executions.map_or("-".into(), |e| format!("{e:.0}"));
         let cpi = r.cpi.map_or("-".into(), |x| format!("{x:.1}cy"));
-        let conf = r.confidence.map_or("-".into(), |x| format!("{x:?}").to_lowercase());
+        let conf = if r.counted { "counted".into() } else { r.confidence.map_or("-".into(), |x| format!("{x:?}").to_lowercase()) };
         let live = r.culprits.iter().zip(&r.bounds).filter(|(_, b)| !b.ruled_out);
         let blame: Vec<String> = live.filter_map(|(k, _)| k.at).map(hex).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         writeln!(
@@ -261,7 +330,10 @@ fn block_header(out: &mut dyn Write, c: &Calc, b: usize) -> Result<()> {
     let best: f64 = rows.iter().map(|r| r.min_cycles).sum();
     let actual: Option<f64> = rows.iter().map(|r| r.cpi).sum();
     let execs = blk.executions.map_or("unknown".into(), |e| format!("{e:.0}"));
-    let conf = blk.confidence.map_or(String::new(), |x| format!(" ({x:?} confidence)").to_lowercase());
+    let conf = match (blk.how, blk.interval) {
+        (Some(h), Some((lo, hi))) if h.counted() => format!(" (counted, 95% {lo:.0}-{hi:.0})"),
+        _ => blk.confidence.map_or(String::new(), |x| format!(" ({x:?} confidence)").to_lowercase()),
+    };
     writeln!(out)?;
     writeln!(out, "*** block {:x}-{:x}: executions {execs}{conf}", blk.start, blk.end)?;
     writeln!(out, "*** Best-case {best:.1}/{n} = {:.2}CPI", best / n)?;

@@ -213,6 +213,12 @@ pub fn record(a: RecordArgs) -> Result<u8> {
         cfg.target = Target::Attach { pids: a.pids.clone() };
     }
     let mut engine = Engine::new(&cfg, db, flush_every, plan.backend).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let counters = match (&child, a.command.first().and_then(|c| find_command(c))) {
+        (Some(c), Some(exe)) if !a.count.is_empty() => {
+            Some(crate::count::start(&exe, c.pid, &a.count, a.count_hits, engine.sampler.dup_fds()?)?)
+        }
+        _ => None,
+    };
     eprintln!("loupe: backend {}", backend_note(&engine, &a.sampling, &plan));
     engine.sink = shipping.as_ref().map(|s| s.sink());
     if a.sampling.off_cpu {
@@ -239,8 +245,12 @@ pub fn record(a: RecordArgs) -> Result<u8> {
             break;
         }
     }
+    let counted = counters.map(crate::count::Counters::stop).transpose()?;
     engine.sampler.disable()?;
     engine.flush_final().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(c) = counted {
+        c.finish(&a.db.db)?;
+    }
     created.keep();
     summarize(&engine, started.elapsed());
     if let Some(s) = shipping {

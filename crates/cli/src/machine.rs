@@ -139,3 +139,121 @@ impl MachineModel for LlvmMca {
 }
 
 pub use loupe_collector::clock::measure_ghz;
+
+/// The machine model checked against this CPU at start (issue 30): loops
+/// whose cycles per iteration are timed here, beside the model's figure
+/// for the same instructions. calc states the error rather than correcting
+/// by it: two loops do not say how a third block errs.
+pub struct ModelCheck {
+    /// (loop, modelled cycles per iteration, timed cycles per iteration).
+    pub loops: Vec<(&'static str, f64, f64)>,
+}
+
+impl ModelCheck {
+    /// Mean relative error of the model, modelled / timed - 1.
+    pub fn error(&self) -> f64 {
+        let n = self.loops.len().max(1) as f64;
+        self.loops.iter().map(|(_, m, t)| m / t - 1.0).sum::<f64>() / n
+    }
+
+    /// One line: each loop's modelled and timed cycles and the mean error.
+    pub fn describe(&self) -> String {
+        let each: Vec<String> = self.loops.iter().map(|(n, m, t)| format!("{n} {m:.2} modelled / {t:.2} timed")).collect();
+        format!("{} cycles per iteration; mean error {:+.0}%", each.join(", "), 100.0 * self.error())
+    }
+}
+
+/// An xorshift step (a latency chain: mov, shift, xor, three times) and
+/// eight independent adds (throughput bound), as the model reads them and
+/// as [`timed_cycles`] runs them.
+const XORSHIFT: [&str; 11] = [
+    "movq %rax, %rcx",
+    "shlq $13, %rcx",
+    "xorq %rcx, %rax",
+    "movq %rax, %rcx",
+    "shrq $7, %rcx",
+    "xorq %rcx, %rax",
+    "movq %rax, %rcx",
+    "shlq $17, %rcx",
+    "xorq %rcx, %rax",
+    "decq %rdx",
+    "jne 0x0",
+];
+const ADDS: [&str; 10] = [
+    "addq $1, %rax",
+    "addq $1, %rcx",
+    "addq $1, %rsi",
+    "addq $1, %rdi",
+    "addq $1, %r8",
+    "addq $1, %r9",
+    "addq $1, %r10",
+    "addq $1, %r11",
+    "decq %rdx",
+    "jne 0x0",
+];
+
+/// Times both loops at `ghz` and schedules them on `model`.
+pub fn check_model(model: &mut dyn MachineModel, ghz: f64) -> Result<ModelCheck> {
+    let blocks: Vec<Vec<String>> = [&XORSHIFT[..], &ADDS[..]].iter().map(|b| b.iter().map(|s| s.to_string()).collect()).collect();
+    let m = model.schedule(&blocks).map_err(|e| anyhow::anyhow!("checking the machine model: {e}"))?;
+    let modelled = |k: usize| m.get(k).map_or(0.0, |v| v.iter().sum::<f64>());
+    Ok(ModelCheck { loops: vec![("xorshift", modelled(0), timed_cycles(xorshift, ghz)), ("8 adds", modelled(1), timed_cycles(adds, ghz))] })
+}
+
+/// Cycles per iteration of `run`, best of 10 runs of 100,000 iterations in this thread's CPU time.
+fn timed_cycles(run: fn(u64), ghz: f64) -> f64 {
+    let iters = 100_000u64;
+    let best = (0..10)
+        .map(|_| {
+            let t = loupe_perf::thread_cpu_ns();
+            run(iters);
+            loupe_perf::thread_cpu_ns() - t
+        })
+        .min()
+        .unwrap_or(0);
+    best as f64 * ghz / iters as f64
+}
+
+#[cfg(target_arch = "x86_64")]
+fn xorshift(iters: u64) {
+    let (mut x, mut n) = (0x9e37_79b9_7f4a_7c15u64, iters);
+    // SAFETY: register-only arithmetic and a local loop; no memory, no stack.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "mov {t}, {x}", "shl {t}, 13", "xor {x}, {t}",
+            "mov {t}, {x}", "shr {t}, 7", "xor {x}, {t}",
+            "mov {t}, {x}", "shl {t}, 17", "xor {x}, {t}",
+            "dec {n}", "jnz 2b",
+            x = inout(reg) x, n = inout(reg) n, t = out(reg) _,
+            options(nomem, nostack),
+        );
+    }
+    std::hint::black_box((x, n));
+}
+
+#[cfg(target_arch = "x86_64")]
+fn adds(iters: u64) {
+    let mut n = iters;
+    let mut r = [0u64; 8];
+    // SAFETY: register-only arithmetic and a local loop; no memory, no stack.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1",
+            "add {e}, 1", "add {f}, 1", "add {g}, 1", "add {h}, 1",
+            "dec {n}", "jnz 2b",
+            a = inout(reg) r[0], b = inout(reg) r[1], c = inout(reg) r[2], d = inout(reg) r[3],
+            e = inout(reg) r[4], f = inout(reg) r[5], g = inout(reg) r[6], h = inout(reg) r[7],
+            n = inout(reg) n,
+            options(nomem, nostack),
+        );
+    }
+    std::hint::black_box((r, n));
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn xorshift(_: u64) {}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn adds(_: u64) {}

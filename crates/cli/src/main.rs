@@ -7,6 +7,7 @@ mod calc;
 mod cgroup;
 mod collect;
 mod config;
+mod count;
 mod data;
 mod diff;
 mod epochs;

@@ -268,3 +268,49 @@ fn calc_reads_recorded_cache_misses_or_says_there_are_none() {
         assert!(c["hardware_events"].is_null() && d["bound_cycles"].is_null() && d["ruled_out"] == false, "{d}");
     }
 }
+
+/// Executions and how of the instruction at index `i` of calc's listing.
+fn counted_row(c: &serde_json::Value, i: usize) -> (f64, String) {
+    let x = &c["instructions"][i];
+    (x["executions"].as_f64().unwrap_or(-1.0), x["how"].as_str().unwrap_or("none").to_string())
+}
+
+#[test]
+fn record_count_gives_known_loop_and_branch_counts_and_leaves_the_output_alone() {
+    // Checks issue 30 on the counted workload: count_loop called M times, its loop run N times a call and its `if`
+    // taken K of them; `record --count` makes calc's entry exactly M, the loop N x M and the taken arm K x M within
+    // 1%, labelled counted; the workload prints the same with and without counting, and a run shorter than a
+    // window (it exits mid-window) still ends normally with its output intact.
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (m, n, k) = (30_000u64, 400u64, 100u64);
+    let bin = workloads().join("counted");
+    let args = [m.to_string(), n.to_string(), k.to_string()];
+    let plain = run_ok(std::process::Command::new(&bin).args(&args)).stdout;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let out = run_ok(loupe().args(["record", "--freq", "4000", "--count", "count_loop", "--db"]).arg(&db).arg("--").arg(&bin).args(&args));
+    assert_eq!(out.stdout, plain, "counting changed what the program printed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loupe: counted count_loop:") && err.contains(&format!("{m} entries")), "{err}");
+    let c = json(&run_ok(loupe().args(["calc", "--format", "json", "--image", "counted", "--procedure", "count_loop", "--db"]).arg(&db)));
+    let insns = c["instructions"].as_array().unwrap();
+    let text = |i: usize| insns[i]["instruction"].as_str().unwrap().to_string();
+    let div = (0..insns.len()).find(|&i| text(i).starts_with("div")).expect("the loop's divide");
+    let jae = (div..insns.len()).find(|&i| text(i).starts_with("jae")).expect("the if's branch");
+    assert_eq!(counted_row(&c, 0), (m as f64, "counted".to_string()), "entry: {}", insns[0]);
+    for (i, want) in [(div, n * m), (jae + 1, k * m)] {
+        let (e, how) = counted_row(&c, i);
+        assert_eq!(how, "counted", "{}", insns[i]);
+        assert!((e / want as f64 - 1.0).abs() <= 0.01, "{} counted {e}, exactly {want}", text(i));
+    }
+    assert!(c["counting"]["traps"].as_u64().unwrap() > 0, "{}", c["counting"]);
+    // A run far shorter than a window: the windows stop with it and leave nothing behind.
+    let short = ["50".to_string(), n.to_string(), k.to_string()];
+    let plain = run_ok(std::process::Command::new(&bin).args(&short)).stdout;
+    let db2 = dir.path().join("db2");
+    let out = run_ok(loupe().args(["record", "--count", "count_loop", "--db"]).arg(&db2).arg("--").arg(&bin).args(&short));
+    assert_eq!(out.stdout, plain);
+}

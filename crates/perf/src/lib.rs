@@ -478,6 +478,12 @@ impl Sampler {
         self.each_ioctl(sys::IOC_DISABLE, "PERF_EVENT_IOC_DISABLE")
     }
 
+    /// Duplicates of the events' descriptors, for another thread to pause
+    /// sampling with (`loupe record --count` stops it while breakpoints trap).
+    pub fn dup_fds(&self) -> std::io::Result<Vec<std::os::fd::OwnedFd>> {
+        self.events.iter().map(|e| e.fd.try_clone()).collect()
+    }
+
     fn each_ioctl(&self, req: libc::c_ulong, what: &str) -> Result<(), Error> {
         for e in &self.events {
             sys::ioctl(e.fd.as_raw_fd(), req, 0).map_err(|err| Error::io(what, err))?;

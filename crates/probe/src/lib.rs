@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod count;
 mod group;
 mod maps;
 mod plan;

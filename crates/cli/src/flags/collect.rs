@@ -149,6 +149,14 @@ pub struct RecordArgs {
     /// (eBPF, ~15 us per call here, catches calls the dynamic linker does not route), or `off`.
     #[arg(long, value_enum, default_value_t = Allocs::Shim, value_name = "HOW")]
     pub allocs: Allocs,
+    /// Count the executions of these procedures of the command's executable exactly, for `loupe calc`: an
+    /// entry uprobe for the whole run, and breakpoints on one instruction per frequency class armed in
+    /// windows over whole calls (comma-separated or repeated). Kept in DB/counts/.
+    #[arg(long = "count", value_name = "PROCEDURE", value_delimiter = ',', requires = "command")]
+    pub count: Vec<String>,
+    /// With --count: a window stops after this many breakpoint traps (about 17 us each here).
+    #[arg(long, value_name = "N", default_value_t = 2000)]
+    pub count_hits: u64,
     #[command(flatten)]
     pub ship: super::ShipArgs,
     /// Command to run and profile, with its arguments (after `--`).

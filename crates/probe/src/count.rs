@@ -1,0 +1,545 @@
+//! Exact execution counts of one procedure's frequency classes, for
+//! `loupe calc` (issue 30).
+//!
+//! Two exact counters, each used where it is cheap:
+//! - the procedure's **entries** over the whole run, by a uprobe on its
+//!   first instruction ([`EntryCounter`]; one trap per entry, 5-15 µs here);
+//! - each class's **executions per entry**, by execute breakpoints on one
+//!   instruction of the class armed together with one on the entry for a
+//!   window ([`sequence_window`]). Within a window every execution traps
+//!   (about 17 µs), so a window is bounded by hits, not by time.
+//!
+//! A window starts and ends mid-invocation, and counting hits between its
+//! ends would add a part of an invocation at each (off by up to one
+//! invocation's executions per window). So every breakpoint writes a record
+//! per hit into one ring, in the order they ran, and only the hits between
+//! the window's first and last entry count: whole invocations
+//! ([`whole_invocations`]). Σ hits / Σ invocations over windows is the
+//! class's executions per entry, exact for a procedure that does the same
+//! each call; its interval comes from the spread between windows
+//! ([`ClassCount::per_entry`]). Executions = that x the entries counted.
+//! A procedure entered too rarely for a window to hold two entries keeps
+//! its estimates.
+
+use crate::{ElfAddr, RuntimeAddr};
+use loupe_perf::sys::{self, PerfEventAttr};
+use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Where the kernel says the uprobe PMU's type is.
+const UPROBE_TYPE: &str = "/sys/bus/event_source/devices/uprobe/type";
+
+/// A uprobe counting executions of one file offset of an ELF file, in
+/// every process on every CPU (opened before the program starts, so no
+/// entry is missed). Closing it (drop) removes the probe.
+pub struct EntryCounter {
+    fds: Vec<OwnedFd>,
+}
+
+impl EntryCounter {
+    /// Counts executions of `file_offset` in `path`: in process `pid` (not
+    /// yet exec'd: from its exec on, it and its descendants, threads
+    /// included), or with None in every process from now on.
+    pub fn open(path: &Path, file_offset: u64, pid: Option<i32>) -> io::Result<EntryCounter> {
+        let ty: u32 = std::fs::read_to_string(UPROBE_TYPE)
+            .map_err(|e| io::Error::new(e.kind(), format!("no uprobe PMU ({UPROBE_TYPE}: {e})")))?
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{UPROBE_TYPE} holds no number")))?;
+        let cpath = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path with a NUL byte"))?;
+        let per_task = sys::flag::DISABLED | sys::flag::ENABLE_ON_EXEC | sys::flag::INHERIT;
+        let attr = PerfEventAttr {
+            type_: ty,
+            size: sys::ATTR_SIZE,
+            flags: if pid.is_some() { per_task } else { 0 },
+            // config1 is the path's address: the kernel copies the string during the call.
+            config1: cpath.as_ptr() as u64,
+            config2: file_offset,
+            ..Default::default()
+        };
+        let fds = match pid {
+            Some(p) => vec![sys::perf_event_open(&attr, p, -1, -1)?],
+            None => online_cpus()?.into_iter().map(|cpu| sys::perf_event_open(&attr, -1, cpu, -1)).collect::<io::Result<Vec<_>>>()?,
+        };
+        Ok(EntryCounter { fds })
+    }
+
+    /// Executions counted so far, all CPUs.
+    pub fn read(&self) -> io::Result<u64> {
+        self.fds.iter().map(|f| read_u64(f.as_raw_fd())).sum()
+    }
+
+    /// Stops counting (the count read afterwards stays).
+    pub fn disable(&self) -> io::Result<()> {
+        self.fds.iter().try_for_each(|f| sys::ioctl(f.as_raw_fd(), sys::IOC_DISABLE, 0))
+    }
+}
+
+fn read_u64(fd: i32) -> io::Result<u64> {
+    let mut v = 0u64;
+    // SAFETY: the kernel writes at most 8 bytes into the u64.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    if n != 8 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+/// The online CPUs, from /sys/devices/system/cpu/online ("0-3,5").
+fn online_cpus() -> io::Result<Vec<i32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    Ok(parse_cpu_list(&text))
+}
+
+/// "0-3,5" -> [0, 1, 2, 3, 5].
+pub fn parse_cpu_list(text: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(a), Ok(b)) = (a.trim().parse::<i32>(), b.trim().parse::<i32>()) {
+            out.extend(a..=b);
+        }
+    }
+    out
+}
+
+/// The file offset of ELF address `va` in a file with loadable `segments` (`(vaddr, offset, filesz)`).
+pub fn file_offset(segments: &[(u64, u64, u64)], va: ElfAddr) -> Option<u64> {
+    let &(vaddr, offset, _) = segments.iter().find(|&&(v, _, size)| va.0 >= v && va.0 < v + size)?;
+    Some(va.0 - vaddr + offset)
+}
+
+/// How much counting may cost.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// A window stops once one of its breakpoints has trapped this often.
+    pub max_hits: u64,
+    /// ... or after this long, whatever the hits.
+    pub max_window: Duration,
+    /// Pause between windows (the armed share of the run is about
+    /// window / (window + gap)).
+    pub gap: Duration,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        // 2,000 hits at ~17 µs: about 35 ms of traps per window, then as long again running freely.
+        Budget { max_hits: 2000, max_window: Duration::from_millis(50), gap: Duration::from_millis(50) }
+    }
+}
+
+/// Arms `addrs` on thread `tid` (the first is the procedure's entry), each
+/// breakpoint writing one record per execution into one ring, so the window
+/// returns the order they ran in (indices into `addrs`). Polls every
+/// millisecond and stops once `max_hits` have trapped or `max_window` has
+/// passed; returns the sequence and how long it was armed.
+pub fn sequence_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget) -> io::Result<(Vec<u8>, Duration)> {
+    let mut fds: Vec<OwnedFd> = Vec::with_capacity(addrs.len());
+    for (i, &a) in addrs.iter().enumerate() {
+        let leader = fds.first().map_or(-1, |f| f.as_raw_fd());
+        fds.push(sys::perf_event_open(&sequence_attr(a, i == 0), tid as i32, -1, leader)?);
+    }
+    // Room for every hit of the window plus a few milliseconds past the bound (16 bytes a record).
+    let pages = ((budget.max_hits as usize + 1000) * 16).div_ceil(loupe_perf::ring::page_size()).next_power_of_two();
+    let mut ring = loupe_perf::ring::Ring::map(fds[0].as_raw_fd(), pages)?;
+    for f in &fds[1..] {
+        sys::ioctl(f.as_raw_fd(), sys::IOC_SET_OUTPUT, fds[0].as_raw_fd() as libc::c_ulong)?;
+    }
+    let layout = loupe_perf::Layout::new(loupe_perf::Format::of(&sequence_attr(addrs[0], true)));
+    let (mut seq, t0) = (Vec::new(), Instant::now());
+    let mut drain = |seq: &mut Vec<u8>| {
+        ring.read(|rec| {
+            let ip = loupe_perf::parse_sample(&layout, rec).ok().and_then(|s| s.ip);
+            seq.extend(ip.and_then(|ip| addrs.iter().position(|a| a.0 == ip)).map(|k| k as u8));
+        })
+    };
+    sys::ioctl(fds[0].as_raw_fd(), sys::IOC_ENABLE, IOC_FLAG_GROUP)?;
+    loop {
+        std::thread::sleep(Duration::from_millis(1));
+        drain(&mut seq);
+        if t0.elapsed() >= budget.max_window || seq.len() as u64 >= budget.max_hits {
+            break;
+        }
+    }
+    sys::ioctl(fds[0].as_raw_fd(), sys::IOC_DISABLE, IOC_FLAG_GROUP)?;
+    let armed = t0.elapsed();
+    drain(&mut seq);
+    Ok((seq, armed))
+}
+
+/// PERF_IOC_FLAG_GROUP: enable or disable the leader's whole group at once.
+const IOC_FLAG_GROUP: libc::c_ulong = 1;
+
+/// An execute breakpoint that records its instruction pointer at every execution.
+fn sequence_attr(addr: RuntimeAddr, leader: bool) -> PerfEventAttr {
+    const PERF_TYPE_BREAKPOINT: u32 = 5;
+    const HW_BREAKPOINT_X: u32 = 4;
+    PerfEventAttr {
+        type_: PERF_TYPE_BREAKPOINT,
+        size: sys::ATTR_SIZE,
+        sample_period_or_freq: 1,
+        sample_type: sys::SAMPLE_IP,
+        flags: sys::flag::EXCLUDE_KERNEL | sys::flag::EXCLUDE_HV | if leader { sys::flag::DISABLED } else { 0 },
+        // Polled, never woken.
+        wakeup_events_or_watermark: 1 << 30,
+        bp_type: HW_BREAKPOINT_X,
+        config1: addr.0,
+        config2: std::mem::size_of::<libc::c_long>() as u64,
+        ..Default::default()
+    }
+}
+
+/// Per slot after the entry (slot 0), its executions within the complete
+/// invocations of a window's sequence (from the first entry to the last),
+/// and how many invocations that is. A window with fewer than two entries
+/// holds no complete invocation: None.
+pub fn whole_invocations(seq: &[u8], slots: usize) -> Option<(Vec<u64>, u64)> {
+    let first = seq.iter().position(|&k| k == 0)?;
+    let last = seq.iter().rposition(|&k| k == 0)?;
+    if last == first {
+        return None;
+    }
+    let inside = &seq[first..last];
+    let calls = inside.iter().filter(|&&k| k == 0).count() as u64;
+    let hits = (1..slots).map(|j| inside.iter().filter(|&&k| k as usize == j).count() as u64).collect();
+    Some((hits, calls))
+}
+
+/// One class's counts: its instruction's executions and the entry's, window by window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassCount {
+    /// The instruction counted (any one of the class: all run equally often).
+    pub addr: ElfAddr,
+    /// (executions of `addr`, entries) per window.
+    pub windows: Vec<(u64, u64)>,
+}
+
+impl ClassCount {
+    /// Executions per entry and its 95% half-width, from the ratio of the
+    /// sums and the spread of the windows around it (the ratio estimator's
+    /// standard error); None before any window has counted an entry.
+    pub fn per_entry(&self) -> Option<(f64, f64)> {
+        let n = self.windows.len() as f64;
+        let (y, x) = self.windows.iter().fold((0.0, 0.0), |(a, b), &(h, e)| (a + h as f64, b + e as f64));
+        if x <= 0.0 {
+            return None;
+        }
+        let r = y / x;
+        if n < 2.0 {
+            return Some((r, r));
+        }
+        let ss: f64 = self.windows.iter().map(|&(h, e)| (h as f64 - r * e as f64).powi(2)).sum();
+        let se = (ss / (n * (n - 1.0))).sqrt() / (x / n);
+        Some((r, 1.96 * se))
+    }
+}
+
+/// What a counting run measured, kept beside the database for `loupe calc`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counts {
+    /// The procedure and the image it is in.
+    pub procedure: String,
+    pub image: String,
+    /// Its first instruction.
+    pub entry: ElfAddr,
+    /// Entries over the whole run (the uprobe), when it counted the whole run.
+    pub entries: Option<u64>,
+    pub classes: Vec<ClassCount>,
+    /// Windows armed, their total length, the traps they took, and the run's wall time.
+    pub armed_secs: f64,
+    pub traps: u64,
+    pub wall_secs: f64,
+}
+
+impl Counts {
+    /// The counted executions of the class at `addr` and their 95% half-width.
+    pub fn executions(&self, addr: ElfAddr) -> Option<(f64, f64)> {
+        let entries = self.entries? as f64;
+        if addr == self.entry {
+            return Some((entries, 0.0));
+        }
+        let (r, h) = self.classes.iter().find(|c| c.addr == addr)?.per_entry()?;
+        Some((r * entries, h * entries))
+    }
+
+    /// Writes the counts (private, written whole then renamed).
+    pub fn save(&self, path: &Path) -> io::Result<()> {
+        if let Some(d) = path.parent() {
+            loupe_files::create_dir_all(d)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        loupe_files::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// The counts at `path`; None where there are none.
+    pub fn load(path: &Path) -> io::Result<Option<Counts>> {
+        match std::fs::read(path) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The procedure to count: its image, entry and one instruction per class.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub image: std::path::PathBuf,
+    pub entry: ElfAddr,
+    pub classes: Vec<ElfAddr>,
+}
+
+/// What the windows counted: per class, and their cost.
+#[derive(Clone, Debug, Default)]
+pub struct Windows {
+    pub classes: Vec<ClassCount>,
+    pub armed_secs: f64,
+    pub traps: u64,
+    pub windows: u64,
+}
+
+/// Arms the target's groups in turn on the threads of `root` and its
+/// descendants that map the image, a window at a time with `budget.gap`
+/// (or the window's length, if longer) between, until `done()` says the
+/// run is over. A group whose window held no whole call gets twice the
+/// budget next time, up to [`MAX_SCALE`] times; one that holds none even
+/// then is not armed again (its classes keep their estimates), nor is one
+/// whose classes are settled ([`SETTLED_CALLS`]); when no group is left the
+/// windows end. A thread that ends
+/// mid-window takes its breakpoints with it (they are its own events); the
+/// window is dropped.
+///
+/// `quiet` are sampling events to disable while a window is armed: its
+/// traps would otherwise draw samples (trap time) to the armed instructions.
+pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], done: &dyn Fn() -> bool) -> io::Result<Windows> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = std::fs::metadata(&t.image)?.ino();
+    let segs = crate::segments(&t.image)?;
+    let groups = groups(t.entry, &t.classes);
+    let mut out = Windows { classes: t.classes.iter().map(|&addr| ClassCount { addr, windows: vec![] }).collect(), ..Default::default() };
+    // Per group, how many times the budget its windows get: doubled after a window without a whole call.
+    let mut scale = vec![1u32; groups.len()];
+    let mut turn = 0usize;
+    while !done() {
+        let threads = threads_of(root, inode, &segs, t.entry);
+        let mut pause = budget.gap;
+        if scale.iter().all(|&s| s == 0) {
+            break;
+        }
+        if let (Some(&(tid, bias)), false) = (threads.get(turn % threads.len().max(1)), groups.is_empty()) {
+            // The next group still armed.
+            let k = (0..groups.len()).map(|j| (turn + j) % groups.len()).find(|&j| scale[j] > 0).unwrap_or(0);
+            turn = k;
+            let g = &groups[k];
+            let rt: Vec<RuntimeAddr> = g.iter().map(|&a| crate::runtime(a, bias)).collect();
+            let b = Budget { max_hits: budget.max_hits * scale[k] as u64, max_window: budget.max_window * scale[k], ..*budget };
+            let toggle = |req| quiet.iter().for_each(|f| drop(sys::ioctl(f.as_raw_fd(), req, 0)));
+            toggle(sys::IOC_DISABLE);
+            let counted = sequence_window(tid, &rt, &b);
+            toggle(sys::IOC_ENABLE);
+            if let Ok((seq, armed)) = counted {
+                out.armed_secs += armed.as_secs_f64();
+                out.traps += seq.len() as u64;
+                out.windows += 1;
+                // As long a pause as the window: the program runs at least half the time at full speed.
+                pause = pause.max(armed);
+                let whole = whole_invocations(&seq, g.len());
+                match (&whole, scale[k]) {
+                    // Calls too long to count whole at any budget: this group is not armed again.
+                    (None, MAX_SCALE) => scale[k] = 0,
+                    (None, _) => scale[k] *= 2,
+                    _ => {}
+                }
+                if let Some((hits, calls)) = whole {
+                    for (&addr, &h) in g[1..].iter().zip(&hits) {
+                        if let Some(c) = out.classes.iter_mut().find(|c| c.addr == addr) {
+                            c.windows.push((h, calls));
+                        }
+                    }
+                    // Settled: enough whole calls in enough windows; the rest of the run goes uncounted, at full speed.
+                    let settled = |a: &ElfAddr| {
+                        out.classes.iter().find(|c| c.addr == *a).is_some_and(|c| {
+                            c.windows.len() >= SETTLED_WINDOWS && c.windows.iter().map(|w| w.1).sum::<u64>() >= SETTLED_CALLS
+                        })
+                    };
+                    if g[1..].iter().all(settled) {
+                        scale[k] = 0;
+                    }
+                }
+            }
+        }
+        turn += 1;
+        std::thread::sleep(pause);
+    }
+    Ok(out)
+}
+
+/// A group stops once each of its classes has been counted over this many
+/// whole calls in at least [`SETTLED_WINDOWS`] windows: a call that does the
+/// same each time is exact after one, and the windows' spread (the interval)
+/// needs a few.
+pub const SETTLED_CALLS: u64 = 50;
+pub const SETTLED_WINDOWS: usize = 5;
+
+/// A group's windows grow to at most this many times the budget (32 x 2,000
+/// hits: about a second of traps) while they catch no whole call.
+pub const MAX_SCALE: u32 = 32;
+
+/// Threads (with their process's load bias) of `root` and its descendants
+/// that map the file with `inode`.
+fn threads_of(root: u32, inode: u64, segs: &[(u64, u64, u64)], probe: ElfAddr) -> Vec<(u32, i64)> {
+    let ids = |dir: &str| -> Vec<u32> {
+        std::fs::read_dir(dir).map_or(vec![], |d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
+    };
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let under_root = |mut pid: u32| {
+        for _ in 0..64 {
+            if pid == root {
+                return true;
+            }
+            match parent(pid) {
+                Some(p) if p > 1 => pid = p,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut out = Vec::new();
+    for pid in ids("/proc").into_iter().filter(|&p| under_root(p)) {
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+        let Some(bias) = crate::load_bias(&loupe_model::maps::parse_maps(&maps), inode, segs, probe) else { continue };
+        out.extend(ids(&format!("/proc/{pid}/task")).into_iter().map(|tid| (tid, bias)));
+    }
+    out.sort();
+    out
+}
+
+/// The groups to arm: the entry and three classes at a time.
+pub fn groups(entry: ElfAddr, classes: &[ElfAddr]) -> Vec<Vec<ElfAddr>> {
+    let others: Vec<ElfAddr> = classes.iter().copied().filter(|&c| c != entry).collect();
+    others.chunks(crate::SLOTS - 1).map(|ch| std::iter::once(entry).chain(ch.iter().copied()).collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_expand() {
+        // Checks the kernel's CPU list format: ranges and singles.
+        assert_eq!(parse_cpu_list("0-3,5\n"), vec![0, 1, 2, 3, 5]);
+        assert_eq!(parse_cpu_list("0\n"), vec![0]);
+    }
+
+    #[test]
+    fn ratio_of_sums_with_an_interval_from_the_windows() {
+        // Checks per_entry on windows cut mid-invocation of a loop of 100 per entry: (250, 2), (150, 2), (200, 2)
+        // sum to 600 / 6 = 100 per entry; residuals 50, -50, 0 give se = sqrt(5000 / 6) / 2, half-width 1.96 se.
+        let c = ClassCount { addr: ElfAddr(1), windows: vec![(250, 2), (150, 2), (200, 2)] };
+        let (r, h) = c.per_entry().unwrap();
+        assert!((r - 100.0).abs() < 1e-9);
+        assert!((h - 1.96 * (5000.0f64 / 6.0).sqrt() / 2.0).abs() < 1e-9, "{h}");
+        assert_eq!(ClassCount { addr: ElfAddr(1), windows: vec![(5, 0)] }.per_entry(), None);
+    }
+
+    #[test]
+    fn only_hits_between_the_first_and_last_entry_count() {
+        // Checks whole_invocations on a sequence cut mid-call at both ends: 1 1 | 0 1 1 2 | 0 1 1 | 0 1 — two whole
+        // calls hold 4 hits of slot 1 and 1 of slot 2; with one entry there is no whole call.
+        let seq = [1, 1, 0, 1, 1, 2, 0, 1, 1, 0, 1];
+        assert_eq!(whole_invocations(&seq, 3), Some((vec![4, 1], 2)));
+        assert_eq!(whole_invocations(&[1, 0, 1, 1], 2), None);
+    }
+
+    #[test]
+    fn every_group_holds_the_entry() {
+        // Checks grouping: the entry leads each group of up to four; a class equal to the entry is not repeated.
+        let e = ElfAddr(0);
+        let cs: Vec<ElfAddr> = (0..5).map(ElfAddr).collect();
+        let g = groups(e, &cs);
+        assert_eq!(g, vec![vec![e, ElfAddr(1), ElfAddr(2), ElfAddr(3)], vec![e, ElfAddr(4)]]);
+    }
+
+    #[inline(never)]
+    fn counted_call(n: u64) -> u64 {
+        (0..n).fold(1u64, |a, i| std::hint::black_box(a.wrapping_mul(31) ^ i))
+    }
+
+    #[inline(never)]
+    fn inner(i: u64) -> u64 {
+        std::hint::black_box(i ^ 0x55)
+    }
+
+    #[inline(never)]
+    fn outer(n: u64) -> u64 {
+        (0..n).fold(0, |a, i| a ^ inner(i))
+    }
+
+    #[test]
+    fn a_window_counts_whole_calls_exactly() {
+        // Checks sequence_window end to end: a thread calling outer(7) (7 calls of inner each) without pause, cut
+        // at arbitrary times, gives exactly 7 inner executions per whole call of outer, in a window bounded by hits.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+            return;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s2 = stop.clone();
+        let worker = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let mut x = 0;
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                x ^= outer(7);
+            }
+            x
+        });
+        let tid = rx.recv().unwrap();
+        let addrs = [RuntimeAddr(outer as fn(u64) -> u64 as usize as u64), RuntimeAddr(inner as fn(u64) -> u64 as usize as u64)];
+        let budget = Budget { max_hits: 400, max_window: Duration::from_secs(20), gap: Duration::ZERO };
+        let (seq, _) = sequence_window(tid, &addrs, &budget).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        worker.join().unwrap();
+        assert!(seq.len() >= 400 && seq.len() < 4000, "{} hits", seq.len());
+        let (hits, calls) = whole_invocations(&seq, 2).unwrap();
+        assert!(calls >= 40, "{calls} whole calls");
+        assert_eq!(hits[0], 7 * calls);
+    }
+
+    #[test]
+    fn uprobe_counts_every_entry_of_a_function_in_this_test_binary() {
+        // Checks EntryCounter end to end: counted_call entered exactly 5,000 times by this thread counts 5,000.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+            return;
+        }
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let maps = loupe_model::maps::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let segs = crate::segments(&exe).unwrap();
+        let rt = counted_call as fn(u64) -> u64 as usize as u64;
+        // The ELF address: the runtime address less the bias of the mapping that holds it.
+        let m = maps.iter().find(|m| rt >= m.start && rt < m.end).unwrap();
+        let off = rt - m.start + m.pgoff;
+        let &(vaddr, seg_off, _) = segs.iter().find(|&&(_, o, s)| off >= o && off < o + s).unwrap();
+        assert_eq!(file_offset(&segs, ElfAddr(off - seg_off + vaddr)), Some(off));
+        let c = EntryCounter::open(&exe, off, None).unwrap();
+        let x: u64 = (0..5000).map(|i| counted_call(i % 7)).sum();
+        std::hint::black_box(x);
+        c.disable().unwrap();
+        assert_eq!(c.read().unwrap(), 5000);
+    }
+}
