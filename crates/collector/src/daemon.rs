@@ -271,7 +271,7 @@ impl Engine {
             _ if inherits(cfg) && cfg.events.len() > 1 => {
                 (None, "stream (several events of a process tree: the BPF program cannot tell inherited events apart)".to_string())
             }
-            _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg))?,
+            _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg), Some(db.root().join(UNWIND_DIR)))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
         collector.keep_jit_files_in(loupe_store::layout::jit_dir(db.root()));
@@ -750,17 +750,23 @@ fn inherits(cfg: &SamplerConfig) -> bool {
 
 /// Loads and attaches the in-kernel program when chosen and possible: the
 /// stack walker when call stacks are on, the flat aggregator otherwise.
-fn open_backend(sampler: &Sampler, choice: BackendChoice, cfg: &SamplerConfig, entries: u32) -> Result<(Option<KernelAggregator>, String)> {
+fn open_backend(
+    sampler: &Sampler,
+    choice: BackendChoice,
+    cfg: &SamplerConfig,
+    entries: u32,
+    table_dir: Option<std::path::PathBuf>,
+) -> Result<(Option<KernelAggregator>, String)> {
     if choice == BackendChoice::Stream {
         return Ok((None, "stream (chosen with --backend stream)".into()));
     }
     let fds: Vec<(usize, i32)> = sampler.event_fds().collect();
     let attached = if cfg.callchain {
         let fp_only = cfg.user_stack_bytes == 0;
-        StackAggregator::load(entries, STACK_MAP_ENTRIES, fp_only).and_then(|mut b| {
+        StackAggregator::load(entries, STACK_MAP_ENTRIES, fp_only, UNWIND_ROWS).and_then(|mut b| {
             enable_run_stats(b.enable_run_stats());
             b.attach(&fds)?;
-            Ok(KernelAggregator::Stacks(Box::new(KernelStacks::new(b, fp_only))))
+            Ok(KernelAggregator::Stacks(Box::new(KernelStacks::new(b, fp_only, table_dir.clone()))))
         })
     } else {
         BpfAggregator::load(entries).and_then(|mut b| {
@@ -777,7 +783,7 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, cfg: &SamplerConfig, e
     } else if cfg.user_stack_bytes == 0 {
         format!("bpf (call stacks walked by frame pointers and counted in the kernel, {entries} keys per table)")
     } else {
-        format!("bpf (call stacks walked by frame pointers and counted in the kernel, {entries} keys per table; code without frame pointers unwound in the daemon from stack copies)")
+        format!("bpf (call stacks walked by frame pointers and counted in the kernel, {entries} keys per table; code without frame pointers walked there by unwind tables from .eh_frame, stack copies where they stop)")
     };
     match (attached, choice) {
         (Ok(b), _) => Ok((Some(b), what)),
@@ -788,6 +794,11 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, cfg: &SamplerConfig, e
 
 /// Stacks each generation of the kernel's stack map holds (1 KiB each).
 const STACK_MAP_ENTRIES: u32 = 8192;
+/// Unwind-table rows the kernel holds for every image together (16 bytes
+/// each: 8 MiB; libc needs ~12,000, CPython ~40,000).
+const UNWIND_ROWS: u32 = 1 << 19;
+/// Compiled unwind tables, by build-id, in the database directory.
+const UNWIND_DIR: &str = "unwind";
 
 /// Run-time statistics are asked for before attaching, so the kernel's run
 /// count covers every run; without them only the handler cost is missing.

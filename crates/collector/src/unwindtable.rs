@@ -320,7 +320,9 @@ impl TableCache {
 
     /// The table of the image `elf` identified by `build_id` (images
     /// without one are compiled and kept in memory by the caller's key).
-    pub fn get(&mut self, key: &[u8], build_id: Option<&BuildId>, elf: &dyn Fn() -> Option<Vec<u8>>) -> Option<Arc<UnwindTable>> {
+    /// Only the pages of `elf` that compiling reads are touched, and none
+    /// when the table is cached.
+    pub fn get(&mut self, key: &[u8], build_id: Option<&BuildId>, elf: &[u8]) -> Option<Arc<UnwindTable>> {
         if let Some(t) = self.mem.get(key) {
             return Some(t.clone());
         }
@@ -330,7 +332,7 @@ impl TableCache {
         let table = match cached {
             Some(t) => t,
             None => {
-                let t = UnwindTable::build(&elf()?).ok()?;
+                let t = UnwindTable::build(elf).ok()?;
                 self.built += 1;
                 if let Some(f) = &file {
                     // A cache that cannot be written only costs the next start its compile.
@@ -365,10 +367,14 @@ fn write_cached(path: &Path, t: &UnwindTable) -> std::io::Result<()> {
 /// Runtime address of ELF virtual address 0 for a mapping of `elf` at
 /// `start` from file offset `pgoff`: table pcs plus it are runtime pcs.
 pub fn load_bias(elf: &[u8], start: u64, pgoff: u64) -> Option<u64> {
+    segment_bias(&segments(elf), start, pgoff)
+}
+
+/// (file offset, file size, virtual address) of each loadable segment.
+pub fn segments(elf: &[u8]) -> Vec<(u64, u64, u64)> {
     use object::ObjectSegment;
-    let file = object::File::parse(elf).ok()?;
-    let segments: Vec<(u64, u64, u64)> = file.segments().map(|s| (s.file_range().0, s.file_range().1, s.address())).collect();
-    segment_bias(&segments, start, pgoff)
+    let Ok(file) = object::File::parse(elf) else { return Vec::new() };
+    file.segments().map(|s| (s.file_range().0, s.file_range().1, s.address())).collect()
 }
 
 /// [`load_bias`] from the loadable segments' (file offset, file size,
@@ -588,7 +594,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let cache_dir = dir.path().join("unwind");
-        let libc = || std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").ok();
+        let libc = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
         let bid = BuildId(vec![0xab, 0xcd]);
         let mut a = TableCache::new(Some(cache_dir.clone()));
         let t1 = a.get(b"libc", Some(&bid), &libc).unwrap();
@@ -597,7 +603,8 @@ mod tests {
         assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::metadata(&cache_dir).unwrap().permissions().mode() & 0o777, 0o700);
         let mut b = TableCache::new(Some(cache_dir));
-        let t2 = b.get(b"libc", Some(&bid), &|| None).unwrap();
+        // No image bytes: only the cached file can answer.
+        let t2 = b.get(b"libc", Some(&bid), &[]).unwrap();
         assert_eq!((b.built, b.loaded, t1), (0, 1, t2));
     }
 
@@ -683,7 +690,7 @@ mod tests {
         let mut images: HashMap<String, (Arc<UnwindTable>, Vec<u8>)> = HashMap::new();
         for (_, _, _, path) in &maps {
             let bytes = std::fs::read(path).unwrap();
-            let t = cache.get(path.as_bytes(), None, &|| Some(bytes.clone())).unwrap();
+            let t = cache.get(path.as_bytes(), None, &bytes).unwrap();
             images.insert(path.clone(), (t, bytes));
         }
         let sp0 = cap.regs.sp;

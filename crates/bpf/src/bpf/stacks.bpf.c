@@ -27,7 +27,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "codes.h"
+#include <bpf/bpf_core_read.h>
 #include "stackwalk.h"
+#include "dwarfwalk.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -38,6 +40,7 @@ struct stack_key {
 	__u32 tgid;
 	__u16 event;
 	__u8 kernel;
+	/* UNWIND_KEY_* flags: how the user stack was walked. */
 	__u8 pad;
 	__u64 ip;
 	__u64 user_stack;
@@ -246,8 +249,13 @@ int on_sample(struct bpf_perf_event_data *ctx)
 		return stream(LOUPE_STAT_STREAM_STACKID);
 	if (!fp_only && k.tgid != 0) {
 		why = needs_copy(k.tgid, user);
+		/* Code without frame pointers: walk it by the unwind tables. */
+		if (why == LOUPE_STAT_STREAM_LEAF || why == LOUPE_STAT_STREAM_CHAIN)
+			why = unwind_user(ctx, k.tgid, k.kernel, user, &k.pad, why);
 		if (why)
 			return stream(why);
+		if (k.pad)
+			bump(k.pad & UNWIND_KEY_DEPTH ? LOUPE_STAT_UNWIND_DEPTH : LOUPE_STAT_UNWIND_WALKED);
 	}
 	if (generation & 1)
 		return walk(ctx, &k, user, &stacks1, &counts1);
