@@ -206,7 +206,8 @@ impl KernelStacks {
         }
         let n = entries.len() as u64;
         self.entries = entries;
-        for pid in self.bpf.take_unwind_wanted() {
+        // A process asked for again was asked for while it was being described.
+        for pid in self.bpf.take_unwind_wanted().into_iter().filter(|p| !self.unwound.contains(p)) {
             self.describe_for_tables(c, pid);
         }
         Ok(n)
