@@ -171,7 +171,12 @@ impl StackAggregator {
     /// process by frame pointers (no stack copies are wanted).
     /// `unwind_rows` sizes the array of unwind-table rows (16 bytes each)
     /// shared by every image.
-    pub fn load(max_entries_per_cpu: u32, stack_entries: u32, frame_pointers_only: bool, unwind_rows: u32) -> Result<StackAggregator, Error> {
+    pub fn load(
+        max_entries_per_cpu: u32,
+        stack_entries: u32,
+        frame_pointers_only: bool,
+        unwind_rows: u32,
+    ) -> Result<StackAggregator, Error> {
         if let Some(why) = crate::unavailable_reason() {
             return Err(Error::unsupported(why));
         }

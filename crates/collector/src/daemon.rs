@@ -144,6 +144,10 @@ pub struct Losses {
     /// Times the kernel throttled a sampling event (PERF_RECORD_THROTTLE):
     /// that CPU takes no samples until the next tick.
     pub throttled: u64,
+    /// Unwind-table walks in the kernel stopped early, by reason (no table,
+    /// expression, read fault, depth limit): not lost, those samples took
+    /// stack copies (or, at the depth limit, were kept cut short).
+    pub unwind_stopped: [u64; 4],
 }
 
 impl Losses {
@@ -156,6 +160,7 @@ impl Losses {
             ring_overrun: self.ring_overrun - earlier.ring_overrun,
             map_full: self.map_full - earlier.map_full,
             throttled: self.throttled - earlier.throttled,
+            unwind_stopped: std::array::from_fn(|i| self.unwind_stopped[i] - earlier.unwind_stopped[i]),
         }
     }
 
@@ -164,6 +169,7 @@ impl Losses {
             ring_overrun: self.ring_overrun + other.ring_overrun,
             map_full: self.map_full + other.map_full,
             throttled: self.throttled + other.throttled,
+            unwind_stopped: std::array::from_fn(|i| self.unwind_stopped[i] + other.unwind_stopped[i]),
         }
     }
 
@@ -182,6 +188,13 @@ impl Losses {
         }
         if self.throttled > 0 {
             text += &format!(", sampling throttled by the kernel {} times", thousands(self.throttled));
+        }
+        let stopped: u64 = self.unwind_stopped.iter().sum();
+        if stopped > 0 {
+            let words = ["no table", "expression", "read fault", "depth limit"];
+            let why: Vec<String> =
+                words.iter().zip(self.unwind_stopped).filter(|(_, n)| *n > 0).map(|(w, n)| format!("{} {w}", thousands(n))).collect();
+            text += &format!(", {} unwind-table walks stopped early ({})", thousands(stopped), why.join(", "));
         }
         text
     }
@@ -387,6 +400,11 @@ impl Engine {
             ring_overrun: self.sampler.lost_by_kernel().map_or(reported, |k| k.max(reported)),
             map_full: self.bpf.as_ref().map_or(0, |b| b.counters().dropped),
             throttled: self.throttles,
+            unwind_stopped: self
+                .bpf
+                .as_ref()
+                .and_then(|b| b.stack_counters())
+                .map_or([0; 4], |c| [c.streamed_no_table, c.streamed_expression, c.streamed_read_fault, c.unwind_depth]),
         }
     }
 
@@ -396,7 +414,7 @@ impl Engine {
         let info = self.db.epochs()?.into_iter().find(|e| e.id == epoch);
         Ok(info.map_or_else(Losses::default, |e| {
             let l = e.meta.losses;
-            Losses { ring_overrun: l.ring_overrun, map_full: l.map_full, throttled: l.throttled }
+            Losses { ring_overrun: l.ring_overrun, map_full: l.map_full, throttled: l.throttled, unwind_stopped: l.unwind_stopped }
         }))
     }
 
@@ -431,7 +449,12 @@ impl Engine {
         }
         let epoch = self.db.current_epoch()?;
         self.db.update_epoch_meta(epoch, |m| {
-            m.losses = loupe_store::meta::EpochLosses { ring_overrun: now.ring_overrun, map_full: now.map_full, throttled: now.throttled }
+            m.losses = loupe_store::meta::EpochLosses {
+                ring_overrun: now.ring_overrun,
+                map_full: now.map_full,
+                throttled: now.throttled,
+                unwind_stopped: now.unwind_stopped,
+            }
         })?;
         Ok(())
     }
@@ -1084,8 +1107,11 @@ mod tests {
     fn losses_describe_every_cause() {
         // Checks the closing line's loss words: "0 lost" alone when nothing was lost, each cause named otherwise.
         assert_eq!(Losses::default().describe(), "0 lost");
-        let l = Losses { ring_overrun: 1200, map_full: 3, throttled: 2 };
+        let l = Losses { ring_overrun: 1200, map_full: 3, throttled: 2, unwind_stopped: [0; 4] };
         assert_eq!(l.describe(), "1,203 lost (1,200 in full perf rings, 3 in full BPF tables), sampling throttled by the kernel 2 times");
+        let l = Losses { unwind_stopped: [1500, 0, 2, 1], ..Losses::default() };
+        assert_eq!(l.describe(), "0 lost, 1,503 unwind-table walks stopped early (1,500 no table, 2 read fault, 1 depth limit)");
+        assert_eq!(l.records(), 0, "a stopped walk falls back to a stack copy: nothing is lost");
     }
 
     #[test]

@@ -17,9 +17,11 @@
 //! Each (process, user stack, kernel stack) is turned into (image, offset)
 //! frames once and remembered until the process's mappings change.
 
-use crate::{images, Collector};
 use crate::unwindtable::{segment_bias, TableCache};
-use loupe_bpf::stacks::{MappingCode, ProcessUnwind, StackAggregator, StackCounters, StackEntry, UnwindMapping, UnwindReason, UNWIND_ROW_BYTES};
+use crate::{images, Collector};
+use loupe_bpf::stacks::{
+    MappingCode, ProcessUnwind, StackAggregator, StackCounters, StackEntry, UnwindMapping, UnwindReason, UNWIND_ROW_BYTES,
+};
 use loupe_bpf::{AggEntry, BpfAggregator, Counters, RunStats};
 use loupe_model::ImageKind;
 use std::collections::{HashMap, HashSet};
@@ -207,7 +209,8 @@ impl KernelStacks {
         let n = entries.len() as u64;
         self.entries = entries;
         // A process asked for again was asked for while it was being described.
-        for pid in self.bpf.take_unwind_wanted().into_iter().filter(|p| !self.unwound.contains(p)) {
+        let wanted: Vec<u32> = self.bpf.take_unwind_wanted().into_iter().filter(|p| !self.unwound.contains(p)).collect();
+        for pid in wanted {
             self.describe_for_tables(c, pid);
         }
         Ok(n)
@@ -266,8 +269,12 @@ impl KernelStacks {
 
     /// Per image: fallbacks, and table walks stopped in it by reason.
     fn fallbacks_by_image(&self) -> std::collections::BTreeMap<String, ImageFallbacks> {
-        let mut out: std::collections::BTreeMap<String, ImageFallbacks> =
-            self.fallbacks.iter().filter(|(_, f)| f.cut + f.mappings_left_out > 0 || f.table_rows > 0).map(|(p, f)| (p.clone(), f.clone())).collect();
+        let mut out: std::collections::BTreeMap<String, ImageFallbacks> = self
+            .fallbacks
+            .iter()
+            .filter(|(_, f)| f.cut + f.mappings_left_out > 0 || f.table_rows > 0)
+            .map(|(p, f)| (p.clone(), f.clone()))
+            .collect();
         for (image, reason, n) in self.bpf.unwind_failures() {
             let path = if image == u32::MAX { loupe_model::UNKNOWN_IMAGE.to_string() } else { self.image_path(image) };
             *out.entry(path).or_default().unwind_stopped.entry(reason).or_default() += n;
@@ -313,7 +320,8 @@ impl KernelStacks {
             self.fallbacks.entry(path).or_default().cut += 1;
         }
         frames.extend_from_slice(&user[..keep]);
-        let truncated = cut || bad_frame || e.lost_stack || e.depth_limit || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
+        let truncated =
+            cut || bad_frame || e.lost_stack || e.depth_limit || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
         let d = Arc::new(Derived { frames, truncated, cut });
         self.derived.entry(e.pid).or_default().insert(key, d.clone());
         d
