@@ -208,11 +208,6 @@ impl KernelStacks {
         }
         let n = entries.len() as u64;
         self.entries = entries;
-        // A process asked for again was asked for while it was being described.
-        let wanted: Vec<u32> = self.bpf.take_unwind_wanted().into_iter().filter(|p| !self.unwound.contains(p)).collect();
-        for pid in wanted {
-            self.describe_for_tables(c, pid);
-        }
         Ok(n)
     }
 
@@ -345,6 +340,13 @@ impl KernelStacks {
     }
 
     fn sync(&mut self, c: &mut Collector) {
+        // At every side-band drain, so a process's samples take stack copies
+        // for one poll interval at most. A process asked for again was asked
+        // for while it was being described.
+        let wanted: Vec<u32> = self.bpf.take_unwind_wanted().into_iter().filter(|p| !self.unwound.contains(p)).collect();
+        for pid in wanted {
+            self.describe_for_tables(c, pid);
+        }
         let changed: Vec<u32> = c.stacks.as_mut().map(|st| st.changed.drain().collect()).unwrap_or_default();
         for pid in changed {
             self.derived.remove(&pid);
