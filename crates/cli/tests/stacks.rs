@@ -296,7 +296,11 @@ fn unwind_tables_in_the_kernel_reach_the_root_through_libc_qsort() {
     eprintln!("qsortcb: {by_tables} walked by unwind tables\n{}\n{log}", report.join("\n"));
     assert!(ki[0] / kt >= 0.97, "stacks walked in the kernel reach main:\n{}", report.join("\n"));
     assert!(ki[0] / kt >= si[0] / st - 0.005, "the kernel's walk reaches main as often as DWARF stack copies:\n{}", report.join("\n"));
+    // By construction every compare frame sits under qsort_r, and mix under compare or sort_all.
+    assert!(ki[2] <= ki[1] && ki[1] <= ki[0], "a frame above compare was lost:\n{}", report.join("\n"));
+    // record samples the workload alone, at the rate its budget allows (~150/s on a loaded 2-CPU
+    // machine): 4 points is about 3 standard errors of a 90% share there.
     for (p, (k, s)) in procs.iter().zip(ki.iter().zip(&si)) {
-        assert!((100.0 * k / kt - 100.0 * s / st).abs() <= 2.0, "{p} inclusive differs by more than 2 points:\n{}", report.join("\n"));
+        assert!((100.0 * k / kt - 100.0 * s / st).abs() <= 4.0, "{p} inclusive differs by more than 4 points:\n{}", report.join("\n"));
     }
 }
