@@ -149,7 +149,7 @@ pub struct KernelStacks {
     entries: Vec<StackEntry>,
     /// Per process: frames derived from (user stack, kernel stack, walked
     /// by tables) keys.
-    derived: HashMap<u32, HashMap<(u64, u64, bool), Arc<Derived>>>,
+    derived: HashMap<u32, HashMap<DerivedKey, Arc<Derived>>>,
     /// Unwind tables by image identity (compiled once, cached on disk).
     tables: TableCache,
     /// Per image index: its table's place in the kernel.
@@ -165,6 +165,9 @@ pub struct KernelStacks {
     /// Fallbacks by image path.
     pub fallbacks: HashMap<String, ImageFallbacks>,
 }
+
+/// (user stack hash, kernel stack hash, user stack walked by tables).
+type DerivedKey = (u64, u64, bool);
 
 /// One stack in (image, offset) frames, ready to count.
 #[derive(Debug, PartialEq, Eq)]

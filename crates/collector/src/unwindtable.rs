@@ -514,6 +514,9 @@ mod tests {
         (cfa, rbp)
     }
 
+    /// (pc, rule, the line it came from).
+    type ReadelfRow = (u64, (Cfa, SavedRbp), String);
+
     /// Checks every LOC readelf prints for `.eh_frame` of `path` against the
     /// table's rule at that pc; returns the number of rows compared.
     fn compare_with_readelf(path: &Path) -> usize {
@@ -521,7 +524,7 @@ mod tests {
         let text = String::from_utf8_lossy(&out.stdout);
         let table = UnwindTable::build(&std::fs::read(path).unwrap()).unwrap();
         // Per FDE: its range and its rows as (pc, rule).
-        let mut fdes: Vec<((u64, u64), Vec<(u64, (Cfa, SavedRbp), String)>)> = Vec::new();
+        let mut fdes: Vec<((u64, u64), Vec<ReadelfRow>)> = Vec::new();
         let mut columns = Vec::<String>::new();
         for line in text.lines().skip_while(|l| !l.contains(".eh_frame section")).skip(1) {
             if line.starts_with("Contents of") {
