@@ -493,45 +493,43 @@ fn unwind_proc_bytes(mappings: &[UnwindMapping]) -> Vec<u8> {
     v
 }
 
-/// The unwind-table array mapped into the daemon (`BPF_F_MMAPABLE`), so
-/// an image's shard is written with one copy instead of a syscall per row.
+/// The unwind-table array (`BPF_F_MMAPABLE`): an image's shard is written
+/// through a mapping of just its pages, one copy instead of a syscall per
+/// row, and unmapped after, so the rows do not stay in the daemon's RSS.
 struct RowArray {
-    ptr: *mut u8,
+    fd: std::os::fd::RawFd,
     len: usize,
 }
-
-// SAFETY: the mapping is owned by this value and only written through `&mut self`.
-unsafe impl Send for RowArray {}
 
 impl RowArray {
     fn map(map: &libbpf_rs::Map) -> Result<RowArray, Error> {
         let len = map.max_entries() as usize * UNWIND_ROW_BYTES;
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map));
-        // SAFETY: maps `len` bytes of an mmapable BPF array (its whole
-        // value area); checked for failure below, unmapped in Drop.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
-        if ptr == libc::MAP_FAILED {
-            return Err(err(ErrorKind::Map, "mapping the unwind table array", std::io::Error::last_os_error()));
-        }
-        Ok(RowArray { ptr: ptr.cast(), len })
+        Ok(RowArray { fd: std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map)), len })
     }
 
     fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), Error> {
         if at.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
             return Err(err(ErrorKind::Map, "writing unwind rows", "past the end of the array"));
         }
-        // SAFETY: [at, at + len) lies inside the mapping (checked above).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(at), bytes.len()) };
+        let start = at & !(PAGE - 1);
+        let len = at + bytes.len() - start;
+        // SAFETY: maps pages [start, start + len) of an mmapable BPF array's
+        // value area (inside it: checked above; the kernel rounds the end
+        // up to a page, which the area is sized in); checked for failure.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd, start as libc::off_t) };
+        if ptr == libc::MAP_FAILED {
+            return Err(err(ErrorKind::Map, "mapping the unwind table array", std::io::Error::last_os_error()));
+        }
+        // SAFETY: [at - start, at - start + bytes.len()) lies inside the `len` bytes just mapped.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.cast::<u8>().add(at - start), bytes.len()) };
+        // SAFETY: unmaps exactly the mapping made above.
+        unsafe { libc::munmap(ptr, len) };
         Ok(())
     }
 }
 
-impl Drop for RowArray {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `map`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
+/// The page size BPF array mappings are made in (x86-64).
+const PAGE: usize = 4096;
 
 /// `struct proc_info` for `p`. Past the program's room the largest ranges
 /// are kept: samples in the others take the ring, which is safe.

@@ -818,8 +818,9 @@ fn open_backend(
 /// Stacks each generation of the kernel's stack map holds (1 KiB each).
 const STACK_MAP_ENTRIES: u32 = 8192;
 /// Unwind-table rows the kernel holds for every image together (16 bytes
-/// each: 8 MiB; Debian's libc needs ~28,000).
-const UNWIND_ROWS: u32 = 1 << 19;
+/// each: 16 MiB of kernel memory; Debian's libc needs ~28,000, libLLVM and
+/// ICU hundreds of thousands). Images past it get no table (counted).
+const UNWIND_ROWS: u32 = 1 << 20;
 /// Compiled unwind tables, by build-id, in the database directory.
 const UNWIND_DIR: &str = "unwind";
 
