@@ -516,7 +516,9 @@ impl RowArray {
         // SAFETY: maps pages [start, start + len) of an mmapable BPF array's
         // value area (inside it: checked above; the kernel rounds the end
         // up to a page, which the area is sized in); checked for failure.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd, start as libc::off_t) };
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd, start as libc::off_t)
+        };
         if ptr == libc::MAP_FAILED {
             return Err(err(ErrorKind::Map, "mapping the unwind table array", std::io::Error::last_os_error()));
         }

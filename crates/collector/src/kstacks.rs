@@ -250,7 +250,7 @@ impl KernelStacks {
             _ => mapped.as_deref(),
         };
         let segments = bytes.map(crate::unwindtable::segments).unwrap_or_default();
-        let table = bytes.and_then(|b| self.tables.get(id.file_key().as_bytes(), id.build_id.as_ref(), b));
+        let table = bytes.and_then(|b| self.tables.get(id.build_id.as_ref(), b));
         let mut shard = None;
         if let Some(t) = table.filter(|t| !t.rows().is_empty()) {
             let n = t.rows().len() as u32;

@@ -26,7 +26,6 @@
 use gimli::{BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, NativeEndian, Register, RegisterRule, UnwindContext, UnwindSection};
 use loupe_model::BuildId;
 use object::{Object, ObjectSection};
-use std::collections::HashMap;
 use std::fmt;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -299,14 +298,28 @@ fn push(rows: &mut Vec<Row>, r: Row) {
     rows.push(r);
 }
 
-/// Tables by build-id: in memory, and on disk under `dir` (0600 files in a
-/// 0700 directory) so the next daemon does not compile them again.
+/// Tables by build-id, on disk under `dir` (0600 files in a 0700
+/// directory) so the next daemon does not compile them again. Not kept in
+/// memory: once in the kernel a table is not read here again.
 pub struct TableCache {
     dir: Option<PathBuf>,
-    mem: HashMap<Vec<u8>, Arc<UnwindTable>>,
-    /// Tables compiled, and read back from disk, since start.
+    /// Tables compiled, read back from disk, and not compiled because the
+    /// image's CFI is past [`MAX_CFI_BYTES`], since start.
     pub built: u64,
     pub loaded: u64,
+    pub too_big: u64,
+}
+
+/// CFI (`.eh_frame` + `.debug_frame`) bytes past which an image gets no
+/// table: compiling libLLVM's took hundreds of MiB and seconds of the
+/// daemon's CPU, and its rows alone would fill the kernel's array. libc
+/// has ~250 KiB; samples in such images keep their stack copies.
+pub const MAX_CFI_BYTES: u64 = 4 << 20;
+
+/// Bytes of the image's CFI sections.
+pub fn cfi_bytes(elf: &[u8]) -> u64 {
+    let Ok(file) = object::File::parse(elf) else { return 0 };
+    [".eh_frame", ".debug_frame"].iter().filter_map(|n| file.section_by_name(n)).map(|s| s.size()).sum()
 }
 
 /// Marks a cached table file (and its layout version).
@@ -315,22 +328,23 @@ const MAGIC: &[u8; 8] = b"LUPUNW01";
 impl TableCache {
     /// A cache in memory only, or also under `dir` (created when missing).
     pub fn new(dir: Option<PathBuf>) -> TableCache {
-        TableCache { dir, mem: HashMap::new(), built: 0, loaded: 0 }
+        TableCache { dir, built: 0, loaded: 0, too_big: 0 }
     }
 
     /// The table of the image `elf` identified by `build_id` (images
     /// without one are compiled and kept in memory by the caller's key).
     /// Only the pages of `elf` that compiling reads are touched, and none
     /// when the table is cached.
-    pub fn get(&mut self, key: &[u8], build_id: Option<&BuildId>, elf: &[u8]) -> Option<Arc<UnwindTable>> {
-        if let Some(t) = self.mem.get(key) {
-            return Some(t.clone());
-        }
+    pub fn get(&mut self, build_id: Option<&BuildId>, elf: &[u8]) -> Option<Arc<UnwindTable>> {
         let file = build_id.and_then(|b| Some(self.dir.as_ref()?.join(format!("{}.unw", b.to_hex()))));
         let cached = file.as_deref().and_then(read_cached);
         self.loaded += cached.is_some() as u64;
         let table = match cached {
             Some(t) => t,
+            None if cfi_bytes(elf) > MAX_CFI_BYTES => {
+                self.too_big += 1;
+                return None;
+            }
             None => {
                 let t = UnwindTable::build(elf).ok()?;
                 self.built += 1;
@@ -341,9 +355,7 @@ impl TableCache {
                 t
             }
         };
-        let t = Arc::new(table);
-        self.mem.insert(key.to_vec(), t.clone());
-        Some(t)
+        Some(Arc::new(table))
     }
 }
 
@@ -495,6 +507,7 @@ pub fn walk<'t>(
 mod tests {
     use super::*;
     use crate::process::Mapping;
+    use std::collections::HashMap;
 
     /// The rule readelf states at one LOC of its `--debug-dump=frames-interp`.
     fn readelf_rule(cfa: &str, rbp: Option<&str>, ra: Option<&str>) -> (Cfa, SavedRbp) {
@@ -600,14 +613,14 @@ mod tests {
         let libc = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
         let bid = BuildId(vec![0xab, 0xcd]);
         let mut a = TableCache::new(Some(cache_dir.clone()));
-        let t1 = a.get(b"libc", Some(&bid), &libc).unwrap();
+        let t1 = a.get(Some(&bid), &libc).unwrap();
         assert_eq!((a.built, a.loaded), (1, 0));
         let file = cache_dir.join("abcd.unw");
         assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::metadata(&cache_dir).unwrap().permissions().mode() & 0o777, 0o700);
         let mut b = TableCache::new(Some(cache_dir));
         // No image bytes: only the cached file can answer.
-        let t2 = b.get(b"libc", Some(&bid), &[]).unwrap();
+        let t2 = b.get(Some(&bid), &[]).unwrap();
         assert_eq!((b.built, b.loaded, t1), (0, 1, t2));
     }
 
@@ -693,7 +706,7 @@ mod tests {
         let mut images: HashMap<String, (Arc<UnwindTable>, Vec<u8>)> = HashMap::new();
         for (_, _, _, path) in &maps {
             let bytes = std::fs::read(path).unwrap();
-            let t = cache.get(path.as_bytes(), None, &bytes).unwrap();
+            let t = cache.get(None, &bytes).unwrap();
             images.insert(path.clone(), (t, bytes));
         }
         let sp0 = cap.regs.sp;
