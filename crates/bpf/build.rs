@@ -47,6 +47,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=src/codes.in");
     println!("cargo:rerun-if-changed=src/bpf/stackwalk.h");
+    println!("cargo:rerun-if-changed=src/bpf/dwarfwalk.h");
     println!("cargo:rerun-if-changed=src/bpf/eventindex.h");
     println!("cargo:rerun-if-changed=src/bpf/pystack.h");
 }

@@ -82,6 +82,10 @@ pub struct StackEntry {
     pub python: Option<Stack>,
     /// The sample had a stack id that the map no longer held.
     pub lost_stack: bool,
+    /// The user stack was walked by unwind tables (not frame pointers).
+    pub by_tables: bool,
+    /// ... and the walk reached the depth limit before the root.
+    pub depth_limit: bool,
     pub count: u64,
     pub period: u64,
 }
@@ -103,6 +107,15 @@ pub struct StackCounters {
     pub streamed_chain: u64,
     pub streamed_stackid: u64,
     pub streamed_table_full: u64,
+    /// User stacks walked by unwind tables where frame pointers could not
+    /// be believed: to the root, or to the depth limit (both counted in
+    /// the kernel); and walks that stopped, sending their samples to the
+    /// ring, by reason (see [`UnwindReason`]).
+    pub unwind_walked: u64,
+    pub unwind_depth: u64,
+    pub streamed_no_table: u64,
+    pub streamed_expression: u64,
+    pub streamed_read_fault: u64,
 }
 
 impl StackCounters {
@@ -113,6 +126,9 @@ impl StackCounters {
             + self.streamed_chain
             + self.streamed_stackid
             + self.streamed_table_full
+            + self.streamed_no_table
+            + self.streamed_expression
+            + self.streamed_read_fault
     }
 }
 
@@ -149,13 +165,21 @@ pub struct StackAggregator {
     /// Stacks whose frames [`stack_hash`] names differently than the
     /// program did: the C and Rust hashes disagree (0 unless a bug).
     pub hash_mismatches: u64,
+    rows: RowArray,
 }
 
 impl StackAggregator {
     /// Loads the program with count tables of `max_entries_per_cpu` keys and
     /// stack maps of `stack_entries` stacks (1 KiB each); `frame_pointers_only` walks every
     /// process by frame pointers (no stack copies are wanted).
-    pub fn load(max_entries_per_cpu: u32, stack_entries: u32, frame_pointers_only: bool) -> Result<StackAggregator, Error> {
+    /// `unwind_rows` sizes the array of unwind-table rows (16 bytes each)
+    /// shared by every image.
+    pub fn load(
+        max_entries_per_cpu: u32,
+        stack_entries: u32,
+        frame_pointers_only: bool,
+        unwind_rows: u32,
+    ) -> Result<StackAggregator, Error> {
         if let Some(why) = crate::unavailable_reason() {
             return Err(Error::unsupported(why));
         }
@@ -172,7 +196,9 @@ impl StackAggregator {
         if let Some(bss) = open.maps.bss_data.as_deref_mut() {
             bss.fp_only = frame_pointers_only as u32;
         }
+        open.maps.unwind_rows.set_max_entries(unwind_rows.max(1)).map_err(|e| err(ErrorKind::Load, "sizing the unwind table array", e))?;
         let skel = open.load().map_err(|e| err(ErrorKind::Load, "loading the BPF stack program (verifier)", e))?;
+        let rows = RowArray::map(&skel.maps.unwind_rows)?;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| err(ErrorKind::Load, "counting CPUs", e))?;
         Ok(StackAggregator {
             skel,
@@ -186,6 +212,7 @@ impl StackAggregator {
             stacks_read: 0,
             clears: 0,
             hash_mismatches: 0,
+            rows,
         })
     }
 
@@ -208,7 +235,57 @@ impl StackAggregator {
     /// Forgets a process (it exited): its samples, if any, take the ring.
     pub fn forget_process(&self, pid: u32) {
         let _ = self.skel.maps.procs.delete(&pid.to_ne_bytes());
+        let _ = self.skel.maps.unwind_procs.delete(&pid.to_ne_bytes());
         let _ = self.skel.maps.py_procs.delete(&pid.to_ne_bytes());
+    }
+
+    /// Rows the unwind-table array holds.
+    pub fn unwind_row_capacity(&self) -> u32 {
+        (self.rows.len / UNWIND_ROW_BYTES) as u32
+    }
+
+    /// Writes encoded rows (`struct unwind_row`, 16 bytes each) at row
+    /// `first`. Rows no process's description points at yet are not read,
+    /// so a shard is written before the descriptions that use it.
+    pub fn write_unwind_rows(&mut self, first: u32, rows: &[u8]) -> Result<(), Error> {
+        self.rows.write(first as usize * UNWIND_ROW_BYTES, rows)
+    }
+
+    /// Describes a process's executable mappings to the table walker
+    /// (sorted by start; past [`UNWIND_MAX_MAPPINGS`] the rest are left out,
+    /// and samples in them stop with "no table").
+    pub fn set_unwind_process(&self, pid: u32, mappings: &[UnwindMapping]) -> Result<(), Error> {
+        self.skel
+            .maps
+            .unwind_procs
+            .update(&pid.to_ne_bytes(), &unwind_proc_bytes(mappings), MapFlags::ANY)
+            .map_err(|e| err(ErrorKind::Map, "describing a process to the unwinder", e))
+    }
+
+    /// Processes the walker met without a description since the last call.
+    pub fn take_unwind_wanted(&self) -> Vec<u32> {
+        let map = &self.skel.maps.unwind_wanted;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        keys.iter()
+            .filter_map(|k| {
+                let _ = map.delete(k);
+                Some(u32::from_ne_bytes(k.as_slice().try_into().ok()?))
+            })
+            .collect()
+    }
+
+    /// Walks stopped early since start, per (image index, reason); the
+    /// image is `u32::MAX` for a pc in no described mapping.
+    pub fn unwind_failures(&self) -> Vec<(u32, UnwindReason, u64)> {
+        let map = &self.skel.maps.unwind_failures;
+        map.keys()
+            .filter_map(|k| {
+                let v = map.lookup(&k, MapFlags::ANY).ok().flatten()?;
+                let image = u32::from_ne_bytes(k.get(0..4)?.try_into().ok()?);
+                let reason = UnwindReason::from_code(u32::from_ne_bytes(k.get(4..8)?.try_into().ok()?))?;
+                Some((image, reason, u64::from_ne_bytes(v.get(0..8)?.try_into().ok()?)))
+            })
+            .collect()
     }
 
     /// Has the program read the CPython frames of `pid`'s samples.
@@ -242,6 +319,7 @@ impl StackAggregator {
         out.reserve(raw.len());
         for (key, count, period) in raw {
             let (pid, event_index, kernel, ip, user, kstack, py) = parse_key(&key);
+            let flags = key[7];
             let mut lost_stack = false;
             let mut resolve = |hash: u64, me: &mut Self| {
                 let s = (hash != 0).then(|| me.stack(old, hash)).flatten();
@@ -251,7 +329,21 @@ impl StackAggregator {
             let user = resolve(user, self);
             let kernel_stack = resolve(kstack, self);
             let python = resolve(py, self);
-            out.push(StackEntry { pid, event_index, kernel, ip, user, kernel_stack, python, lost_stack, count, period });
+            let (by_tables, depth_limit) = (flags & KEY_TABLES != 0, flags & KEY_DEPTH != 0);
+            out.push(StackEntry {
+                pid,
+                event_index,
+                kernel,
+                ip,
+                user,
+                kernel_stack,
+                python,
+                lost_stack,
+                by_tables,
+                depth_limit,
+                count,
+                period,
+            });
         }
         self.maybe_clear(old)
     }
@@ -321,6 +413,11 @@ impl StackAggregator {
             streamed_chain: sum(codes::STAT_STREAM_CHAIN),
             streamed_stackid: sum(codes::STAT_STREAM_STACKID),
             streamed_table_full: sum(codes::STAT_STREAM_TABLE_FULL),
+            unwind_walked: sum(codes::STAT_UNWIND_WALKED),
+            unwind_depth: sum(codes::STAT_UNWIND_DEPTH),
+            streamed_no_table: sum(codes::STAT_UNWIND_NO_TABLE),
+            streamed_expression: sum(codes::STAT_UNWIND_EXPRESSION),
+            streamed_read_fault: sum(codes::STAT_UNWIND_READ_FAULT),
         }
     }
 
@@ -335,13 +432,145 @@ impl StackAggregator {
             + self.skel.maps.py_procs.max_entries() as u64 * (4 + PYTHON_LAYOUT_SIZE as u64 + 16)
             + self.skel.maps.py_threads.max_entries() as u64 * (4 + 16 + 16)
             + self.ncpus as u64 * python_sample;
-        2 * table + 2 * stacks + procs + python + 8 * codes::STAT_COUNT as u64 * self.ncpus as u64
+        2 * table + 2 * stacks + procs + python + self.rows.len as u64 + 8 * codes::STAT_COUNT as u64 * self.ncpus as u64
     }
 
     pub fn table_capacity(&self) -> u32 {
         self.max_entries
     }
 }
+
+/// Bytes of `struct unwind_row` (dwarfwalk.h).
+pub const UNWIND_ROW_BYTES: usize = 16;
+/// `UNWIND_MAX_MAPPINGS` in dwarfwalk.h.
+pub const UNWIND_MAX_MAPPINGS: usize = 64;
+/// `stack_key.pad` flags (`UNWIND_KEY_*` in dwarfwalk.h).
+const KEY_TABLES: u8 = 1;
+const KEY_DEPTH: u8 = 2;
+
+/// How the table walker treats one mapping's code (`UNWIND_MAP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MappingCode {
+    /// By the image's table: rows `[first_row, first_row + nrows)`.
+    Table { first_row: u32, nrows: u32 },
+    /// By frame pointers (an image built with them and no table).
+    FramePointers,
+    /// Not at all: a walk reaching it stops ("no table").
+    None,
+}
+
+/// One executable mapping of a process, for the table walker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwindMapping {
+    pub start: u64,
+    pub end: u64,
+    /// Runtime address of the image's virtual address 0.
+    pub bias: u64,
+    /// The collector's image index, which failures are counted under.
+    pub image: u32,
+    pub code: MappingCode,
+}
+
+/// Why a table walk stopped before the root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnwindReason {
+    /// A pc with no table row: no table for its image, or between functions.
+    NoTable,
+    /// A rule the walker does not evaluate (a DWARF expression).
+    Expression,
+    /// A read of the user stack faulted.
+    ReadFault,
+    /// The depth limit came first (the stack is kept, marked as stopped early).
+    DepthLimit,
+}
+
+impl UnwindReason {
+    fn from_code(c: u32) -> Option<UnwindReason> {
+        Some(match c {
+            codes::STAT_UNWIND_NO_TABLE => UnwindReason::NoTable,
+            codes::STAT_UNWIND_EXPRESSION => UnwindReason::Expression,
+            codes::STAT_UNWIND_READ_FAULT => UnwindReason::ReadFault,
+            codes::STAT_UNWIND_DEPTH => UnwindReason::DepthLimit,
+            _ => return None,
+        })
+    }
+
+    /// The words `--stats` and the closing line use.
+    pub fn describe(self) -> &'static str {
+        match self {
+            UnwindReason::NoTable => "no table",
+            UnwindReason::Expression => "expression",
+            UnwindReason::ReadFault => "read fault",
+            UnwindReason::DepthLimit => "depth limit",
+        }
+    }
+}
+
+/// `struct unwind_proc` for `mappings` (sorted by start here).
+fn unwind_proc_bytes(mappings: &[UnwindMapping]) -> Vec<u8> {
+    let mut m = mappings.to_vec();
+    m.sort_by_key(|m| m.start);
+    m.truncate(UNWIND_MAX_MAPPINGS);
+    let mut v = Vec::with_capacity(8 + 40 * UNWIND_MAX_MAPPINGS);
+    v.extend_from_slice(&(m.len() as u32).to_ne_bytes());
+    v.extend_from_slice(&0u32.to_ne_bytes());
+    for x in &m {
+        let (kind, first, n) = match x.code {
+            MappingCode::Table { first_row, nrows } => (0u32, first_row, nrows),
+            MappingCode::FramePointers => (1, 0, 0),
+            MappingCode::None => (2, 0, 0),
+        };
+        for w in [x.start, x.end, x.bias] {
+            v.extend_from_slice(&w.to_ne_bytes());
+        }
+        for w in [x.image, first, n, kind] {
+            v.extend_from_slice(&w.to_ne_bytes());
+        }
+    }
+    v.resize(8 + 40 * UNWIND_MAX_MAPPINGS, 0);
+    v
+}
+
+/// The unwind-table array (`BPF_F_MMAPABLE`): an image's shard is written
+/// through a mapping of just its pages, one copy instead of a syscall per
+/// row, and unmapped after, so the rows do not stay in the daemon's RSS.
+struct RowArray {
+    fd: std::os::fd::RawFd,
+    len: usize,
+}
+
+impl RowArray {
+    fn map(map: &libbpf_rs::Map) -> Result<RowArray, Error> {
+        let len = map.max_entries() as usize * UNWIND_ROW_BYTES;
+        Ok(RowArray { fd: std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map)), len })
+    }
+
+    fn write(&mut self, at: usize, bytes: &[u8]) -> Result<(), Error> {
+        if at.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
+            return Err(err(ErrorKind::Map, "writing unwind rows", "past the end of the array"));
+        }
+        let start = at & !(PAGE - 1);
+        let len = at + bytes.len() - start;
+        // SAFETY: maps pages [start, start + len) of an mmapable BPF array's
+        // value area (inside it: checked above; the kernel rounds the end
+        // up to a page, which the area is sized in); checked for failure.
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, self.fd, start as libc::off_t)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(err(ErrorKind::Map, "mapping the unwind table array", std::io::Error::last_os_error()));
+        }
+        // SAFETY: [at - start, at - start + bytes.len()) lies inside the `len` bytes just mapped.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.cast::<u8>().add(at - start), bytes.len()) };
+        // SAFETY: unmaps exactly the mapping made above.
+        unsafe { libc::munmap(ptr, len) };
+        Ok(())
+    }
+}
+
+/// The page size BPF array mappings are made in (x86-64).
+const PAGE: usize = 4096;
 
 /// `struct proc_info` for `p`. Past the program's room the largest ranges
 /// are kept: samples in the others take the ring, which is safe.

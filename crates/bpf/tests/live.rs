@@ -90,7 +90,7 @@ mod stacks {
     fn setup(fp_only: bool) -> (Sampler, StackAggregator) {
         let cfg = SamplerConfig { freq_hz: 1000, callchain: true, ..Default::default() };
         let s = Sampler::open(&cfg).expect("open sampler (run as root)");
-        let mut bpf = StackAggregator::load(16384, 16384, fp_only).expect("load the stack program");
+        let mut bpf = StackAggregator::load(16384, 16384, fp_only, 1 << 16).expect("load the stack program");
         bpf.enable_run_stats().unwrap();
         let fds: Vec<(usize, i32)> = s.event_fds().collect();
         bpf.attach(&fds).unwrap();

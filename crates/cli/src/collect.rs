@@ -311,11 +311,17 @@ fn summarize(e: &Engine, took: Duration) {
     }
     if let Some(c) = e.bpf().and_then(|b| b.stack_counters()) {
         eprintln!(
-            "loupe: in the kernel: {} samples, {} counted there; to stack copies: {} outside code with frame pointers ({} at the leaf), {} of processes not yet described, {} with no room",
+            "loupe: in the kernel: {} samples, {} counted there ({} walked by unwind tables, {} of them to the depth limit); to stack copies: {} outside code with frame pointers ({} at the leaf) before the process was described to the table walker, {} where the table walk stopped ({} no table, {} expression, {} read fault), {} of processes not yet described, {} with no room",
             c.samples,
             c.counted,
+            c.unwind_walked + c.unwind_depth,
+            c.unwind_depth,
             c.streamed_leaf + c.streamed_chain,
             c.streamed_leaf,
+            c.streamed_no_table + c.streamed_expression + c.streamed_read_fault,
+            c.streamed_no_table,
+            c.streamed_expression,
+            c.streamed_read_fault,
             c.streamed_unknown,
             c.streamed_stackid + c.streamed_table_full
         );

@@ -144,6 +144,10 @@ pub struct Losses {
     /// Times the kernel throttled a sampling event (PERF_RECORD_THROTTLE):
     /// that CPU takes no samples until the next tick.
     pub throttled: u64,
+    /// Unwind-table walks in the kernel stopped early, by reason (no table,
+    /// expression, read fault, depth limit): not lost, those samples took
+    /// stack copies (or, at the depth limit, were kept cut short).
+    pub unwind_stopped: [u64; 4],
 }
 
 impl Losses {
@@ -156,6 +160,7 @@ impl Losses {
             ring_overrun: self.ring_overrun - earlier.ring_overrun,
             map_full: self.map_full - earlier.map_full,
             throttled: self.throttled - earlier.throttled,
+            unwind_stopped: std::array::from_fn(|i| self.unwind_stopped[i] - earlier.unwind_stopped[i]),
         }
     }
 
@@ -164,6 +169,7 @@ impl Losses {
             ring_overrun: self.ring_overrun + other.ring_overrun,
             map_full: self.map_full + other.map_full,
             throttled: self.throttled + other.throttled,
+            unwind_stopped: std::array::from_fn(|i| self.unwind_stopped[i] + other.unwind_stopped[i]),
         }
     }
 
@@ -182,6 +188,13 @@ impl Losses {
         }
         if self.throttled > 0 {
             text += &format!(", sampling throttled by the kernel {} times", thousands(self.throttled));
+        }
+        let stopped: u64 = self.unwind_stopped.iter().sum();
+        if stopped > 0 {
+            let words = ["no table", "expression", "read fault", "depth limit"];
+            let why: Vec<String> =
+                words.iter().zip(self.unwind_stopped).filter(|(_, n)| *n > 0).map(|(w, n)| format!("{} {w}", thousands(n))).collect();
+            text += &format!(", {} unwind-table walks stopped early ({})", thousands(stopped), why.join(", "));
         }
         text
     }
@@ -263,7 +276,7 @@ impl Engine {
                 return Err("--backend bpf aggregates samples of counting events; tracepoint events need the stream backend".into())
             }
             _ if cfg.events.iter().any(|e| e.is_tracepoint()) => (None, "stream (tracepoint samples are read from the rings)".to_string()),
-            _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg))?,
+            _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg), Some(db.root().join(UNWIND_DIR)))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
         if let Some(KernelAggregator::Stacks(k)) = &bpf {
@@ -385,6 +398,11 @@ impl Engine {
             ring_overrun: self.sampler.lost_by_kernel().map_or(reported, |k| k.max(reported)),
             map_full: self.bpf.as_ref().map_or(0, |b| b.counters().dropped),
             throttled: self.throttles,
+            unwind_stopped: self
+                .bpf
+                .as_ref()
+                .and_then(|b| b.stack_counters())
+                .map_or([0; 4], |c| [c.streamed_no_table, c.streamed_expression, c.streamed_read_fault, c.unwind_depth]),
         }
     }
 
@@ -394,7 +412,7 @@ impl Engine {
         let info = self.db.epochs()?.into_iter().find(|e| e.id == epoch);
         Ok(info.map_or_else(Losses::default, |e| {
             let l = e.meta.losses;
-            Losses { ring_overrun: l.ring_overrun, map_full: l.map_full, throttled: l.throttled }
+            Losses { ring_overrun: l.ring_overrun, map_full: l.map_full, throttled: l.throttled, unwind_stopped: l.unwind_stopped }
         }))
     }
 
@@ -429,7 +447,12 @@ impl Engine {
         }
         let epoch = self.db.current_epoch()?;
         self.db.update_epoch_meta(epoch, |m| {
-            m.losses = loupe_store::meta::EpochLosses { ring_overrun: now.ring_overrun, map_full: now.map_full, throttled: now.throttled }
+            m.losses = loupe_store::meta::EpochLosses {
+                ring_overrun: now.ring_overrun,
+                map_full: now.map_full,
+                throttled: now.throttled,
+                unwind_stopped: now.unwind_stopped,
+            }
         })?;
         Ok(())
     }
@@ -742,17 +765,23 @@ sampling at {} samples/s per CPU (ceiling --freq {}), estimated {:.2}%",
 
 /// Loads and attaches the in-kernel program when chosen and possible: the
 /// stack walker when call stacks are on, the flat aggregator otherwise.
-fn open_backend(sampler: &Sampler, choice: BackendChoice, cfg: &SamplerConfig, entries: u32) -> Result<(Option<KernelAggregator>, String)> {
+fn open_backend(
+    sampler: &Sampler,
+    choice: BackendChoice,
+    cfg: &SamplerConfig,
+    entries: u32,
+    table_dir: Option<std::path::PathBuf>,
+) -> Result<(Option<KernelAggregator>, String)> {
     if choice == BackendChoice::Stream {
         return Ok((None, "stream (chosen with --backend stream)".into()));
     }
     let fds: Vec<(usize, i32)> = sampler.event_fds().collect();
     let attached = if cfg.callchain {
         let fp_only = cfg.user_stack_bytes == 0;
-        StackAggregator::load(entries, STACK_MAP_ENTRIES, fp_only).and_then(|mut b| {
+        StackAggregator::load(entries, STACK_MAP_ENTRIES, fp_only, UNWIND_ROWS).and_then(|mut b| {
             enable_run_stats(b.enable_run_stats());
             b.attach(&fds)?;
-            Ok(KernelAggregator::Stacks(Box::new(KernelStacks::new(b, fp_only))))
+            Ok(KernelAggregator::Stacks(Box::new(KernelStacks::new(b, fp_only, table_dir.clone()))))
         })
     } else {
         BpfAggregator::load(entries).and_then(|mut b| {
@@ -769,7 +798,7 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, cfg: &SamplerConfig, e
     } else if cfg.user_stack_bytes == 0 {
         format!("bpf (call stacks walked by frame pointers and counted in the kernel, {entries} keys per table)")
     } else {
-        format!("bpf (call stacks walked by frame pointers and counted in the kernel, {entries} keys per table; code without frame pointers unwound in the daemon from stack copies)")
+        format!("bpf (call stacks walked by frame pointers and counted in the kernel, {entries} keys per table; code without frame pointers walked there by unwind tables from .eh_frame, stack copies where they stop)")
     };
     match (attached, choice) {
         (Ok(b), _) => Ok((Some(b), what)),
@@ -780,6 +809,12 @@ fn open_backend(sampler: &Sampler, choice: BackendChoice, cfg: &SamplerConfig, e
 
 /// Stacks each generation of the kernel's stack map holds (1 KiB each).
 const STACK_MAP_ENTRIES: u32 = 8192;
+/// Unwind-table rows the kernel holds for every image together (16 bytes
+/// each: 16 MiB of kernel memory; Debian's libc needs ~28,000, libLLVM and
+/// ICU hundreds of thousands). Images past it get no table (counted).
+const UNWIND_ROWS: u32 = 1 << 20;
+/// Compiled unwind tables, by build-id, in the database directory.
+const UNWIND_DIR: &str = "unwind";
 
 /// Run-time statistics are asked for before attaching, so the kernel's run
 /// count covers every run; without them only the handler cost is missing.
@@ -1065,8 +1100,11 @@ mod tests {
     fn losses_describe_every_cause() {
         // Checks the closing line's loss words: "0 lost" alone when nothing was lost, each cause named otherwise.
         assert_eq!(Losses::default().describe(), "0 lost");
-        let l = Losses { ring_overrun: 1200, map_full: 3, throttled: 2 };
+        let l = Losses { ring_overrun: 1200, map_full: 3, throttled: 2, unwind_stopped: [0; 4] };
         assert_eq!(l.describe(), "1,203 lost (1,200 in full perf rings, 3 in full BPF tables), sampling throttled by the kernel 2 times");
+        let l = Losses { unwind_stopped: [1500, 0, 2, 1], ..Losses::default() };
+        assert_eq!(l.describe(), "0 lost, 1,503 unwind-table walks stopped early (1,500 no table, 2 read fault, 1 depth limit)");
+        assert_eq!(l.records(), 0, "a stopped walk falls back to a stack copy: nothing is lost");
     }
 
     #[test]

@@ -17,8 +17,11 @@
 //! Each (process, user stack, kernel stack) is turned into (image, offset)
 //! frames once and remembered until the process's mappings change.
 
+use crate::unwindtable::{segment_bias, TableCache};
 use crate::{images, Collector};
-use loupe_bpf::stacks::{ProcessUnwind, StackAggregator, StackCounters, StackEntry};
+use loupe_bpf::stacks::{
+    MappingCode, ProcessUnwind, StackAggregator, StackCounters, StackEntry, UnwindMapping, UnwindReason, UNWIND_ROW_BYTES,
+};
 use loupe_bpf::{AggEntry, BpfAggregator, Counters, RunStats};
 use loupe_model::ImageKind;
 use std::collections::{HashMap, HashSet};
@@ -59,7 +62,7 @@ impl KernelAggregator {
     pub fn stack_fallbacks(&self) -> Option<std::collections::BTreeMap<String, ImageFallbacks>> {
         match self {
             KernelAggregator::Flat(_) => None,
-            KernelAggregator::Stacks(k) => Some(k.fallbacks.iter().map(|(p, f)| (p.clone(), f.clone())).collect()),
+            KernelAggregator::Stacks(k) => Some(k.fallbacks_by_image()),
         }
     }
 
@@ -116,6 +119,27 @@ pub struct ImageFallbacks {
     /// Mappings of it left out when processes were described to the
     /// program (samples through them take stack copies).
     pub mappings_left_out: u64,
+    /// Table walks (where frame pointers could not be believed) that
+    /// stopped in it, by reason: those samples took stack copies, except
+    /// at the depth limit.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub unwind_stopped: std::collections::BTreeMap<UnwindReason, u64>,
+    /// Rows of its unwind table in the kernel (0: none, or no room).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub table_rows: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What the table walker knows of one image.
+struct ImageUnwind {
+    /// Its rows in the kernel's array, when it has a table and it fit.
+    shard: Option<(u32, u32)>,
+    /// (file offset, file size, virtual address) of its loadable segments.
+    segments: Vec<(u64, u64, u64)>,
+    path: String,
 }
 
 /// Stack walking in the kernel, seen from the collector.
@@ -123,8 +147,17 @@ pub struct KernelStacks {
     bpf: StackAggregator,
     frame_pointers_only: bool,
     entries: Vec<StackEntry>,
-    /// Per process: frames derived from (user, kernel, Python stack) hashes.
+    /// Per process: frames derived from (user, kernel, Python stack)
+    /// hashes and whether the user stack was walked by tables.
     derived: HashMap<u32, HashMap<StackHashes, Arc<Derived>>>,
+    /// Unwind tables by image identity (compiled once, cached on disk).
+    tables: TableCache,
+    /// Per image index: its table's place in the kernel.
+    unwind_images: HashMap<u32, ImageUnwind>,
+    /// The next free row of the kernel's table array.
+    next_row: u32,
+    /// Processes described to the table walker.
+    unwound: HashSet<u32>,
     /// Per image index: built with frame pointers?
     verdicts: HashMap<u32, bool>,
     vdso: Option<Vec<u8>>,
@@ -133,8 +166,9 @@ pub struct KernelStacks {
     pub fallbacks: HashMap<String, ImageFallbacks>,
 }
 
-/// The hashes of an entry's user, kernel and Python stacks (0: none).
-type StackHashes = (u64, u64, u64);
+/// The hashes of an entry's user, kernel and Python stacks (0: none), and
+/// whether the user stack was walked by unwind tables.
+type StackHashes = (u64, u64, u64, bool);
 
 /// One stack in (image, offset) frames, ready to count.
 #[derive(Debug, PartialEq, Eq)]
@@ -147,12 +181,17 @@ struct Derived {
 }
 
 impl KernelStacks {
-    pub fn new(bpf: StackAggregator, frame_pointers_only: bool) -> KernelStacks {
+    /// `table_dir` keeps compiled unwind tables between runs (by build-id).
+    pub fn new(bpf: StackAggregator, frame_pointers_only: bool, table_dir: Option<PathBuf>) -> KernelStacks {
         KernelStacks {
             bpf,
             frame_pointers_only,
             entries: Vec::new(),
             derived: HashMap::new(),
+            tables: TableCache::new(table_dir),
+            unwind_images: HashMap::new(),
+            next_row: 0,
+            unwound: HashSet::new(),
             verdicts: HashMap::new(),
             vdso: images::own_vdso().1,
             described: HashSet::new(),
@@ -181,10 +220,85 @@ impl KernelStacks {
         Ok(n)
     }
 
+    /// Tells the table walker about a process's executable mappings: each
+    /// with its image's table (compiled now if new), else by frame pointers
+    /// when the image keeps them, else none.
+    fn describe_for_tables(&mut self, c: &Collector, pid: u32) {
+        let Some(p) = c.procs.get(pid) else { return };
+        let maps: Vec<crate::process::Mapping> = p.mappings().copied().collect();
+        let mut out = Vec::with_capacity(maps.len());
+        for m in maps {
+            self.image_unwind(c, pid, m.image);
+            let info = &self.unwind_images[&m.image];
+            let bias = segment_bias(&info.segments, m.start, m.pgoff);
+            let code = match (info.shard, bias) {
+                (Some((first_row, nrows)), Some(_)) => MappingCode::Table { first_row, nrows },
+                _ if self.has_frame_pointers(c, pid, m.image) => MappingCode::FramePointers,
+                _ => MappingCode::None,
+            };
+            out.push(UnwindMapping { start: m.start, end: m.end, bias: bias.unwrap_or(0), image: m.image, code });
+        }
+        if self.bpf.set_unwind_process(pid, &out).is_ok() {
+            self.unwound.insert(pid);
+        }
+    }
+
+    /// Compiles (or finds) an image's table and writes it into the kernel's
+    /// array once; an image past the array's room gets none.
+    fn image_unwind(&mut self, c: &Collector, pid: u32, image: u32) {
+        if self.unwind_images.contains_key(&image) {
+            return;
+        }
+        let id = c.images.get(image);
+        let (vdso, mapped) = (self.vdso.clone(), matches!(id.kind, ImageKind::Elf).then(|| image_bytes(c, pid, image, &id.path)).flatten());
+        let bytes: Option<&[u8]> = match id.kind {
+            ImageKind::Vdso => vdso.as_deref(),
+            _ => mapped.as_deref(),
+        };
+        let segments = bytes.map(crate::unwindtable::segments).unwrap_or_default();
+        let table = bytes.and_then(|b| self.tables.get(id.build_id.as_ref(), b));
+        let mut shard = None;
+        if let Some(t) = table.filter(|t| !t.rows().is_empty()) {
+            let n = t.rows().len() as u32;
+            let fits = self.next_row.checked_add(n).is_some_and(|end| end <= self.bpf.unwind_row_capacity());
+            if fits && self.bpf.write_unwind_rows(self.next_row, &t.to_bytes()).is_ok() {
+                shard = Some((self.next_row, n));
+                self.next_row += n;
+            }
+        }
+        let path = id.path.clone();
+        self.fallbacks.entry(path.clone()).or_default().table_rows = shard.map_or(0, |s| s.1 as u64);
+        self.unwind_images.insert(image, ImageUnwind { shard, segments, path });
+    }
+
+    /// Per image: fallbacks, and table walks stopped in it by reason.
+    fn fallbacks_by_image(&self) -> std::collections::BTreeMap<String, ImageFallbacks> {
+        let mut out: std::collections::BTreeMap<String, ImageFallbacks> = self
+            .fallbacks
+            .iter()
+            .filter(|(_, f)| f.cut + f.mappings_left_out > 0 || f.table_rows > 0)
+            .map(|(p, f)| (p.clone(), f.clone()))
+            .collect();
+        for (image, reason, n) in self.bpf.unwind_failures() {
+            let path = if image == u32::MAX { loupe_model::UNKNOWN_IMAGE.to_string() } else { self.image_path(image) };
+            *out.entry(path).or_default().unwind_stopped.entry(reason).or_default() += n;
+        }
+        out
+    }
+
+    fn image_path(&self, image: u32) -> String {
+        self.unwind_images.get(&image).map_or_else(|| format!("image {image}"), |i| i.path.clone())
+    }
+
+    /// Bytes of unwind rows in the kernel's array so far.
+    pub fn table_bytes(&self) -> u64 {
+        self.next_row as u64 * UNWIND_ROW_BYTES as u64
+    }
+
     /// The frames of an entry's stacks, derived once per process.
     fn derive(&mut self, c: &mut Collector, e: &StackEntry) -> Arc<Derived> {
         let hash = |s: &Option<loupe_bpf::stacks::Stack>| s.as_ref().map_or(0, |s| s.hash);
-        let key = (hash(&e.user), hash(&e.kernel_stack), hash(&e.python));
+        let key = (hash(&e.user), hash(&e.kernel_stack), hash(&e.python), e.by_tables);
         if let Some(d) = self.derived.get(&e.pid).and_then(|m| m.get(&key)) {
             return d.clone();
         }
@@ -196,7 +310,8 @@ impl KernelStacks {
         let user_pcs: Vec<u64> =
             user_chain.iter().enumerate().map(|(i, &a)| if i == 0 && pc_in_user { a } else { a.wrapping_sub(1) }).collect();
         let user: Vec<(u32, u64)> = user_pcs.iter().map(|&a| c.frame_of(e.pid, a)).collect();
-        let (keep, cut) = if self.frame_pointers_only {
+        // A stack the tables walked is right through code without frame pointers.
+        let (keep, cut) = if self.frame_pointers_only || e.by_tables {
             (user.len(), false)
         } else {
             let images: Vec<u32> = user.iter().map(|f| f.0).collect();
@@ -209,7 +324,12 @@ impl KernelStacks {
         }
         native.extend(user_pcs.iter().copied().zip(user[..keep].iter().copied()));
         let (frames, py_truncated, python) = with_python(c, e, &native);
-        let truncated = cut || bad_frame || py_truncated || e.lost_stack || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
+        let truncated = cut
+            || bad_frame
+            || py_truncated
+            || e.lost_stack
+            || e.depth_limit
+            || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
         let d = Arc::new(Derived { frames, truncated, cut, python });
         self.derived.entry(e.pid).or_default().insert(key, d.clone());
         d
@@ -233,9 +353,19 @@ impl KernelStacks {
     }
 
     fn sync(&mut self, c: &mut Collector) {
+        // At every side-band drain, so a process's samples take stack copies
+        // for one poll interval at most. A process asked for again was asked
+        // for while it was being described.
+        let wanted: Vec<u32> = self.bpf.take_unwind_wanted().into_iter().filter(|p| !self.unwound.contains(p)).collect();
+        for pid in wanted {
+            self.describe_for_tables(c, pid);
+        }
         let changed: Vec<u32> = c.stacks.as_mut().map(|st| st.changed.drain().collect()).unwrap_or_default();
         for pid in changed {
             self.derived.remove(&pid);
+            if self.unwound.contains(&pid) {
+                self.describe_for_tables(c, pid);
+            }
             if c.procs.get(pid).is_none() {
                 continue;
             }
@@ -254,10 +384,11 @@ impl KernelStacks {
                 self.described.insert(pid);
             }
         }
-        let gone: Vec<u32> = self.described.iter().copied().filter(|&pid| c.procs.get(pid).is_none()).collect();
+        let gone: Vec<u32> = self.described.union(&self.unwound).copied().filter(|&pid| c.procs.get(pid).is_none()).collect();
         for pid in gone {
             self.bpf.forget_process(pid);
             self.described.remove(&pid);
+            self.unwound.remove(&pid);
             self.derived.remove(&pid);
         }
     }

@@ -27,6 +27,7 @@ pub mod pyframes;
 pub mod python;
 pub mod stacks;
 pub mod unwind;
+pub mod unwindtable;
 
 use aggregate::{Aggregator, Slot};
 use images::{FileProbe, ImageTable};

@@ -88,8 +88,7 @@ impl ImageInfo {
 
     /// Runtime address of virtual address 0, given one mapping of the image.
     fn base_avma(&self, m: &Mapping) -> Option<u64> {
-        let &(off, _, vaddr) = self.segments.iter().find(|(o, sz, _)| m.pgoff >= *o && m.pgoff < o + sz.max(&1))?;
-        Some(m.start.wrapping_sub(vaddr + (m.pgoff - off)))
+        crate::unwindtable::segment_bias(&self.segments, m.start, m.pgoff)
     }
 }
 

@@ -748,8 +748,12 @@ mod tests {
         let e = db.current_epoch().unwrap();
         let info = |db: &Database| db.epochs().unwrap().into_iter().find(|x| x.id == e).unwrap();
         assert_eq!(info(&db).lost_samples(), 0);
-        db.update_epoch_meta(e, |m| m.losses = meta::EpochLosses { ring_overrun: 1200, map_full: 3, throttled: 2 }).unwrap();
+        db.update_epoch_meta(e, |m| {
+            m.losses = meta::EpochLosses { ring_overrun: 1200, map_full: 3, throttled: 2, unwind_stopped: [4, 0, 1, 0] }
+        })
+        .unwrap();
         assert_eq!((info(&db).lost_samples(), info(&db).meta.losses.throttled), (1203, 2));
+        assert_eq!(info(&db).meta.losses.unwind_stopped, [4, 0, 1, 0], "unwind stops are stored apart from losses");
     }
     use loupe_model::{BuildId, ImageOffset};
 

@@ -16,6 +16,9 @@ const KERNEL: &str = "kernel";
 const LOST_RING: &str = "lost_ring_overrun";
 const LOST_MAP_FULL: &str = "lost_map_full";
 const THROTTLED: &str = "throttled";
+/// Keys of the unwind-table walks stopped early, by reason (see [`EpochLosses::unwind_stopped`]).
+const UNWIND_STOPPED: [&str; 4] =
+    ["unwind_stopped_no_table", "unwind_stopped_expression", "unwind_stopped_read_fault", "unwind_stopped_depth_limit"];
 const HOST: &str = "host";
 /// Key of each process's cgroup path, `pid path` per line.
 const CGROUPS: &str = "process_cgroups";
@@ -68,6 +71,11 @@ pub struct EpochLosses {
     pub map_full: u64,
     /// Times the kernel throttled sampling.
     pub throttled: u64,
+    /// Stacks the in-kernel unwind-table walk could not finish, by reason:
+    /// no table, an expression, a read fault (those samples kept their
+    /// stacks through stack copies), the depth limit (kept, cut short).
+    /// Not lost samples: a record of where unwinding falls back.
+    pub unwind_stopped: [u64; 4],
 }
 
 impl EpochLosses {
@@ -159,7 +167,12 @@ impl EpochMeta {
             map.remove(key);
             v
         };
-        let losses = EpochLosses { ring_overrun: take_u64(LOST_RING), map_full: take_u64(LOST_MAP_FULL), throttled: take_u64(THROTTLED) };
+        let losses = EpochLosses {
+            ring_overrun: take_u64(LOST_RING),
+            map_full: take_u64(LOST_MAP_FULL),
+            throttled: take_u64(THROTTLED),
+            unwind_stopped: UNWIND_STOPPED.map(&mut take_u64),
+        };
         let mut take_f64 = |key: &str| -> Option<f64> {
             let v = map.get(key)?.parse().ok()?;
             map.remove(key);
@@ -207,6 +220,9 @@ impl EpochMeta {
         // Only what happened: an epoch that lost nothing keeps the map older versions wrote.
         let l = &self.losses;
         for (key, n) in [(LOST_RING, l.ring_overrun), (LOST_MAP_FULL, l.map_full), (THROTTLED, l.throttled)] {
+            put(key, (n > 0).then(|| n.to_string()));
+        }
+        for (key, n) in UNWIND_STOPPED.iter().zip(l.unwind_stopped) {
             put(key, (n > 0).then(|| n.to_string()));
         }
         put(THREADS, (!self.threads.is_empty()).then(|| threads_to_text(&self.threads)));

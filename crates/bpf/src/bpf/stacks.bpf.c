@@ -30,6 +30,7 @@
 #include "eventindex.h"
 #include "stackwalk.h"
 #include "pystack.h"
+#include "dwarfwalk.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -40,6 +41,7 @@ struct stack_key {
 	__u32 tgid;
 	__u16 event;
 	__u8 kernel;
+	/* UNWIND_KEY_* flags: how the user stack was walked. */
 	__u8 pad;
 	__u64 ip;
 	__u64 user_stack;
@@ -257,10 +259,15 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	py = python_stack(k.tgid);
 	if (!fp_only && k.tgid != 0) {
 		why = needs_copy(k.tgid, user);
+		/* Code without frame pointers: walk it by the unwind tables. */
+		if (why == LOUPE_STAT_STREAM_LEAF || why == LOUPE_STAT_STREAM_CHAIN)
+			why = unwind_user(ctx, k.tgid, k.kernel, user, &k.pad, why);
 		if (why) {
 			python_pending(py);
 			return stream(why);
 		}
+		if (k.pad)
+			bump(k.pad & UNWIND_KEY_DEPTH ? LOUPE_STAT_UNWIND_DEPTH : LOUPE_STAT_UNWIND_WALKED);
 	}
 	if (generation & 1)
 		return walk(ctx, &k, user, py, &stacks1, &counts1);
