@@ -59,7 +59,7 @@ static void *producer(void *arg) {
 
 static void take(uint64_t i) {
     errors += ring[i % SLOTS] != item(i);
-    consumed = i + 1;
+    __atomic_store_n(&consumed, i + 1, __ATOMIC_RELAXED);
 }
 
 static void *consumer(void *arg) {

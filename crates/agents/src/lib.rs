@@ -48,7 +48,7 @@ use std::sync::atomic::AtomicBool;
 use target::Target;
 
 /// One kind of action on processes.
-pub trait Agent: Send {
+pub trait Agent {
     fn name(&self) -> &'static str;
     /// Why this agent cannot act on this machine, or `None`.
     fn unavailable(&self) -> Option<String> {
@@ -85,7 +85,7 @@ pub struct Proposal {
 }
 
 /// A change to one process that can be taken back.
-pub trait Action: Send {
+pub trait Action {
     /// What a later daemon needs to undo the action ([`Agent::undo`]):
     /// logged before the action is first applied.
     fn way_back(&self) -> Value;

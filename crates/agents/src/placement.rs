@@ -45,12 +45,17 @@ pub struct Access {
     pub write: bool,
 }
 
-/// Lines whose sampled accesses show one thread writing and another, on
-/// another CPU, using the line: by whether some such pair touched the same
-/// bytes (true sharing) or only other bytes of the line (false sharing).
+/// Lines two threads used from two CPUs: by whether some such pair touched
+/// the same bytes (true sharing) or only other bytes of the line (false
+/// sharing). A write need not have been sampled: a store retires into the
+/// store buffer at once, so timer samples seldom land on one, while a line
+/// only ever read by both would not be worth a sample from each; the lines
+/// where a write was seen are counted apart.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Sharing {
     pub true_lines: usize,
+    /// Of all the shared lines, those where a sampled access wrote.
+    pub written_lines: usize,
     pub false_lines: usize,
     /// The threads involved.
     pub threads: BTreeSet<u32>,
@@ -66,8 +71,8 @@ pub fn sharing(accesses: &[Access]) -> Sharing {
     let mut s = Sharing::default();
     for (line, acc) in &lines {
         let (mut any, mut overlap) = (false, false);
-        for w in acc.iter().filter(|a| a.write) {
-            for o in acc.iter().filter(|o| o.tid != w.tid && o.cpu != w.cpu) {
+        for (i, w) in acc.iter().enumerate() {
+            for o in acc[i + 1..].iter().filter(|o| o.tid != w.tid && o.cpu != w.cpu) {
                 any = true;
                 s.threads.insert(w.tid);
                 s.threads.insert(o.tid);
@@ -75,6 +80,7 @@ pub fn sharing(accesses: &[Access]) -> Sharing {
             }
         }
         if any {
+            s.written_lines += acc.iter().any(|a| a.write) as usize;
             if overlap {
                 s.true_lines += 1
             } else {
@@ -247,7 +253,7 @@ mod tests {
     }
 
     // Same bytes from two threads on two CPUs: true sharing; other bytes of the line: false;
-    // one thread alone, or two threads on one CPU, or reads only: nothing.
+    // one thread alone or two threads on one CPU: nothing. Writes seen are counted apart.
     #[test]
     fn classifies_lines() {
         let s = sharing(&[
@@ -262,7 +268,7 @@ mod tests {
             acc(1, 0, 0x5000, false),
             acc(2, 1, 0x5000, false),
         ]);
-        assert_eq!((s.true_lines, s.false_lines), (1, 1));
+        assert_eq!((s.true_lines, s.false_lines, s.written_lines), (2, 1, 2));
         assert_eq!(s.threads, [1, 2].into_iter().collect());
     }
 
