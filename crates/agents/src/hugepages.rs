@@ -49,7 +49,7 @@ impl Default for Settings {
         Settings {
             min_pages: 2048.0,
             min_faults_per_s: 5000.0,
-            min_samples: 50,
+            min_samples: 32,
             gap_blocks: 4,
             max_bytes: 16 << 30,
             observe: Duration::from_secs(1),
@@ -92,6 +92,12 @@ pub fn page_view(addrs: &[u64], ranges: &[AnonRange]) -> PageView {
     }
     v.distinct_pages = pages.len();
     v.estimated_pages = observe::chao1(pages.values().copied());
+    // DProf's rule (dataprof.md): 32 or more samples of which at most 1% repeat a page cannot bound the use
+    // below the mappings they fell in, so those count whole.
+    if v.samples >= 32 && (v.samples - v.distinct_pages) * 100 <= v.samples {
+        let whole: u64 = ranges.iter().filter(|r| v.blocks.keys().any(|&b| b + HUGE > r.start && b < r.end)).map(|r| (r.end - r.start) / PAGE).sum();
+        v.estimated_pages = v.estimated_pages.max(whole as f64);
+    }
     v
 }
 
@@ -102,6 +108,10 @@ pub fn choose_ranges(blocks: &BTreeMap<u64, u64>, ranges: &[AnonRange], gap: u64
     let mut runs: Vec<(u64, u64, u64)> = Vec::new(); // start, end, samples
     for r in ranges {
         let (lo, hi) = (r.start.next_multiple_of(HUGE), r.end & !(HUGE - 1));
+        if lo >= hi {
+            // No whole 2 MiB block inside (regression: a 1 MiB mapping panicked the range query).
+            continue;
+        }
         for (&b, &n) in blocks.range(lo..hi) {
             match runs.last_mut() {
                 Some(last) if last.1 >= lo && b <= last.1 + gap * HUGE => {
@@ -135,6 +145,10 @@ impl Agent for HugePages {
 
     fn unavailable(&self) -> Option<String> {
         sys::collapse_unavailable()
+    }
+
+    fn before_after(&self) -> bool {
+        true
     }
 
     fn observe(&mut self, t: &Target, stop: &AtomicBool) -> Result<Observation> {
@@ -317,7 +331,11 @@ mod tests {
     #[test]
     fn ranges_from_blocks() {
         let base = 0x4000_0000u64;
-        let ranges = [AnonRange { start: base + 4096, end: base + 40 * M }, AnonRange { start: base + 64 * M, end: base + 80 * M }];
+        let ranges = [
+            AnonRange { start: base + 4096, end: base + 40 * M },
+            AnonRange { start: base + 50 * M + 4096, end: base + 51 * M },
+            AnonRange { start: base + 64 * M, end: base + 80 * M },
+        ];
         let blocks: BTreeMap<u64, u64> =
             [(base, 9), (base + 2 * M, 1), (base + 8 * M, 1), (base + 30 * M, 1), (base + 64 * M, 2)].into_iter().collect();
         let got = choose_ranges(&blocks, &ranges, 1, u64::MAX);
@@ -336,6 +354,18 @@ mod tests {
         // The byte cap keeps the densest runs.
         let capped = choose_ranges(&blocks, &ranges, 0, 2 * M);
         assert_eq!(capped, vec![(base + 64 * M, base + 66 * M, 2)]);
+    }
+
+    // 40 samples on 40 different pages of a 64 MiB mapping: the whole mapping counts, as DProf counts such objects.
+    #[test]
+    fn unrepeated_samples_count_the_whole_mapping() {
+        let ranges = [AnonRange { start: 0x4000_0000, end: 0x4000_0000 + 64 * M }, AnonRange { start: 0x1000_0000, end: 0x1000_0000 + M }];
+        let addrs: Vec<u64> = (0..40).map(|i| 0x4000_0000 + i * 1_600_000).collect();
+        let v = page_view(&addrs, &ranges);
+        assert_eq!(v.estimated_pages, (64 * M / PAGE) as f64);
+        // Repeats bound it: the same 20 pages twice each is 20 pages.
+        let twice: Vec<u64> = (0..40).map(|i| 0x4000_0000 + (i % 20) * 8192).collect();
+        assert_eq!(page_view(&twice, &ranges).estimated_pages, 20.0);
     }
 
     // The way back lists the ranges and reads back.

@@ -54,6 +54,14 @@ pub trait Agent {
     fn unavailable(&self) -> Option<String> {
         None
     }
+    /// Measure before and after instead of alternating, because the way back
+    /// does not restore the state before (a split huge page leaves its base
+    /// pages physically contiguous, which TLBs that coalesce contiguous
+    /// entries still reward): after the first switch, "off" would no
+    /// longer be the baseline.
+    fn before_after(&self) -> bool {
+        false
+    }
     /// Looks at one allowed process and says what to do with it.
     fn observe(&mut self, t: &Target, stop: &AtomicBool) -> Result<Observation>;
     /// Undoes an action from the way back its `applied` entry recorded (a

@@ -23,7 +23,9 @@ pub struct Placement {
     scratch: PathBuf,
     pub observe: Duration,
     pub freq_hz: u64,
-    /// A thread is busy when it used this share of a CPU while observed.
+    /// A thread is busy when it used this share of the busiest thread's CPU
+    /// time while observed (relative: on a loaded machine every thread
+    /// gets little).
     pub busy_share: f64,
     /// Fewer bouncing lines than this say nothing.
     pub min_lines: usize,
@@ -31,7 +33,7 @@ pub struct Placement {
 
 impl Placement {
     pub fn new(scratch: PathBuf) -> Placement {
-        Placement { scratch, observe: Duration::from_secs(1), freq_hz: 2000, busy_share: 0.1, min_lines: 1 }
+        Placement { scratch, observe: Duration::from_secs(1), freq_hz: 2000, busy_share: 0.25, min_lines: 1 }
     }
 }
 
@@ -147,16 +149,16 @@ impl Agent for Placement {
         let secs = started.elapsed().as_secs_f64();
         let ticks = crate::target::clock_ticks();
         let mut threads = Vec::new();
-        let mut busy = Vec::new();
+        let mut shares = Vec::new();
         for (&tid, &(t0, _, s0)) in &before {
             let Some((t1, cpu, s1)) = thread_state(t.pid, tid) else { continue };
-            let share = (t1 - t0) as f64 / ticks / secs;
+            let share = t1.saturating_sub(t0) as f64 / ticks / secs;
             threads.push(json!({"tid": tid, "cpu_share": (share * 100.0).round() / 100.0, "last_cpu": cpu,
-                "switches_per_s": ((s1 - s0) as f64 / secs).round(), "cpus_allowed": sys::affinity(tid).unwrap_or_default()}));
-            if share >= self.busy_share {
-                busy.push((tid, cpu));
-            }
+                "switches_per_s": (s1.saturating_sub(s0) as f64 / secs).round(), "cpus_allowed": sys::affinity(tid).unwrap_or_default()}));
+            shares.push((tid, cpu, share));
         }
+        let top = shares.iter().map(|s| s.2).fold(0.0, f64::max);
+        let busy: Vec<(u32, u32)> = shares.iter().filter(|s| s.2 > 0.0 && s.2 >= self.busy_share * top).map(|s| (s.0, s.1)).collect();
         let busy_tids: BTreeSet<u32> = busy.iter().map(|b| b.0).collect();
         let accesses: Vec<Access> = recs
             .iter()

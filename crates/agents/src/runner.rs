@@ -195,8 +195,12 @@ impl Runner {
         self.write_status()?;
         let mut reports = Vec::new();
         let mut state = false;
+        let plan = match self.agents[i].before_after() {
+            true => Plan { rounds: 1, windows: self.cfg.plan.rounds * self.cfg.plan.windows, ..self.cfg.plan.clone() },
+            false => self.cfg.plan.clone(),
+        };
         let ran = trial::run(
-            &self.cfg.plan,
+            &plan,
             metric,
             t,
             &mut |on| {

@@ -130,13 +130,11 @@ impl AllowList {
 
     /// Why `t` may not be touched, or `None` when it may.
     pub fn refuse(&self, t: &Target) -> Option<String> {
-        if is_loupe(t) {
-            return Some("Loupe itself is never acted on".into());
-        }
+        // The list first: reading every process's executable link each round would cost more.
         if !self.entries.iter().any(|a| a.matches(t)) {
             return Some("not on the allow-list".into());
         }
-        None
+        is_loupe(t).then(|| "Loupe itself is never acted on".into())
     }
 
     /// The processes under `proc` that entries name (Loupe left out).
@@ -200,7 +198,7 @@ mod tests {
     #[test]
     fn loupe_is_never_allowed() {
         let me = Target::read(std::process::id()).unwrap();
-        let list = AllowList::parse(&[format!("pid:{}", me.pid), format!("comm:{}", me.comm)]).unwrap();
+        let list = AllowList::parse(&[format!("pid:{}", me.pid), format!("comm:{}", me.comm), "loupe".into()]).unwrap();
         assert!(list.refuse(&me).unwrap().contains("Loupe"));
         assert!(list.refuse(&target(1, "loupe", "")).unwrap().contains("Loupe"));
         assert!(list.targets().iter().all(|t| t.pid != me.pid));
