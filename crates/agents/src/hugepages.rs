@@ -95,7 +95,8 @@ pub fn page_view(addrs: &[u64], ranges: &[AnonRange]) -> PageView {
     // DProf's rule (dataprof.md): 32 or more samples of which at most 1% repeat a page cannot bound the use
     // below the mappings they fell in, so those count whole.
     if v.samples >= 32 && (v.samples - v.distinct_pages) * 100 <= v.samples {
-        let whole: u64 = ranges.iter().filter(|r| v.blocks.keys().any(|&b| b + HUGE > r.start && b < r.end)).map(|r| (r.end - r.start) / PAGE).sum();
+        let whole: u64 =
+            ranges.iter().filter(|r| v.blocks.keys().any(|&b| b + HUGE > r.start && b < r.end)).map(|r| (r.end - r.start) / PAGE).sum();
         v.estimated_pages = v.estimated_pages.max(whole as f64);
     }
     v

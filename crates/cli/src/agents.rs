@@ -131,7 +131,12 @@ pub fn runs_morph(a: &DaemonAgentsArgs) -> bool {
 /// Starts the agents on their own thread, niced: a trial sleeps through
 /// seconds of windows, which the collection loop must never wait for.
 /// `None` when no agent is enabled.
-pub fn start(a: &DaemonAgentsArgs, db: &Path, optimize: Option<&Path>, stop: Arc<AtomicBool>) -> Result<Option<std::thread::JoinHandle<()>>> {
+pub fn start(
+    a: &DaemonAgentsArgs,
+    db: &Path,
+    optimize: Option<&Path>,
+    stop: Arc<AtomicBool>,
+) -> Result<Option<std::thread::JoinHandle<()>>> {
     if a.agents_enable.is_empty() {
         return Ok(None);
     }

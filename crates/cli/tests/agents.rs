@@ -242,7 +242,8 @@ fn daemon_killed_mid_trial_leaves_the_process_running_and_the_next_one_undoes() 
 }
 
 fn threads(pid: u32) -> Vec<u32> {
-    let mut t: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    let mut t: Vec<u32> =
+        std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
     t.sort();
     t
 }
