@@ -178,7 +178,7 @@ impl Agent for Placement {
         let together = sh.true_lines >= self.min_lines;
         if !together && sh.false_lines < self.min_lines {
             let why = format!(
-                "no sampled cache line of its {} busy threads is written by one and used by another on another CPU ({} addresses sampled)",
+                "no sampled cache line is used by two of its {} busy threads from two CPUs ({} addresses sampled)",
                 busy.len(),
                 accesses.len()
             );
