@@ -112,12 +112,13 @@ fn flags_of(path: &Path, text: &str, on_command_line: impl Fn(&str) -> bool) -> 
     Ok(out)
 }
 
-/// A table's keys as flags of its name: `[agents] enable = [..]` is `agents-enable = [..]`.
+/// A section's keys as flags of its name: `[agents] enable = [..]` is `agents-enable = [..]`.
+/// Any other table stays one value (a flag given a table is a type error).
 fn flatten(table: toml::Table) -> Vec<(String, toml::Value)> {
     let mut out = Vec::new();
     for (key, value) in table {
         match value {
-            toml::Value::Table(t) => out.extend(t.into_iter().map(|(k, v)| (format!("{key}-{k}"), v))),
+            toml::Value::Table(t) if key == "agents" => out.extend(t.into_iter().map(|(k, v)| (format!("{key}-{k}"), v))),
             v => out.push((key, v)),
         }
     }
