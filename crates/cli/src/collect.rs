@@ -363,8 +363,11 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
     create_db(&opts.db, &a.share)?;
     let stop = stop_flag()?;
     eprintln!("loupe: daemon {} collecting into {} (flush every {} s)", std::process::id(), opts.db.display(), a.flush_every);
-    let manager = a.optimize.as_deref().map(|c| crate::optimize_manage::spawn(&opts.db, c)).transpose()?;
+    let manager = a.optimize.as_deref().filter(|_| !crate::agents::runs_morph(&a.agents));
+    let manager = manager.map(|c| crate::optimize_manage::spawn(&opts.db, c)).transpose()?;
+    let agents = crate::agents::start(&a.agents, &opts.db, a.optimize.as_deref(), Arc::clone(&stop))?;
     let report = daemon::run_daemon_with(&cfg, &opts, &stop, shipping.as_ref().map(|s| s.sink())).map_err(|e| anyhow::anyhow!("{e}"));
+    crate::agents::finish(agents, &stop);
     if let Some(s) = shipping {
         s.finish();
     }

@@ -83,8 +83,9 @@ fn flags_of(path: &Path, text: &str, on_command_line: impl Fn(&str) -> bool) -> 
     })?;
     let cmd = daemon_command();
     let mut out = Vec::new();
-    for (key, value) in &table {
-        let line = line_of(text, key);
+    for (key, value) in &flatten(table) {
+        // A table's key (`[agents] enable`) is found by its own name.
+        let line = line_of(text, key).or_else(|| key.split_once('-').and_then(|(_, inner)| line_of(text, inner)));
         let long = key.replace('_', "-");
         let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(long.as_str())) else {
             return Err(err(line, format!("unknown daemon option `{key}` (the keys are `loupe daemon --help`'s long flags)")));
@@ -109,6 +110,19 @@ fn flags_of(path: &Path, text: &str, on_command_line: impl Fn(&str) -> bool) -> 
         out.extend(flags);
     }
     Ok(out)
+}
+
+/// A section's keys as flags of its name: `[agents] enable = [..]` is `agents-enable = [..]`.
+/// Any other table stays one value (a flag given a table is a type error).
+fn flatten(table: toml::Table) -> Vec<(String, toml::Value)> {
+    let mut out = Vec::new();
+    for (key, value) in table {
+        match value {
+            toml::Value::Table(t) if key == "agents" => out.extend(t.into_iter().map(|(k, v)| (format!("{key}-{k}"), v))),
+            v => out.push((key, v)),
+        }
+    }
+    out
 }
 
 /// One TOML value as the flag(s) it stands for.

@@ -2,6 +2,7 @@
 // Doc comments here are clap's help texts, printed as written: `<spec>` is a placeholder, not HTML.
 #![allow(rustdoc::invalid_html_tags)]
 
+mod agents;
 mod annotate;
 mod calc;
 mod cgroup;
@@ -99,6 +100,7 @@ pub(crate) fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<u8> {
         Command::Serve(a) => serve::run(a),
         Command::Fleet(a) => fleet::run(a),
         Command::Wall(a) => wall::run(a, out),
+        Command::Agents(a) => agents::run(a, out),
         Command::Completions(a) => ops::completions(a),
         Command::Man(a) => ops::man(a),
     }

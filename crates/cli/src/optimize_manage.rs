@@ -28,31 +28,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub fn run(a: ManageArgs) -> Result<u8> {
-    let text = std::fs::read_to_string(&a.config).with_context(|| format!("cannot read {}", a.config.display()))?;
-    let cfg = Config::parse(&text).map_err(|e| anyhow!("{}: {e}", a.config.display()))?;
+    let cfg = read_config(&a.config)?;
     let nice = a.nice.unwrap_or(cfg.nice);
     // SAFETY: setpriority on our own process; children inherit the niceness.
     if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
         eprintln!("loupe: cannot set niceness {nice}: {}", std::io::Error::last_os_error());
     }
-    Database::create(&a.db.db).with_context(|| format!("cannot use database {}", a.db.db.display()))?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
-    let db = a.db.db.clone();
-    let state =
-        std::fs::read(loupe_store::layout::optimize_state(&db)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
-    let bolt = a.bolt.clone();
-    let env = Env {
-        profiles: Box::new(DbProfiles { db: db.clone(), syms: symbolizer(&db) }),
-        store: Box::new(DbStore { db: db.clone() }),
-        files: Box::new(Disk),
-        runner: Box::new(Shell),
-        clock: Box::new(Wall(Instant::now())),
-        bolt: Box::new(move || Ok(Box::new(tool::find_bolt(bolt.as_deref())?) as Box<dyn Tool>)),
-    };
-    let mut m = Manager::new(cfg, state, a.cpu_budget, a.cpu_burst, loupe_store::layout::optimize_work(&db), env);
+    let mut m = manager(&a.db.db, cfg, a.bolt.clone(), a.cpu_budget, a.cpu_burst)?;
     eprintln!(
         "loupe: optimize manager {} watching {} program(s), pass every {} s",
         std::process::id(),
@@ -61,6 +47,29 @@ pub fn run(a: ManageArgs) -> Result<u8> {
     );
     m.run(Stop { once: a.once, duration: a.duration, flag: Some(&stop) })?;
     Ok(0)
+}
+
+pub fn read_config(path: &Path) -> Result<Config> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Config::parse(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+/// The manager wired to the database, the symbolizer, the files, llvm-bolt
+/// and the user's commands (`loupe optimize manage`, and the `morph` agent).
+pub fn manager(db: &Path, cfg: Config, bolt: Option<PathBuf>, cpu_budget: f64, cpu_burst: f64) -> Result<Manager> {
+    Database::create(db).with_context(|| format!("cannot use database {}", db.display()))?;
+    let db = db.to_path_buf();
+    let state =
+        std::fs::read(loupe_store::layout::optimize_state(&db)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    let env = Env {
+        profiles: Box::new(DbProfiles { db: db.clone(), syms: symbolizer(&db) }),
+        store: Box::new(DbStore { db: db.clone() }),
+        files: Box::new(Disk),
+        runner: Box::new(Shell),
+        clock: Box::new(Wall(Instant::now())),
+        bolt: Box::new(move || Ok(Box::new(tool::find_bolt(bolt.as_deref())?) as Box<dyn Tool>)),
+    };
+    Ok(Manager::new(cfg, state, cpu_budget, cpu_burst, loupe_store::layout::optimize_work(&db), env))
 }
 
 /// An error of the CLI's side of the manager, in the words `{:#}` gives

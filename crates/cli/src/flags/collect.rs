@@ -197,6 +197,8 @@ pub struct DaemonArgs {
     pub print_config: bool,
     #[command(flatten)]
     pub ship: super::ShipArgs,
+    #[command(flatten)]
+    pub agents: super::DaemonAgentsArgs,
 }
 
 /// `--max-overhead`: a percent of each CPU, or off.

@@ -8,6 +8,7 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+mod agents;
 mod collect;
 mod data;
 mod diff;
@@ -23,6 +24,7 @@ mod top;
 mod trace;
 mod wall;
 
+pub use agents::*;
 pub use collect::*;
 pub use data::*;
 pub use diff::*;
@@ -120,6 +122,9 @@ pub enum Command {
     /// Serve the web UI and a JSON API (the CLI's `--format json` of each command) over HTTP.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
+    /// Agents that act on what Loupe measures (huge pages, thread placement, Morph), measure the effect, keep or revert.
+    #[command(after_help = AGENTS_HELP)]
+    Agents(AgentsArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(after_help = COMPLETIONS_HELP)]
     Completions(CompletionsArgs),
