@@ -23,6 +23,11 @@ impl Symbols {
         opts.jit_dirs.extend(dbs.iter().map(|db| loupe_store::layout::jit_dir(db)));
         Symbols { inner: Symbolizer::new(opts) }
     }
+
+    /// An ELF image's procedures as (offset, size, name), for uploading (`--ship-symbols`).
+    pub fn procedures(&self, image: &ImageId) -> Result<Vec<(u64, u64, String)>, String> {
+        self.inner.procedures(image).map_err(|why| why.to_string())
+    }
 }
 
 impl SymbolSource for Symbols {

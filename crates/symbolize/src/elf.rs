@@ -155,7 +155,7 @@ impl Image {
     }
 }
 
-fn symbols_of(file: &object::File<'static>) -> Vec<(u64, u64, String)> {
+fn symbols_of(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
     // At one address (aliases such as getpid / __getpid / __GI___getpid) the
     // name perf would show wins: sized, global, fewest leading underscores, shortest.
     let mut v: Vec<(u64, std::cmp::Reverse<u64>, bool, usize, usize, String)> = file
@@ -172,6 +172,31 @@ fn symbols_of(file: &object::File<'static>) -> Vec<(u64, u64, String)> {
     v.sort();
     v.dedup_by(|b, a| a.0 == b.0);
     v.into_iter().map(|(a, sz, _, _, _, n)| (a, sz.0, n)).collect()
+}
+
+/// The procedures of an ELF file as (file offset, size, name), sorted by
+/// offset: the symbol table (or the debug file's, found as [`Image::load`]
+/// finds it) and PLT entries, in the offset space of samples. Nothing is
+/// kept: the file is read, its symbols taken and the bytes dropped, so
+/// naming a build this way costs its symbol table, not its DWARF.
+pub fn procedure_ranges(path: &Path, build_id: Option<&BuildId>, debug_dirs: &[PathBuf]) -> Result<Vec<(u64, u64, String)>, Reason> {
+    let data = std::fs::read(path).map_err(|_| Reason::ImageNotFound(path.display().to_string()))?;
+    let file = object::File::parse(&*data).map_err(|e| Reason::Other(format!("{}: not an ELF file: {e}", path.display())))?;
+    let segments: Vec<(u64, u64, u64)> = file.segments().map(|s| (s.file_range().0, s.file_range().1, s.address())).collect();
+    let mut symbols = symbols_of(&file);
+    if symbols.is_empty() {
+        let bid = build_id.cloned().or_else(|| file.build_id().ok().flatten().map(|b| BuildId(b.to_vec())));
+        if let Some(debug) = find_debug_file(path, &file, bid.as_ref(), debug_dirs).and_then(|p| std::fs::read(p).ok()) {
+            if let Ok(dfile) = object::File::parse(&*debug) {
+                symbols = symbols_of(&dfile);
+            }
+        }
+    }
+    add_plt(&mut symbols, crate::plt::symbols(&file));
+    let to_offset = |va: u64| segments.iter().find(|(_, sz, a)| va >= *a && va < a + sz).map(|(o, _, a)| va - a + o);
+    let mut out: Vec<(u64, u64, String)> = symbols.into_iter().filter_map(|(va, size, name)| Some((to_offset(va)?, size, name))).collect();
+    out.sort_by_key(|s| s.0);
+    Ok(out)
 }
 
 /// Adds PLT entries where no symbol starts at the same address (the
@@ -201,7 +226,7 @@ fn dwarf_of(file: &object::File<'static>) -> Option<addr2line::Context<Slice>> {
 /// then the `.gnu_debuglink` name next to the file, in `.debug/`, under
 /// the debug dirs with the file's directory appended, and in the debug
 /// dirs themselves (a `--debuginfo` folder of `.debug` files).
-fn find_debug_file(path: &Path, file: &object::File<'static>, bid: Option<&BuildId>, debug_dirs: &[PathBuf]) -> Option<PathBuf> {
+fn find_debug_file(path: &Path, file: &object::File<'_>, bid: Option<&BuildId>, debug_dirs: &[PathBuf]) -> Option<PathBuf> {
     if let Some(b) = bid.map(|b| b.to_hex()).filter(|h| h.len() > 2) {
         for d in debug_dirs {
             let p = d.join(".build-id").join(&b[..2]).join(format!("{}.debug", &b[2..]));
