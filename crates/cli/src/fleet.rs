@@ -14,7 +14,7 @@ use loupe_analysis::{SymInfo, SymbolSource, Unnamed};
 use loupe_collector::daemon::FlushSink;
 use loupe_fleet::client::Client;
 use loupe_fleet::query::{self, Cond, Selection};
-use loupe_fleet::rows::{image_key, image_of, rows_of, stack_rows_of, Batch, Row, RowContext, StackDef, StackRow};
+use loupe_fleet::rows::{image_key, image_of, rows_of, stack_rows_of, Batch, Row, RowContext, StackDef, StackRow, SymRow};
 use loupe_fleet::schema::{self, InitOptions};
 use loupe_fleet::ship::{ShipOptions, Shipper};
 use loupe_fleet::symbols::Uploader;
@@ -125,14 +125,10 @@ impl FlushSink for Sink {
     }
 }
 
-/// Starts shipping when `--ship` is given: checks the server first, so a
-/// bad URL, wrong credentials, something that is not ClickHouse or a newer
-/// schema stop before anything is recorded.
-pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
-    let Some(url) = &a.ship else { return Ok(None) };
-    let url = FleetUrl::parse(url)?;
+/// Host and labels from `--label`s: `host=NAME` replaces this host's name.
+fn row_context(labels: &[String]) -> Result<RowContext> {
     let mut ctx = RowContext { host: hostname(), labels: Vec::new() };
-    for l in &a.labels {
+    for l in labels {
         let (k, v) = l.split_once('=').filter(|(k, _)| !k.is_empty()).with_context(|| format!("bad --label {l:?}: expected key=value"))?;
         if k == "host" {
             ctx.host = v.to_string();
@@ -140,6 +136,53 @@ pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
             ctx.labels.push((k.to_string(), v.to_string()));
         }
     }
+    Ok(ctx)
+}
+
+/// `loupe ingest pprof FILE... --ship URL`: each file one batch (stacks,
+/// leaf samples and the names the profile gives), sent at once; a batch
+/// id makes a retry harmless, as for shipped flushes.
+pub fn ingest(a: crate::flags::IngestArgs) -> Result<u8> {
+    let crate::flags::IngestFormat::Pprof(p) = a.format;
+    let url = FleetUrl::parse(&p.ship)?;
+    let client = Client::new(&url);
+    schema::check(&client)?;
+    let ctx = row_context(&p.labels)?;
+    for file in &p.files {
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let imported = loupe_analysis::pprof_import::import(&bytes, p.event.as_deref()).with_context(|| file.display().to_string())?;
+        let bucket = imported.time_unix.unwrap_or_else(unix_now);
+        let rows = rows_of(&imported.flat, bucket, &ctx, &mut |_| Vec::new());
+        let (stack_rows, stacks) = stack_rows_of(&imported.stacks, bucket, &ctx, &mut |_| Vec::new(), &mut HashSet::new());
+        let symbols = imported
+            .names
+            .iter()
+            .filter_map(|(image, off, name)| {
+                Some(SymRow { image_key: image_key(image)?, offset: off.0, procedure: name.clone(), file: String::new(), line: 0 })
+            })
+            .collect();
+        let batch = Batch { symbols, stacks, stack_rows, ..Batch::new(rows) };
+        loupe_fleet::ship::send(&client, &batch).with_context(|| format!("storing {}", file.display()))?;
+        let n: u64 = batch.stack_rows.iter().map(|r| r.count).sum();
+        eprintln!(
+            "loupe: {}: {n} samples of {} ({} stacks) stored in {} as host {}",
+            file.display(),
+            imported.event,
+            batch.stacks.len(),
+            url.display(),
+            ctx.host
+        );
+    }
+    Ok(0)
+}
+
+/// Starts shipping when `--ship` is given: checks the server first, so a
+/// bad URL, wrong credentials, something that is not ClickHouse or a newer
+/// schema stop before anything is recorded.
+pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
+    let Some(url) = &a.ship else { return Ok(None) };
+    let url = FleetUrl::parse(url)?;
+    let ctx = row_context(&a.labels)?;
     let opts = ShipOptions {
         spool_dir: a.spool.clone().unwrap_or_else(|| db.join("fleet-spool")),
         max_spool_bytes: a.spool_max,

@@ -149,6 +149,17 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
     let local =
         collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--epoch", "all", "--db"]).arg(dir.path().join("web-2"))));
     assert_eq!(web, local, "--where host=web-2 selects that host's stacks");
+
+    // A pprof written by `loupe export` and ingested comes back as the same stacks, and its leaf samples as the same total.
+    let pb = dir.path().join("web-1.pb.gz");
+    let web1 = dir.path().join("web-1");
+    run_ok(loupe().args(["export", "--format", "pprof", "--epoch", "all", "--db"]).arg(&web1).arg("-o").arg(&pb));
+    run_ok(loupe().args(["ingest", "pprof"]).arg(&pb).args(["--ship", &url, "--label", "host=pp", "--label", "version=pprof"]));
+    let local = collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--epoch", "all", "--db"]).arg(&web1)));
+    let ingested =
+        collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--source", &url, "--where", "host=pp", "--db"]).arg(&web1)));
+    assert_eq!(ingested, local, "pprof round trip");
+    assert_eq!(total(&fleet_top(&url, &["--where", "version=pprof", "--by", "procedure"])), local.values().sum::<u64>());
 }
 
 /// `stack count` lines of `export --format collapsed` as a map.

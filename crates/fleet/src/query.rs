@@ -165,7 +165,7 @@ pub fn stack_time_range(client: &Client, sel: &Selection) -> Result<Option<(u64,
 /// The frames of the stacks whose hashes `hashes_sql` selects.
 fn stack_defs(client: &Client, hashes_sql: &str) -> Result<HashMap<u64, StackDef>> {
     let rows = client.select_json(&format!(
-        "SELECT toString(stack) AS stack, any(kinds) AS kinds, any(images) AS images, any(build_ids) AS build_ids, \
+        "SELECT toString(stack) AS hash, any(kinds) AS kinds, any(images) AS images, any(build_ids) AS build_ids, \
 any(content_hashes) AS content_hashes, any(offsets) AS offsets FROM stacks WHERE stack GLOBAL IN ({hashes_sql}) GROUP BY stack"
     ))?;
     let mut out = HashMap::with_capacity(rows.len());
@@ -177,7 +177,7 @@ any(content_hashes) AS content_hashes, any(offsets) AS offsets FROM stacks WHERE
         let numbers =
             |k: &str| -> Result<Vec<u64>> { r[k].as_array().ok_or_else(bad)?.iter().map(|v| json_u64(v).ok_or_else(bad)).collect() };
         let def = StackDef {
-            stack: json_u64(&r["stack"]).ok_or_else(bad)?,
+            stack: json_u64(&r["hash"]).ok_or_else(bad)?,
             kinds: strings("kinds")?,
             images: strings("images")?,
             build_ids: strings("build_ids")?,

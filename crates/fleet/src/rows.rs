@@ -350,6 +350,32 @@ mod tests {
     }
 
     #[test]
+    fn stacks_become_rows_and_each_definition_is_sent_once() {
+        // Checks one row per (process, stack) with its count, the period on one row, hashes that ignore table order, and definitions only for unknown hashes.
+        use loupe_model::stacks::StackProfile;
+        let (a, b) = (ImageId::elf("/a", None), ImageId::elf("/b", loupe_model::BuildId::from_hex("beef")));
+        let st = [(a.clone(), ImageOffset(1)), (b.clone(), ImageOffset(2))];
+        let mut t = StackProfile::new(EventName::new("cpu-clock"));
+        t.add(&ProcessKey::new(1, "x"), &st[1..], 4);
+        t.add(&ProcessKey::new(1, "x"), &st, 2);
+        t.add(&ProcessKey::new(2, "y"), &st, 3);
+        t.period_sum = 900;
+        let ctx = RowContext { host: "h".into(), labels: vec![] };
+        let mut known = std::collections::HashSet::new();
+        let (rows, defs) = stack_rows_of(std::slice::from_ref(&t), 61, &ctx, &mut |_| vec![], &mut known);
+        assert_eq!((rows.len(), defs.len()), (3, 2));
+        assert_eq!(rows.iter().map(|r| r.count).sum::<u64>(), 9);
+        assert_eq!(rows.iter().map(|r| r.period).sum::<u64>(), 900);
+        assert!(rows.iter().all(|r| r.bucket == 60));
+        let full = defs.iter().find(|d| d.offsets == [1, 2]).unwrap();
+        assert_eq!(full.frames(), [(a.clone(), 1), (b.clone(), 2)]);
+        assert_eq!(full.stack, stack_hash(&[(&a, 1), (&b, 2)]));
+        assert_ne!(full.stack, stack_hash(&[(&b, 2), (&a, 1)]));
+        let (again, none) = stack_rows_of(&[t], 61, &ctx, &mut |_| vec![], &mut known);
+        assert_eq!((again.len(), none.len()), (3, 0));
+    }
+
+    #[test]
     fn batch_rows_carry_the_batch_id_and_their_index() {
         // Checks the wire form: every line names the batch and a distinct row index, so duplicates can be recognized.
         let row = Row {
