@@ -480,4 +480,9 @@ impl SymbolSource for FleetSymbols {
     fn inlined(&mut self, image: &loupe_model::ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
         self.local.inlined(image, offsets)
     }
+
+    // Unnamed frames are shown at their function's start, as for a local database.
+    fn function_starts(&mut self, image: &loupe_model::ImageId, offsets: &[ImageOffset]) -> Vec<Option<ImageOffset>> {
+        self.local.function_starts(image, offsets)
+    }
 }
