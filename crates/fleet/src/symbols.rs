@@ -94,6 +94,9 @@ impl Uploader {
 /// Takes builds as they come; one the server cannot take now (away) is
 /// tried again a little later.
 fn upload_loop(client: &Client, rx: &Receiver<ImageId>, mut namer: Namer, stop: &AtomicBool) -> UploadReport {
+    // Background work: the collection thread comes first when CPUs are busy.
+    // SAFETY: plain syscalls on this thread's own id.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
     let mut report = UploadReport::default();
     let mut retry: VecDeque<ImageId> = VecDeque::new();
     let mut open = true;
