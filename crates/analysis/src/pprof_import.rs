@@ -100,7 +100,7 @@ fn convert(p: &Proto, event: Option<&str>) -> Result<Imported, ImportError> {
         }
     }
     stacks.period_sum = stacks.total_samples() * p.period.max(0) as u64;
-    let time_unix = (p.time_nanos > 0).then(|| p.time_nanos as u64 / 1_000_000_000);
+    let time_unix = (p.time_nanos > 0).then_some(p.time_nanos as u64 / 1_000_000_000);
     let stacks = if stacks.counts.is_empty() { Vec::new() } else { vec![stacks] };
     Ok(Imported { stacks, flat: flat.into_values().collect(), names, time_unix, event: name })
 }
@@ -141,6 +141,9 @@ mod tests {
     use crate::callgraph::tests::data;
     use crate::pprof::{encode_gz, profile, Span};
 
+    /// A stack's frames as (path, offset), its pid and its count.
+    type Counted = (Vec<(String, u64)>, u32, u64);
+
     #[test]
     fn an_exported_profile_imports_to_the_same_stacks() {
         // Checks that `loupe export --format pprof` read back gives every stack's frames, process and count, and the leaf totals.
@@ -150,7 +153,7 @@ mod tests {
         let t = &imported.stacks[0];
         assert_eq!(t.total_samples(), 18);
         assert_eq!(imported.flat.iter().map(|p| p.total_samples()).sum::<u64>(), 18);
-        let mut want: Vec<(Vec<(String, u64)>, u32, u64)> = d
+        let mut want: Vec<Counted> = d
             .stacks
             .iter()
             .map(|s| {
@@ -159,7 +162,7 @@ mod tests {
                 (frames, s.process.pid, s.counts[0])
             })
             .collect();
-        let mut got: Vec<(Vec<(String, u64)>, u32, u64)> = t
+        let mut got: Vec<Counted> = t
             .counts
             .iter()
             .map(|(&(p, s), &n)| (t.stack(s).map(|(i, o)| (i.path.clone(), o.0)).collect(), t.processes[p as usize].pid, n))
