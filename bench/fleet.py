@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,14 +61,18 @@ def template_db(args, tmp):
     return db
 
 
-def load_template(http):
-    """The template's stack rows and leaf rows (what one host sends per bucket, before scaling)."""
+def load_template(http, limit):
+    """The template's stack rows and leaf rows (what one host sends per bucket, before scaling): the `limit` most sampled of each."""
     stacks = select(http, "SELECT event, toString(stack) AS stack, pid, comm, toUInt64(sum(count)) AS n FROM stack_counts "
-                          "WHERE host = 'template' GROUP BY event, stack, pid, comm")
+                          "WHERE host = 'template' GROUP BY event, stack, pid, comm ORDER BY n DESC LIMIT %d" % limit)
     flat = select(http, "SELECT kind, image, build_id, toString(content_hash) AS content_hash, event, pid, comm, "
                         "toString(offset) AS offset, toUInt64(sum(count)) AS n FROM samples WHERE host = 'template' "
-                        "GROUP BY kind, image, build_id, content_hash, event, pid, comm, offset")
+                        "GROUP BY kind, image, build_id, content_hash, event, pid, comm, offset ORDER BY n DESC LIMIT %d" % limit)
     return stacks, flat
+
+
+def note(msg):
+    print("fleet.py: " + msg, file=sys.stderr, flush=True)
 
 
 def scaled(rows, per_bucket, rnd):
@@ -106,17 +110,20 @@ def host_batches(args, host, t0, stacks, flat):
     return "\n".join(sc).encode(), "\n".join(sm).encode(), rows, samples
 
 
-def ingest(args, http, stacks, flat, t0):
-    def one(h):
-        sc, sm, rows, samples = host_batches(args, h, t0, stacks, flat)
-        post(http, "INSERT INTO stack_counts FORMAT JSONEachRow", sc)
-        post(http, "INSERT INTO samples FORMAT JSONEachRow", sm)
-        return rows, samples
+def send_host(job):
+    """One simulated host's whole span (run in a worker process: generating JSON is CPU-bound)."""
+    args, http, h, t0, stacks, flat = job
+    sc, sm, rows, samples = host_batches(args, h, t0, stacks, flat)
+    post(http, "INSERT INTO stack_counts FORMAT JSONEachRow", sc)
+    post(http, "INSERT INTO samples FORMAT JSONEachRow", sm)
+    return rows, samples
 
+
+def ingest(args, http, stacks, flat, t0):
     cpu0 = os.times()
     start = time.monotonic()
-    with ThreadPoolExecutor(args.workers) as ex:
-        done = list(ex.map(one, range(args.hosts)))
+    with ProcessPoolExecutor(args.workers) as ex:
+        done = list(ex.map(send_host, [(args, http, h, t0, stacks, flat) for h in range(args.hosts)]))
     wall = time.monotonic() - start
     rows = sum(r for r, _ in done)
     samples = sum(s for _, s in done)
@@ -141,6 +148,8 @@ def main():
     ap.add_argument("--hz", type=int, default=100)
     ap.add_argument("--cpus", type=int, default=8)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--rows", type=int, default=300,
+                    help="distinct stacks (and leaf offsets) per host-minute, the template's most sampled (default 300)")
     ap.add_argument("--json")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="loupe-fleet-bench-") as tmp:
@@ -150,12 +159,15 @@ def main():
             url = http.replace("http://", "clickhouse://") + "/bench"
             sh(args.loupe, "fleet", "init", url)
             db = template_db(args, tmp)
+            note("template " + db)
             pb = os.path.join(tmp, "template.pb.gz")
             sh(args.loupe, "export", "--format", "pprof", "--epoch", "all", "--db", db, "-o", pb)
             sh(args.loupe, "ingest", "pprof", pb, "--ship", url, "--label", "host=template")
-            stacks, flat = load_template(http)
+            stacks, flat = load_template(http, args.rows)
+            note("%d stacks, %d offsets per host-minute; ingesting %d hosts x %d h" % (len(stacks), len(flat), args.hosts, args.hours))
             t0 = (int(time.time()) // 60 - args.hours * 60) * 60
             rows, samples, wall, cpu0 = ingest(args, http, stacks, flat, t0)
+            note("ingested %d rows in %.1f s; querying" % (rows, wall))
             post(http, "OPTIMIZE TABLE stack_counts FINAL")
             post(http, "OPTIMIZE TABLE samples FINAL")
             disk = int(select(http, "SELECT toUInt64(sum(bytes_on_disk)) AS b FROM system.parts WHERE database = 'bench' AND active")[0]["b"])
