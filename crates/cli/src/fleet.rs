@@ -373,19 +373,18 @@ fn regex_escape(s: &str) -> String {
 }
 
 /// `loupe top --source URL`: grouped in ClickHouse, symbolized here.
-pub fn top(a: &TopArgs, source: &str) -> Result<u8> {
+pub fn top(a: &TopArgs, source: &str, out: &mut dyn Write) -> Result<u8> {
     let url = FleetUrl::parse(source)?;
     let client = Client::new(&url);
     schema::check(&client)?;
     let sel = selection(&a.source, a)?;
     let key = match &a.by {
-        TopBy::Plain(by) => return top_images(a, &client, &sel, *by),
+        TopBy::Plain(by) => return top_images(a, &client, &sel, *by, out),
         TopBy::Host => "host".to_string(),
         TopBy::Label(k) => k.clone(),
     };
     let rows = query::by_key(&client, &sel, &key)?;
-    let mut out = std::io::stdout().lock();
-    print_groups(&mut out, a, &url, &key, &rows)
+    print_groups(out, a, &url, &key, &rows)
 }
 
 /// Per host or label value: one row per value of the first chosen event.
@@ -425,7 +424,7 @@ fn print_groups(out: &mut dyn Write, a: &TopArgs, url: &FleetUrl, key: &str, row
 
 /// Per image, procedure, line or address: ClickHouse sums per (image,
 /// offset); the table is made as for a local database.
-fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::By) -> Result<u8> {
+fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::By, out: &mut dyn Write) -> Result<u8> {
     let offsets = by != crate::flags::By::Image;
     let profiles = fleet_profiles(query::images(client, sel, offsets)?);
     let present: Vec<EventName> = profiles.iter().map(|p| p.event.clone()).collect();
@@ -433,9 +432,8 @@ fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::B
     let filter = Filter { pids: Vec::new(), comms: Vec::new(), image: a.image.image.clone(), cgroup_pids: None };
     let mut syms = FleetSymbols { local: Symbols::for_db(&a.db.db), client: Client::new(client.url()) };
     let report = top_table(&profiles, &[], &events, crate::top::group_by(by), &|_| true, &|i| filter.keep_image(i), &mut syms);
-    let mut out = std::io::stdout().lock();
     match a.format {
-        Format::Json => crate::top::print_json(&mut out, &report, by, a.limit)?,
+        Format::Json => crate::top::print_json(out, &report, by, a.limit)?,
         Format::Text => {
             let mut text = Vec::new();
             crate::top::print_text(&mut text, &report, by, a.limit, &[], 0)?;

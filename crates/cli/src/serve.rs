@@ -19,10 +19,14 @@ pub const SERVED: &[&str] =
 
 /// Flags a request may not set: the server picks the format and database,
 /// and never writes files.
-const FORCED: &[&str] = &["format", "output", "db", "help", "version"];
+const FORCED: &[&str] = &["format", "output", "db", "source", "help", "version"];
 
 pub fn run(a: ServeArgs) -> Result<u8> {
-    let api = CliApi::new(&a.dbs)?;
+    let mut api = CliApi::new(&a.dbs)?;
+    if let Some(url) = &a.source {
+        loupe_fleet::schema::check(&loupe_fleet::client::Client::new(&loupe_fleet::url::FleetUrl::parse(url)?))?;
+        api.source = Some(url.clone());
+    }
     let names: Vec<String> = api.dbs.iter().map(|(n, d)| format!("{n}={}", d.display())).collect();
     let mut config = Config::new(a.listen);
     config.token = a.token.filter(|t| !t.is_empty());
@@ -41,6 +45,8 @@ pub fn run(a: ServeArgs) -> Result<u8> {
 /// The served databases, by name; the first is the default.
 pub struct CliApi {
     dbs: Vec<(String, PathBuf)>,
+    /// `--source`: the fleet store the commands that can read one read.
+    source: Option<String>,
 }
 
 impl CliApi {
@@ -60,7 +66,7 @@ impl CliApi {
             }
             dbs.push((name, dir));
         }
-        Ok(CliApi { dbs })
+        Ok(CliApi { dbs, source: None })
     }
 
     fn db(&self, name: Option<&str>) -> Result<&PathBuf, ApiError> {
@@ -118,6 +124,9 @@ impl CliApi {
             }
         }
         argv.extend(["--format".to_string(), "json".to_string()]);
+        if let Some(url) = self.source.as_ref().filter(|_| find_arg(&cmd, "source").is_some()) {
+            argv.extend(["--source".to_string(), url.clone()]);
+        }
         if find_arg(&cmd, "db").is_some() {
             argv.extend(["--db".to_string(), self.db(db)?.display().to_string()]);
         } else if let Some(name) = db {
@@ -135,6 +144,8 @@ impl CliApi {
     /// Positional values are diff's and stats' sides.
     fn positional(&self, command: &str, value: &str) -> Result<String, ApiError> {
         match command {
+            // With --source, diff's sides select fleet rows (`version=1.2,host~^web-`), not databases.
+            "diff" if self.source.is_some() => Ok(value.to_string()),
             "diff" | "stats" => self.side(value),
             _ => Err(bad(format!("{command} takes no positional argument"))),
         }

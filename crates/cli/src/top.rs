@@ -14,7 +14,7 @@ pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
         return crate::stacks::top(a, out);
     }
     if let Some(source) = &a.source.source {
-        return crate::fleet::top(&a, source);
+        return crate::fleet::top(&a, source, out);
     }
     let by = match &a.by {
         TopBy::Label(key) if loupe_model::cgroup::LABEL_KEYS.contains(&key.as_str()) => {
