@@ -47,6 +47,8 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=src/codes.in");
     println!("cargo:rerun-if-changed=src/bpf/stackwalk.h");
+    println!("cargo:rerun-if-changed=src/bpf/eventindex.h");
+    println!("cargo:rerun-if-changed=src/bpf/pystack.h");
 }
 
 /// (name, size) of the ELF64 sections holding BPF programs (SEC("perf_event"), SEC("tp_btf/...")).

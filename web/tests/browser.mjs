@@ -180,7 +180,17 @@ const tests = [
     assert(await page.inputValue('#filters input[name="epoch"]') === '1', 'the epoch filter does not show the picked epoch');
     for (const p of ['locks', 'optimize?image=selftime', 'traces']) {
       await open(p);
+      // Served now: no page shows an error box (they showed the API's 404 before locks/optimize/export were served).
+      const err = await page.$eval('main', (m) => m.querySelector('.error')?.textContent ?? '');
+      assert(err === '', `${p}: ${err}`);
       await shot(p.split('?')[0]);
+    }
+    // Each export link downloads a file of its own type.
+    const links = await page.$$eval('ul.exports a', (as) => as.map((a) => a.href));
+    assert(links.length === 4, `export links: ${links.length}`);
+    for (const href of links) {
+      const r = await page.evaluate(async (u) => { const x = await fetch(u); return { status: x.status, disposition: x.headers.get('content-disposition') ?? '', size: (await x.arrayBuffer()).byteLength }; }, href);
+      assert(r.status === 200 && r.disposition.startsWith('attachment') && r.size > 0, `${href}: ${JSON.stringify(r)}`);
     }
   }],
 ];

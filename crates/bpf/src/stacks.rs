@@ -34,7 +34,7 @@ mod skel {
 use skel::{StacksSkel, StacksSkelBuilder};
 
 /// Bytes of `struct stack_key`.
-const KEY_SIZE: usize = 32;
+const KEY_SIZE: usize = 40;
 /// `MAX_DEPTH` in stacks.bpf.c: frames one stack-map entry holds.
 pub const MAX_DEPTH: usize = 127;
 /// `MAX_RANGES` in stacks.bpf.c: ranges of code with frame pointers per process.
@@ -77,6 +77,9 @@ pub struct StackEntry {
     pub user: Option<Stack>,
     /// None for samples in user mode.
     pub kernel_stack: Option<Stack>,
+    /// The thread's CPython frames read at sample time (pystack.h: two
+    /// words a frame, see [`python_frames`]); None when not Python.
+    pub python: Option<Stack>,
     /// The sample had a stack id that the map no longer held.
     pub lost_stack: bool,
     pub count: u64,
@@ -205,6 +208,23 @@ impl StackAggregator {
     /// Forgets a process (it exited): its samples, if any, take the ring.
     pub fn forget_process(&self, pid: u32) {
         let _ = self.skel.maps.procs.delete(&pid.to_ne_bytes());
+        let _ = self.skel.maps.py_procs.delete(&pid.to_ne_bytes());
+    }
+
+    /// Has the program read the CPython frames of `pid`'s samples.
+    pub fn set_python(&self, pid: u32, layout: &PythonLayout) -> Result<(), Error> {
+        self.skel
+            .maps
+            .py_procs
+            .update(&pid.to_ne_bytes(), &layout.to_bytes(), MapFlags::ANY)
+            .map_err(|e| err(ErrorKind::Map, "describing a Python process to BPF", e))
+    }
+
+    /// Where the Python frames of samples sent to the perf ring wait.
+    pub fn python_samples(&self) -> Result<PythonSamples, Error> {
+        let map = libbpf_rs::MapHandle::try_from(&self.skel.maps.py_pending)
+            .map_err(|e| err(ErrorKind::Map, "opening the pending Python frames map", e))?;
+        Ok(PythonSamples { map, next: HashMap::new() })
     }
 
     /// Flips the generation, waits out the grace period, and moves the old
@@ -221,7 +241,7 @@ impl StackAggregator {
         }
         out.reserve(raw.len());
         for (key, count, period) in raw {
-            let (pid, event_index, kernel, ip, user, kstack) = parse_key(&key);
+            let (pid, event_index, kernel, ip, user, kstack, py) = parse_key(&key);
             let mut lost_stack = false;
             let mut resolve = |hash: u64, me: &mut Self| {
                 let s = (hash != 0).then(|| me.stack(old, hash)).flatten();
@@ -230,7 +250,8 @@ impl StackAggregator {
             };
             let user = resolve(user, self);
             let kernel_stack = resolve(kstack, self);
-            out.push(StackEntry { pid, event_index, kernel, ip, user, kernel_stack, lost_stack, count, period });
+            let python = resolve(py, self);
+            out.push(StackEntry { pid, event_index, kernel, ip, user, kernel_stack, python, lost_stack, count, period });
         }
         self.maybe_clear(old)
     }
@@ -309,7 +330,12 @@ impl StackAggregator {
         let table = self.max_entries as u64 * (KEY_SIZE as u64 + 16 + 16 * self.ncpus as u64);
         let stacks = self.skel.maps.stacks0.max_entries() as u64 * ((MAX_DEPTH as u64 + 1) * 8 + 8 + 16);
         let procs = self.skel.maps.procs.max_entries() as u64 * (4 + 8 + 16 * MAX_RANGES as u64 + 16);
-        2 * table + 2 * stacks + procs + 8 * codes::STAT_COUNT as u64 * self.ncpus as u64
+        let python_sample = 16 + (MAX_DEPTH as u64 + 1) * 8;
+        let python = self.skel.maps.py_pending.max_entries() as u64 * (16 + python_sample + 16)
+            + self.skel.maps.py_procs.max_entries() as u64 * (4 + PYTHON_LAYOUT_SIZE as u64 + 16)
+            + self.skel.maps.py_threads.max_entries() as u64 * (4 + 16 + 16)
+            + self.ncpus as u64 * python_sample;
+        2 * table + 2 * stacks + procs + python + 8 * codes::STAT_COUNT as u64 * self.ncpus as u64
     }
 
     pub fn table_capacity(&self) -> u32 {
@@ -336,9 +362,9 @@ fn proc_info_bytes(p: &ProcessUnwind) -> Vec<u8> {
     v
 }
 
-/// Decodes `struct stack_key`: pid, event, kernel mode, pc, user and
-/// kernel stack hashes (0: none).
-fn parse_key(k: &[u8; KEY_SIZE]) -> (u32, u16, bool, u64, u64, u64) {
+/// Decodes `struct stack_key`: pid, event, kernel mode, pc, user,
+/// kernel and Python stack hashes (0: none).
+fn parse_key(k: &[u8; KEY_SIZE]) -> (u32, u16, bool, u64, u64, u64, u64) {
     let u64_at = |i: usize| u64::from_ne_bytes(k[i..i + 8].try_into().expect("8 bytes"));
     (
         u32::from_ne_bytes(k[0..4].try_into().expect("4 bytes")),
@@ -347,7 +373,132 @@ fn parse_key(k: &[u8; KEY_SIZE]) -> (u32, u16, bool, u64, u64, u64) {
         u64_at(8),
         u64_at(16),
         u64_at(24),
+        u64_at(32),
     )
+}
+
+/// Bytes of `struct py_proc` (pystack.h).
+const PYTHON_LAYOUT_SIZE: usize = 32;
+
+/// Where a CPython interpreter is in a process and the offsets (bytes)
+/// of its structures that the program follows: `struct py_proc`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PythonLayout {
+    /// The address of `_PyRuntime`.
+    pub runtime: u64,
+    pub runtime_interpreters_head: u16,
+    pub interp_threads_head: u16,
+    pub tstate_next: u16,
+    pub tstate_native_thread_id: u16,
+    pub tstate_cframe: u16,
+    pub cframe_current_frame: u16,
+    pub frame_code: u16,
+    pub frame_previous: u16,
+    pub frame_prev_instr: u16,
+    pub frame_is_entry: u16,
+    pub code_firstlineno: u16,
+    pub code_code_adaptive: u16,
+}
+
+impl PythonLayout {
+    fn to_bytes(self) -> [u8; PYTHON_LAYOUT_SIZE] {
+        let mut b = [0u8; PYTHON_LAYOUT_SIZE];
+        b[..8].copy_from_slice(&self.runtime.to_ne_bytes());
+        let fields = [
+            self.runtime_interpreters_head,
+            self.interp_threads_head,
+            self.tstate_next,
+            self.tstate_native_thread_id,
+            self.tstate_cframe,
+            self.cframe_current_frame,
+            self.frame_code,
+            self.frame_previous,
+            self.frame_prev_instr,
+            self.frame_is_entry,
+            self.code_firstlineno,
+            self.code_code_adaptive,
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            b[8 + 2 * i..10 + 2 * i].copy_from_slice(&f.to_ne_bytes());
+        }
+        b
+    }
+}
+
+/// One Python frame as the program read it at sample time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawPyFrame {
+    /// The code object's address.
+    pub code: u64,
+    /// Bytes from the start of the code's instructions to the last one run.
+    pub byte_offset: u32,
+    /// The code's `co_firstlineno` when read: tells a code object apart
+    /// from a later one at the same address.
+    pub first_line: u32,
+    /// Entered from C (a new `_PyEval_EvalFrameDefault` activation).
+    pub entry: bool,
+}
+
+/// Decodes the words of a Python stack (pystack.h), innermost first, and
+/// whether the chain was longer than the program reads.
+pub fn python_frames(words: &[u64]) -> (Vec<RawPyFrame>, bool) {
+    let frames = words
+        .chunks_exact(2)
+        .map(|w| RawPyFrame { code: w[0], byte_offset: w[1] as u32, first_line: (w[1] >> 32) as u32 & 0x7fff_ffff, entry: w[1] >> 63 == 1 })
+        .collect();
+    (frames, words.len() % 2 == 1)
+}
+
+/// The Python frames of samples the program sent to the perf ring
+/// (`py_pending`): numbered per thread in the order of its samples, with
+/// the user pc and sp each sample carries.
+pub struct PythonSamples {
+    map: libbpf_rs::MapHandle,
+    /// Per thread: the number of the entry its next sample should have.
+    next: HashMap<u32, u64>,
+}
+
+/// Entries looked at past the expected one: those before a match belong
+/// to samples the perf ring lost.
+const PYTHON_WINDOW: u64 = 8;
+
+impl PythonSamples {
+    /// Takes the frames the program read for thread `tid`'s next sample,
+    /// the one at user `pc` and `sp` (None: none found; empty: the thread
+    /// ran no Python code).
+    pub fn take(&mut self, tid: u32, pc: u64, sp: u64) -> Option<Vec<u64>> {
+        if self.next.len() > 1 << 16 {
+            self.next.clear();
+        }
+        let expected = self.next.get(&tid).copied().unwrap_or(0);
+        // From 0 as well: the program numbers a thread afresh when its entry aged out of `py_threads`.
+        for base in [expected, 0] {
+            for seq in base..base + PYTHON_WINDOW {
+                let Some(v) = self.map.lookup(&python_key(tid, seq), MapFlags::ANY).ok().flatten() else { continue };
+                let word = |i: usize| u64::from_ne_bytes(v[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                if v.len() < 24 || word(0) != pc || word(1) != sp {
+                    continue;
+                }
+                for skipped in base..=seq {
+                    let _ = self.map.delete(&python_key(tid, skipped));
+                }
+                self.next.insert(tid, seq + 1);
+                return Some(raw_frames(&v[16..]));
+            }
+            if expected == 0 {
+                break;
+            }
+        }
+        None
+    }
+}
+
+/// `struct py_sample_key`.
+fn python_key(tid: u32, seq: u64) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    key[..4].copy_from_slice(&tid.to_ne_bytes());
+    key[8..].copy_from_slice(&seq.to_ne_bytes());
+    key
 }
 
 /// Values at and above this in a perf call chain are context markers
@@ -380,7 +531,8 @@ mod tests {
         k[6] = 1;
         k[8..16].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
         k[24..32].copy_from_slice(&77u64.to_ne_bytes());
-        assert_eq!(parse_key(&k), (4242, 3, true, 0xffff_ffff_8100_0000, 0, 77));
+        k[32..40].copy_from_slice(&99u64.to_ne_bytes());
+        assert_eq!(parse_key(&k), (4242, 3, true, 0xffff_ffff_8100_0000, 0, 77, 99));
         let mut s = vec![0u8; (MAX_DEPTH + 1) * 8];
         s[0..8].copy_from_slice(&2u64.to_ne_bytes());
         s[8..16].copy_from_slice(&0x401000u64.to_ne_bytes());
@@ -390,6 +542,27 @@ mod tests {
         s[0..8].copy_from_slice(&3u64.to_ne_bytes());
         s[8..16].copy_from_slice(&(-512i64 as u64).to_ne_bytes());
         assert_eq!(parse_stack(&s), vec![0x402000, 0xdead], "PERF_CONTEXT_USER is not a frame");
+    }
+
+    #[test]
+    fn python_words_decode_to_frames() {
+        // Checks the two-word frame encoding of pystack.h: code address, byte offset, first line, entry bit, and an odd count as truncation.
+        let w = [0x7f00_1000, 46 | 12 << 32 | 1 << 63, 0x7f00_2000, 8 | 3 << 32];
+        let (f, truncated) = python_frames(&w);
+        assert!(!truncated);
+        assert_eq!(f[0], RawPyFrame { code: 0x7f00_1000, byte_offset: 46, first_line: 12, entry: true });
+        assert_eq!(f[1], RawPyFrame { code: 0x7f00_2000, byte_offset: 8, first_line: 3, entry: false });
+        assert!(python_frames(&[1, 2, 0]).1);
+    }
+
+    #[test]
+    fn python_layout_fits_py_proc() {
+        // Checks struct py_proc's encoding: the runtime address, then twelve 16-bit offsets in declaration order.
+        let l = PythonLayout { runtime: 0x55_0000, runtime_interpreters_head: 40, code_code_adaptive: 184, ..Default::default() };
+        let b = l.to_bytes();
+        assert_eq!(u64::from_ne_bytes(b[..8].try_into().unwrap()), 0x55_0000);
+        assert_eq!(u16::from_ne_bytes([b[8], b[9]]), 40);
+        assert_eq!(u16::from_ne_bytes([b[30], b[31]]), 184);
     }
 
     #[test]

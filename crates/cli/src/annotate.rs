@@ -26,9 +26,12 @@ pub fn run(a: AnnotateArgs, out: &mut dyn Write) -> Result<u8> {
     let code = syms.code(&sel.image).map_err(|r| anyhow!("cannot read {}: {r}", sel.image.path))?;
     let proc_ = find_procedure(&code, &p.procedure, &sel.image.path)?;
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
-    let rows: Vec<Row> = decode(proc_.start, bytes)
+    let decoded = decode(proc_.start, bytes);
+    let progress = crate::progress::Progress::bar(decoded.len() as u64, &format!("placing {}'s lines", proc_.name));
+    let rows: Vec<Row> = decoded
         .into_iter()
         .map(|x| {
+            progress.inc(1);
             let counts = evs.iter().map(|e| sel.samples[e].get(&x.addr).copied().unwrap_or(0)).collect();
             let (file, line) = code.line(x.addr);
             Row { addr: x.addr, text: x.text, counts, file, line }

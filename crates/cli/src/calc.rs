@@ -23,6 +23,7 @@ pub fn run(a: CalcArgs, out: &mut dyn Write) -> Result<u8> {
     }
     let mut syms = symbolizer(&p.db.db);
     let filter = Filter { image: &p.image, epoch: &p.epoch, pids: &p.pid, comms: &p.comm };
+    let progress = crate::progress::Progress::spinner(&format!("reading the samples of {}", p.image));
     let sel = load(&p.db.db, &filter, &mut syms)?;
     let ev = EventName::new(&a.event);
     let Some(samples) = sel.samples.get(&ev) else {
@@ -51,6 +52,7 @@ pub fn run(a: CalcArgs, out: &mut dyn Write) -> Result<u8> {
     let code = syms.code(&sel.image).map_err(|r| anyhow!("cannot read {}: {r}", sel.image.path))?;
     let proc_ = find_procedure(&code, &p.procedure, &sel.image.path)?;
     let bytes = code.bytes(proc_.start, proc_.size).ok_or_else(|| anyhow!("{} has no bytes in the file", proc_.name))?;
+    progress.stage(&format!("modelling {} ({} bytes) with llvm-mca", proc_.name, proc_.size));
     let mut model = LlvmMca::find(a.llvm_mca.as_deref(), &a.mcpu)?;
     let combine = if a.solver == "global" { Combine::Global } else { Combine::Local };
     let opt = Options { combine, branching_loops: a.branching_loops == "on", retire_window: a.retire_window as usize };

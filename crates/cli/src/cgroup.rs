@@ -9,7 +9,6 @@ use loupe_model::cgroup::{labels, LABEL_KEYS};
 use loupe_store::query::{cgroup_pids, choose_events, Detail, Filter, ProfileSource};
 use loupe_store::{Database, EpochId};
 use std::collections::BTreeSet;
-use std::io::Write;
 
 /// The pids `--cgroup`/`--label` keep in `epochs` (None: no such flag given).
 pub fn pids(db: &Database, epochs: &[EpochId], f: &CgroupFlag) -> Result<Option<BTreeSet<u32>>> {
@@ -32,7 +31,7 @@ fn parse_label(s: &str) -> Result<(String, String)> {
 }
 
 /// `top --by label:KEY`: samples per label value of the processes' cgroups.
-pub fn top_by_label(a: &TopArgs, key: &str) -> Result<u8> {
+pub fn top_by_label(a: &TopArgs, key: &str, out: &mut dyn std::io::Write) -> Result<u8> {
     let db = Database::open(&a.db.db)?;
     let epochs = db.select(&a.epoch.which()?)?;
     let filter = Filter {
@@ -48,7 +47,6 @@ pub fn top_by_label(a: &TopArgs, key: &str) -> Result<u8> {
     let keep = |p: &_| filter.keep_process(p);
     let rows = by_label(&flat.totals, &events, &keep, &label_of);
     let totals: Vec<u64> = (0..events.len()).map(|e| rows.iter().map(|r| r.1[e]).sum()).collect();
-    let mut out = std::io::stdout().lock();
     if a.format == Format::Json {
         let rows: Vec<serde_json::Value> = rows
             .iter()

@@ -264,7 +264,15 @@ fn start(engine: &mut Engine, target: &Target, pids: &[i32]) -> Result<()> {
         }
         _ => engine.collector.scan_all(),
     }
-    Ok(engine.sampler.enable()?)
+    engine.sampler.enable()?;
+    if let Target::Attach { .. } = target {
+        // Children started between the open and now inherited disabled events, which wrote no fork, exec or
+        // mmap records: their mappings come from /proc, else their samples would find none (issue 25).
+        for child in loupe_perf::descendants_of(pids) {
+            engine.collector.scan_pid(child as u32);
+        }
+    }
+    Ok(())
 }
 
 fn summarize(e: &Engine, took: Duration) {
@@ -272,6 +280,10 @@ fn summarize(e: &Engine, took: Duration) {
     let (py_notes, py_stacks, py_failed) = e.collector.python_notes();
     if py_stacks > 0 {
         eprintln!("loupe: {py_stacks} stacks with Python frames ({py_failed} more not readable: changing or exiting)");
+        let in_kernel = e.collector.python_stacks_read_in_kernel();
+        if in_kernel > 0 {
+            eprintln!("loupe: {in_kernel} of them read by the BPF program at sample time");
+        }
     }
     for n in py_notes {
         eprintln!("loupe: {n}");

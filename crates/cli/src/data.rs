@@ -23,7 +23,9 @@ pub fn run(a: DataArgs, out: &mut dyn Write) -> Result<u8> {
         DataCommand::Allocs(x) => return crate::objects::allocs(x, out),
         DataCommand::Profile(ref v) | DataCommand::Classify(ref v) | DataCommand::Workingset(ref v) => v,
     };
+    let progress = crate::progress::Progress::spinner("reading and typing the data accesses");
     let loaded = load(v)?;
+    drop(progress);
     match a.cmd {
         DataCommand::Profile(v) => print_profile(out, &v, &loaded)?,
         DataCommand::Classify(v) => print_classify(out, &v, &loaded)?,

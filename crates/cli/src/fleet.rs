@@ -209,7 +209,7 @@ pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
 
 /// The `--ship-symbols` thread, naming builds with this database's image cache (for the vDSO and replaced binaries).
 fn start_uploader(url: &FleetUrl, db: &Path) -> Result<Uploader> {
-    let syms = Symbols::for_db(db);
+    let mut syms = Symbols::for_db(db);
     let namer: loupe_fleet::symbols::Namer = Box::new(move |image| syms.procedures(image));
     Ok(Uploader::start(url, loupe_fleet::client::DEFAULT_TIMEOUT, namer)?)
 }

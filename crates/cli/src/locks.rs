@@ -19,7 +19,53 @@ struct Named {
     name: String,
 }
 
+/// One lock as printed, and as kept in a database's `locks/` folder.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Row {
+    name: String,
+    kind: String,
+    pid: u32,
+    address: String,
+    acquisitions: u64,
+    hold_ns: u64,
+    wait_ns: u64,
+    max_hold_ns: u64,
+    max_wait_ns: u64,
+}
+
+impl From<&Named> for Row {
+    fn from(n: &Named) -> Row {
+        let r = &n.rec;
+        Row {
+            name: n.name.clone(),
+            kind: r.kind.name().into(),
+            pid: r.tgid,
+            address: format!("0x{:x}", r.addr),
+            acquisitions: r.acquisitions,
+            hold_ns: r.hold_ns,
+            wait_ns: r.wait_ns,
+            max_hold_ns: r.max_hold_ns,
+            max_wait_ns: r.max_wait_ns,
+        }
+    }
+}
+
+/// A whole result, as kept: every lock, no limit.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    duration_s: f64,
+    dropped: u64,
+    locks: Vec<Row>,
+}
+
 pub fn run(a: LocksArgs, out: &mut dyn Write) -> Result<u8> {
+    if let (Some(db), true, None) = (&a.db, a.command.is_empty(), a.duration) {
+        return show_kept(db, &a, out);
+    }
+    trace(a, out)
+}
+
+fn trace(a: LocksArgs, out: &mut dyn Write) -> Result<u8> {
     use loupe_collector::privilege::{require_bpf, Privileges};
     require_bpf(&Privileges::current(), "loupe locks")?;
     let libc = match &a.libc {
@@ -27,7 +73,9 @@ pub fn run(a: LocksArgs, out: &mut dyn Write) -> Result<u8> {
         None => find_libc().context("cannot find the C library in /proc/self/maps; name it with --libc")?,
     };
     let (status, elapsed, maps, tracer) = if a.command.is_empty() {
-        let Some(secs) = a.duration else { bail!("give a command after `--`, or --duration SECONDS for every process") };
+        let Some(secs) = a.duration else {
+            bail!("give a command after `--`, or --duration SECONDS for every process (or --db DIR to show the result kept there)")
+        };
         let (tracer, warnings) = LockTracer::start(&libc, None)?;
         warn(&warnings);
         let t0 = Instant::now();
@@ -45,16 +93,67 @@ pub fn run(a: LocksArgs, out: &mut dyn Write) -> Result<u8> {
     records.sort_by_key(|r| std::cmp::Reverse(r.hold_ns));
     let mut syms = Symbols::for_dbs(&[]);
     let mut elves = HashMap::new();
-    let named: Vec<Named> = records.into_iter().map(|rec| name(rec, &maps, &mut syms, &mut elves)).collect();
+    let named: Vec<Row> = records.into_iter().map(|rec| Row::from(&name(rec, &maps, &mut syms, &mut elves))).collect();
     let dropped = tracer.dropped();
     if dropped > 0 {
         eprintln!("loupe: {dropped} lock events found the probe tables full and were not counted");
     }
-    match a.format {
-        Format::Json => print_json(out, &named, elapsed, dropped, a.limit)?,
-        Format::Text => print_text(out, &named, elapsed, a.limit)?,
+    if let Some(db) = &a.db {
+        keep(db, &Kept { duration_s: elapsed.as_secs_f64(), dropped, locks: named })?;
+        return show_kept(db, &a, out).map(|_| status);
     }
+    print(out, &a, &named, elapsed, dropped)?;
     Ok(status)
+}
+
+fn print(out: &mut dyn Write, a: &LocksArgs, rows: &[Row], elapsed: Duration, dropped: u64) -> Result<()> {
+    match a.format {
+        Format::Json => print_json(out, rows, elapsed, dropped, a.limit),
+        Format::Text => print_text(out, rows, elapsed, a.limit),
+    }
+}
+
+/// Results are kept one file each, named by when they were taken, so the
+/// newest is the last name.
+fn keep(db: &std::path::Path, kept: &Kept) -> Result<()> {
+    loupe_store::Database::open(db)?;
+    let dir = db.join("locks");
+    loupe_files::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let path = dir.join(format!("{:020}-{}.json", now.as_nanos(), std::process::id()));
+    loupe_files::write(&path, serde_json::to_vec(kept)?).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// No lock result is kept in the database (`loupe serve` answers 404).
+#[derive(Debug)]
+pub struct NoKeptResult(String);
+
+impl std::fmt::Display for NoKeptResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoKeptResult {}
+
+/// The result kept last in `db`.
+fn show_kept(db: &std::path::Path, a: &LocksArgs, out: &mut dyn Write) -> Result<u8> {
+    loupe_store::Database::open(db)?;
+    let dir = db.join("locks");
+    let newest = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .max();
+    let Some(path) = newest else {
+        bail!(NoKeptResult(format!("no lock results kept in {} (`loupe locks --db {} -- CMD` keeps one)", db.display(), db.display())))
+    };
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let kept: Kept = serde_json::from_str(&text).with_context(|| format!("{} is not a lock result", path.display()))?;
+    print(out, a, &kept.locks, Duration::from_secs_f64(kept.duration_s.max(0.0)), kept.dropped)?;
+    Ok(0)
 }
 
 fn warn(warnings: &[String]) {
@@ -143,13 +242,12 @@ fn fraction(ns: u64, elapsed: Duration) -> f64 {
     ns as f64 / elapsed.as_nanos().max(1) as f64
 }
 
-fn print_json(out: &mut dyn Write, rows: &[Named], elapsed: Duration, dropped: u64, limit: usize) -> Result<()> {
+fn print_json(out: &mut dyn Write, rows: &[Row], elapsed: Duration, dropped: u64, limit: usize) -> Result<()> {
     let locks: Vec<serde_json::Value> = rows
         .iter()
         .take(limit)
-        .map(|n| {
-            let r = &n.rec;
-            serde_json::json!({ "name": n.name, "kind": r.kind.name(), "pid": r.tgid, "address": format!("0x{:x}", r.addr),
+        .map(|r| {
+            serde_json::json!({ "name": r.name, "kind": r.kind, "pid": r.pid, "address": r.address,
                 "acquisitions": r.acquisitions, "hold_ns": r.hold_ns, "wait_ns": r.wait_ns,
                 "held_fraction": fraction(r.hold_ns, elapsed), "wait_fraction": fraction(r.wait_ns, elapsed),
                 "max_hold_ns": r.max_hold_ns, "max_wait_ns": r.max_wait_ns })
@@ -160,7 +258,7 @@ fn print_json(out: &mut dyn Write, rows: &[Named], elapsed: Duration, dropped: u
     Ok(())
 }
 
-fn print_text(out: &mut dyn Write, rows: &[Named], elapsed: Duration, limit: usize) -> Result<()> {
+fn print_text(out: &mut dyn Write, rows: &[Row], elapsed: Duration, limit: usize) -> Result<()> {
     writeln!(out, "# Loupe locks, {:.3} s, {} locks", elapsed.as_secs_f64(), rows.len())?;
     writeln!(out, "#")?;
     writeln!(
@@ -169,8 +267,7 @@ fn print_text(out: &mut dyn Write, rows: &[Named], elapsed: Duration, limit: usi
         "held%", "hold ms", "wait ms", "acquired", "mean us", "max us", "kind", "pid"
     )?;
     writeln!(out, "#")?;
-    for n in rows.iter().take(limit) {
-        let r = &n.rec;
+    for r in rows.iter().take(limit) {
         let mean = if r.acquisitions > 0 { r.hold_ns as f64 / r.acquisitions as f64 / 1e3 } else { 0.0 };
         writeln!(
             out,
@@ -181,9 +278,9 @@ fn print_text(out: &mut dyn Write, rows: &[Named], elapsed: Duration, limit: usi
             r.acquisitions,
             mean,
             r.max_hold_ns as f64 / 1e3,
-            r.kind.name(),
-            r.tgid,
-            n.name
+            r.kind,
+            r.pid,
+            r.name
         )?;
     }
     if rows.len() > limit {

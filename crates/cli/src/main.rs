@@ -16,6 +16,9 @@ mod locks;
 mod machine;
 mod objects;
 mod openapi;
+mod openapi_schemas;
+#[cfg(test)]
+mod openapi_ts;
 mod ops;
 mod optimize;
 mod optimize_bat;
@@ -24,8 +27,10 @@ mod optimize_manage;
 mod optimize_probe;
 mod output;
 mod procedure;
+mod progress;
 mod serve;
 mod stacks;
+mod symbol_cache;
 mod symbols;
 mod top;
 mod trace;
@@ -93,7 +98,7 @@ pub(crate) fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<u8> {
         Command::Serve(a) => serve::run(a),
         Command::Fleet(a) => fleet::run(a),
         Command::Ingest(a) => fleet::ingest(a),
-        Command::Wall(a) => wall::run(a),
+        Command::Wall(a) => wall::run(a, out),
         Command::Completions(a) => ops::completions(a),
         Command::Man(a) => ops::man(a),
     }

@@ -5,16 +5,16 @@
 use clap::{Arg, ArgAction};
 use serde_json::{json, Map, Value};
 
-/// One GET path per command; `forced` flags and path arguments are left out
-/// (the server sets or refuses them).
-pub fn document(served: &[&str], forced: &[&str], is_path: &dyn Fn(&Arg) -> bool) -> Value {
+/// One GET path per command; arguments `refused` (by command) are left out
+/// (the server sets or refuses them); `downloads` answer files, not JSON.
+pub fn document(served: &[&str], downloads: &[&str], refused: &dyn Fn(&str, &Arg) -> bool) -> Value {
     let mut paths = Map::new();
     for command in served {
         let words: Vec<&str> = command.split('/').collect();
         let cmd = crate::serve::subcommand(&words);
         let mut params: Vec<Value> = cmd
             .get_arguments()
-            .filter(|a| !forced.contains(&a.get_id().as_str()) && !is_path(a))
+            .filter(|a| !refused(command, a))
             .filter(|a| a.get_long().is_some() || a.is_positional())
             .map(parameter)
             .collect();
@@ -29,9 +29,13 @@ pub fn document(served: &[&str], forced: &[&str], is_path: &dyn Fn(&Arg) -> bool
             json!({ "get": {
                 "operationId": command.replace('/', "_"),
                 "summary": about,
-                "description": format!("What `loupe {} ... --format json` prints for the same flags.", words.join(" ")),
+                "description": if downloads.contains(command) {
+                    format!("The file `loupe {} ... -o FILE` writes for the same flags, as an attachment.", words.join(" "))
+                } else {
+                    format!("What `loupe {} ... --format json` prints for the same flags.", words.join(" "))
+                },
                 "parameters": params,
-                "responses": responses(),
+                "responses": responses(downloads.contains(command), crate::openapi_schemas::answer(command)),
             }}),
         );
     }
@@ -40,7 +44,7 @@ pub fn document(served: &[&str], forced: &[&str], is_path: &dyn Fn(&Arg) -> bool
         "info": { "title": "Loupe", "version": env!("CARGO_PKG_VERSION"),
             "description": "Read-only JSON API of `loupe serve`: each path runs the CLI command of the same name with the query parameters as its flags (repeat a parameter to repeat its flag; `flag=` sets a switch)." },
         "paths": paths,
-        "components": { "schemas": { "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" } } } } },
+        "components": { "schemas": crate::openapi_schemas::schemas().into_iter().map(|(k, v)| (k.to_string(), v)).collect::<Map<String, Value>>() },
     })
 }
 
@@ -73,10 +77,17 @@ fn parameter(a: &Arg) -> Value {
         "schema": schema, "explode": true, "style": "form" })
 }
 
-fn responses() -> Value {
+fn responses(download: bool, answer: Option<&str>) -> Value {
     let error = |what: &str| json!({ "description": what, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
+    let ok = if download {
+        json!({ "description": "The exported file (pprof: application/gzip; collapsed: text/plain; perfetto: application/octet-stream; speedscope: application/json)",
+            "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } })
+    } else {
+        let schema = answer.map_or_else(|| json!({ "type": "object" }), |a| json!({ "$ref": format!("#/components/schemas/{a}") }));
+        json!({ "description": "The command's JSON", "content": { "application/json": { "schema": schema } } })
+    };
     json!({
-        "200": { "description": "The command's JSON", "content": { "application/json": { "schema": { "type": "object" } } } },
+        "200": ok,
         "400": error("A flag the command does not have, or a bad value"),
         "404": error("A missing epoch, image, procedure, event or database"),
         "500": error("The command failed"),

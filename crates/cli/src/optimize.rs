@@ -291,7 +291,9 @@ pub(crate) fn log_decision(db: &Path, d: &Decision) -> Result<()> {
 fn optimize(a: RunArgs) -> Result<u8> {
     let p = &a.profile;
     let mut syms = symbolizer(&p.db.db);
+    let progress = crate::progress::Progress::spinner(&format!("profiling {} from the database", p.image.display()));
     let ip = image_profile(p, &mut syms)?;
+    drop(progress);
     let suffix = if a.rebuild.is_some() { "loupe-pgo" } else { "loupe-bolt" };
     let out_path = a.output.clone().unwrap_or_else(|| PathBuf::from(format!("{}.{suffix}", p.image.display())));
     let (prof_path, text) = match (&a.rebuild, a.profile_kind) {
@@ -342,7 +344,9 @@ fn optimize(a: RunArgs) -> Result<u8> {
         reason: String::new(),
         measurement: None,
     };
-    let verdict = evaluate(&a, bolt.as_ref(), &prof_path, &out_path, &mut decision);
+    let progress = crate::progress::Progress::spinner(&format!("optimizing {}, then checking and measuring it", p.image.display()));
+    let verdict = evaluate(&a, bolt.as_ref(), &prof_path, &out_path, &mut decision, &progress);
+    drop(progress);
     if let Err(e) = &verdict {
         decision.reason = format!("{}{e}", decision.reason);
         let _ = std::fs::remove_file(&out_path);
@@ -353,7 +357,14 @@ fn optimize(a: RunArgs) -> Result<u8> {
 }
 
 /// BOLT (or the rebuild), check, measure, and install when asked: the reason for any refusal.
-fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, d: &mut Decision) -> Result<(), loupe_optimize::Error> {
+fn evaluate(
+    a: &RunArgs,
+    bolt: Option<&tool::Program>,
+    prof: &Path,
+    out: &Path,
+    d: &mut Decision,
+    progress: &crate::progress::Progress,
+) -> Result<(), loupe_optimize::Error> {
     let trial = Trial {
         image: &a.profile.image,
         check: &a.check,
@@ -369,7 +380,7 @@ fn evaluate(a: &RunArgs, bolt: Option<&tool::Program>, prof: &Path, out: &Path, 
         (None, Some(cmd)) => Optimizer::Rebuild(cmd),
         (None, None) => return Err(loupe_optimize::Error::new(loupe_optimize::ErrorKind::Tool, "no optimizer")),
     };
-    manager::evaluate(&trial, opt, &manage::Shell, &crate::optimize_manage::Disk, d, &mut |l| eprintln!("loupe: {l}"))
+    manager::evaluate(&trial, opt, &manage::Shell, &crate::optimize_manage::Disk, d, &mut |l| progress.println(&format!("loupe: {l}")))
 }
 
 fn status(a: StatusArgs, out: &mut dyn Write) -> Result<u8> {
@@ -377,17 +388,25 @@ fn status(a: StatusArgs, out: &mut dyn Write) -> Result<u8> {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let want = a.image.display().to_string();
     let saved = manage::saved_original(&a.image);
+    // Decisions about the saved original (`run PATH.loupe-orig`) are about the program at PATH too.
+    let decisions = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Decision>(line).ok())
+        .filter(|d| d.image == want || d.image == saved.display().to_string());
+    if a.format == crate::flags::Format::Json {
+        let decisions: Vec<Decision> = decisions.collect();
+        let doc = serde_json::json!({ "image": want, "installed": saved.exists(),
+            "original": saved.exists().then(|| saved.display().to_string()), "decisions": decisions });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(0);
+    }
     writeln!(
         out,
         "{want}: {}",
         if saved.exists() { format!("optimized version installed, original at {}", saved.display()) } else { "original in place".into() }
     )?;
-    for line in text.lines() {
-        let Ok(d) = serde_json::from_str::<Decision>(line) else { continue };
-        // Decisions about the saved original (`run PATH.loupe-orig`) are about the program at PATH too.
-        if d.image == want || d.image == saved.display().to_string() {
-            writeln!(out, "  {}  {:<10} build {}  {}", crate::flags::iso_local(d.unix_time), d.action, d.build_id, d.reason)?;
-        }
+    for d in decisions {
+        writeln!(out, "  {}  {:<10} build {}  {}", crate::flags::iso_local(d.unix_time), d.action, d.build_id, d.reason)?;
     }
     Ok(0)
 }

@@ -10,6 +10,30 @@ use std::io::{BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
+thread_local! {
+    static SERVING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as answering `loupe serve` (one thread per request):
+/// large JSON answers are compact (a whole machine's flame tree is 5 times
+/// bigger indented: 161 MB against 33 MB) and no progress is drawn.
+pub fn set_serving(on: bool) {
+    SERVING.with(|c| c.set(on));
+}
+
+pub fn serving() -> bool {
+    SERVING.with(|c| c.get())
+}
+
+/// `doc` as printed: indented for people, compact for the server.
+pub fn json_text(doc: &serde_json::Value) -> serde_json::Result<String> {
+    if serving() {
+        serde_json::to_string(doc)
+    } else {
+        serde_json::to_string_pretty(doc)
+    }
+}
+
 /// The file a command was told to write its result to, if any.
 pub fn path_of(c: &Command) -> Option<PathBuf> {
     let p = match c {
@@ -21,6 +45,7 @@ pub fn path_of(c: &Command) -> Option<PathBuf> {
         Command::Diff(a) => &a.sel.output.output,
         Command::Stats(a) => &a.sel.output.output,
         Command::Locks(a) => &a.output.output,
+        Command::Wall(a) => &a.output.output,
         Command::Flame(a) => &a.output,
         Command::Export(a) => &a.output,
         Command::Data(a) => match &a.cmd {

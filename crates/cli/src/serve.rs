@@ -8,25 +8,45 @@
 use crate::flags::{Cli, ServeArgs};
 use anyhow::{bail, Result};
 use clap::{Arg, ArgAction, CommandFactory, Parser, ValueHint};
-use loupe_serve::{Api, ApiError, ApiErrorKind, Config, Server};
+use loupe_serve::{Api, ApiError, ApiErrorKind, Config, Reply, Server};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The commands served at `/api/<command>`: those whose `--format json` is
-/// a result read from a database (not ones that run programs or write files).
-pub const SERVED: &[&str] =
-    &["top", "flame", "epochs", "diff", "stats", "calc", "annotate", "data/profile", "data/classify", "data/workingset"];
+/// a result read from a database (not ones that run programs or write
+/// files), and `export`, whose answer is the file it would write.
+pub const SERVED: &[&str] = &[
+    "top",
+    "flame",
+    "epochs",
+    "diff",
+    "stats",
+    "calc",
+    "annotate",
+    "data/profile",
+    "data/classify",
+    "data/workingset",
+    "locks",
+    "optimize/status",
+    "export",
+];
+
+/// Commands whose `format` the request picks (a file type), not JSON.
+pub const DOWNLOADS: &[&str] = &["export"];
+
+/// Arguments with a path's value hint that only name something to look
+/// up, never a file the server reads: `optimize status IMAGE` finds IMAGE's
+/// lines in the database's decisions log.
+const NAMES_NOT_PATHS: &[(&str, &str)] = &[("optimize/status", "image")];
 
 /// Flags a request may not set: the server picks the format and database,
 /// and never writes files.
-const FORCED: &[&str] = &["format", "output", "db", "source", "help", "version"];
+const FORCED: &[&str] = &["format", "output", "db", "help", "version"];
 
 pub fn run(a: ServeArgs) -> Result<u8> {
-    let mut api = CliApi::new(&a.dbs)?;
-    if let Some(url) = &a.source {
-        loupe_fleet::schema::check(&loupe_fleet::client::Client::new(&loupe_fleet::url::FleetUrl::parse(url)?))?;
-        api.source = Some(url.clone());
-    }
+    // A quarter of the budget for whole answers, the rest for symbol tables.
+    let api = CliApi::new(&a.dbs, (a.cache_mb << 20) / 4)?;
     let names: Vec<String> = api.dbs.iter().map(|(n, d)| format!("{n}={}", d.display())).collect();
     let mut config = Config::new(a.listen);
     config.token = a.token.filter(|t| !t.is_empty());
@@ -35,6 +55,9 @@ pub fn run(a: ServeArgs) -> Result<u8> {
         config.workers = w.max(1);
     }
     let server = Server::bind(config, Arc::new(api))?;
+    if a.cache_mb > 0 {
+        crate::symbol_cache::enable((a.cache_mb << 20) - (a.cache_mb << 20) / 4);
+    }
     let host = if a.listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.listen.ip().to_string() };
     let host = if a.listen.is_ipv6() { format!("[{host}]") } else { host };
     println!("Serving http://{host}:{}/ (databases: {})", server.local_addr().port(), names.join(", "));
@@ -45,12 +68,60 @@ pub fn run(a: ServeArgs) -> Result<u8> {
 /// The served databases, by name; the first is the default.
 pub struct CliApi {
     dbs: Vec<(String, PathBuf)>,
-    /// `--source`: the fleet store the commands that can read one read.
-    source: Option<String>,
+    answers: Mutex<Answers>,
+}
+
+/// Answers kept by command line, dropped when any served database changes
+/// (see [`crate::symbol_cache::full_stamp`]) and, least recently used
+/// first, past a budget: the pages ask the same questions again (reloads,
+/// going back, the overview's per-epoch calls), and a whole machine's
+/// flame tree takes seconds to build from named stacks.
+struct Answers {
+    budget: usize,
+    used: usize,
+    clock: u64,
+    stamp: Vec<Option<std::time::SystemTime>>,
+    kept: HashMap<Vec<String>, (Reply, u64)>,
+}
+
+impl Answers {
+    fn new(budget: usize) -> Answers {
+        Answers { budget, used: 0, clock: 0, stamp: Vec::new(), kept: HashMap::new() }
+    }
+
+    /// The kept answer to `argv`, after forgetting everything when `stamp` moved.
+    fn get(&mut self, argv: &[String], stamp: Vec<Option<std::time::SystemTime>>) -> Option<Reply> {
+        if stamp != self.stamp {
+            self.kept.clear();
+            self.used = 0;
+            self.stamp = stamp;
+        }
+        self.clock += 1;
+        let clock = self.clock;
+        self.kept.get_mut(argv).map(|(r, used)| {
+            *used = clock;
+            r.clone()
+        })
+    }
+
+    /// Keeps `reply` for `argv` if it fits, dropping the least recently used.
+    fn put(&mut self, argv: Vec<String>, reply: &Reply, stamp: &[Option<std::time::SystemTime>]) {
+        if reply.body.len() > self.budget || stamp != self.stamp.as_slice() {
+            return;
+        }
+        while self.used + reply.body.len() > self.budget {
+            let Some(oldest) = self.kept.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| k.clone()) else { break };
+            self.used -= self.kept.remove(&oldest).map_or(0, |(r, _)| r.body.len());
+        }
+        self.used += reply.body.len();
+        if let Some((old, _)) = self.kept.insert(argv, (reply.clone(), self.clock)) {
+            self.used -= old.body.len();
+        }
+    }
 }
 
 impl CliApi {
-    pub fn new(specs: &[String]) -> Result<CliApi> {
+    pub fn new(specs: &[String], answer_budget: usize) -> Result<CliApi> {
         let mut dbs: Vec<(String, PathBuf)> = Vec::new();
         for s in specs {
             let (name, dir) = match s.split_once('=') {
@@ -66,7 +137,17 @@ impl CliApi {
             }
             dbs.push((name, dir));
         }
-        Ok(CliApi { dbs, source: None })
+        Ok(CliApi { dbs, answers: Mutex::new(Answers::new(answer_budget)) })
+    }
+
+    /// Serving nothing: what the OpenAPI document needs (it depends on no database).
+    #[cfg(test)]
+    pub fn empty() -> CliApi {
+        CliApi { dbs: Vec::new(), answers: Mutex::new(Answers::new(0)) }
+    }
+
+    fn stamp(&self) -> Vec<Option<std::time::SystemTime>> {
+        self.dbs.iter().flat_map(|(_, d)| crate::symbol_cache::full_stamp(d)).collect()
     }
 
     fn db(&self, name: Option<&str>) -> Result<&PathBuf, ApiError> {
@@ -110,11 +191,11 @@ impl CliApi {
                 db = Some(value.as_str());
                 continue;
             }
-            if name == "format" && value == "json" {
+            if name == "format" && value == "json" && !DOWNLOADS.contains(&command) {
                 continue; // what the API answers anyway
             }
             let arg = find_arg(&cmd, name).ok_or_else(|| bad(format!("{command} has no flag --{name}")))?;
-            if FORCED.contains(&arg.get_id().as_str()) || is_path(arg) {
+            if refused(command, arg) {
                 return Err(bad(format!("--{name} cannot be set over HTTP")));
             }
             match (arg.get_index(), arg.get_long()) {
@@ -123,9 +204,8 @@ impl CliApi {
                 (None, None) => return Err(bad(format!("{command} has no flag --{name}"))),
             }
         }
-        argv.extend(["--format".to_string(), "json".to_string()]);
-        if let Some(url) = self.source.as_ref().filter(|_| find_arg(&cmd, "source").is_some()) {
-            argv.extend(["--source".to_string(), url.clone()]);
+        if !DOWNLOADS.contains(&command) {
+            argv.extend(["--format".to_string(), "json".to_string()]);
         }
         if find_arg(&cmd, "db").is_some() {
             argv.extend(["--db".to_string(), self.db(db)?.display().to_string()]);
@@ -141,12 +221,12 @@ impl CliApi {
         Ok(argv)
     }
 
-    /// Positional values are diff's and stats' sides.
+    /// Positional values are diff's and stats' sides, and optimize status's image.
     fn positional(&self, command: &str, value: &str) -> Result<String, ApiError> {
         match command {
-            // With --source, diff's sides select fleet rows (`version=1.2,host~^web-`), not databases.
-            "diff" if self.source.is_some() => Ok(value.to_string()),
             "diff" | "stats" => self.side(value),
+            // The program whose decisions to show: looked up in the log, never read (see NAMES_NOT_PATHS).
+            "optimize/status" => Ok(value.to_string()),
             _ => Err(bad(format!("{command} takes no positional argument"))),
         }
     }
@@ -216,17 +296,60 @@ fn flag(argv: &mut Vec<String>, arg: &Arg, long: &str, value: &str) -> Result<()
 }
 
 impl Api for CliApi {
-    fn call(&self, command: &str, params: &[(String, String)]) -> Result<Vec<u8>, ApiError> {
+    fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError> {
         let argv = self.argv(command, params)?;
-        let cli = Cli::try_parse_from(&argv).map_err(|e| bad(clap_message(&e)))?;
-        let mut out = Vec::new();
-        crate::run(cli.command, &mut out).map_err(|e| api_error(&e))?;
-        Ok(out)
+        let stamp = self.stamp();
+        if let Some(r) = self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&argv, stamp.clone()) {
+            return Ok(r);
+        }
+        let reply = self.run(&argv)?;
+        self.answers.lock().unwrap_or_else(|p| p.into_inner()).put(argv, &reply, &stamp);
+        Ok(reply)
     }
 
     fn openapi(&self) -> Vec<u8> {
-        let doc = crate::openapi::document(SERVED, FORCED, &|a| is_path(a));
+        let doc = crate::openapi::document(SERVED, DOWNLOADS, &refused);
         serde_json::to_vec_pretty(&doc).expect("a JSON value serializes")
+    }
+}
+
+impl CliApi {
+    fn run(&self, argv: &[String]) -> Result<Reply, ApiError> {
+        let cli = Cli::try_parse_from(argv).map_err(|e| bad(clap_message(&e)))?;
+        let download = match &cli.command {
+            crate::flags::Command::Export(a) => Some(download_type(a.format)),
+            _ => None,
+        };
+        let mut out = Vec::new();
+        crate::output::set_serving(true);
+        crate::run(cli.command, &mut out).map_err(|e| api_error(&e))?;
+        Ok(match download {
+            Some((content_type, name)) => Reply::download(out, content_type, name),
+            None => Reply::json(out),
+        })
+    }
+}
+
+/// Flags that would make a served command trace instead of read: `locks`
+/// shows the result kept in the database, never starts probes.
+const TRACING: &[(&str, &str)] = &[("locks", "duration"), ("locks", "libc")];
+
+/// Arguments a request may not give for `command` (the OpenAPI document
+/// leaves them out).
+fn refused(command: &str, a: &Arg) -> bool {
+    let id = a.get_id().as_str();
+    let chosen = DOWNLOADS.contains(&command) && id == "format";
+    (FORCED.contains(&id) && !chosen) || (is_path(a) && !NAMES_NOT_PATHS.contains(&(command, id))) || TRACING.contains(&(command, id))
+}
+
+/// An export's content type and the file name a browser saves it under.
+fn download_type(f: crate::flags::ExportFormat) -> (&'static str, &'static str) {
+    use crate::flags::ExportFormat as F;
+    match f {
+        F::Pprof => ("application/gzip", "loupe.pb.gz"),
+        F::Collapsed => ("text/plain; charset=utf-8", "loupe.txt"),
+        F::Perfetto => ("application/octet-stream", "loupe.pftrace"),
+        F::Speedscope => ("application/json", "loupe.speedscope.json"),
     }
 }
 
@@ -246,8 +369,38 @@ fn api_error(e: &anyhow::Error) -> ApiError {
     let kind = match store {
         Some(K::NoSuchEpoch | K::NoSuchImage | K::NoSuchEvent) => ApiErrorKind::NotFound,
         Some(K::BadSelection) => ApiErrorKind::BadRequest,
-        _ if e.chain().any(|c| c.is::<crate::procedure::NoSuchProcedure>()) => ApiErrorKind::NotFound,
+        _ if e.chain().any(|c| c.is::<crate::procedure::NoSuchProcedure>() || c.is::<crate::locks::NoKeptResult>()) => {
+            ApiErrorKind::NotFound
+        }
         _ => ApiErrorKind::Internal,
     };
     ApiError::new(kind, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn answers_are_kept_within_the_budget_and_forgotten_when_a_database_changes() {
+        // Checks the answer cache: a hit after a put, least recently used dropped past the budget, all dropped on a new stamp.
+        let t = |s| vec![Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s))];
+        let argv = |w: &str| vec!["loupe".to_string(), w.to_string()];
+        let reply = |n: usize| Reply::json(vec![b'x'; n]);
+        let mut a = Answers::new(10);
+        assert_eq!(a.get(&argv("top"), t(1)), None);
+        a.put(argv("top"), &reply(4), &t(1));
+        a.put(argv("flame"), &reply(4), &t(1));
+        assert_eq!(a.get(&argv("top"), t(1)), Some(reply(4)));
+        // 4 + 4 + 4 > 10: flame, used least recently, goes.
+        a.put(argv("epochs"), &reply(4), &t(1));
+        assert_eq!((a.get(&argv("flame"), t(1)), a.used), (None, 8));
+        a.put(argv("huge"), &reply(11), &t(1));
+        assert_eq!(a.get(&argv("huge"), t(1)), None, "larger than the whole budget");
+        assert_eq!(a.get(&argv("top"), t(2)), None, "the database changed");
+        assert_eq!((a.kept.len(), a.used), (0, 0));
+        a.put(argv("top"), &reply(4), &t(1));
+        assert_eq!(a.get(&argv("top"), t(2)), None, "an answer computed before the change is not kept");
+    }
 }

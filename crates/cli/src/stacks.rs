@@ -29,6 +29,7 @@ fn load_spanned(s: &StackSelection, source: &SourceArgs, all_events: bool) -> Re
     }
     let db = Database::open(&s.db.db)?;
     let ids = epochs(&db, s)?;
+    let progress = crate::progress::Progress::spinner(&format!("reading the stacks of {} epochs", ids.len()));
     let stacks = db.stacks(&ids)?;
     for p in &stacks.problems {
         eprintln!("loupe: skipping corrupt stack file {p}");
@@ -44,21 +45,24 @@ fn load_spanned(s: &StackSelection, source: &SourceArgs, all_events: bool) -> Re
     let filter = Filter { pids: s.pid.pid.clone(), comms: s.comm.comm.clone(), image: s.image.image.clone(), cgroup_pids };
     let (keep, keep_image) = (|p: &_| filter.keep_process(p), |i: &str| filter.keep_image(i));
     let mut syms = Symbols::for_db(&s.db.db);
+    progress.stage("naming the stacks' code addresses");
     let d = callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms);
     let span = span(&db.list_epochs()?, &ids, &d);
     Ok((d, span))
 }
 
-/// From the first selected epoch's start to the start of the epoch after
-/// the last one. The database keeps no end time, so where no epoch
-/// follows, the end is the start plus the sampled time of the busiest
+/// From the first selected epoch's start to the last one's end: the end
+/// the database keeps (when its samples were last stored, or the next epoch
+/// began), else, in databases written before end times were kept, the next
+/// epoch's start, else the start plus the sampled time of the busiest
 /// process (at least its wall-clock time when it ran on one thread).
 fn span(all: &[EpochInfo], ids: &[EpochId], d: &CallData) -> pprof::Span {
     let Some(first) = all.iter().find(|e| ids.contains(&e.id)) else { return pprof::Span::default() };
     let last = ids.iter().max().copied().unwrap_or(first.id);
-    let start = first.started_unix as i64 * 1_000_000_000;
-    let next = all.iter().find(|e| e.id > last).map(|e| e.started_unix as i64 * 1_000_000_000);
-    let duration = next.map(|n| n - start).unwrap_or_else(|| {
+    let start = first.start_ns() as i64;
+    let kept = all.iter().find(|e| e.id == last).and_then(|e| e.ended_unix_ns).map(|e| e as i64);
+    let next = all.iter().find(|e| e.id > last).map(|e| e.start_ns() as i64);
+    let duration = kept.or(next).map(|n| n - start).unwrap_or_else(|| {
         let mut per_pid: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
         for s in &d.stacks {
             *per_pid.entry(s.process.pid).or_default() += s.counts[0];
@@ -134,7 +138,7 @@ fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8
         "event": d.events[0].0, "total": d.totals[0], "epochs": epochs.iter().map(|e| e.0).collect::<Vec<_>>(),
         "unwind_stopped": d.truncated[0], "inverted": inverted, "root": node(&flame::tree(d, 0, inverted)),
     });
-    serde_json::to_string_pretty(&doc).map(|s| (s + "\n").into_bytes()).map_err(|e| e.to_string())
+    crate::output::json_text(&doc).map(|s| (s + "\n").into_bytes()).map_err(|e| e.to_string())
 }
 
 /// The epochs a selection reads (for the JSON to say which).

@@ -1,12 +1,22 @@
 //! The analysis crate's `SymbolSource`, backed by ELF/DWARF/kallsyms.
+//! Each command builds its own symbolizer, except under `loupe serve`,
+//! where [`crate::symbol_cache`] keeps one per set of databases across
+//! requests.
 
 use loupe_analysis::{SymInfo, SymbolSource, Unnamed};
 use loupe_model::{ImageId, ImageOffset};
 use loupe_symbolize::{Reason, Symbolizer, SymbolizerOptions};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 pub struct Symbols {
-    inner: Symbolizer,
+    inner: Held,
+}
+
+enum Held {
+    Own(Box<Symbolizer>),
+    /// The server's, locked for each call so that requests share it.
+    Shared(Arc<Mutex<Symbolizer>>),
 }
 
 impl Symbols {
@@ -18,33 +28,46 @@ impl Symbols {
 
     /// The same over several databases (diff and stats read more than one).
     pub fn for_dbs(dbs: &[&Path]) -> Symbols {
-        let mut opts = options();
-        opts.image_cache_dirs.extend(dbs.iter().map(|db| loupe_store::layout::images_dir(db)));
-        opts.jit_dirs.extend(dbs.iter().map(|db| loupe_store::layout::jit_dir(db)));
-        Symbols { inner: Symbolizer::new(opts) }
+        let make = || {
+            let mut opts = options();
+            opts.image_cache_dirs.extend(dbs.iter().map(|db| loupe_store::layout::images_dir(db)));
+            opts.jit_dirs.extend(dbs.iter().map(|db| loupe_store::layout::jit_dir(db)));
+            Symbolizer::new(opts)
+        };
+        match crate::symbol_cache::shared(dbs, make) {
+            Some(s) => Symbols { inner: Held::Shared(s) },
+            None => Symbols { inner: Held::Own(Box::new(make())) },
+        }
+    }
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut Symbolizer) -> R) -> R {
+        match &mut self.inner {
+            Held::Own(s) => f(s),
+            // A request that panicked mid-call left at worst a half-filled cache entry: still usable.
+            Held::Shared(s) => f(&mut s.lock().unwrap_or_else(|p| p.into_inner())),
+        }
     }
 
     /// An ELF image's procedures as (offset, size, name), for uploading (`--ship-symbols`).
-    pub fn procedures(&self, image: &ImageId) -> Result<Vec<(u64, u64, String)>, String> {
-        self.inner.procedures(image).map_err(|why| why.to_string())
+    pub fn procedures(&mut self, image: &ImageId) -> Result<Vec<(u64, u64, String)>, String> {
+        self.with(|s| s.procedures(image)).map_err(|why| why.to_string())
     }
 }
 
 impl SymbolSource for Symbols {
     fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Result<SymInfo, Unnamed>> {
-        self.inner
-            .symbolize(image, offsets, lines)
+        self.with(|s| s.symbolize(image, offsets, lines))
             .into_iter()
             .map(|r| r.map(|s| SymInfo { procedure: s.procedure, file: s.file, line: s.line }).map_err(|why| unnamed(&why)))
             .collect()
     }
 
     fn inlined(&mut self, image: &ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
-        self.inner.inline_frames(image, offsets)
+        self.with(|s| s.inline_frames(image, offsets))
     }
 
     fn function_starts(&mut self, image: &ImageId, offsets: &[ImageOffset]) -> Vec<Option<ImageOffset>> {
-        self.inner.function_starts(image, offsets)
+        self.with(|s| s.function_starts(image, offsets))
     }
 }
 

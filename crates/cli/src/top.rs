@@ -18,7 +18,7 @@ pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     }
     let by = match &a.by {
         TopBy::Label(key) if loupe_model::cgroup::LABEL_KEYS.contains(&key.as_str()) => {
-            return crate::cgroup::top_by_label(&a, key);
+            return crate::cgroup::top_by_label(&a, key, out);
         }
         TopBy::Label(key) => {
             bail!(

@@ -9,7 +9,7 @@ use loupe_store::query::{Filter, ProfileSource};
 use loupe_store::Database;
 use std::io::Write;
 
-pub fn run(a: WallArgs) -> Result<u8> {
+pub fn run(a: WallArgs, out: &mut dyn Write) -> Result<u8> {
     let db = Database::open(&a.db.db)?;
     let epochs = db.select(&a.epoch.which()?)?;
     let cgroup_pids = crate::cgroup::pids(&db, &epochs, &a.cgroup)?;
@@ -22,10 +22,9 @@ pub fn run(a: WallArgs) -> Result<u8> {
         all.into_iter().filter(|((pid, _), t)| filter.keep_process(&ProcessKey::new(*pid, &t.comm))).collect();
     rows.sort_by_key(|(k, t)| (std::cmp::Reverse(wall(t)), *k));
     rows.truncate(a.limit);
-    let mut out = std::io::stdout().lock();
     match a.format {
-        Format::Json => print_json(&mut out, &rows),
-        Format::Text => print_text(&mut out, &rows),
+        Format::Json => print_json(out, &rows),
+        Format::Text => print_text(out, &rows),
     }
 }
 

@@ -105,3 +105,39 @@ fn python3_pprof_names_the_interpreter_as_main_binary() {
     let when = s.lines().find_map(|l| l.strip_prefix("Time: ")).expect("Time line");
     assert!(!when.starts_with("1970"), "time_nanos unset: {when}");
 }
+
+#[test]
+fn pprof_duration_is_the_recordings_and_a_second_reader_agrees() {
+    // Checks duration_nanos from the epoch end the store keeps: at least the workload's own run, at most the
+    // wall time of `loupe record`; DataDog's pprof-format (JavaScript) reads the same value types and totals.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let t0 = std::time::Instant::now();
+    run_ok(loupe().args(["record", "--db"]).arg(&db).arg("--").arg(workloads().join("selftime")).args(["--seconds", "1"]));
+    let wall = t0.elapsed().as_nanos() as u64;
+    let pb = dir.path().join("p.pb.gz");
+    run_ok(loupe().args(["export", "--format", "pprof", "-o"]).arg(&pb).arg("--db").arg(&db));
+    let reader = repo_root().join("web/tests/pprof-read.mjs");
+    assert!(
+        repo_root().join("web/node_modules/pprof-format").is_dir(),
+        "web/node_modules has no pprof-format: run `npm ci` in web/ (building loupe does it for a fresh clone)"
+    );
+    let out = Command::new("node").arg(&reader).arg(&pb).output().expect("node (scripts/setup.sh installs nodejs)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p = json(&out);
+    let duration = p["duration_nanos"].as_u64().unwrap();
+    assert!((1_000_000_000..=wall).contains(&duration), "duration {duration} ns, workload 1 s, record took {wall} ns");
+    assert_eq!(p["sample_types"], serde_json::json!(["samples/count", "cpu/nanoseconds"]));
+    assert_eq!(p["period_type"], "cpu/nanoseconds");
+    let flame = json(&run_ok(loupe().args(["flame", "--format", "json", "--db"]).arg(&db)));
+    assert_eq!(p["sums"][0], flame["total"], "pprof's samples against the flame tree's total");
+    let ns = p["sums"][1].as_u64().unwrap() as f64;
+    let per = ns / p["sums"][0].as_u64().unwrap() as f64;
+    assert!((per - p["period"].as_u64().unwrap() as f64).abs() <= 0.5 * per, "cpu ns per sample {per} vs period {}", p["period"]);
+    let unix_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let time = p["time_nanos"].as_u64().unwrap();
+    assert!(time <= unix_now && unix_now - time <= wall + 60_000_000_000, "time_nanos {time}");
+}

@@ -160,25 +160,6 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
         collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--source", &url, "--where", "host=pp", "--db"]).arg(&web1)));
     assert_eq!(ingested, local, "pprof round trip");
     assert_eq!(total(&fleet_top(&url, &["--where", "version=pprof", "--by", "procedure"])), local.values().sum::<u64>());
-
-    // `serve --source` answers the web pages' top and flame graph from the fleet.
-    let mut serve = loupe()
-        .args(["serve", "--db"])
-        .arg(&db0)
-        .args(["--source", &url, "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(serve.stdout.take().unwrap()), &mut line).unwrap();
-    let base = line.split_whitespace().nth(1).unwrap_or_else(|| panic!("no address in {line:?}")).trim_end_matches('/').to_string();
-    let get = |path: &str| Command::new("curl").args(["-sS", &format!("{base}{path}")]).output().unwrap();
-    let (served, flame) = (get("/api/top?by=host&where=version=1.2"), get("/api/flame?where=version=1.2"));
-    let _ = serve.kill();
-    let _ = serve.wait();
-    let (served, flame) = (json(&served), json(&flame));
-    assert_eq!(served["total_samples"].as_u64().unwrap(), grand, "{served}");
-    assert_eq!(flame["total"].as_u64().unwrap(), stacks.values().sum::<u64>());
 }
 
 /// `stack count` lines of `export --format collapsed` as a map.

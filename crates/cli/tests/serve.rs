@@ -39,6 +39,12 @@ fn serve(args: &[&str]) -> Served {
 
 /// One raw request; (status, body).
 fn request(addr: &str, raw: &str) -> (u16, Vec<u8>) {
+    let (status, _, body) = request_head(addr, raw);
+    (status, body)
+}
+
+/// One raw request; (status, head, body).
+fn request_head(addr: &str, raw: &str) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.write_all(raw.as_bytes()).unwrap();
     let mut resp = Vec::new();
@@ -46,7 +52,7 @@ fn request(addr: &str, raw: &str) -> (u16, Vec<u8>) {
     let split = resp.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
     let head = String::from_utf8_lossy(&resp[..split]).to_string();
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, resp[split + 4..].to_vec())
+    (status, head, resp[split + 4..].to_vec())
 }
 
 fn get(addr: &str, target: &str) -> (u16, Value) {
@@ -106,9 +112,13 @@ fn the_api_answers_what_the_cli_prints() {
             vec!["annotate", "--image", "callstack", "--procedure", "b", "--epoch", "all"],
         ),
     ];
+    let (_, doc) = get(&s.addr, "/api/openapi.json");
     for (target, args) in &cases {
         let (status, api) = get(&s.addr, target);
         assert_eq!(status, 200, "{target}: {api}");
+        let path = target.split('?').next().unwrap();
+        let schema = &doc["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+        conforms(&doc, schema, &api, path).unwrap_or_else(|e| panic!("{target}: the answer is not the documented shape: {e}"));
         let mut full: Vec<&str> = args.clone();
         full.extend(["--format", "json"]);
         if !matches!(args[0], "diff" | "stats") {
@@ -118,6 +128,51 @@ fn the_api_answers_what_the_cli_prints() {
     }
     check_flame_and_epochs(&s.addr);
     check_errors(&s.addr);
+}
+
+/// Checks `v` against an OpenAPI schema of `doc`: type, nullable, required
+/// keys, properties, items, additionalProperties, $ref (what the answers'
+/// schemas use).
+fn conforms(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.rsplit('/').next().unwrap();
+        return conforms(doc, &doc["components"]["schemas"][name], v, at);
+    }
+    if v.is_null() && schema["nullable"] == true {
+        return Ok(());
+    }
+    let ok = match schema["type"].as_str() {
+        Some("string") => v.is_string(),
+        Some("integer") => v.is_i64() || v.is_u64(),
+        Some("number") => v.is_number(),
+        Some("boolean") => v.is_boolean(),
+        Some("array") => v.is_array(),
+        Some("object") => v.is_object(),
+        None => true,
+        Some(t) => return Err(format!("{at}: unknown schema type {t}")),
+    };
+    if !ok {
+        return Err(format!("{at}: {v} is not {}", schema["type"]));
+    }
+    if let Some(items) = v.as_array() {
+        for (i, x) in items.iter().enumerate() {
+            conforms(doc, &schema["items"], x, &format!("{at}[{i}]"))?;
+        }
+    }
+    if let Some(o) = v.as_object() {
+        for k in schema["required"].as_array().into_iter().flatten() {
+            if !o.contains_key(k.as_str().unwrap()) {
+                return Err(format!("{at}: no key {k}"));
+            }
+        }
+        for (k, x) in o {
+            match (schema["properties"].get(k), schema.get("additionalProperties")) {
+                (Some(s), _) | (None, Some(s)) => conforms(doc, s, x, &format!("{at}.{k}"))?,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The new JSON shapes hold what they promise: the tree's totals add up, the epochs' counts match top's.
@@ -173,6 +228,84 @@ fn check_errors(addr: &str) {
     assert!(listed || by.to_string().contains("procedure"), "{by}");
     let (status, page) = request(addr, "GET / HTTP/1.1\r\n\r\n");
     assert_eq!((status, String::from_utf8_lossy(&page).contains("<html")), (200, true));
+}
+
+#[test]
+fn exports_locks_and_optimization_decisions_are_served() {
+    // Checks /api/export's bytes and type against `loupe export`, and /api/locks and /api/optimize/status against the CLI's JSON.
+    if !require_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = record(dir.path());
+    let d = db.to_str().unwrap();
+    let s = serve(&["--db", d]);
+    for (format, ty) in [("collapsed", "text/plain"), ("pprof", "application/gzip"), ("speedscope", "application/json")] {
+        let (status, head, body) = request_head(&s.addr, &format!("GET /api/export?format={format}&epoch=all HTTP/1.1\r\n\r\n"));
+        assert_eq!(status, 200, "{format}: {}", String::from_utf8_lossy(&body));
+        assert!(head.contains(&format!("Content-Type: {ty}")) && head.contains("Content-Disposition: attachment"), "{head}");
+        let want = run_ok(loupe().args(["export", "--format", format, "--epoch", "all", "--db", d]));
+        assert_eq!(body, want.stdout, "{format} differs from loupe export");
+    }
+    assert_eq!(get(&s.addr, "/api/export?format=collapsed&output=/tmp/x").0, 400);
+    check_progress(d);
+    // No lock result kept yet: 404 saying how to keep one; then a real traced run, kept in the database.
+    let (status, body) = get(&s.addr, "/api/locks");
+    assert_eq!(status, 404, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("--db"), "{body}");
+    let truth = dir.path().join("locks-truth.json");
+    let traced =
+        json(&run_ok(loupe().args(["locks", "--format", "json", "--db", d, "--"]).arg(workloads().join("locks")).arg("--out").arg(&truth)));
+    let (status, served) = get(&s.addr, "/api/locks");
+    assert_eq!((status, &served), (200, &traced));
+    assert!(served["locks"].as_array().unwrap().iter().any(|l| l["name"].as_str().unwrap().starts_with("lock_hot")), "{served}");
+    assert_eq!(served, cli(&["locks", "--format", "json", "--db", d]));
+    assert_eq!(get(&s.addr, "/api/locks?duration=1").0, 400, "tracing is never started over HTTP");
+    let (status, st) = get(&s.addr, "/api/optimize/status?image=/usr/bin/true");
+    assert_eq!(status, 200, "{st}");
+    assert_eq!(st, cli(&["optimize", "status", "/usr/bin/true", "--format", "json", "--db", d]));
+    assert_eq!((st["image"].as_str(), st["decisions"].as_array().map(Vec::len)), (Some("/usr/bin/true"), Some(0)));
+    let (_, doc) = get(&s.addr, "/api/openapi.json");
+    for path in ["/api/locks", "/api/optimize/status", "/api/export"] {
+        assert!(doc["paths"][path]["get"].is_object(), "{path} missing from the OpenAPI document");
+    }
+    conforms(&doc, &serde_json::json!({ "$ref": "#/components/schemas/LocksAnswer" }), &served, "locks").unwrap();
+    conforms(&doc, &serde_json::json!({ "$ref": "#/components/schemas/OptimizeStatusAnswer" }), &st, "optimize/status").unwrap();
+    // Every listing command's --format json parses (those needing other recordings are parsed by their own tests:
+    // wall in offcpu.rs, data in data.rs/objects.rs, trace dump/report in trace.rs and perfflags.rs, calc in calc.rs).
+    for args in [
+        vec!["epochs"],
+        vec!["events"],
+        vec!["top", "--by", "image"],
+        vec!["top", "--by", "procedure"],
+        vec!["top", "--by", "line"],
+        vec!["top", "--by", "instruction"],
+        vec!["top", "--callees", "b"],
+        vec!["flame"],
+        vec!["locks"],
+        vec!["optimize", "status", "/usr/bin/true"],
+    ] {
+        let mut full = args.clone();
+        full.extend(["--format", "json"]);
+        if args[0] != "events" {
+            full.extend(["--db", d]);
+        }
+        let v = cli(&full);
+        assert!(v.is_object() || v.is_array(), "loupe {}: {v}", full.join(" "));
+    }
+}
+
+/// Progress goes to a terminal only: nothing on a pipe, a spinner naming the stage under a pseudo-terminal
+/// (util-linux `script`), cleared before the result.
+fn check_progress(d: &str) {
+    let piped = run_ok(loupe().args(["export", "--format", "collapsed", "--epoch", "all", "--db", d]));
+    let err = String::from_utf8_lossy(&piped.stderr);
+    assert!(!err.contains('\r') && !err.contains('\x1b') && !err.contains("reading the stacks"), "progress on a pipe: {err:?}");
+    let cmd = format!("{} export --format collapsed --epoch all --db {d} -o /dev/null", env!("CARGO_BIN_EXE_loupe"));
+    let tty = std::process::Command::new("script").args(["-qec", &cmd, "/dev/null"]).output().expect("script (util-linux)");
+    assert!(tty.status.success(), "{}", String::from_utf8_lossy(&tty.stderr));
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(shown.contains("reading the stacks") || shown.contains("naming the stacks"), "no progress at a terminal: {shown:?}");
 }
 
 #[test]

@@ -265,17 +265,15 @@ impl Engine {
                 return Err("--backend bpf aggregates samples of counting events; tracepoint events need the stream backend".into())
             }
             _ if cfg.events.iter().any(|e| e.is_tracepoint()) => (None, "stream (tracepoint samples are read from the rings)".to_string()),
-            // The program tells events apart by the attach cookie, which the kernel does not copy to the events
-            // it inherits into new threads and children: their samples of every event would count as the first's.
-            BackendChoice::Bpf if inherits(cfg) && cfg.events.len() > 1 => {
-                return Err("--backend bpf counts one event per process tree here; several -e for a command or -p need the stream backend (the kernel does not pass the event's BPF cookie to inherited events)".into())
-            }
-            _ if inherits(cfg) && cfg.events.len() > 1 => {
-                (None, "stream (several events of a process tree: the BPF program cannot tell inherited events apart)".to_string())
-            }
             _ => open_backend(&sampler, choice, cfg, bpf_table_entries(cfg))?,
         };
         let mut collector = Collector::new(events, KernelInfo::read(), Some(db.images_dir()));
+        if let Some(KernelAggregator::Stacks(k)) = &bpf {
+            match k.aggregator().python_samples() {
+                Ok(p) => collector.read_python_in_kernel(p),
+                Err(e) => eprintln!("loupe: warning: Python frames of streamed samples are read when drained ({e})"),
+            }
+        }
         collector.keep_jit_files_in(loupe_store::layout::jit_dir(db.root()));
         if cfg.callchain {
             collector.enable_stacks();
@@ -745,12 +743,6 @@ sampling at {} samples/s per CPU (ceiling --freq {}), estimated {:.2}%",
             self.last.estimated_overhead_pct
         )
     }
-}
-
-/// Whether the events follow a process tree (`inherit`), into threads and
-/// children created after they were opened.
-fn inherits(cfg: &SamplerConfig) -> bool {
-    matches!(cfg.target, loupe_perf::Target::Process { .. } | loupe_perf::Target::Attach { .. })
 }
 
 /// Loads and attaches the in-kernel program when chosen and possible: the

@@ -123,8 +123,8 @@ pub struct KernelStacks {
     bpf: StackAggregator,
     frame_pointers_only: bool,
     entries: Vec<StackEntry>,
-    /// Per process: frames derived from (user stack, kernel stack) hashes.
-    derived: HashMap<u32, HashMap<(u64, u64), Arc<Derived>>>,
+    /// Per process: frames derived from (user, kernel, Python stack) hashes.
+    derived: HashMap<u32, HashMap<StackHashes, Arc<Derived>>>,
     /// Per image index: built with frame pointers?
     verdicts: HashMap<u32, bool>,
     vdso: Option<Vec<u8>>,
@@ -133,12 +133,17 @@ pub struct KernelStacks {
     pub fallbacks: HashMap<String, ImageFallbacks>,
 }
 
+/// The hashes of an entry's user, kernel and Python stacks (0: none).
+type StackHashes = (u64, u64, u64);
+
 /// One stack in (image, offset) frames, ready to count.
 #[derive(Debug, PartialEq, Eq)]
 struct Derived {
     frames: Vec<(u32, u64)>,
     truncated: bool,
     cut: bool,
+    /// Python frames read at sample time are spliced in.
+    python: bool,
 }
 
 impl KernelStacks {
@@ -166,6 +171,9 @@ impl KernelStacks {
         for e in &entries {
             c.attribute(e.pid, e.ip, e.kernel, e.event_index, e.count, e.period);
             let d = self.derive(c, e);
+            if d.python {
+                c.count_python_in_kernel(e.count);
+            }
             c.count_walked_stack(e.pid, e.event_index, &d.frames, d.truncated, d.cut, e.count, e.period);
         }
         let n = entries.len() as u64;
@@ -175,20 +183,19 @@ impl KernelStacks {
 
     /// The frames of an entry's stacks, derived once per process.
     fn derive(&mut self, c: &mut Collector, e: &StackEntry) -> Arc<Derived> {
-        let key = (e.user.as_ref().map_or(0, |s| s.hash), e.kernel_stack.as_ref().map_or(0, |s| s.hash));
+        let hash = |s: &Option<loupe_bpf::stacks::Stack>| s.as_ref().map_or(0, |s| s.hash);
+        let key = (hash(&e.user), hash(&e.kernel_stack), hash(&e.python));
         if let Some(d) = self.derived.get(&e.pid).and_then(|m| m.get(&key)) {
             return d.clone();
         }
         let kernel_chain: &[u64] = e.kernel_stack.as_ref().map_or(&[], |s| &s.frames);
         let (user_chain, bad_frame) = crate::stacks::user_space_prefix(e.user.as_ref().map_or(&[], |s| &s.frames));
-        let mut frames: Vec<(u32, u64)> =
-            kernel_chain.iter().enumerate().map(|(i, &a)| c.kernel_location(if i == 0 { a } else { a - 1 })).collect();
-        let pc_in_user = frames.is_empty();
-        let user: Vec<(u32, u64)> = user_chain
-            .iter()
-            .enumerate()
-            .map(|(i, &a)| c.frame_of(e.pid, if i == 0 && pc_in_user { a } else { a.wrapping_sub(1) }))
-            .collect();
+        let kernel_pcs = kernel_chain.iter().enumerate().map(|(i, &a)| if i == 0 { a } else { a - 1 });
+        let mut native: Vec<(u64, (u32, u64))> = kernel_pcs.map(|a| (a, c.kernel_location(a))).collect();
+        let pc_in_user = native.is_empty();
+        let user_pcs: Vec<u64> =
+            user_chain.iter().enumerate().map(|(i, &a)| if i == 0 && pc_in_user { a } else { a.wrapping_sub(1) }).collect();
+        let user: Vec<(u32, u64)> = user_pcs.iter().map(|&a| c.frame_of(e.pid, a)).collect();
         let (keep, cut) = if self.frame_pointers_only {
             (user.len(), false)
         } else {
@@ -200,9 +207,10 @@ impl KernelStacks {
             let path = c.images.get(user[keep - 1].0).path.clone();
             self.fallbacks.entry(path).or_default().cut += 1;
         }
-        frames.extend_from_slice(&user[..keep]);
-        let truncated = cut || bad_frame || e.lost_stack || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
-        let d = Arc::new(Derived { frames, truncated, cut });
+        native.extend(user_pcs.iter().copied().zip(user[..keep].iter().copied()));
+        let (frames, py_truncated, python) = with_python(c, e, &native);
+        let truncated = cut || bad_frame || py_truncated || e.lost_stack || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
+        let d = Arc::new(Derived { frames, truncated, cut, python });
         self.derived.entry(e.pid).or_default().insert(key, d.clone());
         d
     }
@@ -228,8 +236,17 @@ impl KernelStacks {
         let changed: Vec<u32> = c.stacks.as_mut().map(|st| st.changed.drain().collect()).unwrap_or_default();
         for pid in changed {
             self.derived.remove(&pid);
+            if c.procs.get(pid).is_none() {
+                continue;
+            }
+            if let Some(layout) = c.python_layout(pid) {
+                if self.bpf.set_python(pid, &layout).is_ok() {
+                    c.python_in_kernel(pid);
+                    self.described.insert(pid);
+                }
+            }
             // With frame pointers only the program consults no process table.
-            if self.frame_pointers_only || c.procs.get(pid).is_none() {
+            if self.frame_pointers_only {
                 continue;
             }
             let p = self.describe(c, pid);
@@ -262,6 +279,21 @@ impl KernelStacks {
             }
         }
         ProcessUnwind { stream: false, frame_pointers: ranges }
+    }
+}
+
+/// A stack's native frames (pc, frame), leaf first, with the Python
+/// frames the program read at sample time spliced in above their
+/// interpreter activations; whether outer Python frames are missing; and
+/// whether any were spliced.
+fn with_python(c: &mut Collector, e: &StackEntry, native: &[(u64, (u32, u64))]) -> (Vec<(u32, u64)>, bool, bool) {
+    let read = e.python.as_ref().and_then(|py| c.python_read_in_kernel(e.pid, &py.frames, 0));
+    match read {
+        Some((eval, py, truncated)) if !py.is_empty() => {
+            let pid = e.pid;
+            (crate::pyframes::splice(native, &eval, &py, &mut |f| c.python_frame(pid, f)), truncated, true)
+        }
+        _ => (native.iter().map(|n| n.1).collect(), false, false),
     }
 }
 

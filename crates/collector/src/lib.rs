@@ -171,6 +171,12 @@ impl Collector {
         (&self.py.notes, self.py.stacks_read, self.py.read_failures)
     }
 
+    /// Of the stacks with Python frames, those whose frames the BPF
+    /// program read at sample time.
+    pub fn python_stacks_read_in_kernel(&self) -> u64 {
+        self.py.read_in_kernel
+    }
+
     /// Whether the rings should be drained every few milliseconds instead
     /// of at their watermark: Python stacks are read at drain time, and
     /// one that changed since its sample is attributed as read.

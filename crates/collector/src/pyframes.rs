@@ -11,10 +11,16 @@
 //! load named after the function, debug info with file and line), which
 //! the symbolizer reads like any JIT code.
 //!
-//! Read at drain time, not in the sampling interrupt: a stack that changed
-//! in between (milliseconds with stack copies filling the rings) is
-//! attributed as it is when read. Reading in the kernel at sample time is
-//! for the in-kernel unwinder.
+//! With the BPF stack program the frames are read at sample time, in the
+//! kernel (`pystack.h`): once a process is known to be CPython 3.11 the
+//! program gets its interpreter's layout, and each sample carries its
+//! (code object, instruction offset) pairs, beside the native stack in the
+//! counted key or, for a sample sent to the perf ring, in a map found again
+//! by the sample's thread and user registers. Only code objects are read
+//! from user space, once each. With the stream backend (or before the
+//! program knows the process) the frames are read when the sample is
+//! drained, so a stack that changed in between (milliseconds with stack
+//! copies filling the rings) is attributed as it is when read.
 
 use crate::python::{Interpreter, PyFrame, Vm};
 use crate::Collector;
@@ -34,6 +40,8 @@ struct PyImage {
 /// One process: its interpreter (None: not CPython, or not readable).
 struct PyProcess {
     interp: Option<Interpreter>,
+    /// The BPF program reads its frames at sample time.
+    in_kernel: bool,
     /// Image index per `.py` file.
     files: HashMap<String, u32>,
 }
@@ -48,6 +56,10 @@ pub struct PyState {
     /// Samples whose Python stack was read, and failed reads.
     pub stacks_read: u64,
     pub read_failures: u64,
+    /// Of `stacks_read`: read by the BPF program at sample time.
+    pub read_in_kernel: u64,
+    /// Frames of streamed samples that the BPF program read.
+    kernel: Option<loupe_bpf::stacks::PythonSamples>,
 }
 
 /// Size of one made-up code range.
@@ -59,10 +71,11 @@ impl PyState {
         self.procs.remove(&pid);
     }
 
-    /// Whether a CPython process is being sampled: its stacks are read
-    /// when drained, so the rings should be drained promptly.
+    /// Whether a CPython process is being sampled whose stacks are read
+    /// when drained (not by the BPF program), so the rings should be
+    /// drained promptly.
     pub fn active(&self) -> bool {
-        self.procs.values().any(|p| p.interp.is_some())
+        self.procs.values().any(|p| p.interp.is_some() && !p.in_kernel)
     }
 
     /// Drops the processes `alive` says are gone (their tables stay
@@ -99,12 +112,16 @@ pub fn splice<T: Copy>(native: &[(u64, T)], eval: &std::ops::Range<u64>, py: &[P
 }
 
 impl Collector {
-    /// The Python stack of thread `tid` of `pid` now, with the range of the
-    /// interpreter's eval function; None for processes that are not CPython.
-    pub(crate) fn python_stack(&mut self, pid: u32, tid: u32) -> Option<(std::ops::Range<u64>, Vec<PyFrame>)> {
-        let mem = Vm(pid);
+    /// Has Python frames of samples sent to the perf ring taken from the
+    /// BPF stack program, which read them at sample time.
+    pub fn read_python_in_kernel(&mut self, samples: loupe_bpf::stacks::PythonSamples) {
+        self.py.kernel = Some(samples);
+    }
+
+    /// Finds out once whether `pid` is CPython (until it execs).
+    fn python_process(&mut self, pid: u32) -> Option<&mut Interpreter> {
         if !self.py.procs.contains_key(&pid) {
-            let interp = match Interpreter::find(pid, &mem) {
+            let interp = match Interpreter::find(pid, &Vm(pid)) {
                 Ok(i) => Some(i),
                 Err(crate::python::Error::NotPython(_)) | Err(crate::python::Error::Read { .. }) => None,
                 Err(e) => {
@@ -112,9 +129,73 @@ impl Collector {
                     None
                 }
             };
-            self.py.procs.insert(pid, PyProcess { interp, files: HashMap::new() });
+            self.py.procs.insert(pid, PyProcess { interp, in_kernel: false, files: HashMap::new() });
         }
+        self.py.procs.get_mut(&pid)?.interp.as_mut()
+    }
+
+    /// The layout the BPF program needs to read `pid`'s Python frames;
+    /// None for processes that are not CPython (3.11).
+    pub(crate) fn python_layout(&mut self, pid: u32) -> Option<loupe_bpf::stacks::PythonLayout> {
+        self.python_process(pid).map(|i| i.layout())
+    }
+
+    /// Counts `n` samples counted in the kernel with Python frames.
+    pub(crate) fn count_python_in_kernel(&mut self, n: u64) {
+        self.py.stacks_read += n;
+        self.py.read_in_kernel += n;
+    }
+
+    /// The BPF program reads `pid`'s Python frames from now on.
+    pub(crate) fn python_in_kernel(&mut self, pid: u32) {
+        if let Some(p) = self.py.procs.get_mut(&pid) {
+            p.in_kernel = true;
+        }
+    }
+
+    /// Names Python frames the BPF program read (pystack.h's words), with
+    /// the range of the interpreter's eval function and whether outer
+    /// frames are missing; `samples` of them are counted as read.
+    pub(crate) fn python_read_in_kernel(
+        &mut self,
+        pid: u32,
+        words: &[u64],
+        samples: u64,
+    ) -> Option<(std::ops::Range<u64>, Vec<PyFrame>, bool)> {
+        let (raw, truncated) = loupe_bpf::stacks::python_frames(words);
+        let interp = self.python_process(pid)?;
+        let mem = Vm(pid);
+        let frames: Result<Vec<PyFrame>, _> = raw.iter().map(|r| interp.frame(&mem, r)).collect();
+        let eval = interp.eval.clone();
+        match frames {
+            Ok(f) => {
+                self.py.stacks_read += samples;
+                self.py.read_in_kernel += samples;
+                Some((eval, f, truncated))
+            }
+            // A code object freed before it was named, or the process exited.
+            Err(_) => {
+                self.py.read_failures += 1;
+                None
+            }
+        }
+    }
+
+    /// The Python stack of a sample of thread `tid` of `pid` that reached
+    /// the daemon through the perf ring, with the range of the
+    /// interpreter's eval function; None for processes that are not
+    /// CPython. Taken from what the BPF program read at sample time when
+    /// it reads the process's frames (`regs`: the sample's user pc and sp),
+    /// else read now.
+    pub(crate) fn python_stack(&mut self, pid: u32, tid: u32, regs: Option<(u64, u64)>) -> Option<(std::ops::Range<u64>, Vec<PyFrame>)> {
+        self.python_process(pid)?;
         let p = self.py.procs.get_mut(&pid)?;
+        if p.in_kernel && self.py.kernel.is_some() {
+            let (pc, sp) = regs?;
+            let words = self.py.kernel.as_mut()?.take(tid, pc, sp).filter(|w| !w.is_empty())?;
+            return self.python_read_in_kernel(pid, &words, 1).map(|(eval, f, _)| (eval, f));
+        }
+        let mem = Vm(pid);
         let interp = p.interp.as_mut()?;
         match interp.stack(&mem, tid) {
             Ok(frames) => {

@@ -213,6 +213,40 @@ impl Interpreter {
         Ok(out)
     }
 
+    /// What the BPF program needs to read this interpreter's frames at
+    /// sample time.
+    pub fn layout(&self) -> loupe_bpf::stacks::PythonLayout {
+        let o = self.off;
+        let w = |v: u64| v as u16;
+        loupe_bpf::stacks::PythonLayout {
+            runtime: self.runtime,
+            runtime_interpreters_head: w(o.runtime_interpreters_head),
+            interp_threads_head: w(o.interp_threads_head),
+            tstate_next: w(o.tstate_next),
+            tstate_native_thread_id: w(o.tstate_native_thread_id),
+            tstate_cframe: w(o.tstate_cframe),
+            cframe_current_frame: w(o.cframe_current_frame),
+            frame_code: w(o.frame_code),
+            frame_previous: w(o.frame_previous),
+            frame_prev_instr: w(o.frame_prev_instr),
+            frame_is_entry: w(o.frame_is_entry),
+            code_firstlineno: w(o.code_firstlineno),
+            code_code_adaptive: w(o.code_code_adaptive),
+        }
+    }
+
+    /// Names one frame the BPF program read at sample time: its code
+    /// object is read once (again if the first line the program saw says
+    /// another code object now lives at that address).
+    pub fn frame(&mut self, mem: &dyn ProcessMemory, raw: &loupe_bpf::stacks::RawPyFrame) -> Result<PyFrame, Error> {
+        if self.codes.get(&raw.code).is_some_and(|c| c.first_line != raw.first_line) {
+            self.codes.remove(&raw.code);
+        }
+        let info = self.code(mem, raw.code)?;
+        let line = line_of(&info.linetable, info.first_line, raw.byte_offset as u64);
+        Ok(PyFrame { qualname: info.qualname.clone(), file: info.file.clone(), line, entry: raw.entry })
+    }
+
     /// The thread state of `tid` in the main interpreter's list.
     fn thread_state(&self, mem: &dyn ProcessMemory, tid: u32) -> Result<u64, Error> {
         let o = self.off;

@@ -148,7 +148,7 @@ impl Collector {
                 (a, self.frame_of(s.pid, a))
             })
             .collect();
-        match self.python_stack(s.pid, s.tid) {
+        match self.python_stack(s.pid, s.tid, s.user_regs.map(|r| (r.ip, r.sp))) {
             Some((eval, py)) if !py.is_empty() => {
                 let pid = s.pid;
                 frames.extend(crate::pyframes::splice(&native, &eval, &py, &mut |f| self.python_frame(pid, f)));

@@ -178,6 +178,37 @@ pub fn threads_of(pid: i32) -> Vec<i32> {
     rd.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
 }
 
+/// The processes descended from `pids` now (children, their children...),
+/// from the parent pids in /proc/*/stat.
+pub fn descendants_of(pids: &[i32]) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let all: Vec<(i32, i32)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            Some((pid, parent_in_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?))
+        })
+        .collect();
+    let mut found: Vec<i32> = Vec::new();
+    let mut frontier: Vec<i32> = pids.to_vec();
+    while let Some(p) = frontier.pop() {
+        for &(child, parent) in &all {
+            if parent == p && !found.contains(&child) && !pids.contains(&child) {
+                found.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// The parent pid in a /proc/PID/stat line (after the command name,
+/// which may itself hold ") ": the state, then the parent).
+fn parent_in_stat(stat: &str) -> Option<i32> {
+    let (_, rest) = stat.rsplit_once(") ")?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Whether a process has ended: gone from /proc, or a zombie waiting for its parent.
 pub fn has_exited(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -626,6 +657,32 @@ pub fn jittered(p: u64, r: f64, state: &mut u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn parent_pid_is_read_past_a_command_name_with_parentheses() {
+        // Checks parent_in_stat on literal /proc/PID/stat lines, one whose command name holds ") ".
+        assert_eq!(parent_in_stat("4242 (sh) S 4100 4242 4100 0 -1"), Some(4100));
+        assert_eq!(parent_in_stat("77 (a) b (c) R 1 77 77 0"), Some(1));
+        assert_eq!(parent_in_stat("garbage"), None);
+    }
+
+    #[test]
+    fn descendants_include_a_child_and_its_child() {
+        // Checks descendants_of on this test's own sh -c 'sleep' tree: the shell and its sleep, not the test itself.
+        let mut sh = std::process::Command::new("/bin/sh").args(["-c", "sleep 5; true"]).spawn().unwrap();
+        let me = std::process::id() as i32;
+        let shell = sh.id() as i32;
+        let started = std::time::Instant::now();
+        let mut d = descendants_of(&[me]);
+        while d.len() < 2 && started.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            d = descendants_of(&[me]);
+        }
+        sh.kill().unwrap();
+        sh.wait().unwrap();
+        assert!(d.contains(&shell) && d.len() >= 2 && !d.contains(&me), "{d:?}");
+    }
+
     use super::*;
 
     #[test]

@@ -16,12 +16,12 @@
 //! exact.
 //!
 //! ```no_run
-//! use loupe_serve::{Api, ApiError, Config, Server};
+//! use loupe_serve::{Api, ApiError, Config, Reply, Server};
 //! use std::sync::Arc;
 //! struct Echo;
 //! impl Api for Echo {
-//!     fn call(&self, command: &str, _params: &[(String, String)]) -> Result<Vec<u8>, ApiError> {
-//!         Ok(format!("{{\"command\": {command:?}}}").into_bytes())
+//!     fn call(&self, command: &str, _params: &[(String, String)]) -> Result<Reply, ApiError> {
+//!         Ok(Reply::json(format!("{{\"command\": {command:?}}}").into_bytes()))
 //!     }
 //!     fn openapi(&self) -> Vec<u8> {
 //!         b"{}".to_vec()
@@ -44,13 +44,35 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What the server asks of the binary: run a command into JSON bytes.
+/// What the server asks of the binary: run a command into JSON bytes (or,
+/// for exports, a file to download).
 pub trait Api: Send + Sync + 'static {
     /// Runs `command` (`top`, `data/profile`, ...) with the request's query
     /// parameters, in order (the token already taken out).
-    fn call(&self, command: &str, params: &[(String, String)]) -> Result<Vec<u8>, ApiError>;
+    fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError>;
     /// The OpenAPI document served at `/api/openapi.json`.
     fn openapi(&self) -> Vec<u8>;
+}
+
+/// A command's answer: its bytes and what they are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub body: Vec<u8>,
+    pub content_type: &'static str,
+    /// Sent as an attachment under this name (`Content-Disposition`).
+    pub filename: Option<String>,
+}
+
+impl Reply {
+    /// The command's JSON.
+    pub fn json(body: Vec<u8>) -> Reply {
+        Reply { body, content_type: "application/json", filename: None }
+    }
+
+    /// A file to save (an export), named `filename`.
+    pub fn download(body: Vec<u8>, content_type: &'static str, filename: &str) -> Reply {
+        Reply { body, content_type, filename: Some(filename.to_string()) }
+    }
 }
 
 /// Where and how to serve.

@@ -2,7 +2,7 @@
 //! OpenAPI document or an embedded file.
 
 use crate::http::{Request, Response};
-use crate::{assets, Api, ApiError, ApiErrorKind, Config, Slot};
+use crate::{assets, Api, ApiError, ApiErrorKind, Config, Reply, Slot};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc};
@@ -69,10 +69,20 @@ fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>) -> R
         return Response::error(503, &format!("cannot start a worker: {e}"));
     }
     match rx.recv_timeout(shared.config.time_limit) {
-        Ok(Ok(body)) => Response::new(200, "application/json", body),
+        Ok(Ok(reply)) => answer(reply),
         Ok(Err(e)) => Response::error(e.status(), e.message()),
         Err(_) => Response::error(503, &format!("{command} took longer than {} s", shared.config.time_limit.as_secs_f64())),
     }
+}
+
+fn answer(reply: Reply) -> Response {
+    let mut r = Response::new(200, reply.content_type, reply.body);
+    if let Some(name) = reply.filename {
+        // Names are the server's own (loupe.pb.gz ...); quotes and controls could not come from a request, but stay out.
+        let name: String = name.chars().filter(|c| !c.is_control() && *c != '"' && *c != '\\').collect();
+        r.headers.push(("Content-Disposition", format!("attachment; filename=\"{name}\"")));
+    }
+    r
 }
 
 /// An embedded file; paths without an extension get index.html (the pages
@@ -98,13 +108,14 @@ mod tests {
 
     struct Fake;
     impl Api for Fake {
-        fn call(&self, command: &str, params: &[(String, String)]) -> Result<Vec<u8>, ApiError> {
+        fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError> {
             match command {
-                "echo" => Ok(serde_json::to_vec(&params).unwrap()),
+                "echo" => Ok(Reply::json(serde_json::to_vec(&params).unwrap())),
                 "missing" => Err(ApiError::new(ApiErrorKind::NotFound, "no epoch 9")),
+                "file" => Ok(Reply::download(b"a;b 1\n".to_vec(), "text/plain; charset=utf-8", "loupe.txt")),
                 "slow" => {
                     std::thread::sleep(Duration::from_millis(400));
-                    Ok(b"{}".to_vec())
+                    Ok(Reply::json(b"{}".to_vec()))
                 }
                 _ => panic!("secret panic text"),
             }
@@ -142,6 +153,14 @@ mod tests {
         let mut post = get("/api/echo", &[], &[]);
         post.method = "POST".into();
         assert_eq!(handle(&s, &post).status, 405);
+    }
+
+    #[test]
+    fn a_download_is_an_attachment_of_its_type() {
+        // Checks that an export's reply keeps its content type and gets a Content-Disposition naming the file.
+        let r = handle(&shared(None, 30_000), &get("/api/file", &[], &[]));
+        assert_eq!((r.status, r.content_type, r.body.as_slice()), (200, "text/plain; charset=utf-8", &b"a;b 1\n"[..]));
+        assert!(r.headers.contains(&("Content-Disposition", "attachment; filename=\"loupe.txt\"".to_string())), "{:?}", r.headers);
     }
 
     #[test]

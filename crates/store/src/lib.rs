@@ -130,10 +130,21 @@ impl fmt::Display for EpochId {
 pub struct EpochInfo {
     pub id: EpochId,
     pub started_unix: u64,
+    /// The same to the nanosecond; `None` in older databases.
+    pub started_unix_ns: Option<u64>,
+    /// When the epoch's samples were last stored, or when the next epoch
+    /// started, whichever came last (nanoseconds); `None` in databases
+    /// written before end times were kept.
+    pub ended_unix_ns: Option<u64>,
     pub meta: EpochMeta,
 }
 
 impl EpochInfo {
+    /// The start in nanoseconds, to the second where only that was kept.
+    pub fn start_ns(&self) -> u64 {
+        self.started_unix_ns.unwrap_or(self.started_unix * 1_000_000_000)
+    }
+
     /// Samples (and records) lost in the epoch, all causes together.
     pub fn lost_samples(&self) -> u64 {
         self.meta.losses.samples()
@@ -187,6 +198,11 @@ struct IndexFile {
 #[derive(Serialize, Deserialize, Default)]
 struct EpochFile {
     started_unix: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    started_unix_ns: Option<u64>,
+    /// Absent in older databases (and so left out when absent, as they wrote it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ended_unix_ns: Option<u64>,
     meta: BTreeMap<String, String>,
 }
 
@@ -226,6 +242,10 @@ pub struct Database {
 }
 
 const MARKER: &str = "LOUPE_DB";
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
 
 fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -342,6 +362,8 @@ impl Database {
         if !dir.is_dir() {
             self.start_epoch(epoch)?;
         }
+        // What is merged now was collected by now: the epoch lasted at least until here.
+        self.mark_ended(epoch)?;
         Ok((lock, dir))
     }
 
@@ -365,7 +387,9 @@ impl Database {
         let dir = self.epoch_dir(e);
         loupe_files::create_dir_all(&dir).map_err(|err| Error::io(&dir, err))?;
         if !dir.join("epoch.json").exists() {
-            let ef = EpochFile { started_unix: now_unix(), meta: BTreeMap::new() };
+            let now = now_ns();
+            let ef =
+                EpochFile { started_unix: now / 1_000_000_000, started_unix_ns: Some(now), ended_unix_ns: None, meta: BTreeMap::new() };
             write_atomic(&dir.join("epoch.json"), &serde_json::to_vec_pretty(&ef).expect("serializable"))?;
         }
         write_atomic(&self.root.join("CURRENT"), format!("{}\n", e.0).as_bytes())
@@ -376,8 +400,19 @@ impl Database {
         let cur = self.current_epoch()?;
         let _lock = self.lock()?;
         let next = EpochId(self.epoch_ids()?.last().copied().unwrap_or(cur).0.max(cur.0) + 1);
+        if self.epoch_dir(cur).is_dir() {
+            self.mark_ended(cur)?;
+        }
         self.start_epoch(next)?;
         Ok(next)
+    }
+
+    /// Moves the epoch's end to now (never back); the caller holds the lock.
+    fn mark_ended(&self, epoch: EpochId) -> Result<(), Error> {
+        let mut ef = self.read_epoch_file(epoch);
+        let now = now_ns();
+        ef.ended_unix_ns = Some(ef.ended_unix_ns.map_or(now, |e| e.max(now)));
+        write_atomic(&self.epoch_dir(epoch).join("epoch.json"), &serde_json::to_vec_pretty(&ef).expect("serializable"))
     }
 
     fn epoch_ids(&self) -> Result<Vec<EpochId>, Error> {
@@ -448,7 +483,13 @@ impl Database {
             .into_iter()
             .map(|id| {
                 let ef = self.read_epoch_file(id);
-                EpochInfo { id, started_unix: ef.started_unix, meta: EpochMeta::from_map(ef.meta) }
+                EpochInfo {
+                    id,
+                    started_unix: ef.started_unix,
+                    started_unix_ns: ef.started_unix_ns,
+                    ended_unix_ns: ef.ended_unix_ns,
+                    meta: EpochMeta::from_map(ef.meta),
+                }
             })
             .collect())
     }
@@ -742,6 +783,29 @@ mod tests {
         db.merge(e2, &[prof(4, 1)]).unwrap();
         assert_eq!(db.load(e2, &|_| true).unwrap().0[0].total_samples(), 4);
         assert_eq!(db.epochs().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_epoch_ends_at_its_last_merge_or_when_the_next_begins() {
+        // Checks the kept end time: none before samples, the wall clock at each merge, the next epoch's start at the latest; old files read as none.
+        let (_d, db) = db();
+        let ns = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let info = |id: EpochId| db.epochs().unwrap().into_iter().find(|x| x.id == id).unwrap();
+        let e1 = db.current_epoch().unwrap();
+        assert_eq!(info(e1).ended_unix_ns, None);
+        let start = info(e1).start_ns();
+        let before = ns();
+        db.merge(e1, &[prof(2, 1)]).unwrap();
+        let merged = info(e1).ended_unix_ns.unwrap();
+        assert!(start <= before && before <= merged && merged <= ns(), "{start} {before} {merged}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let e2 = db.new_epoch().unwrap();
+        let closed = info(e1).ended_unix_ns.unwrap();
+        assert!(merged < closed && closed <= info(e2).start_ns(), "{merged} {closed} {}", info(e2).start_ns());
+        // An epoch.json of an older loupe: seconds only, no end.
+        fs::write(db.epoch_dir(e2).join("epoch.json"), "{\"started_unix\": 1700000000, \"meta\": {}}").unwrap();
+        let old = info(e2);
+        assert_eq!((old.start_ns(), old.ended_unix_ns), (1_700_000_000_000_000_000, None));
     }
 
     #[test]

@@ -2,14 +2,17 @@
 //! its function symbols, and its DWARF, possibly from a separate debug file.
 
 use crate::{demangle, Reason, Symbol};
-use addr2line::gimli;
+
 use loupe_model::{BuildId, ImageOffset};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-type Slice = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
+/// DWARF sections as ranges of the shared file bytes, so that an image
+/// owns what it reads and frees it when dropped (a server keeps symbolizers
+/// across requests, and evicts them to bound its memory).
+type Slice = gimli::EndianArcSlice<gimli::RunTimeEndian>;
 
 pub struct Image {
     /// (file offset, file size, virtual address) of each loadable segment.
@@ -18,41 +21,50 @@ pub struct Image {
     symbols: Vec<(u64, u64, String)>,
     dwarf: Option<addr2line::Context<Slice>>,
     /// The whole file, for reading code and jump tables (see `code.rs`).
-    pub(crate) data: &'static [u8],
+    pub(crate) data: Arc<[u8]>,
+    /// Bytes held: the file, a debug file and decompressed sections.
+    bytes: usize,
     /// FDE ranges from `.eh_frame`, read when an address has no symbol.
     fdes: OnceLock<Vec<(u64, u64)>>,
 }
 
-/// File bytes live as long as the process: analysis runs are short and
-/// the DWARF context borrows from them.
-fn read_static(path: &Path) -> Option<&'static [u8]> {
-    std::fs::read(path).ok().map(|v| &*Box::leak(v.into_boxed_slice()))
+fn read_shared(path: &Path) -> Option<Arc<[u8]>> {
+    std::fs::read(path).ok().map(Arc::from)
 }
 
 impl Image {
     pub fn load(path: &Path, build_id: Option<&BuildId>, debug_dirs: &[PathBuf]) -> Result<Image, Reason> {
-        let data = read_static(path).ok_or_else(|| Reason::ImageNotFound(path.display().to_string()))?;
-        let file = object::File::parse(data).map_err(|e| Reason::Other(format!("{}: not an ELF file: {e}", path.display())))?;
+        let data = read_shared(path).ok_or_else(|| Reason::ImageNotFound(path.display().to_string()))?;
+        let file = object::File::parse(&*data).map_err(|e| Reason::Other(format!("{}: not an ELF file: {e}", path.display())))?;
         let segments = file.segments().map(|s| (s.file_range().0, s.file_range().1, s.address())).collect();
+        let mut bytes = data.len();
         let mut symbols = symbols_of(&file);
-        let mut dwarf = dwarf_of(&file);
+        let mut dwarf = dwarf_of(&file, &data, &mut bytes);
         let needs_debug = symbols.is_empty() || file.section_by_name(".debug_info").is_none();
         if needs_debug {
             let bid = build_id.cloned().or_else(|| file.build_id().ok().flatten().map(|b| BuildId(b.to_vec())));
-            if let Some(debug) = find_debug_file(path, &file, bid.as_ref(), debug_dirs).and_then(|p| read_static(&p)) {
-                if let Ok(dfile) = object::File::parse(debug) {
+            if let Some(debug) = find_debug_file(path, &file, bid.as_ref(), debug_dirs).and_then(|p| read_shared(&p)) {
+                if let Ok(dfile) = object::File::parse(&*debug) {
                     let dsyms = symbols_of(&dfile);
                     if dsyms.len() > symbols.len() {
                         symbols = dsyms;
                     }
                     if dfile.section_by_name(".debug_info").is_some() {
-                        dwarf = dwarf_of(&dfile);
+                        bytes += debug.len();
+                        dwarf = dwarf_of(&dfile, &debug, &mut bytes);
                     }
                 }
             }
         }
         add_plt(&mut symbols, crate::plt::symbols(&file));
-        Ok(Image { segments, symbols, dwarf, data, fdes: OnceLock::new() })
+        bytes += symbols.iter().map(|s| s.2.len() + 40).sum::<usize>();
+        Ok(Image { segments, symbols, dwarf, data, bytes, fdes: OnceLock::new() })
+    }
+
+    /// About how much memory the image holds (file bytes, symbol names),
+    /// not counting DWARF's lazily parsed units.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub(crate) fn vaddr(&self, off: u64) -> Option<u64> {
@@ -87,7 +99,7 @@ impl Image {
     /// unnamed code between two named functions).
     pub fn function_start(&self, off: ImageOffset) -> Option<ImageOffset> {
         let addr = self.vaddr(off.0)?;
-        let fdes = self.fdes.get_or_init(|| object::File::parse(self.data).map(|f| crate::fde::ranges(&f)).unwrap_or_default());
+        let fdes = self.fdes.get_or_init(|| object::File::parse(&*self.data).map(|f| crate::fde::ranges(&f)).unwrap_or_default());
         let start = crate::fde::containing(fdes, addr).or_else(|| self.gap_start(addr))?;
         Some(ImageOffset(self.file_offset(start, off.0)))
     }
@@ -217,16 +229,25 @@ fn add_plt(symbols: &mut Vec<(u64, u64, String)>, plt: Vec<(u64, u64, String)>) 
     symbols.sort_by_key(|s| s.0);
 }
 
-fn dwarf_of(file: &object::File<'static>) -> Option<addr2line::Context<Slice>> {
+/// `file` parsed from `data`; sections stored in the file are ranges of
+/// `data`, compressed ones are decompressed into their own buffers (added
+/// to `bytes`).
+fn dwarf_of(file: &object::File<'_>, data: &Arc<[u8]>, bytes: &mut usize) -> Option<addr2line::Context<Slice>> {
     file.section_by_name(".debug_info")?;
     let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
+    let whole = gimli::EndianReader::new(Arc::clone(data), endian);
     let load = |id: gimli::SectionId| -> Result<Slice, gimli::Error> {
-        let data: &'static [u8] = match file.section_by_name(id.name()).and_then(|s| s.uncompressed_data().ok()) {
-            Some(Cow::Borrowed(b)) => b,
-            Some(Cow::Owned(v)) => Box::leak(v.into_boxed_slice()),
-            None => &[],
-        };
-        Ok(gimli::EndianSlice::new(data, endian))
+        Ok(match file.section_by_name(id.name()).and_then(|s| s.uncompressed_data().ok()) {
+            Some(Cow::Borrowed(b)) => {
+                let start = b.as_ptr() as usize - data.as_ptr() as usize;
+                whole.range(start..start + b.len())
+            }
+            Some(Cow::Owned(v)) => {
+                *bytes += v.len();
+                gimli::EndianReader::new(Arc::from(v), endian)
+            }
+            None => gimli::EndianReader::new(Arc::from(&[][..]), endian),
+        })
     };
     let dwarf = gimli::Dwarf::load(load).ok()?;
     addr2line::Context::from_dwarf(dwarf).ok()

@@ -98,6 +98,13 @@ impl Symbolizer {
         Symbolizer { opts, images: HashMap::new(), jits: HashMap::new(), kernel: None }
     }
 
+    /// About how much memory the loaded images hold (their files, debug
+    /// files and symbol names), for callers that keep a symbolizer across
+    /// requests and bound what it holds.
+    pub fn loaded_bytes(&self) -> usize {
+        self.images.values().filter_map(|i| i.as_ref().ok()).map(elf::Image::bytes).sum()
+    }
+
     pub fn symbolize(&mut self, image: &ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Result<Symbol, Reason>> {
         match image.kind {
             ImageKind::Kernel => {

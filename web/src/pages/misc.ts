@@ -2,7 +2,8 @@
 // trace exports. They show the API's JSON as sortable tables.
 import { Ctx } from '../context';
 import { apiUrl, formatHash, withParam } from '../state';
-import { base, el, emptyBox, genericJson, getJson, table, token } from '../ui';
+import type { Answers, Lock } from '../api.gen';
+import { ApiError, base, el, emptyBox, genericJson, getJson, table, token } from '../ui';
 
 const DATA_VIEWS = [
   ['profile', 'Types and fields'],
@@ -19,8 +20,31 @@ export async function dataPage(c: Ctx): Promise<void> {
 
 export async function locksPage(c: Ctx): Promise<void> {
   c.main.append(el('h1', {}, 'Locks'), el('p', { class: 'lead' }, 'Hold and wait times per lock; hold fraction near 1 means the lock is saturated.'));
-  const d = await getJson<unknown>(apiUrl('locks', c.filters));
-  c.main.append(isEmpty(d) ? emptyBox('No lock records: `loupe locks -- CMD` records them.') : genericJson(d));
+  // Locks are kept per database (`loupe locks --db DIR -- CMD`), not per epoch: only the database filter applies.
+  const d = await getJson<Answers['locks']>(apiUrl('locks', dbOnly(c.filters))).catch((e: unknown) => {
+    if (e instanceof ApiError && e.status === 404) return null;
+    throw e;
+  });
+  if (!d || !d.locks?.length) return void c.main.append(emptyBox('No lock results kept in this database: `loupe locks --db DIR -- CMD` keeps one.'));
+  c.main.append(el('p', { class: 'lead' }, `${d.locks.length} locks over ${d.duration_s.toFixed(3)} s${d.dropped ? `; ${d.dropped} events dropped` : ''}.`));
+  c.main.append(table<Lock>([
+    { key: 'held_fraction', label: 'Held', num: true, bar: (r) => Math.min(1, r.held_fraction), cell: (r) => `${(100 * r.held_fraction).toFixed(2)}%` },
+    { key: 'name', label: 'Lock' },
+    { key: 'kind', label: 'Kind' },
+    { key: 'pid', label: 'PID', num: true },
+    { key: 'acquisitions', label: 'Acquired', num: true },
+    { key: 'hold_ns', label: 'Hold ms', num: true, cell: (r) => (r.hold_ns / 1e6).toFixed(3) },
+    { key: 'wait_ns', label: 'Wait ms', num: true, cell: (r) => (r.wait_ns / 1e6).toFixed(3) },
+    { key: 'max_hold_ns', label: 'Max hold µs', num: true, cell: (r) => (r.max_hold_ns / 1e3).toFixed(1) },
+  ], d.locks, { sort: 'held_fraction', desc: true, id: 'locks-table' }));
+}
+
+/** Only the `db` filter: what commands that keep results per database (locks, optimize) take. */
+function dbOnly(filters: URLSearchParams): URLSearchParams {
+  const p = new URLSearchParams();
+  const db = filters.get('db');
+  if (db) p.set('db', db);
+  return p;
 }
 
 export async function optimizePage(c: Ctx): Promise<void> {
@@ -32,7 +56,7 @@ export async function optimizePage(c: Ctx): Promise<void> {
   });
   c.main.append(el('h1', {}, 'Optimization decisions'), f);
   if (!image) return void c.main.append(emptyBox('Name an image to see the decisions taken for it (loupe optimize run / manage).'));
-  c.main.append(genericJson(await getJson<unknown>(apiUrl('optimize/status', new URLSearchParams(), { image }))));
+  c.main.append(genericJson(await getJson<unknown>(apiUrl('optimize/status', dbOnly(c.filters), { image }))));
 }
 
 export async function statsPage(c: Ctx): Promise<void> {
@@ -47,13 +71,13 @@ export async function statsPage(c: Ctx): Promise<void> {
   if (list.length < 2) return void c.main.append(emptyBox('Name at least two runs (epochs or NAME:EPOCH), separated by spaces.'));
   const p = new URLSearchParams();
   for (const r of list) p.append('run', r);
-  const st = await getJson<StatsAnswer>(apiUrl('stats', p, { by: c.route.params.get('by') ?? undefined, image: c.filters.get('image') ?? undefined }));
+  const st = await getJson<Answers['stats']>(apiUrl('stats', p, { by: c.route.params.get('by') ?? undefined, image: c.filters.get('image') ?? undefined }));
   c.main.append(el('p', { class: 'lead' }, `${st.total ?? ''} samples of ${st.event ?? ''} in ${list.length} runs; significant: the counts differ more than sampling noise explains.`));
   if (!st.rows?.length) return void c.main.append(emptyBox('No procedures in these runs.'));
   c.main.append(table<StatsRow>([
     { key: 'range_percent', label: 'Range %', num: true, bar: (r) => r.range_percent / 100 },
     { key: 'procedure', label: 'Procedure' },
-    { key: 'image', label: 'Image', get: (r) => base(r.image) },
+    { key: 'image', label: 'Image', get: (r) => base(r.image ?? undefined) },
     { key: 'n', label: 'Runs', num: true },
     { key: 'mean', label: 'Mean', num: true },
     { key: 'std_dev', label: 'Std dev', num: true },
@@ -65,25 +89,7 @@ export async function statsPage(c: Ctx): Promise<void> {
   ], st.rows, { sort: 'significant', id: 'stats-table', rowClass: (r) => (r.significant ? 'sig grew' : '') }));
 }
 
-interface StatsRow {
-  image: string;
-  procedure: string;
-  n: number;
-  mean: number;
-  std_dev: number;
-  min: number;
-  max: number;
-  percent: number;
-  range_percent: number;
-  p_value: number | null;
-  significant: boolean;
-}
-
-interface StatsAnswer {
-  event?: string;
-  total?: number;
-  rows?: StatsRow[];
-}
+type StatsRow = Answers['stats']['rows'][number];
 
 const EXPORTS = [
   ['perfetto', 'Perfetto trace', 'open it at the Perfetto UI (Open trace file)'],

@@ -14,6 +14,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "codes.h"
+#include "eventindex.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -77,7 +78,7 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	void *table;
 
 	k.tgid = bpf_get_current_pid_tgid() >> 32;
-	k.event = (__u16)bpf_get_attach_cookie(ctx);
+	k.event = event_index(ctx);
 	k.ip = PT_REGS_IP(&ctx->regs);
 	/* x86-64: kernel text lives in the upper canonical half. */
 	k.kernel = k.ip >= 0xffff800000000000ULL;

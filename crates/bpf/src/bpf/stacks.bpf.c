@@ -27,7 +27,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "codes.h"
+#include "eventindex.h"
 #include "stackwalk.h"
+#include "pystack.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -42,6 +44,8 @@ struct stack_key {
 	__u64 ip;
 	__u64 user_stack;
 	__u64 kernel_stack;
+	/* The sampled thread's Python frames (pystack.h), 0 = none. */
+	__u64 py_stack;
 };
 
 struct sample_value {
@@ -208,9 +212,15 @@ static __always_inline int count(void *table, struct stack_key *k, __u64 period)
 }
 
 /* Interns both chains in `stacks` and counts the sample in `table`. */
-static __always_inline int walk(struct bpf_perf_event_data *ctx, struct stack_key *k, const struct stack *user, void *stacks, void *table)
+static __always_inline int walk(struct bpf_perf_event_data *ctx, struct stack_key *k, const struct stack *user, const struct stack *py,
+				void *stacks, void *table)
 {
 	struct stack *kern;
+
+	if (py && py->nr && !(k->py_stack = intern(stacks, py))) {
+		python_pending(py);
+		return stream(LOUPE_STAT_STREAM_STACKID);
+	}
 
 	if (user->nr) {
 		k->user_stack = intern(stacks, user);
@@ -232,11 +242,11 @@ SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)
 {
 	struct stack_key k = {};
-	struct stack *user;
+	struct stack *user, *py;
 	__u32 why;
 
 	k.tgid = bpf_get_current_pid_tgid() >> 32;
-	k.event = (__u16)bpf_get_attach_cookie(ctx);
+	k.event = event_index(ctx);
 	k.ip = PT_REGS_IP(&ctx->regs);
 	/* x86-64: kernel text lives in the upper canonical half. */
 	k.kernel = k.ip >= 0xffff800000000000ULL;
@@ -244,12 +254,15 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	user = chain(ctx, 0, BPF_F_USER_STACK);
 	if (!user)
 		return stream(LOUPE_STAT_STREAM_STACKID);
+	py = python_stack(k.tgid);
 	if (!fp_only && k.tgid != 0) {
 		why = needs_copy(k.tgid, user);
-		if (why)
+		if (why) {
+			python_pending(py);
 			return stream(why);
+		}
 	}
 	if (generation & 1)
-		return walk(ctx, &k, user, &stacks1, &counts1);
-	return walk(ctx, &k, user, &stacks0, &counts0);
+		return walk(ctx, &k, user, py, &stacks1, &counts1);
+	return walk(ctx, &k, user, py, &stacks0, &counts0);
 }

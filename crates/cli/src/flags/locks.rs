@@ -22,7 +22,9 @@ Feed two runs to the saturation profile (McKenney): the lock nearest to being he
 
 Examples:
   loupe locks -- ./my-threaded-program args
-  loupe locks --duration 10                    every process for 10 s";
+  loupe locks --duration 10                    every process for 10 s
+  loupe locks --db prof.db -- ./server         also keep the result in prof.db (for loupe serve)
+  loupe locks --db prof.db                     the result kept last in prof.db";
 
 #[derive(Args, Debug)]
 pub struct LocksArgs {
@@ -40,6 +42,10 @@ pub struct LocksArgs {
     pub format: Format,
     #[command(flatten)]
     pub output: OutputFlag,
+    /// Keep the result in this database as well (its locks/ folder), where `loupe serve` shows it; without a
+    /// command or --duration, print the result kept there last instead of tracing.
+    #[arg(long, value_name = "DIR")]
+    pub db: Option<PathBuf>,
     /// Command to run and trace, with its arguments (after `--`).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,

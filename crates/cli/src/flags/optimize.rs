@@ -1,7 +1,7 @@
 //! `loupe optimize` and its subcommands (Morph's manager). Its own module
 //! path, since its `export` has arguments of the same names as `loupe export`.
 
-use super::{DbArg, OutputFlag};
+use super::{DbArg, Format, OutputFlag};
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -153,6 +153,9 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub db: DbArg,
     pub image: PathBuf,
+    /// Output format (JSON: the decisions as the log keeps them).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
     #[command(flatten)]
     pub output: OutputFlag,
 }

@@ -15,8 +15,7 @@ status 400, 404 or 500.
 Examples:
   loupe serve --db prof.db                                  http://127.0.0.1:7777/
   loupe serve --db base=old.db --db new=new.db --listen 127.0.0.1:8080
-  loupe serve --db prof.db --listen 0.0.0.0:7777 --token \"$(openssl rand -hex 16)\"
-  loupe serve --db prof.db --source clickhouse://127.0.0.1:8123/loupe      the fleet's top and flame graph";
+  loupe serve --db prof.db --listen 0.0.0.0:7777 --token \"$(openssl rand -hex 16)\"";
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -33,13 +32,13 @@ pub struct ServeArgs {
     /// Commands running at once (default: the number of CPUs, 2 to 8); more get 503.
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Answer top, flame and diff from this fleet store (`clickhouse://...`) instead of the databases
-    /// (requests may add `where=KEY=VALUE`); the other commands still read --db.
-    #[arg(long, value_name = "URL")]
-    pub source: Option<String>,
     /// Seconds one request may take before it gets 503.
     #[arg(long, default_value = "60", value_parser = seconds)]
     pub time_limit: Duration,
+    /// MiB of loaded binaries and debug info kept across requests (symbol tables, DWARF), least recently
+    /// used dropped first; 0 keeps nothing (every request reads its binaries again).
+    #[arg(long, value_name = "MIB", default_value = "1024")]
+    pub cache_mb: usize,
 }
 
 fn seconds(s: &str) -> Result<Duration, String> {

@@ -1,6 +1,6 @@
 //! `loupe wall`.
 
-use super::{CgroupFlag, CommFlag, DbArg, EpochFlag, Format, PidFlag};
+use super::{CgroupFlag, CommFlag, DbArg, EpochFlag, Format, OutputFlag, PidFlag};
 use clap::Args;
 
 pub const WALL_HELP: &str = "Examples:\n  loupe record --off-cpu -- ./server\n  loupe wall\n  loupe wall --comm server --format json\n\n\
@@ -27,4 +27,6 @@ pub struct WallArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    #[command(flatten)]
+    pub output: OutputFlag,
 }
