@@ -9,6 +9,7 @@ pub mod export;
 pub mod flame;
 pub mod labels;
 pub mod pprof;
+pub mod pprof_import;
 pub mod significance;
 pub mod stats;
 pub mod top;

@@ -10,6 +10,7 @@ use loupe_analysis::compare::{align, BucketKey};
 use loupe_analysis::diff::{diff as diff_rows, diff_measured, DiffParams, DiffRow, Mode};
 use loupe_analysis::stats::{stats as stats_rows, StatsRow};
 use loupe_analysis::top::{pct, top, TopReport};
+use loupe_analysis::SymbolSource;
 use loupe_model::EventName;
 use loupe_store::query::{choose_events, Epochs, Filter, Flat, ProfileSource};
 use loupe_store::{Database, EpochId};
@@ -64,7 +65,7 @@ fn is_epoch_word(e: &str) -> bool {
 struct Reader<'a> {
     sel: &'a CompareArgs,
     filter: Filter,
-    syms: Symbols,
+    syms: Box<dyn SymbolSource + 'a>,
 }
 
 impl Reader<'_> {
@@ -84,29 +85,61 @@ impl Reader<'_> {
     fn report(&mut self, flat: &Flat, event: &EventName) -> TopReport {
         let f = &self.filter;
         let (keep, keep_image) = (|p: &_| f.keep_process(p), |i: &str| f.keep_image(i));
-        top(&flat.profiles, &flat.totals, std::slice::from_ref(event), group_by(self.sel.by), &keep, &keep_image, &mut self.syms)
+        top(&flat.profiles, &flat.totals, std::slice::from_ref(event), group_by(self.sel.by), &keep, &keep_image, &mut *self.syms)
     }
+}
+
+fn compare_filter(sel: &CompareArgs) -> Filter {
+    Filter { pids: Vec::new(), comms: sel.comm.comm.clone(), image: sel.image.image.clone(), cgroup_pids: None }
 }
 
 /// Parses the sets, loads them, picks the event and buckets each set.
 fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
     let sides = specs.iter().map(|s| parse_side(s)).collect::<Result<Vec<_>>>()?;
     let dbs: Vec<&Path> = sides.iter().flat_map(|s| s.runs.iter().map(|r| r.db.as_path())).collect();
-    let filter = Filter { pids: Vec::new(), comms: sel.comm.comm.clone(), image: sel.image.image.clone(), cgroup_pids: None };
-    let mut reader = Reader { sel, filter, syms: Symbols::for_dbs(&dbs) };
+    let mut reader = Reader { sel, filter: compare_filter(sel), syms: Box::new(Symbols::for_dbs(&dbs)) };
     let flats = sides.iter().map(|s| reader.flat(s)).collect::<Result<Vec<_>>>()?;
-    let present: Vec<EventName> = flats.iter().flat_map(Flat::events).collect();
-    let wanted: Vec<String> = sel.event.iter().cloned().collect();
-    let Some(event) = choose_events(&present, &wanted)?.into_iter().next() else { bail!("no samples in any of the runs") };
-    let reports = flats.iter().map(|f| reader.report(f, &event)).collect();
+    let (event, reports) = bucket_sets(&mut reader, &flats)?;
     Ok((sides, event, reports))
 }
 
-pub fn diff(a: DiffArgs, out: &mut dyn Write) -> Result<u8> {
-    if is_lock_table(&a.a) || is_lock_table(&a.b) {
-        return diff_locks(&a, out);
+/// The sets of a fleet diff: each a selection of the fleet store, summed in ClickHouse.
+fn read_fleet_sets(url: &str, a: &DiffArgs, specs: &[String]) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
+    // diff has no --db: the image cache is that of $LOUPE_DB (as for other commands), if any.
+    let db = PathBuf::from(std::env::var_os("LOUPE_DB").unwrap_or_else(|| "loupe.db".into()));
+    let (client, syms) = crate::fleet::open_source(url, &db)?;
+    let flats = specs.iter().map(|s| crate::fleet::flat_of(&client, &a.source, s, a.sel.by)).collect::<Result<Vec<_>>>()?;
+    let mut reader = Reader { sel: &a.sel, filter: compare_filter(&a.sel), syms: Box::new(syms) };
+    let (event, reports) = bucket_sets(&mut reader, &flats)?;
+    let sides = specs.iter().map(|s| Side { spec: format!("{s} in {url}"), runs: Vec::new() }).collect();
+    Ok((sides, event, reports))
+}
+
+/// Picks the event and buckets each set like `loupe top`.
+fn bucket_sets(reader: &mut Reader, flats: &[Flat]) -> Result<(EventName, Vec<TopReport>)> {
+    let present: Vec<EventName> = flats.iter().flat_map(Flat::events).collect();
+    let wanted: Vec<String> = reader.sel.event.iter().cloned().collect();
+    let Some(event) = choose_events(&present, &wanted)?.into_iter().next() else { bail!("no samples in any of the runs") };
+    let reports = flats.iter().map(|f| reader.report(f, &event)).collect();
+    Ok((event, reports))
+}
+
+/// Side A and B: the positional specs, or with --source `--a`/`--b` (or the positionals) as selections.
+fn side_specs(a: &DiffArgs) -> Result<[String; 2]> {
+    let pick = |flag: &Option<String>, pos: &Option<String>| flag.clone().or_else(|| pos.clone());
+    match (pick(&a.fleet_a, &a.a), pick(&a.fleet_b, &a.b)) {
+        (Some(x), Some(y)) => Ok([x, y]),
+        _ => bail!("diff needs two sides: A and B (with --source, --a SELECTION --b SELECTION)"),
     }
-    let (sides, event, reports) = read_sets(&[a.a.clone(), a.b.clone()], &a.sel)?;
+}
+
+pub fn diff(a: DiffArgs, out: &mut dyn Write) -> Result<u8> {
+    let specs = side_specs(&a)?;
+    let (sides, event, reports) = match &a.source.source {
+        Some(url) => read_fleet_sets(url, &a, &specs)?,
+        None if is_lock_table(&specs[0]) || is_lock_table(&specs[1]) => return diff_locks(&a, &specs, out),
+        None => read_sets(&specs, &a.sel)?,
+    };
     let (ta, tb) = (reports[0].totals[0], reports[1].totals[0]);
     let mode = mode_of(a.mode);
     let params = DiffParams {
@@ -148,11 +181,11 @@ fn read_lock_table(path: &str) -> Result<std::collections::BTreeMap<String, f64>
 
 /// McKenney's "Pinpointing Contention" step 4: projected saturation of each
 /// lock's held fraction. Measured times have no sampling noise to test.
-fn diff_locks(a: &DiffArgs, out: &mut dyn Write) -> Result<u8> {
-    if !(is_lock_table(&a.a) && is_lock_table(&a.b)) {
+fn diff_locks(a: &DiffArgs, [sa, sb]: &[String; 2], out: &mut dyn Write) -> Result<u8> {
+    if !(is_lock_table(sa) && is_lock_table(sb)) {
         bail!("both sides must be lock tables (loupe locks --format json) or both profile databases");
     }
-    let (ta, tb) = (read_lock_table(&a.a)?, read_lock_table(&a.b)?);
+    let (ta, tb) = (read_lock_table(sa)?, read_lock_table(sb)?);
     let mut names: Vec<&String> = ta.keys().chain(tb.keys()).collect();
     names.sort();
     names.dedup();
@@ -174,7 +207,7 @@ fn diff_locks(a: &DiffArgs, out: &mut dyn Write) -> Result<u8> {
         writeln!(out, "{}", serde_json::to_string_pretty(&serde_json::json!({ "mode": params.mode.name(), "rows": rows }))?)?;
         return Ok(0);
     }
-    writeln!(out, "# Loupe diff of lock held fractions, mode {}\n# A: {}\n# B: {}\n#", params.mode.name(), a.a, a.b)?;
+    writeln!(out, "# Loupe diff of lock held fractions, mode {}\n# A: {}\n# B: {}\n#", params.mode.name(), sa, sb)?;
     writeln!(out, "# {:>9} {:>9} {:>12}  lock", "A held", "B held", params.mode.name())?;
     for (k, x, y, s) in rows.iter().take(a.sel.limit) {
         writeln!(out, "  {:>8.2}% {:>8.2}% {s:>12.3}  {k}", 100.0 * x, 100.0 * y)?;

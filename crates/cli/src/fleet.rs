@@ -1,26 +1,36 @@
 //! The fleet commands: shipping beside `record`/`daemon` (`--ship`),
-//! `loupe fleet init`, and `top --source`. The store itself lives in
-//! `loupe_fleet`; here are flags, the flush hook and printing.
+//! `loupe fleet init`, and `top|flame|export|diff --source`. The store
+//! itself lives in `loupe_fleet`; here are flags, the flush hook, and the
+//! adapters that turn fleet query results into what the local commands
+//! render (stack tables, flat profiles).
 
-use crate::flags::{FleetArgs, FleetCommand, Format, ShipArgs, SourceArgs, TopArgs, TopBy};
+use crate::flags::{By, EpochFlag, FleetArgs, FleetCommand, Format, Selection as StackSelection, ShipArgs, SourceArgs, TopArgs, TopBy};
 use crate::symbols::Symbols;
 use anyhow::{bail, Context, Result};
+use loupe_analysis::callgraph::{self, CallData};
+use loupe_analysis::pprof::Span;
 use loupe_analysis::top::top as top_table;
 use loupe_analysis::{SymInfo, SymbolSource, Unnamed};
 use loupe_collector::daemon::FlushSink;
 use loupe_fleet::client::Client;
 use loupe_fleet::query::{self, Cond, Selection};
-use loupe_fleet::rows::{image_key, image_of, rows_of, Batch, Row, RowContext, SymRow};
+use loupe_fleet::rows::{image_key, image_of, rows_of, stack_rows_of, Batch, Row, RowContext, StackDef, StackRow, SymRow};
 use loupe_fleet::schema::{self, InitOptions};
 use loupe_fleet::ship::{ShipOptions, Shipper};
+use loupe_fleet::symbols::Uploader;
 use loupe_fleet::url::FleetUrl;
+use loupe_model::stacks::StackProfile;
 use loupe_model::{EventName, ImageOffset, ProcessKey, Profile};
-use loupe_store::query::{choose_events, Filter};
+use loupe_store::query::{choose_events, choose_stack_events, Filter, Flat};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Stack hashes a shipper remembers before it starts over (16 MB or so;
+/// starting over re-sends definitions, which queries read once).
+const MAX_KNOWN_STACKS: usize = 1 << 20;
 
 /// How long the last flush may wait for the server before its batches stay in the spool.
 const FINAL_SEND_WAIT: Duration = Duration::from_secs(15);
@@ -34,40 +44,30 @@ struct SinkState {
     shipper: Option<Shipper>,
     ctx: RowContext,
     pending: Vec<Row>,
+    pending_stacks: Vec<StackRow>,
+    pending_defs: Vec<StackDef>,
+    /// Stacks whose definition has been spooled: each is sent once per run
+    /// (forgotten when the spool drops a batch, which may have held some).
+    known_stacks: HashSet<u64>,
     /// Cgroup labels per pid, read once per batch (pids are reused).
     labels: HashMap<u32, Vec<(String, String)>>,
     warned: bool,
-    /// Names offsets for the symbols table (`--ship-symbols`), with this database's image cache.
-    syms_db: Option<std::path::PathBuf>,
-    /// (build, offset) pairs already named: each is uploaded once.
-    named: HashSet<(String, u64)>,
+    /// Uploads each build's procedure table once (`--ship-symbols`), on its own thread.
+    uploader: Option<Uploader>,
 }
 
 impl SinkState {
-    /// Names of the pending rows' offsets not uploaded yet; offsets that get
-    /// no name are not tried again. Procedures only: source lines would make
-    /// the daemon parse every binary's DWARF (hundreds of MB on a busy host).
-    fn new_symbols(&mut self) -> Vec<SymRow> {
-        let Some(db) = &self.syms_db else { return Vec::new() };
-        let mut todo: BTreeMap<(String, loupe_model::ImageId), Vec<ImageOffset>> = BTreeMap::new();
+    /// Offers the builds of the pending rows and stacks to the uploader.
+    fn offer_builds(&mut self) {
+        let Some(up) = &mut self.uploader else { return };
         for r in &self.pending {
-            let image = image_of(&r.kind, &r.image, &r.build_id, r.content_hash);
-            let Some(key) = image_key(&image) else { continue };
-            if self.named.insert((key.clone(), r.offset)) {
-                todo.entry((key, image)).or_default().push(ImageOffset(r.offset));
+            up.offer(&image_of(&r.kind, &r.image, &r.build_id, r.content_hash));
+        }
+        for d in &self.pending_defs {
+            for (image, _) in d.frames() {
+                up.offer(&image);
             }
         }
-        // A symbolizer per batch: what it loaded is freed when the batch is named.
-        let mut syms = Symbols::for_db(db);
-        let mut out = Vec::new();
-        for ((key, image), offsets) in todo {
-            for (off, sym) in offsets.iter().zip(syms.symbolize(&image, &offsets, false)) {
-                let Ok(sym) = sym else { continue };
-                let (file, line) = (sym.file.unwrap_or_default(), sym.line.unwrap_or(0));
-                out.push(SymRow { image_key: key.clone(), offset: off.0, procedure: sym.procedure, file, line });
-            }
-        }
-        out
     }
 }
 
@@ -84,15 +84,39 @@ impl FlushSink for Sink {
         st.pending.extend(rows);
     }
 
+    fn stacks(&mut self, tables: &[StackProfile]) {
+        let mut st = self.0.lock().expect("sink");
+        let st = &mut *st;
+        if st.known_stacks.len() > MAX_KNOWN_STACKS {
+            st.known_stacks.clear();
+        }
+        let labels = &mut st.labels;
+        let (rows, defs) = stack_rows_of(
+            tables,
+            unix_now(),
+            &st.ctx,
+            &mut |pid| labels.entry(pid).or_insert_with(|| loupe_fleet::labels::of_pid(pid)).clone(),
+            &mut st.known_stacks,
+        );
+        st.pending_stacks.extend(rows);
+        st.pending_defs.extend(defs);
+    }
+
     fn flushed(&mut self) {
         let mut st = self.0.lock().expect("sink");
         st.labels.clear();
-        if st.pending.is_empty() {
+        if st.pending.is_empty() && st.pending_stacks.is_empty() {
             return;
         }
-        let symbols = st.new_symbols();
-        let batch = Batch { symbols, ..Batch::new(std::mem::take(&mut st.pending)) };
+        st.offer_builds();
+        let (stacks, stack_rows) = (std::mem::take(&mut st.pending_defs), std::mem::take(&mut st.pending_stacks));
+        let batch = Batch { stacks, stack_rows, ..Batch::new(std::mem::take(&mut st.pending)) };
+        let dropped_before = st.shipper.as_ref().map(|s| s.report().dropped.batches);
         let pushed = st.shipper.as_ref().map(|s| s.push(&batch));
+        if st.shipper.as_ref().map(|s| s.report().dropped.batches) != dropped_before {
+            // A dropped batch may have carried stack definitions later batches name: send them again.
+            st.known_stacks.clear();
+        }
         if let Some(Err(e)) = pushed {
             if !std::mem::replace(&mut st.warned, true) {
                 eprintln!("loupe: warning: cannot spool a batch for the fleet store: {e}");
@@ -101,14 +125,10 @@ impl FlushSink for Sink {
     }
 }
 
-/// Starts shipping when `--ship` is given: checks the server first, so a
-/// bad URL, wrong credentials, something that is not ClickHouse or a newer
-/// schema stop before anything is recorded.
-pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
-    let Some(url) = &a.ship else { return Ok(None) };
-    let url = FleetUrl::parse(url)?;
+/// Host and labels from `--label`s: `host=NAME` replaces this host's name.
+fn row_context(labels: &[String]) -> Result<RowContext> {
     let mut ctx = RowContext { host: hostname(), labels: Vec::new() };
-    for l in &a.labels {
+    for l in labels {
         let (k, v) = l.split_once('=').filter(|(k, _)| !k.is_empty()).with_context(|| format!("bad --label {l:?}: expected key=value"))?;
         if k == "host" {
             ctx.host = v.to_string();
@@ -116,6 +136,53 @@ pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
             ctx.labels.push((k.to_string(), v.to_string()));
         }
     }
+    Ok(ctx)
+}
+
+/// `loupe ingest pprof FILE... --ship URL`: each file one batch (stacks,
+/// leaf samples and the names the profile gives), sent at once; a batch
+/// id makes a retry harmless, as for shipped flushes.
+pub fn ingest(a: crate::flags::IngestArgs) -> Result<u8> {
+    let crate::flags::IngestFormat::Pprof(p) = a.format;
+    let url = FleetUrl::parse(&p.ship)?;
+    let client = Client::new(&url);
+    schema::check(&client)?;
+    let ctx = row_context(&p.labels)?;
+    for file in &p.files {
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let imported = loupe_analysis::pprof_import::import(&bytes, p.event.as_deref()).with_context(|| file.display().to_string())?;
+        let bucket = imported.time_unix.unwrap_or_else(unix_now);
+        let rows = rows_of(&imported.flat, bucket, &ctx, &mut |_| Vec::new());
+        let (stack_rows, stacks) = stack_rows_of(&imported.stacks, bucket, &ctx, &mut |_| Vec::new(), &mut HashSet::new());
+        let symbols = imported
+            .names
+            .iter()
+            .filter_map(|(image, off, name)| {
+                Some(SymRow { image_key: image_key(image)?, offset: off.0, procedure: name.clone(), file: String::new(), line: 0 })
+            })
+            .collect();
+        let batch = Batch { symbols, stacks, stack_rows, ..Batch::new(rows) };
+        loupe_fleet::ship::send(&client, &batch).with_context(|| format!("storing {}", file.display()))?;
+        let n: u64 = batch.stack_rows.iter().map(|r| r.count).sum();
+        eprintln!(
+            "loupe: {}: {n} samples of {} ({} stacks) stored in {} as host {}",
+            file.display(),
+            imported.event,
+            batch.stacks.len(),
+            url.display(),
+            ctx.host
+        );
+    }
+    Ok(0)
+}
+
+/// Starts shipping when `--ship` is given: checks the server first, so a
+/// bad URL, wrong credentials, something that is not ClickHouse or a newer
+/// schema stop before anything is recorded.
+pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
+    let Some(url) = &a.ship else { return Ok(None) };
+    let url = FleetUrl::parse(url)?;
+    let ctx = row_context(&a.labels)?;
     let opts = ShipOptions {
         spool_dir: a.spool.clone().unwrap_or_else(|| db.join("fleet-spool")),
         max_spool_bytes: a.spool_max,
@@ -130,12 +197,21 @@ pub fn start(a: &ShipArgs, db: &Path) -> Result<Option<Shipping>> {
         shipper: Some(shipper),
         ctx,
         pending: Vec::new(),
+        pending_stacks: Vec::new(),
+        pending_defs: Vec::new(),
+        known_stacks: HashSet::new(),
         labels: HashMap::new(),
         warned: false,
-        syms_db: a.ship_symbols.then(|| db.to_path_buf()),
-        named: HashSet::new(),
+        uploader: if a.ship_symbols { Some(start_uploader(&url, db)?) } else { None },
     };
     Ok(Some(Shipping { state: Arc::new(Mutex::new(state)) }))
+}
+
+/// The `--ship-symbols` thread, naming builds with this database's image cache (for the vDSO and replaced binaries).
+fn start_uploader(url: &FleetUrl, db: &Path) -> Result<Uploader> {
+    let mut syms = Symbols::for_db(db);
+    let namer: loupe_fleet::symbols::Namer = Box::new(move |image| syms.procedures(image));
+    Ok(Uploader::start(url, loupe_fleet::client::DEFAULT_TIMEOUT, namer)?)
 }
 
 impl Shipping {
@@ -145,6 +221,14 @@ impl Shipping {
 
     /// Sends what is left (for a while) and prints what shipping did.
     pub fn finish(self) {
+        let uploader = self.state.lock().expect("sink").uploader.take();
+        if let Some(up) = uploader {
+            let r = up.finish(FINAL_SEND_WAIT);
+            eprintln!(
+                "loupe: symbols: uploaded {} builds ({} procedures); {} already in the fleet store, {} unreadable",
+                r.builds, r.procedures, r.already_there, r.unreadable
+            );
+        }
         let Some(shipper) = self.state.lock().expect("sink").shipper.take() else { return };
         let (url, spool) = (shipper.url().display(), shipper.spool_dir().to_path_buf());
         let r = shipper.finish(FINAL_SEND_WAIT);
@@ -189,14 +273,19 @@ pub fn run(a: FleetArgs) -> Result<u8> {
 
 /// The rows `top --source` reads.
 fn selection(s: &SourceArgs, a: &TopArgs) -> Result<Selection> {
+    selection_of(s, &a.pid.pid, &a.comm.comm, &a.epoch)
+}
+
+/// The rows a query reads: `--where`s, `--pid`s, `--comm`s and `--since`/`--until`.
+fn selection_of(s: &SourceArgs, pid: &[u32], comm: &[String], epoch: &EpochFlag) -> Result<Selection> {
     let now = unix_now();
     let mut wheres: Vec<Cond> = s.wheres.iter().map(|w| Cond::parse(w)).collect::<Result<_, _>>()?;
-    if !a.pid.pid.is_empty() {
-        let pids: Vec<String> = a.pid.pid.iter().map(|p| p.to_string()).collect();
+    if !pid.is_empty() {
+        let pids: Vec<String> = pid.iter().map(|p| p.to_string()).collect();
         wheres.push(Cond::Match("pid".into(), format!("^({})$", pids.join("|"))));
     }
-    if !a.comm.comm.is_empty() {
-        let comms: Vec<String> = a.comm.comm.iter().map(|c| regex_escape(c)).collect();
+    if !comm.is_empty() {
+        let comms: Vec<String> = comm.iter().map(|c| regex_escape(c)).collect();
         wheres.push(Cond::Match("comm".into(), format!("^({})$", comms.join("|"))));
     }
     // The same --since/--until as local epochs (a duration before now or a time), applied to the rows' buckets.
@@ -204,8 +293,79 @@ fn selection(s: &SourceArgs, a: &TopArgs) -> Result<Selection> {
         crate::flags::TimeSpec::Ago(secs) => now.saturating_sub(secs),
         crate::flags::TimeSpec::At(unix) => unix,
     };
-    let (since, until) = (a.epoch.since.as_ref().map(at), a.epoch.until.as_ref().map(at));
+    let (since, until) = (epoch.since.as_ref().map(at), epoch.until.as_ref().map(at));
     Ok(Selection { wheres, since, until })
+}
+
+/// A diff side's selection: the shared `--where`s and the side's own
+/// conditions, joined by commas (`KEY=VALUE`, `KEY~REGEX`, `since=TIME`, `until=TIME`).
+fn side_selection(s: &SourceArgs, spec: &str) -> Result<Selection> {
+    let now = unix_now();
+    let mut sel = selection_of(s, &[], &[], &EpochFlag { epoch: "all".into(), since: None, until: None })?;
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('=') {
+            Some(("since", t)) => sel.since = Some(query::parse_time(t, now)?),
+            Some(("until", t)) => sel.until = Some(query::parse_time(t, now)?),
+            _ => sel.wheres.push(Cond::parse(part)?),
+        }
+    }
+    Ok(sel)
+}
+
+/// Opens a `--source` for reading: checks the server and its schema, and
+/// names frames from this host's files (and `db`'s image cache), then from
+/// the names the shipping hosts uploaded.
+pub fn open_source(source: &str, db: &Path) -> Result<(Client, FleetSymbols)> {
+    let url = FleetUrl::parse(source)?;
+    let client = Client::new(&url);
+    schema::check(&client)?;
+    Ok((client, FleetSymbols { local: Symbols::for_db(db), client: Client::new(&url) }))
+}
+
+/// One side of a fleet diff as flat profiles, summed in ClickHouse per
+/// (image, event, offset), or per (image, event) for `--by image`.
+pub fn flat_of(client: &Client, source: &SourceArgs, spec: &str, by: By) -> Result<Flat> {
+    let sel = side_selection(source, spec)?;
+    let rows = query::images(client, &sel, by != By::Image)?;
+    Ok(Flat { profiles: fleet_profiles(rows), ..Flat::default() })
+}
+
+/// Query rows as one profile per (image, event), all under one `fleet` process.
+fn fleet_profiles(rows: Vec<query::ImageRow>) -> Vec<Profile> {
+    let fleet = ProcessKey::new(0, "fleet");
+    let mut profiles: BTreeMap<(loupe_model::ImageId, String), Profile> = BTreeMap::new();
+    for r in rows {
+        let p =
+            profiles.entry((r.image.clone(), r.event.clone())).or_insert_with(|| Profile::new(r.image.clone(), EventName::new(&r.event)));
+        p.add(fleet.clone(), ImageOffset(r.offset.unwrap_or(0)), r.samples, 0);
+    }
+    profiles.into_values().collect()
+}
+
+/// `flame|export|top --children --source`: the selection's stacks summed
+/// in ClickHouse, named here, and when they ran (the first bucket to the end of the last).
+pub fn load_stacks(s: &StackSelection, source: &SourceArgs, url: &str, all_events: bool) -> Result<(CallData, Span)> {
+    if s.cgroup.cgroup.is_some() {
+        bail!("--cgroup reads a local database's cgroups; with --source, use --where unit=..., container=... or pod=...");
+    }
+    let (client, mut syms) = open_source(url, &s.db.db)?;
+    let sel = selection_of(source, &s.pid.pid, &s.comm.comm, &s.epoch)?;
+    let tables = query::stacks(&client, &sel)?;
+    if tables.is_empty() {
+        bail!("no call stacks in the selection of {}", client.url().display());
+    }
+    let events = choose_stack_events(&tables, s.event.event.as_deref(), all_events)?;
+    let filter = Filter { pids: Vec::new(), comms: Vec::new(), image: s.image.image.clone(), cgroup_pids: None };
+    let keep_image = |i: &str| filter.keep_image(i);
+    let d = callgraph::resolve(&tables, &events, &callgraph::Selection { keep: &|_| true, keep_image: &keep_image }, &mut syms);
+    let span = match query::stack_time_range(&client, &sel)? {
+        Some((first, last)) => Span {
+            start_unix_nanos: first as i64 * 1_000_000_000,
+            duration_nanos: (last + loupe_fleet::rows::BUCKET_SECONDS - first) as i64 * 1_000_000_000,
+        },
+        None => Span::default(),
+    };
+    Ok((d, span))
 }
 
 fn regex_escape(s: &str) -> String {
@@ -214,9 +374,6 @@ fn regex_escape(s: &str) -> String {
 
 /// `loupe top --source URL`: grouped in ClickHouse, symbolized here.
 pub fn top(a: &TopArgs, source: &str, out: &mut dyn Write) -> Result<u8> {
-    if a.children || a.callers.is_some() || a.callees.is_some() {
-        bail!("--children, --callers and --callees read call stacks, which --source does not ship yet");
-    }
     let url = FleetUrl::parse(source)?;
     let client = Client::new(&url);
     schema::check(&client)?;
@@ -269,21 +426,12 @@ fn print_groups(out: &mut dyn Write, a: &TopArgs, url: &FleetUrl, key: &str, row
 /// offset); the table is made as for a local database.
 fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::By, out: &mut dyn Write) -> Result<u8> {
     let offsets = by != crate::flags::By::Image;
-    let rows = query::images(client, sel, offsets)?;
-    let fleet = ProcessKey::new(0, "fleet");
-    let mut profiles: BTreeMap<(loupe_model::ImageId, String), Profile> = BTreeMap::new();
-    for r in rows {
-        let p =
-            profiles.entry((r.image.clone(), r.event.clone())).or_insert_with(|| Profile::new(r.image.clone(), EventName::new(&r.event)));
-        p.add(fleet.clone(), ImageOffset(r.offset.unwrap_or(0)), r.samples, 0);
-    }
-    let profiles: Vec<Profile> = profiles.into_values().collect();
+    let profiles = fleet_profiles(query::images(client, sel, offsets)?);
     let present: Vec<EventName> = profiles.iter().map(|p| p.event.clone()).collect();
     let events = choose_events(&present, &a.events)?;
     let filter = Filter { pids: Vec::new(), comms: Vec::new(), image: a.image.image.clone(), cgroup_pids: None };
-    let mut syms = FleetSymbols { local: Symbols::for_db(&a.db.db), client };
+    let mut syms = FleetSymbols { local: Symbols::for_db(&a.db.db), client: Client::new(client.url()) };
     let report = top_table(&profiles, &[], &events, crate::top::group_by(by), &|_| true, &|i| filter.keep_image(i), &mut syms);
-
     match a.format {
         Format::Json => crate::top::print_json(out, &report, by, a.limit)?,
         Format::Text => {
@@ -298,17 +446,18 @@ fn top_images(a: &TopArgs, client: &Client, sel: &Selection, by: crate::flags::B
 }
 
 /// Names from this host's files first, then from what the shipping hosts uploaded.
-struct FleetSymbols<'a> {
+pub struct FleetSymbols {
     local: Symbols,
-    client: &'a Client,
+    client: Client,
 }
 
-impl SymbolSource for FleetSymbols<'_> {
+impl SymbolSource for FleetSymbols {
     fn symbolize(&mut self, image: &loupe_model::ImageId, offsets: &[ImageOffset], lines: bool) -> Vec<Result<SymInfo, Unnamed>> {
         let mut out = self.local.symbolize(image, offsets, lines);
         let missing: Vec<u64> = offsets.iter().zip(&out).filter(|(_, r)| r.is_err()).map(|(o, _)| o.0).collect();
         let Some(key) = image_key(image).filter(|_| !missing.is_empty()) else { return out };
-        let Ok(found) = query::symbols(self.client, &key, &missing) else { return out };
+        // Per-offset names (schema 1 hosts), then the build's uploaded procedure table.
+        let found = query::symbols(&self.client, &key, &missing).unwrap_or_default();
         for (off, r) in offsets.iter().zip(out.iter_mut()) {
             if let (Err(_), Some((procedure, file, line))) = (&r, found.get(&off.0)) {
                 let file = (lines && !file.is_empty()).then(|| file.clone());
@@ -316,10 +465,22 @@ impl SymbolSource for FleetSymbols<'_> {
                 *r = Ok(SymInfo { procedure: procedure.clone(), file, line });
             }
         }
+        let missing: Vec<u64> = offsets.iter().zip(&out).filter(|(_, r)| r.is_err()).map(|(o, _)| o.0).collect();
+        let names = loupe_fleet::symbols::names(&self.client, &key, &missing).unwrap_or_default();
+        for (off, r) in offsets.iter().zip(out.iter_mut()) {
+            if let (Err(_), Some(procedure)) = (&r, names.get(&off.0)) {
+                *r = Ok(SymInfo { procedure: procedure.clone(), file: None, line: None });
+            }
+        }
         out
     }
 
     fn inlined(&mut self, image: &loupe_model::ImageId, offsets: &[ImageOffset]) -> Vec<Vec<String>> {
         self.local.inlined(image, offsets)
+    }
+
+    // Unnamed frames are shown at their function's start, as for a local database.
+    fn function_starts(&mut self, image: &loupe_model::ImageId, offsets: &[ImageOffset]) -> Vec<Option<ImageOffset>> {
+        self.local.function_starts(image, offsets)
     }
 }

@@ -99,6 +99,7 @@ pub(crate) fn run(command: Command, out: &mut dyn Write) -> anyhow::Result<u8> {
         Command::Data(a) => data::run(a, out),
         Command::Serve(a) => serve::run(a),
         Command::Fleet(a) => fleet::run(a),
+        Command::Ingest(a) => fleet::ingest(a),
         Command::Wall(a) => wall::run(a, out),
         Command::Agents(a) => agents::run(a, out),
         Command::Completions(a) => ops::completions(a),

@@ -2,7 +2,7 @@
 //! read the stack tables of the selected epochs, name them, hand them to
 //! the analysis crate, write the result.
 
-use crate::flags::{EventFlag, ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, Selection as StackSelection, TopArgs};
+use crate::flags::{EventFlag, ExportArgs, ExportFormat, FlameArgs, FlameFormat, Format, Selection as StackSelection, SourceArgs, TopArgs};
 use crate::symbols::Symbols;
 use anyhow::{bail, Result};
 use loupe_analysis::callgraph::{self, CallData, Selection};
@@ -17,13 +17,16 @@ fn epochs(db: &Database, s: &StackSelection) -> Result<Vec<EpochId>> {
     Ok(db.select(&s.epoch.which()?)?)
 }
 
-/// Loads, merges per event, and names the selected stacks.
-fn load(s: &StackSelection, all_events: bool) -> Result<CallData> {
-    Ok(load_spanned(s, all_events)?.0)
+/// Loads, merges per event, and names the selected stacks (of the fleet store with `--source`).
+fn load(s: &StackSelection, source: &SourceArgs, all_events: bool) -> Result<CallData> {
+    Ok(load_spanned(s, source, all_events)?.0)
 }
 
 /// [`load`], with when the selected epochs ran.
-fn load_spanned(s: &StackSelection, all_events: bool) -> Result<(CallData, pprof::Span)> {
+fn load_spanned(s: &StackSelection, source: &SourceArgs, all_events: bool) -> Result<(CallData, pprof::Span)> {
+    if let Some(url) = &source.source {
+        return crate::fleet::load_stacks(s, source, url, all_events);
+    }
     let db = Database::open(&s.db.db)?;
     let ids = epochs(&db, s)?;
     let progress = crate::progress::Progress::spinner(&format!("reading the stacks of {} epochs", ids.len()));
@@ -96,7 +99,7 @@ fn warn_truncated(d: &CallData) {
 }
 
 pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
-    let d = load(&a.select, false)?;
+    let d = load(&a.select, &a.source, false)?;
     warn_truncated(&d);
     let ext = |x: &[&str]| a.output.as_ref().is_some_and(|p| p.extension().is_some_and(|e| x.iter().any(|x| e == *x)));
     let format = a.format.unwrap_or(if ext(&["html", "htm"]) {
@@ -112,6 +115,8 @@ pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
     let bytes = match format {
         FlameFormat::Html => flame::html(&d, 0, &a.title),
         FlameFormat::Svg => flame::svg(&d, 0, &a.title),
+        // A fleet has no epochs: the JSON says so with an empty list.
+        FlameFormat::Json if a.source.source.is_some() => flame_json(&d, a.inverted, &[]),
         FlameFormat::Json => flame_json(&d, a.inverted, &epochs_of(&a.select)?),
     };
     out.write_all(&bytes.map_err(anyhow::Error::msg)?)?;
@@ -143,7 +148,7 @@ fn epochs_of(s: &StackSelection) -> Result<Vec<EpochId>> {
 
 pub fn export(a: ExportArgs, out: &mut dyn Write) -> Result<u8> {
     let all_events = a.format == ExportFormat::Pprof || a.format == ExportFormat::Speedscope;
-    let (d, span) = load_spanned(&a.select, all_events)?;
+    let (d, span) = load_spanned(&a.select, &a.source, all_events)?;
     warn_truncated(&d);
     let bytes = match a.format {
         ExportFormat::Pprof => pprof::encode_gz(&pprof::profile(&d, span)),
@@ -166,7 +171,7 @@ pub fn top(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
         event: EventFlag { event: a.events.first().cloned() },
         cgroup: a.cgroup.clone(),
     };
-    let d = load(&sel, false)?;
+    let d = load(&sel, &a.source, false)?;
     match a.callers.as_deref().or(a.callees.as_deref()) {
         Some(p) => neighbors(out, &d, p, a.callers.is_some(), a.callees.is_some(), a.format, a.limit),
         None => children(out, &d, a.format, a.limit),

@@ -47,6 +47,11 @@ impl Symbols {
             Held::Shared(s) => f(&mut s.lock().unwrap_or_else(|p| p.into_inner())),
         }
     }
+
+    /// An ELF image's procedures as (offset, size, name), for uploading (`--ship-symbols`).
+    pub fn procedures(&mut self, image: &ImageId) -> Result<Vec<(u64, u64, String)>, String> {
+        self.with(|s| s.procedures(image)).map_err(|why| why.to_string())
+    }
 }
 
 impl SymbolSource for Symbols {

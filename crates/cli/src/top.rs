@@ -10,11 +10,11 @@ use loupe_store::{Database, EpochId};
 use std::io::Write;
 
 pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
-    if let Some(source) = &a.source.source {
-        return crate::fleet::top(&a, source, out);
-    }
     if a.children || a.callers.is_some() || a.callees.is_some() {
         return crate::stacks::top(a, out);
+    }
+    if let Some(source) = &a.source.source {
+        return crate::fleet::top(&a, source, out);
     }
     let by = match &a.by {
         TopBy::Label(key) if loupe_model::cgroup::LABEL_KEYS.contains(&key.as_str()) => {

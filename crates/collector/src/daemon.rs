@@ -217,6 +217,8 @@ pub fn thousands(n: u64) -> String {
 pub trait FlushSink: Send {
     /// Profiles just merged into the database.
     fn profiles(&mut self, profiles: &[loupe_model::Profile]);
+    /// Call stacks just merged into the database (fleet shipping sends them too).
+    fn stacks(&mut self, _stacks: &[loupe_model::stacks::StackProfile]) {}
     /// Every image has been merged once since the last call: a batch ends.
     fn flushed(&mut self);
 }
@@ -569,6 +571,9 @@ impl Engine {
         let report = self.db.merge_stacks(self.db.current_epoch()?, &stacks)?;
         self.flush_bytes += report.bytes_written;
         self.problems.extend(report.problems.iter().map(|p| p.to_string()));
+        if let Some(s) = &mut self.sink {
+            s.stacks(&stacks);
+        }
         Ok(())
     }
 

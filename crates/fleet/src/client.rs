@@ -44,6 +44,20 @@ impl Client {
         Ok(body.lines().map(|l| l.split('\t').map(unescape).collect()).collect())
     }
 
+    /// Runs a SELECT and returns its rows as JSON objects (for arrays, which
+    /// TabSeparated writes in ClickHouse's own quoting). 64-bit integers
+    /// come as strings or numbers, by server setting: read them with [`json_u64`].
+    pub fn select_json(&self, sql: &str) -> Result<Vec<serde_json::Value>> {
+        let body = self.post(&format!("{sql} FORMAT JSONEachRow"), "", &[])?;
+        body.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l)
+                    .map_err(|e| Error::new(ErrorKind::Protocol, format!("{}: unreadable JSON row ({e}): {l:.80}", self.url.display())))
+            })
+            .collect()
+    }
+
     /// `INSERT INTO table FORMAT JSONEachRow` with `rows` (one JSON object a line) as the body.
     pub fn insert_json(&self, table: &str, rows: &str, settings: &[(&str, &str)]) -> Result<()> {
         self.post(&format!("INSERT INTO {table} FORMAT JSONEachRow"), rows, settings).map(drop)
@@ -115,6 +129,11 @@ impl Client {
 fn server_code(text: &str) -> Option<u32> {
     let rest = text.trim_start().strip_prefix("Code: ")?;
     rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// A JSON number, or a number in a string (ClickHouse quotes 64-bit integers by default).
+pub fn json_u64(v: &serde_json::Value) -> Option<u64> {
+    v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok()))
 }
 
 /// TabSeparated's escapes undone.

@@ -23,6 +23,7 @@ pub mod rows;
 pub mod schema;
 pub mod ship;
 pub mod spool;
+pub mod symbols;
 pub mod url;
 
 pub use error::{Error, ErrorKind, Result};

@@ -3,10 +3,12 @@
 //! once), an outer one sums what the caller groups by. Loupe gets one row
 //! per group and symbolizes only those.
 
-use crate::client::{quote, Client};
+use crate::client::{json_u64, quote, Client};
 use crate::error::{Error, ErrorKind, Result};
-use crate::rows::image_of;
-use loupe_model::ImageId;
+use crate::rows::{image_of, StackDef};
+use loupe_model::stacks::StackProfile;
+use loupe_model::{EventName, ImageId, ImageOffset, ProcessKey};
+use std::collections::{BTreeMap, HashMap};
 
 /// One `--where`: `key=value`, or `key~regex` (RE2, anywhere in the value).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,17 +107,86 @@ pub struct ImageRow {
     pub samples: u64,
 }
 
-/// Deduplicated rows: `exprs` (each named k0, k1, ...) and `c`, one per (batch_id, row).
-fn dedup(exprs: &[String], sel: &Selection) -> String {
+/// Deduplicated rows of `table`: `exprs` (each named k0, k1, ...) and `c`, one per (batch_id, row).
+fn dedup(table: &str, exprs: &[String], sel: &Selection) -> String {
     let cols: Vec<String> = exprs.iter().enumerate().map(|(i, e)| format!("any({e}) AS k{i}")).collect();
-    format!("SELECT {}, any(count) AS c FROM samples{} GROUP BY batch_id, row", cols.join(", "), sel.sql())
+    format!("SELECT {}, any(count) AS c FROM {table}{} GROUP BY batch_id, row", cols.join(", "), sel.sql())
 }
 
 /// Sums of the deduplicated rows grouped by `exprs`, one result row per group.
 fn grouped(client: &Client, exprs: &[String], sel: &Selection) -> Result<Vec<Vec<String>>> {
     let keys: Vec<String> = (0..exprs.len()).map(|i| format!("k{i}")).collect();
     let keys = keys.join(", ");
-    client.select(&format!("SELECT {keys}, sum(c) FROM ({}) GROUP BY {keys}", dedup(exprs, sel)))
+    client.select(&format!("SELECT {keys}, sum(c) FROM ({}) GROUP BY {keys}", dedup("samples", exprs, sel)))
+}
+
+/// The selection's call stacks, one table per event, summed in ClickHouse
+/// per (event, process, stack); only the stacks in the result are fetched
+/// (each once, whichever host sent it). Processes keep pid and command, so
+/// `--pid`/`--comm` and `--root` work as on a local database.
+pub fn stacks(client: &Client, sel: &Selection) -> Result<Vec<StackProfile>> {
+    let exprs = ["event", "stack", "pid", "comm", "period"].map(String::from);
+    let inner = format!(
+        "SELECT k0, k1, k2, k3, sum(c) AS n, sum(k4) AS period FROM ({}) GROUP BY k0, k1, k2, k3",
+        dedup("stack_counts", &exprs, sel)
+    );
+    let counts = client.select_json(&format!("SELECT k0, toString(k1) AS k1, k2, k3, n, period FROM ({inner})"))?;
+    let defs = stack_defs(client, &format!("SELECT k1 FROM ({})", dedup("stack_counts", &exprs, sel)))?;
+    let mut tables: BTreeMap<String, StackProfile> = BTreeMap::new();
+    for r in &counts {
+        let bad = || Error::new(ErrorKind::Protocol, format!("unexpected stack row {r}"));
+        let (event, comm) = (r["k0"].as_str().ok_or_else(bad)?, r["k3"].as_str().ok_or_else(bad)?);
+        let stack: u64 = json_u64(&r["k1"]).ok_or_else(bad)?;
+        let (pid, n, period) =
+            (json_u64(&r["k2"]).ok_or_else(bad)?, json_u64(&r["n"]).ok_or_else(bad)?, json_u64(&r["period"]).ok_or_else(bad)?);
+        let def = defs
+            .get(&stack)
+            .ok_or_else(|| Error::new(ErrorKind::Protocol, format!("stack {stack:016x} has counts but no frames in `stacks`")))?;
+        let t = tables.entry(event.to_string()).or_insert_with(|| StackProfile::new(EventName::new(event)));
+        let frames: Vec<(ImageId, ImageOffset)> = def.frames().into_iter().map(|(i, o)| (i, ImageOffset(o))).collect();
+        t.add(&ProcessKey::new(pid as u32, comm), &frames, n);
+        t.period_sum += period;
+    }
+    Ok(tables.into_values().collect())
+}
+
+/// The first and last time bucket (unix seconds) of the selection's stack counts.
+pub fn stack_time_range(client: &Client, sel: &Selection) -> Result<Option<(u64, u64)>> {
+    let rows = client.select(&format!("SELECT toUInt32(min(bucket)), toUInt32(max(bucket)), count() FROM stack_counts{}", sel.sql()))?;
+    let r = rows.first().ok_or_else(|| Error::new(ErrorKind::Protocol, "no answer to a time range query"))?;
+    let num = |i: usize| r.get(i).and_then(|s| s.parse::<u64>().ok());
+    match (num(0), num(1), num(2)) {
+        (_, _, Some(0)) => Ok(None),
+        (Some(a), Some(b), _) => Ok(Some((a, b))),
+        _ => Err(Error::new(ErrorKind::Protocol, format!("unexpected time range row {r:?}"))),
+    }
+}
+
+/// The frames of the stacks whose hashes `hashes_sql` selects.
+fn stack_defs(client: &Client, hashes_sql: &str) -> Result<HashMap<u64, StackDef>> {
+    let rows = client.select_json(&format!(
+        "SELECT toString(stack) AS hash, any(kinds) AS kinds, any(images) AS images, any(build_ids) AS build_ids, \
+any(content_hashes) AS content_hashes, any(offsets) AS offsets FROM stacks WHERE stack GLOBAL IN ({hashes_sql}) GROUP BY stack"
+    ))?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for r in rows {
+        let bad = || Error::new(ErrorKind::Protocol, format!("unexpected stacks row {r}"));
+        let strings = |k: &str| -> Result<Vec<String>> {
+            r[k].as_array().ok_or_else(bad)?.iter().map(|v| v.as_str().map(String::from).ok_or_else(bad)).collect()
+        };
+        let numbers =
+            |k: &str| -> Result<Vec<u64>> { r[k].as_array().ok_or_else(bad)?.iter().map(|v| json_u64(v).ok_or_else(bad)).collect() };
+        let def = StackDef {
+            stack: json_u64(&r["hash"]).ok_or_else(bad)?,
+            kinds: strings("kinds")?,
+            images: strings("images")?,
+            build_ids: strings("build_ids")?,
+            content_hashes: numbers("content_hashes")?,
+            offsets: numbers("offsets")?,
+        };
+        out.insert(def.stack, def);
+    }
+    Ok(out)
 }
 
 /// Samples per image and event, and per offset when `offsets`.

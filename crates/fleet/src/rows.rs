@@ -5,6 +5,7 @@
 //! landed) is counted once by queries, which take `any(count)` per
 //! `(batch_id, row)` before summing ([`crate::query`]).
 
+use loupe_model::stacks::StackProfile;
 use loupe_model::{ImageId, ImageKind, Profile};
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +44,51 @@ pub struct SymRow {
     pub line: u32,
 }
 
+/// One distinct call stack, stored once per [`stack_hash`]: its frames,
+/// leaf first, as parallel arrays (image kind, path, build-id, content
+/// hash, offset), so a query host rebuilds each frame's image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackDef {
+    pub stack: u64,
+    pub kinds: Vec<String>,
+    pub images: Vec<String>,
+    pub build_ids: Vec<String>,
+    pub content_hashes: Vec<u64>,
+    pub offsets: Vec<u64>,
+}
+
+impl StackDef {
+    /// The frames as (image, offset), leaf first.
+    pub fn frames(&self) -> Vec<(ImageId, u64)> {
+        (0..self.offsets.len())
+            .map(|i| {
+                let at = |v: &[String]| v.get(i).cloned().unwrap_or_default();
+                let image =
+                    image_of(&at(&self.kinds), &at(&self.images), &at(&self.build_ids), self.content_hashes.get(i).copied().unwrap_or(0));
+                (image, self.offsets[i])
+            })
+            .collect()
+    }
+}
+
+/// Samples of one stack in one process, time bucket and event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackRow {
+    pub bucket: u64,
+    pub host: String,
+    pub label_keys: Vec<String>,
+    pub label_values: Vec<String>,
+    pub pid: u32,
+    pub comm: String,
+    pub event: String,
+    pub stack: u64,
+    pub count: u64,
+    /// The sum of sample periods of the event's stacks in this flush, on
+    /// the flush's first row of the event (0 on the others), so sums over
+    /// any selection keep the mean period.
+    pub period: u64,
+}
+
 /// Rows sent (and spooled) together under one id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Batch {
@@ -51,13 +97,19 @@ pub struct Batch {
     /// Names of offsets first seen in this batch.
     #[serde(default)]
     pub symbols: Vec<SymRow>,
+    /// Stacks this shipper has not sent before (a query takes one copy per hash).
+    #[serde(default)]
+    pub stacks: Vec<StackDef>,
+    /// Samples per stack; deduplicated by (batch id, index) like `rows`.
+    #[serde(default)]
+    pub stack_rows: Vec<StackRow>,
 }
 
 /// The row as sent: the row and its place in the batch.
 #[derive(Serialize)]
-struct Wire<'a> {
+struct Wire<'a, T> {
     #[serde(flatten)]
-    row: &'a Row,
+    row: &'a T,
     batch_id: &'a str,
     row_index: u32,
 }
@@ -65,7 +117,17 @@ struct Wire<'a> {
 impl Batch {
     /// A batch with a fresh random id.
     pub fn new(rows: Vec<Row>) -> Batch {
-        Batch { id: random_id(), rows, symbols: Vec::new() }
+        Batch { id: random_id(), rows, symbols: Vec::new(), stacks: Vec::new(), stack_rows: Vec::new() }
+    }
+
+    /// The stack definitions as JSONEachRow for `INSERT INTO stacks`.
+    pub fn stacks_json(&self) -> String {
+        self.stacks.iter().map(|s| serde_json::to_string(s).expect("stacks serialize") + "\n").collect()
+    }
+
+    /// The stack counts as JSONEachRow for `INSERT INTO stack_counts`, each with the batch id and its index.
+    pub fn stack_rows_json(&self) -> String {
+        wire_lines(&self.id, &self.stack_rows)
     }
 
     /// The symbol rows as JSONEachRow for `INSERT INTO symbols`.
@@ -79,17 +141,22 @@ impl Batch {
 
     /// JSONEachRow for `INSERT INTO samples`.
     pub fn to_json_rows(&self) -> String {
-        let mut out = String::new();
-        for (i, row) in self.rows.iter().enumerate() {
-            let w = Wire { row, batch_id: &self.id, row_index: i as u32 };
-            let mut line = serde_json::to_string(&w).expect("rows serialize");
-            // The column is `row`; the struct field cannot share the flattened name.
-            line = line.replacen("\"row_index\":", "\"row\":", 1);
-            out.push_str(&line);
-            out.push('\n');
-        }
-        out
+        wire_lines(&self.id, &self.rows)
     }
+}
+
+/// Rows as JSONEachRow lines, each with the batch id and its index as `row`.
+fn wire_lines<T: Serialize>(id: &str, rows: &[T]) -> String {
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let w = Wire { row, batch_id: id, row_index: i as u32 };
+        let mut line = serde_json::to_string(&w).expect("rows serialize");
+        // The column is `row`; the struct field cannot share the flattened name.
+        line = line.replacen("\"row_index\":", "\"row\":", 1);
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 /// 128 random bits as hex: batch ids never repeat across hosts and restarts.
@@ -147,6 +214,84 @@ pub fn rows_of(
     rows
 }
 
+/// A stack's identity, the same on every host and run: FNV-1a (64 bits)
+/// over each frame's image kind, path, build-id, content hash and offset.
+pub fn stack_hash(frames: &[(&ImageId, u64)]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for (image, offset) in frames {
+        eat(kind_name(image.kind).as_bytes());
+        eat(&[0]);
+        eat(image.path.as_bytes());
+        eat(&[0]);
+        eat(image.build_id.as_ref().map(|b| b.0.as_slice()).unwrap_or_default());
+        eat(&[0]);
+        eat(&image.content_hash.unwrap_or(0).to_le_bytes());
+        eat(&offset.to_le_bytes());
+    }
+    h
+}
+
+/// A stack's definition row.
+pub fn stack_def(frames: &[(&ImageId, u64)]) -> StackDef {
+    StackDef {
+        stack: stack_hash(frames),
+        kinds: frames.iter().map(|(i, _)| kind_name(i.kind).to_string()).collect(),
+        images: frames.iter().map(|(i, _)| i.path.clone()).collect(),
+        build_ids: frames.iter().map(|(i, _)| i.build_id.as_ref().map(|b| b.to_hex()).unwrap_or_default()).collect(),
+        content_hashes: frames.iter().map(|(i, _)| i.content_hash.unwrap_or(0)).collect(),
+        offsets: frames.iter().map(|(_, o)| *o).collect(),
+    }
+}
+
+/// The stack rows of one flush's stack tables, and the definitions of the
+/// stacks `known` does not hold yet (which are then added to it).
+pub fn stack_rows_of(
+    tables: &[StackProfile],
+    bucket: u64,
+    ctx: &RowContext,
+    process_labels: &mut dyn FnMut(u32) -> Vec<(String, String)>,
+    known: &mut std::collections::HashSet<u64>,
+) -> (Vec<StackRow>, Vec<StackDef>) {
+    let (mut rows, mut defs) = (Vec::new(), Vec::new());
+    for t in tables {
+        let hashes: Vec<u64> = (0..t.stacks.len() as u32)
+            .map(|s| {
+                let frames: Vec<(&ImageId, u64)> = t.stack(s).map(|(i, o)| (i, o.0)).collect();
+                let h = stack_hash(&frames);
+                if known.insert(h) {
+                    defs.push(stack_def(&frames));
+                }
+                h
+            })
+            .collect();
+        let mut period = t.period_sum;
+        for (&(p, s), &count) in &t.counts {
+            let Some(proc_) = t.processes.get(p as usize) else { continue };
+            let mut labels = ctx.labels.clone();
+            labels.extend(process_labels(proc_.pid));
+            let (label_keys, label_values) = labels.into_iter().unzip();
+            rows.push(StackRow {
+                bucket: bucket / BUCKET_SECONDS * BUCKET_SECONDS,
+                host: ctx.host.clone(),
+                label_keys,
+                label_values,
+                pid: proc_.pid,
+                comm: proc_.comm.clone(),
+                event: t.event.0.clone(),
+                stack: hashes[s as usize],
+                count,
+                period: std::mem::take(&mut period),
+            });
+        }
+    }
+    (rows, defs)
+}
+
 /// What names a build for the symbols table: its build-id, else its content hash.
 pub fn image_key(image: &ImageId) -> Option<String> {
     match (&image.build_id, image.content_hash) {
@@ -202,6 +347,32 @@ mod tests {
         assert_eq!(r.label_keys, ["version", "unit"]);
         assert_eq!(r.label_values, ["1.2", "u8.service"]);
         assert_eq!(image_of(&r.kind, &r.image, &r.build_id, r.content_hash), image);
+    }
+
+    #[test]
+    fn stacks_become_rows_and_each_definition_is_sent_once() {
+        // Checks one row per (process, stack) with its count, the period on one row, hashes that ignore table order, and definitions only for unknown hashes.
+        use loupe_model::stacks::StackProfile;
+        let (a, b) = (ImageId::elf("/a", None), ImageId::elf("/b", loupe_model::BuildId::from_hex("beef")));
+        let st = [(a.clone(), ImageOffset(1)), (b.clone(), ImageOffset(2))];
+        let mut t = StackProfile::new(EventName::new("cpu-clock"));
+        t.add(&ProcessKey::new(1, "x"), &st[1..], 4);
+        t.add(&ProcessKey::new(1, "x"), &st, 2);
+        t.add(&ProcessKey::new(2, "y"), &st, 3);
+        t.period_sum = 900;
+        let ctx = RowContext { host: "h".into(), labels: vec![] };
+        let mut known = std::collections::HashSet::new();
+        let (rows, defs) = stack_rows_of(std::slice::from_ref(&t), 61, &ctx, &mut |_| vec![], &mut known);
+        assert_eq!((rows.len(), defs.len()), (3, 2));
+        assert_eq!(rows.iter().map(|r| r.count).sum::<u64>(), 9);
+        assert_eq!(rows.iter().map(|r| r.period).sum::<u64>(), 900);
+        assert!(rows.iter().all(|r| r.bucket == 60));
+        let full = defs.iter().find(|d| d.offsets == [1, 2]).unwrap();
+        assert_eq!(full.frames(), [(a.clone(), 1), (b.clone(), 2)]);
+        assert_eq!(full.stack, stack_hash(&[(&a, 1), (&b, 2)]));
+        assert_ne!(full.stack, stack_hash(&[(&b, 2), (&a, 1)]));
+        let (again, none) = stack_rows_of(&[t], 61, &ctx, &mut |_| vec![], &mut known);
+        assert_eq!((again.len(), none.len()), (3, 0));
     }
 
     #[test]

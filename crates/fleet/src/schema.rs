@@ -9,7 +9,9 @@ use crate::client::{quote, Client};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The schema this Loupe writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: call stacks (`stacks`, `stack_counts`) and per-build procedure
+/// tables (`procedures`, `symbol_builds`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// What `schema_version` says about a database.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,6 +65,16 @@ pub fn check(c: &Client) -> Result<SchemaInfo> {
     if info.version > SCHEMA_VERSION {
         return Err(newer(c, info.version));
     }
+    if info.version < SCHEMA_VERSION {
+        return Err(Error::new(
+            ErrorKind::Schema,
+            format!(
+                "{}: the fleet schema is version {}, older than the version {SCHEMA_VERSION} this Loupe writes; run `loupe fleet init` on every server of it to migrate",
+                c.url().display(),
+                info.version
+            ),
+        ));
+    }
     Ok(info)
 }
 
@@ -115,11 +127,36 @@ pub fn init(c: &Client, opts: &InitOptions) -> Result<SchemaInfo> {
         "CREATE TABLE IF NOT EXISTS {symbols} (image_key String, offset UInt64, procedure String, file String, line UInt32) \
 ENGINE = ReplacingMergeTree() ORDER BY (image_key, offset)"
     ))?;
+    let suffix = if opts.cluster.is_some() { "_local" } else { "" };
+    c.execute(&stacks_ddl(&format!("stacks{suffix}")))?;
+    c.execute(&stack_counts_ddl(&format!("stack_counts{suffix}"), version, opts.retention_days))?;
+    c.execute(&format!(
+        "CREATE TABLE IF NOT EXISTS procedures{suffix} (image_key String, start UInt64, size UInt64, name String) \
+ENGINE = ReplacingMergeTree() ORDER BY (image_key, start)"
+    ))?;
+    c.execute(&format!(
+        "CREATE TABLE IF NOT EXISTS symbol_builds{suffix} (image_key String, image String, procedures UInt64) \
+ENGINE = ReplacingMergeTree() ORDER BY image_key"
+    ))?;
     if let Some(cluster) = &opts.cluster {
         c.execute(&format!(
             "CREATE TABLE IF NOT EXISTS samples AS samples_local ENGINE = Distributed({}, {db}, samples_local, cityHash64(host))",
             quote(cluster)
         ))?;
+        c.execute(&format!(
+            "CREATE TABLE IF NOT EXISTS stack_counts AS stack_counts_local ENGINE = Distributed({}, {db}, stack_counts_local, cityHash64(host))",
+            quote(cluster)
+        ))?;
+        c.execute(&format!(
+            "CREATE TABLE IF NOT EXISTS stacks AS stacks_local ENGINE = Distributed({}, {db}, stacks_local, intHash64(stack))",
+            quote(cluster)
+        ))?;
+        for t in ["procedures", "symbol_builds"] {
+            c.execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {t} AS {t}_local ENGINE = Distributed({}, {db}, {t}_local, cityHash64(image_key))",
+                quote(cluster)
+            ))?;
+        }
         c.execute(&format!(
             "CREATE TABLE IF NOT EXISTS symbols AS symbols_local ENGINE = Distributed({}, {db}, symbols_local, cityHash64(image_key))",
             quote(cluster)
@@ -155,6 +192,33 @@ ENGINE = MergeTree() PARTITION BY toYYYYMMDD(bucket) ORDER BY (bucket, host, eve
     )
 }
 
+/// Distinct call stacks, one row per hash (a hash sent twice, by two hosts
+/// or a retried batch, is merged in the background and read with `any`).
+/// Frames leaf first as parallel arrays; kept for ever (a stack costs one row).
+fn stacks_ddl(table: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (stack UInt64, kinds Array(String), images Array(String), build_ids Array(String), \
+content_hashes Array(UInt64), offsets Array(UInt64)) ENGINE = ReplacingMergeTree() ORDER BY stack"
+    )
+}
+
+/// Samples per (time bucket, host, labels, process, event, stack), laid
+/// out like `samples`; `period` carries each flush's sum of sample periods.
+fn stack_counts_ddl(table: &str, (major, minor): (u32, u32), retention_days: u32) -> String {
+    let label = if major >= 19 { "LowCardinality(String)" } else { "String" };
+    let ttl = if retention_days > 0 && (major, minor) >= (19, 6) {
+        format!(" TTL bucket + INTERVAL {retention_days} DAY")
+    } else {
+        String::new()
+    };
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\
+bucket DateTime, host {label}, label_keys Array({label}), label_values Array(String), \
+pid UInt32, comm String, event {label}, stack UInt64, count UInt64, period UInt64, batch_id String, row UInt32) \
+ENGINE = MergeTree() PARTITION BY toYYYYMMDD(bucket) ORDER BY (bucket, host, event, stack){ttl}"
+    )
+}
+
 /// Drops the days past retention where the server has no TTL (before
 /// 19.6): whole daily partitions of the local sample table. Returns how
 /// many were dropped.
@@ -162,17 +226,21 @@ pub fn prune(c: &Client, info: &SchemaInfo) -> Result<usize> {
     if info.retention_days == 0 || server_version(c)? >= (19, 6) {
         return Ok(0);
     }
-    let table = if info.cluster.is_empty() { "samples" } else { "samples_local" };
-    let old = c.select(&format!(
-        "SELECT DISTINCT partition FROM system.parts WHERE database = {} AND table = '{table}' AND active \
+    let suffix = if info.cluster.is_empty() { "" } else { "_local" };
+    let mut dropped = 0;
+    for table in ["samples", "stack_counts"].map(|t| format!("{t}{suffix}")) {
+        let old = c.select(&format!(
+            "SELECT DISTINCT partition FROM system.parts WHERE database = {} AND table = '{table}' AND active \
 AND partition < toString(toYYYYMMDD(today() - {}))",
-        quote(&c.url().database),
-        info.retention_days
-    ))?;
-    for p in &old {
-        c.execute(&format!("ALTER TABLE {table} DROP PARTITION {}", p[0]))?;
+            quote(&c.url().database),
+            info.retention_days
+        ))?;
+        for p in &old {
+            c.execute(&format!("ALTER TABLE {table} DROP PARTITION {}", p[0]))?;
+        }
+        dropped += old.len();
     }
-    Ok(old.len())
+    Ok(dropped)
 }
 
 #[cfg(test)]

@@ -174,13 +174,20 @@ fn send_loop(s: &Shared, client: &Client) {
     }
 }
 
-/// One batch into `samples`; on a Distributed table the insert returns
+/// One batch into `samples` (and its stacks into `stacks` and `stack_counts`); on a Distributed table the insert returns
 /// once every shard has its rows, so an acknowledged batch is stored.
 /// Names go first: a query that sees a batch's samples finds their names.
 pub fn send(client: &Client, batch: &Batch) -> Result<()> {
     let sync = [("insert_distributed_sync", "1")];
     if !batch.symbols.is_empty() {
         client.insert_json("symbols", &batch.symbols_json(), &sync)?;
+    }
+    // Stacks before the counts that name them, for the same reason.
+    if !batch.stacks.is_empty() {
+        client.insert_json("stacks", &batch.stacks_json(), &sync)?;
+    }
+    if !batch.stack_rows.is_empty() {
+        client.insert_json("stack_counts", &batch.stack_rows_json(), &sync)?;
     }
     if batch.rows.is_empty() {
         return Ok(());

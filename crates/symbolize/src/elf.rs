@@ -186,6 +186,41 @@ fn symbols_of(file: &object::File<'_>) -> Vec<(u64, u64, String)> {
     v.into_iter().map(|(a, sz, _, _, _, n)| (a, sz.0, n)).collect()
 }
 
+/// The procedures of an ELF file as (file offset, size, name), sorted by
+/// offset: the symbol table (or the debug file's, found as [`Image::load`]
+/// finds it) and PLT entries, in the offset space of samples. Nothing is
+/// kept: the file is mapped, its symbols taken and the mapping dropped, so
+/// naming a build this way costs its symbol table (the pages of it read),
+/// not the whole file or its DWARF.
+pub fn procedure_ranges(path: &Path, build_id: Option<&BuildId>, debug_dirs: &[PathBuf]) -> Result<Vec<(u64, u64, String)>, Reason> {
+    let data = map(path).ok_or_else(|| Reason::ImageNotFound(path.display().to_string()))?;
+    let file = object::File::parse(&*data).map_err(|e| Reason::Other(format!("{}: not an ELF file: {e}", path.display())))?;
+    let segments: Vec<(u64, u64, u64)> = file.segments().map(|s| (s.file_range().0, s.file_range().1, s.address())).collect();
+    let mut symbols = symbols_of(&file);
+    if symbols.is_empty() {
+        let bid = build_id.cloned().or_else(|| file.build_id().ok().flatten().map(|b| BuildId(b.to_vec())));
+        if let Some(debug) = find_debug_file(path, &file, bid.as_ref(), debug_dirs).and_then(|p| map(&p)) {
+            if let Ok(dfile) = object::File::parse(&*debug) {
+                symbols = symbols_of(&dfile);
+            }
+        }
+    }
+    add_plt(&mut symbols, crate::plt::symbols(&file));
+    let to_offset = |va: u64| segments.iter().find(|(_, sz, a)| va >= *a && va < a + sz).map(|(o, _, a)| va - a + o);
+    let mut out: Vec<(u64, u64, String)> = symbols.into_iter().filter_map(|(va, size, name)| Some((to_offset(va)?, size, name))).collect();
+    out.sort_by_key(|s| s.0);
+    Ok(out)
+}
+
+/// A read-only mapping of a file: only the pages parsed become resident.
+fn map(path: &Path) -> Option<memmap2::Mmap> {
+    let f = std::fs::File::open(path).ok()?;
+    // SAFETY: a private read-only mapping; a binary truncated while mapped
+    // would fault, the same risk every ELF reader that maps files takes
+    // (and binaries are replaced by rename, which leaves this inode intact).
+    unsafe { memmap2::Mmap::map(&f) }.ok()
+}
+
 /// Adds PLT entries where no symbol starts at the same address (the
 /// symbols may come from a debug file, whose `.plt` holds no bytes).
 fn add_plt(symbols: &mut Vec<(u64, u64, String)>, plt: Vec<(u64, u64, String)>) {

@@ -197,6 +197,18 @@ impl Symbolizer {
         }
     }
 
+    /// The procedures of an ELF image or vDSO as (offset, size, name),
+    /// sorted, for uploading a build's symbols: read from the file (or the
+    /// image cache) each time and not kept. Kernel and JIT images are not
+    /// files of a build: [`Reason::UnknownImage`].
+    pub fn procedures(&self, image: &ImageId) -> Result<Vec<(u64, u64, String)>, Reason> {
+        if !matches!(image.kind, ImageKind::Elf | ImageKind::Vdso) {
+            return Err(Reason::UnknownImage);
+        }
+        let path = self.find_file(image)?;
+        elf::procedure_ranges(&path, image.build_id.as_ref(), &self.opts.debug_dirs)
+    }
+
     fn load(&self, image: &ImageId) -> Result<elf::Image, Reason> {
         let path = self.find_file(image)?;
         elf::Image::load(&path, image.build_id.as_ref(), &self.opts.debug_dirs)

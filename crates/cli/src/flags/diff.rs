@@ -86,11 +86,20 @@ pub struct CompareArgs {
 #[derive(Args, Debug)]
 pub struct DiffArgs {
     /// The less stressed side: DB, DB:EPOCH, or several joined by commas (summed).
-    #[arg(value_name = "A")]
-    pub a: String,
+    #[arg(value_name = "A", required_unless_present = "source")]
+    pub a: Option<String>,
     /// The more stressed side, same syntax.
-    #[arg(value_name = "B")]
-    pub b: String,
+    #[arg(value_name = "B", required_unless_present = "source")]
+    pub b: Option<String>,
+    #[command(flatten)]
+    pub source: super::SourceArgs,
+    /// With --source, side A: conditions joined by commas, each KEY=VALUE, KEY~REGEX, since=TIME or
+    /// until=TIME (e.g. `version=1.2` or `host~^web-,until=2h`).
+    #[arg(long = "a", value_name = "SELECTION", requires = "source")]
+    pub fleet_a: Option<String>,
+    /// With --source, side B, same syntax as --a.
+    #[arg(long = "b", value_name = "SELECTION", requires = "source")]
+    pub fleet_b: Option<String>,
     /// How buckets are compared and sorted.
     #[arg(long, value_enum, default_value_t = DiffMode::Ratio)]
     pub mode: DiffMode,

@@ -20,9 +20,9 @@ pub struct ShipArgs {
     /// A label on every shipped row, `key=value`; repeatable. `host=NAME` replaces the host name.
     #[arg(long = "label", value_name = "KEY=VALUE", requires = "ship")]
     pub labels: Vec<String>,
-    /// Also upload the procedure name of every shipped offset (once per build and offset), so query hosts
-    /// name frames of binaries they do not have. Costs the daemon the symbol tables of every sampled binary
-    /// while it names them, on the collection thread (over 1 GB and many seconds for a busy build machine's first flush).
+    /// Also upload the procedure table (start, size, name) of every build shipped rows name, once per build-id
+    /// in the whole fleet, so query hosts name frames of binaries they do not have. A thread of its own reads
+    /// one build's symbol table at a time (not its DWARF: no source lines or inline frames) and sends it in chunks.
     #[arg(long, requires = "ship")]
     pub ship_symbols: bool,
     /// Where batches wait while ClickHouse is away (default: DB/fleet-spool).
@@ -31,6 +31,36 @@ pub struct ShipArgs {
     /// Most the spool holds (bytes, or with K, M, G); when full the oldest batch is dropped and counted.
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size, requires = "ship")]
     pub spool_max: u64,
+}
+
+/// `loupe ingest pprof FILE`: profiles from other agents into the fleet store.
+#[derive(Args, Debug)]
+pub struct IngestArgs {
+    #[command(subcommand)]
+    pub format: IngestFormat,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum IngestFormat {
+    /// A pprof profile.proto, gzipped or not (Go's net/http/pprof, async-profiler, the OpenTelemetry
+    /// profiler, `loupe export --format pprof`): its stacks and leaf samples, and the names it gives.
+    Pprof(IngestPprofArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct IngestPprofArgs {
+    /// The profile file(s).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The fleet store (`clickhouse://[user:password@]host:port/database`).
+    #[arg(long, value_name = "URL")]
+    pub ship: String,
+    /// A label on every row, `key=value`; repeatable. `host=NAME` sets the host (default: this host's name).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// The sample value to store (a sample type such as `samples`, `alloc_space`); default: the first counted one.
+    #[arg(long)]
+    pub event: Option<String>,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {

@@ -119,6 +119,8 @@ pub enum Command {
     /// The fleet store in ClickHouse: create its schema (`loupe fleet init`).
     #[command(after_help = FLEET_HELP)]
     Fleet(FleetArgs),
+    /// Store profiles from other agents in the fleet store (`loupe ingest pprof FILE --ship URL`).
+    Ingest(IngestArgs),
     /// Serve the web UI and a JSON API (the CLI's `--format json` of each command) over HTTP.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),

@@ -25,6 +25,8 @@ pub enum FlameFormat {
 pub struct FlameArgs {
     #[command(flatten)]
     pub select: Selection,
+    #[command(flatten)]
+    pub source: super::SourceArgs,
     /// Output file (default: stdout).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -77,6 +79,8 @@ impl From<RootFrame> for loupe_analysis::export::Root {
 pub struct ExportArgs {
     #[command(flatten)]
     pub select: Selection,
+    #[command(flatten)]
+    pub source: super::SourceArgs,
     #[arg(long, value_enum)]
     pub format: ExportFormat,
     /// Output file (default: stdout).
