@@ -1,7 +1,7 @@
 //! The JSON shape of each served answer, as OpenAPI 3.0 schemas: one per
 //! command (`components.schemas`), what `loupe COMMAND --format json`
 //! prints. The front end's types are generated from these
-//! (`web/src/api.gen.ts`, see [`crate::openapi_ts`]), and the serve tests
+//! (`web/src/api.gen.ts`, see `openapi_ts.rs`), and the serve tests
 //! check every answer against them, so the three cannot drift apart.
 //! Objects list the keys every answer has as required; keys present only
 //! with some flags (multi-event counts, `--by line`'s `line`) are optional.
