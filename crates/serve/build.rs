@@ -62,7 +62,10 @@ fn build_if_stale(web: &Path) {
     if built.is_some() && (newest.is_none() || built >= newest) {
         return;
     }
-    if !web.join("node_modules").is_dir() {
+    // npm writes node_modules/.package-lock.json on install: older than the
+    // lock file means a dependency was added since (tests read node_modules too).
+    let installed = mtime(&web.join("node_modules/.package-lock.json"));
+    if installed.is_none() || installed < mtime(&web.join("package-lock.json")) {
         npm(web, &["ci"]);
     }
     npm(web, &["run", "build"]);

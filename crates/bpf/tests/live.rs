@@ -48,10 +48,13 @@ fn counts_add_up_and_aggregate_a_tight_loop() {
     assert_eq!(c.dropped, 0);
     assert_eq!(bpf.run_stats().run_count, c.samples, "the kernel ran the program once per counted sample");
     let mine: u64 = entries.iter().filter(|e| e.pid == pid).map(|e| e.count).sum();
-    let mine_entries = entries.iter().filter(|e| e.pid == pid).count() as f64;
     assert!(mine > 1500, "{mine} samples of the busy process");
-    let factor = mine as f64 / mine_entries;
-    eprintln!("samples {}, entries {}, busy-process aggregation factor {factor:.1}", c.samples, entries.len());
+    // The loop's user-mode samples fall on its handful of instructions; its kernel ones (the clock syscall, and
+    // the interrupts and preemptions of a loaded machine) spread over as many addresses as the load brings.
+    let user = entries.iter().filter(|e| e.pid == pid && !e.kernel);
+    let (user_samples, user_entries) = user.fold((0, 0), |(n, k), e| (n + e.count, k + 1));
+    let factor = user_samples as f64 / f64::from(user_entries);
+    eprintln!("samples {}, entries {}, busy loop's user-mode aggregation factor {factor:.1}", c.samples, entries.len());
     assert!(factor >= 20.0, "aggregation factor {factor:.1}");
     assert!(entries.iter().all(|e| e.period > 0 && e.period / e.count >= 900_000 && e.period / e.count <= 1_100_000));
     let mut recs = Vec::new();
@@ -152,8 +155,11 @@ mod stacks {
         }
         assert!(bpf.stacks_read > 0);
         assert_eq!(bpf.hash_mismatches, 0, "stacks.bpf.c's hash_stack and stack_hash agree on every stack read");
-        // Drained every 100 ms: about 100 samples of the loop per drain.
-        assert!(n as f64 / mine.len() as f64 > 4.0, "stacks aggregate: {n} samples in {} entries", mine.len());
+        // Drained every 100 ms: about 100 samples of the loop per drain, in user mode on a few stacks (kernel-mode
+        // stacks spread with the machine's load).
+        let user: Vec<&&StackEntry> = mine.iter().filter(|e| !e.kernel).collect();
+        let user_n: u64 = user.iter().map(|e| e.count).sum();
+        assert!(user_n as f64 / user.len() as f64 > 4.0, "stacks aggregate: {user_n} user-mode samples in {} entries", user.len());
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     let epochs = db.select(&sel_epochs)?;
     filter.cgroup_pids = crate::cgroup::pids(&db, &epochs, &a.cgroup)?;
     let sel = Selection { epochs: sel_epochs, filter, events: a.events.clone() };
+    // Naming a whole machine's samples reads every image they hit: seconds on a big recording.
+    let progress = crate::progress::Progress::spinner(&format!("reading and naming the samples of {} epochs", epochs.len()));
     let flat = db.flat(&epochs, detail(by), &sel.filter)?;
     for p in &flat.problems {
         eprintln!("loupe: skipping corrupt profile {p}");
@@ -44,6 +46,7 @@ pub fn run(a: TopArgs, out: &mut dyn Write) -> Result<u8> {
     let mut syms = Symbols::for_db(&a.db.db);
     let (keep, keep_image) = (|p: &_| sel.filter.keep_process(p), |i: &str| sel.filter.keep_image(i));
     let report = top(&flat.profiles, &flat.totals, &events, group, &keep, &keep_image, &mut syms);
+    drop(progress);
     match a.format {
         Format::Json => print_json(out, &report, by, a.limit)?,
         Format::Text => print_text(out, &report, by, a.limit, &epochs, lost_samples(&db, &epochs)?)?,

@@ -28,7 +28,6 @@ use loupe_model::BuildId;
 use object::{Object, ObjectSection};
 use std::fmt;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -364,12 +363,13 @@ fn read_cached(path: &Path) -> Option<UnwindTable> {
     UnwindTable::from_bytes(b.strip_prefix(&MAGIC[..])?)
 }
 
-/// Writes a table file atomically (a temporary file renamed), 0600.
+/// Writes a table file atomically (a temporary file renamed), 0600 (0640
+/// in a database shared with `--group`, like the rest of it).
 fn write_cached(path: &Path, t: &UnwindTable) -> std::io::Result<()> {
     let dir = path.parent().expect("a file in the cache directory");
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    loupe_files::create_dir_all(dir)?;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    let mut f = loupe_files::create(&tmp)?;
     f.write_all(MAGIC)?;
     f.write_all(&t.to_bytes())?;
     drop(f);
