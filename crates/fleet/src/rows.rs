@@ -179,6 +179,13 @@ pub struct RowContext {
     pub labels: Vec<(String, String)>,
 }
 
+impl RowContext {
+    /// A row's label columns: the host's labels, then its process's.
+    fn label_columns(&self, process: Vec<(String, String)>) -> (Vec<String>, Vec<String>) {
+        self.labels.iter().cloned().chain(process).unzip()
+    }
+}
+
 /// The rows of one flush's profiles. `process_labels` gives labels per pid
 /// (from its cgroup); they follow the host's own.
 pub fn rows_of(
@@ -191,9 +198,7 @@ pub fn rows_of(
     for p in profiles {
         for (&(proc_index, offset), &count) in &p.entries {
             let Some(proc_) = p.processes.get(proc_index as usize) else { continue };
-            let mut labels = ctx.labels.clone();
-            labels.extend(process_labels(proc_.pid));
-            let (label_keys, label_values) = labels.into_iter().unzip();
+            let (label_keys, label_values) = ctx.label_columns(process_labels(proc_.pid));
             rows.push(Row {
                 bucket: bucket / BUCKET_SECONDS * BUCKET_SECONDS,
                 host: ctx.host.clone(),
@@ -272,9 +277,7 @@ pub fn stack_rows_of(
         let mut period = t.period_sum;
         for (&(p, s), &count) in &t.counts {
             let Some(proc_) = t.processes.get(p as usize) else { continue };
-            let mut labels = ctx.labels.clone();
-            labels.extend(process_labels(proc_.pid));
-            let (label_keys, label_values) = labels.into_iter().unzip();
+            let (label_keys, label_values) = ctx.label_columns(process_labels(proc_.pid));
             rows.push(StackRow {
                 bucket: bucket / BUCKET_SECONDS * BUCKET_SECONDS,
                 host: ctx.host.clone(),
