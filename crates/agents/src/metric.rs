@@ -6,8 +6,9 @@
 //!   rates are better.
 //! * `command:CMD` — a shell command (`LOUPE_PID` in its environment) that
 //!   prints such a count. Higher rates are better.
-//! * `cpu-per-work:PATH` — the process's CPU time (/proc/PID/stat) per unit
-//!   of the counter in PATH. Lower is better.
+//! * `cpu-per-work:PATH` — the process's CPU time per unit of the counter in
+//!   PATH. Lower is better. Unlike a rate per second, it does not move with
+//!   the CPU share a loaded machine leaves the process.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::target::Target;
@@ -49,7 +50,7 @@ impl Metric {
         match self {
             Metric::Counter(p) => format!("work per second from the counter file {p}"),
             Metric::Command(c) => format!("work per second from the count `{c}` prints"),
-            Metric::CpuPerWork(p) => format!("CPU seconds per unit of work (/proc CPU time, work from {p})"),
+            Metric::CpuPerWork(p) => format!("CPU seconds per unit of work (the process's CPU clock, work from {p})"),
         }
     }
 

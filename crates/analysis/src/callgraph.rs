@@ -198,7 +198,14 @@ pub fn costs(data: &CallData) -> Vec<CostRow> {
     }
     let mut out: Vec<CostRow> =
         rows.into_iter().map(|((image, procedure), (self_, inclusive))| CostRow { image, procedure, self_, inclusive }).collect();
-    out.sort_by(|a, b| b.inclusive.cmp(&a.inclusive).then_with(|| b.self_.cmp(&a.self_)).then_with(|| a.procedure.cmp(&b.procedure)));
+    // A total order (image last): the CLI and the server must print ties alike.
+    out.sort_by(|a, b| {
+        b.inclusive
+            .cmp(&a.inclusive)
+            .then_with(|| b.self_.cmp(&a.self_))
+            .then_with(|| a.procedure.cmp(&b.procedure))
+            .then_with(|| a.image.cmp(&b.image))
+    });
     out
 }
 

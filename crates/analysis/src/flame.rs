@@ -56,7 +56,13 @@ impl Building {
 
     fn finish(self, f: FrameName) -> FlameNode {
         let mut children: Vec<FlameNode> = self.children.into_iter().map(|(f, b)| b.finish(f)).collect();
-        children.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.procedure.cmp(&b.procedure)));
+        children.sort_by(|a, b| {
+            b.total
+                .cmp(&a.total)
+                .then_with(|| a.procedure.cmp(&b.procedure))
+                .then_with(|| a.image.cmp(&b.image))
+                .then_with(|| a.inlined.cmp(&b.inlined))
+        });
         FlameNode { procedure: f.procedure, image: f.image, inlined: f.inlined, self_: self.self_, total: self.total, children }
     }
 }

@@ -297,6 +297,23 @@ impl StackAggregator {
             .map_err(|e| err(ErrorKind::Map, "describing a Python process to BPF", e))
     }
 
+    /// Python stacks counted in the kernel that the daemon was not told of
+    /// yet, with their process: `(pid, pystack.h's words)`. Taken at every
+    /// side-band drain, so code objects are named while their process
+    /// lives, not at the next drain of the counts.
+    pub fn take_fresh_python(&self) -> Vec<(u32, Vec<u64>)> {
+        let map = &self.skel.maps.py_fresh;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        keys.iter()
+            .filter_map(|k| {
+                let v = map.lookup(k, MapFlags::ANY).ok().flatten();
+                let _ = map.delete(k);
+                let pid = u32::from_ne_bytes(k.get(0..4)?.try_into().ok()?);
+                Some((pid, raw_frames(&v?)))
+            })
+            .collect()
+    }
+
     /// Where the Python frames of samples sent to the perf ring wait.
     pub fn python_samples(&self) -> Result<PythonSamples, Error> {
         let map = libbpf_rs::MapHandle::try_from(&self.skel.maps.py_pending)
@@ -431,6 +448,8 @@ impl StackAggregator {
         let python = self.skel.maps.py_pending.max_entries() as u64 * (16 + python_sample + 16)
             + self.skel.maps.py_procs.max_entries() as u64 * (4 + PYTHON_LAYOUT_SIZE as u64 + 16)
             + self.skel.maps.py_threads.max_entries() as u64 * (4 + 16 + 16)
+            + self.skel.maps.py_fresh.max_entries() as u64 * (16 + (MAX_DEPTH as u64 + 1) * 8 + 16)
+            + self.skel.maps.py_told.max_entries() as u64 * (16 + 8 + 16)
             + self.ncpus as u64 * python_sample;
         2 * table + 2 * stacks + procs + python + self.rows.len as u64 + 8 * codes::STAT_COUNT as u64 * self.ncpus as u64
     }

@@ -356,6 +356,9 @@ impl KernelStacks {
         // At every side-band drain, so a process's samples take stack copies
         // for one poll interval at most. A process asked for again was asked
         // for while it was being described.
+        for (pid, words) in self.bpf.take_fresh_python() {
+            c.name_python_early(pid, &words);
+        }
         let wanted: Vec<u32> = self.bpf.take_unwind_wanted().into_iter().filter(|p| !self.unwound.contains(p)).collect();
         for pid in wanted {
             self.describe_for_tables(c, pid);

@@ -153,6 +153,19 @@ impl Collector {
         }
     }
 
+    /// Names the code objects of a Python stack the BPF program counted,
+    /// now, while `pid` lives: the counts come later, when a short-lived
+    /// process and its code objects are gone. Nothing is counted here.
+    pub(crate) fn name_python_early(&mut self, pid: u32, words: &[u64]) {
+        let (raw, _) = loupe_bpf::stacks::python_frames(words);
+        let Some(interp) = self.python_process(pid) else { return };
+        let mem = Vm(pid);
+        for r in &raw {
+            // A frame not readable now is counted when its samples are named.
+            let _ = interp.frame(&mem, r);
+        }
+    }
+
     /// Names Python frames the BPF program read (pystack.h's words), with
     /// the range of the interpreter's eval function and whether outer
     /// frames are missing; `samples` of them are counted as read.

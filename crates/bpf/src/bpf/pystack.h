@@ -98,6 +98,33 @@ struct {
 	__type(value, struct py_sample);
 } py_pending SEC(".maps");
 
+/* A process's Python stack the daemon has not been told of, so that it
+ * names the code objects while the process lives: a stack counted here
+ * reaches the daemon only at its next drain (seconds later), when a
+ * short-lived process is gone and its code objects with it. */
+struct py_fresh_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 hash;
+};
+
+/* Stacks told of already (LRU: one told of again after it aged out costs
+ * the daemon a cache hit). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct py_fresh_key);
+	__type(value, __u8);
+} py_told SEC(".maps");
+
+/* Taken (and deleted) by the daemon at every side-band drain. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct py_fresh_key);
+	__type(value, struct stack);
+} py_fresh SEC(".maps");
+
 struct py_walk {
 	struct py_proc p;
 	__u64 at;
@@ -249,4 +276,18 @@ static __always_inline void python_pending(const struct stack *py)
 	s->sp = regs->sp;
 	k.seq = t->seq++;
 	bpf_map_update_elem(&py_pending, &k, s, BPF_ANY);
+}
+
+/* Tells the daemon of a Python stack of this process it has not seen
+ * (`hash`: the stack's name in the stacks map). */
+static __always_inline void python_tell(const struct stack *py, __u64 hash)
+{
+	struct py_fresh_key k = { .tgid = bpf_get_current_pid_tgid() >> 32, .hash = hash };
+	__u8 one = 1;
+
+	if (bpf_map_lookup_elem(&py_told, &k))
+		return;
+	/* Full (the daemon is behind): told of at a later sample. */
+	if (bpf_map_update_elem(&py_fresh, &k, py, BPF_NOEXIST) == 0)
+		bpf_map_update_elem(&py_told, &k, &one, BPF_ANY);
 }

@@ -219,9 +219,13 @@ static __always_inline int walk(struct bpf_perf_event_data *ctx, struct stack_ke
 {
 	struct stack *kern;
 
-	if (py && py->nr && !(k->py_stack = intern(stacks, py))) {
-		python_pending(py);
-		return stream(LOUPE_STAT_STREAM_STACKID);
+	if (py && py->nr) {
+		k->py_stack = intern(stacks, py);
+		if (!k->py_stack) {
+			python_pending(py);
+			return stream(LOUPE_STAT_STREAM_STACKID);
+		}
+		python_tell(py, k->py_stack);
 	}
 
 	if (user->nr) {
