@@ -84,7 +84,7 @@ fn process_clock_seconds(pid: u32) -> Option<f64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: both out-pointers are valid for the calls; a process that is gone gives an error, not UB.
     let ok = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) == 0 && libc::clock_gettime(clock, &mut ts) == 0 };
-    ok.then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    ok.then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 pub fn clock_ticks() -> f64 {
