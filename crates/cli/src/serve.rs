@@ -2,7 +2,9 @@
 //! parameters become the command's flags, parsed by the same clap
 //! definitions as the command line (so the API cannot drift from the CLI),
 //! with `--format json` and the served database forced; the command runs
-//! into a buffer through [`crate::run`]. The server itself (routing,
+//! into a buffer through [`crate::run`]. A served fleet source (`--source`)
+//! becomes the command's `--source URL`, so fleet answers go through the
+//! same query layer as `loupe top --source`. The server itself (routing,
 //! limits, token, assets) is `loupe_serve`.
 
 use crate::flags::{Cli, ServeArgs};
@@ -12,6 +14,7 @@ use loupe_serve::{Api, ApiError, ApiErrorKind, Config, Reply, Server};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The commands served at `/api/<command>`: those whose `--format json` is
 /// a result read from a database (not ones that run programs or write
@@ -41,13 +44,14 @@ pub const DOWNLOADS: &[&str] = &["export"];
 const NAMES_NOT_PATHS: &[(&str, &str)] = &[("optimize/status", "image")];
 
 /// Flags a request may not set: the server picks the format and database,
-/// and never writes files.
-const FORCED: &[&str] = &["format", "output", "db", "help", "version"];
+/// and never writes files; `db=NAME` picks a served fleet source.
+const FORCED: &[&str] = &["format", "output", "db", "source", "help", "version"];
 
 pub fn run(a: ServeArgs) -> Result<u8> {
     // A quarter of the budget for whole answers, the rest for symbol tables.
-    let api = CliApi::new(&a.dbs, (a.cache_mb << 20) / 4)?;
-    let names: Vec<String> = api.dbs.iter().map(|(n, d)| format!("{n}={}", d.display())).collect();
+    let mut api = CliApi::new(&a.dbs, (a.cache_mb << 20) / 4)?;
+    api.add_sources(&a.sources, a.source_ttl)?;
+    let names = api.describe();
     let mut config = Config::new(a.listen);
     config.token = a.token.filter(|t| !t.is_empty());
     config.time_limit = a.time_limit;
@@ -60,15 +64,33 @@ pub fn run(a: ServeArgs) -> Result<u8> {
     }
     let host = if a.listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.listen.ip().to_string() };
     let host = if a.listen.is_ipv6() { format!("[{host}]") } else { host };
-    println!("Serving http://{host}:{}/ (databases: {})", server.local_addr().port(), names.join(", "));
+    println!("Serving http://{host}:{}/ ({names})", server.local_addr().port());
     server.serve();
     Ok(0)
 }
 
-/// The served databases, by name; the first is the default.
+/// The served databases and fleet sources, by name; the first database (or,
+/// serving none, the first source) is the default.
 pub struct CliApi {
     dbs: Vec<(String, PathBuf)>,
+    /// Fleet stores: name and `clickhouse://` URL.
+    sources: Vec<(String, String)>,
+    /// How long a fleet answer is kept (see [`Answers`]).
+    source_ttl: Duration,
     answers: Mutex<Answers>,
+}
+
+/// What a request's `db=NAME` reads.
+enum Served<'a> {
+    Db(&'a PathBuf),
+    Source(&'a str),
+}
+
+/// The command line a request stands for, and whether it reads a fleet
+/// source (whose answers are kept only [`CliApi::source_ttl`]).
+struct Argv {
+    words: Vec<String>,
+    fleet: bool,
 }
 
 /// Answers kept by command line, dropped when any served database changes
@@ -76,12 +98,27 @@ pub struct CliApi {
 /// first, past a budget: the pages ask the same questions again (reloads,
 /// going back, the overview's per-epoch calls), and a whole machine's
 /// flame tree takes seconds to build from named stacks.
+///
+/// A fleet answer's command line holds its source's URL, so answers are
+/// keyed by source; it is kept until a deadline (`--source-ttl`) rather
+/// than stamped: asking ClickHouse what changed would cost a query per
+/// request that grows with the tables (18.16 counts rows by reading a
+/// column), and the newest bucket would miss a spool's late batches, whose
+/// buckets are old. A deadline bounds staleness at no cost, and hosts add
+/// data only once per flush interval anyway.
 struct Answers {
     budget: usize,
     used: usize,
     clock: u64,
     stamp: Vec<Option<std::time::SystemTime>>,
-    kept: HashMap<Vec<String>, (Reply, u64)>,
+    kept: HashMap<Vec<String>, Kept>,
+}
+
+/// One kept answer, when it was last used, and until when it holds (fleet answers).
+struct Kept {
+    reply: Reply,
+    used: u64,
+    until: Option<Instant>,
 }
 
 impl Answers {
@@ -89,33 +126,38 @@ impl Answers {
         Answers { budget, used: 0, clock: 0, stamp: Vec::new(), kept: HashMap::new() }
     }
 
-    /// The kept answer to `argv`, after forgetting everything when `stamp` moved.
-    fn get(&mut self, argv: &[String], stamp: Vec<Option<std::time::SystemTime>>) -> Option<Reply> {
+    /// The kept answer to `argv` unless past its deadline at `now`, after
+    /// forgetting everything when `stamp` moved.
+    fn get(&mut self, argv: &[String], stamp: Vec<Option<std::time::SystemTime>>, now: Instant) -> Option<Reply> {
         if stamp != self.stamp {
             self.kept.clear();
             self.used = 0;
             self.stamp = stamp;
         }
+        if self.kept.get(argv).is_some_and(|k| k.until.is_some_and(|t| now >= t)) {
+            self.used -= self.kept.remove(argv).map_or(0, |k| k.reply.body.len());
+        }
         self.clock += 1;
         let clock = self.clock;
-        self.kept.get_mut(argv).map(|(r, used)| {
-            *used = clock;
-            r.clone()
+        self.kept.get_mut(argv).map(|k| {
+            k.used = clock;
+            k.reply.clone()
         })
     }
 
-    /// Keeps `reply` for `argv` if it fits, dropping the least recently used.
-    fn put(&mut self, argv: Vec<String>, reply: &Reply, stamp: &[Option<std::time::SystemTime>]) {
+    /// Keeps `reply` for `argv` (until `until`, if given) if it fits,
+    /// dropping the least recently used.
+    fn put(&mut self, argv: Vec<String>, reply: &Reply, stamp: &[Option<std::time::SystemTime>], until: Option<Instant>) {
         if reply.body.len() > self.budget || stamp != self.stamp.as_slice() {
             return;
         }
         while self.used + reply.body.len() > self.budget {
-            let Some(oldest) = self.kept.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| k.clone()) else { break };
-            self.used -= self.kept.remove(&oldest).map_or(0, |(r, _)| r.body.len());
+            let Some(oldest) = self.kept.iter().min_by_key(|(_, k)| k.used).map(|(k, _)| k.clone()) else { break };
+            self.used -= self.kept.remove(&oldest).map_or(0, |k| k.reply.body.len());
         }
         self.used += reply.body.len();
-        if let Some((old, _)) = self.kept.insert(argv, (reply.clone(), self.clock)) {
-            self.used -= old.body.len();
+        if let Some(old) = self.kept.insert(argv, Kept { reply: reply.clone(), used: self.clock, until }) {
+            self.used -= old.reply.body.len();
         }
     }
 }
@@ -137,25 +179,81 @@ impl CliApi {
             }
             dbs.push((name, dir));
         }
-        Ok(CliApi { dbs, answers: Mutex::new(Answers::new(answer_budget)) })
+        Ok(CliApi { dbs, sources: Vec::new(), source_ttl: Duration::ZERO, answers: Mutex::new(Answers::new(answer_budget)) })
+    }
+
+    /// Serves the fleet stores `specs` (`[NAME=]URL`, named by their
+    /// database by default), each checked now: a wrong URL, password or
+    /// schema fails at start rather than at the first request.
+    pub fn add_sources(&mut self, specs: &[String], ttl: Duration) -> Result<()> {
+        for s in specs {
+            let (name, url) = match s.split_once('=') {
+                Some((n, u)) if !s.starts_with("clickhouse://") => (n.to_string(), u.to_string()),
+                _ => (loupe_fleet::url::FleetUrl::parse(s)?.database, s.clone()),
+            };
+            let parsed = loupe_fleet::url::FleetUrl::parse(&url)?;
+            loupe_fleet::schema::check(&loupe_fleet::client::Client::new(&parsed))?;
+            if name.is_empty() || name.contains([':', ',', '/']) {
+                bail!("source name {name:?} is empty or contains ':', ',' or '/'; name it with --source NAME=URL");
+            }
+            if self.dbs.iter().any(|(n, _)| *n == name) || self.sources.iter().any(|(n, _)| *n == name) {
+                bail!("two databases or sources named {name:?}; name them with --db NAME=DIR and --source NAME=URL");
+            }
+            self.sources.push((name, url));
+        }
+        self.source_ttl = ttl;
+        Ok(())
+    }
+
+    /// What is served, for the start-up line (passwords hidden).
+    fn describe(&self) -> String {
+        let dbs: Vec<String> = self.dbs.iter().map(|(n, d)| format!("{n}={}", d.display())).collect();
+        let mut line = format!("databases: {}", dbs.join(", "));
+        if !self.sources.is_empty() {
+            let show = |u: &str| loupe_fleet::url::FleetUrl::parse(u).map_or_else(|_| u.to_string(), |u| u.display());
+            let sources: Vec<String> = self.sources.iter().map(|(n, u)| format!("{n}={}", show(u))).collect();
+            line = if dbs.is_empty() { String::new() } else { format!("{line}; ") };
+            line += &format!("sources: {}", sources.join(", "));
+        }
+        line
     }
 
     /// Serving nothing: what the OpenAPI document needs (it depends on no database).
     #[cfg(test)]
     pub fn empty() -> CliApi {
-        CliApi { dbs: Vec::new(), answers: Mutex::new(Answers::new(0)) }
+        CliApi { dbs: Vec::new(), sources: Vec::new(), source_ttl: Duration::ZERO, answers: Mutex::new(Answers::new(0)) }
     }
 
     fn stamp(&self) -> Vec<Option<std::time::SystemTime>> {
         self.dbs.iter().flat_map(|(_, d)| crate::symbol_cache::full_stamp(d)).collect()
     }
 
+    /// A local database by name (default: the first).
     fn db(&self, name: Option<&str>) -> Result<&PathBuf, ApiError> {
-        let Some(name) = name else { return Ok(&self.dbs[0].1) };
-        self.dbs.iter().find(|(n, _)| n == name).map(|(_, d)| d).ok_or_else(|| {
-            let have: Vec<&str> = self.dbs.iter().map(|(n, _)| n.as_str()).collect();
-            ApiError::new(ApiErrorKind::NotFound, format!("no database named {name:?} (served: {})", have.join(", ")))
+        match self.served(name)? {
+            Served::Db(d) => Ok(d),
+            Served::Source(_) => Err(bad(format!("{} is a fleet source; this reads a local database", name.unwrap_or("the default")))),
+        }
+    }
+
+    /// A database or source by name (default: the first database, else the first source).
+    fn served(&self, name: Option<&str>) -> Result<Served<'_>, ApiError> {
+        let db = |n: &str| self.dbs.iter().find(|(d, _)| d == n).map(|(_, d)| Served::Db(d));
+        let source = |n: &str| self.sources.iter().find(|(s, _)| s == n).map(|(_, u)| Served::Source(u.as_str()));
+        match name {
+            None => self.dbs.first().map(|(_, d)| Served::Db(d)).or_else(|| self.sources.first().map(|(_, u)| Served::Source(u))),
+            Some(n) => db(n).or_else(|| source(n)),
+        }
+        .ok_or_else(|| {
+            let have: Vec<&str> = self.dbs.iter().map(|(n, _)| n.as_str()).chain(self.sources.iter().map(|(n, _)| n.as_str())).collect();
+            ApiError::new(ApiErrorKind::NotFound, format!("no database named {:?} (served: {})", name.unwrap_or(""), have.join(", ")))
         })
+    }
+
+    /// A diff side naming a source, `NAME` or `NAME:SELECTION`: its URL and selection.
+    fn fleet_side<'s>(&self, spec: &'s str) -> Option<(&str, &'s str)> {
+        let (name, sel) = spec.split_once(':').unwrap_or((spec, ""));
+        self.sources.iter().find(|(n, _)| n == name).map(|(_, u)| (u.as_str(), sel))
     }
 
     /// A diff or stats side: each comma-joined part `NAME:EPOCH`, `NAME` or
@@ -177,7 +275,7 @@ impl CliApi {
     }
 
     /// The command line a request stands for.
-    fn argv(&self, command: &str, params: &[(String, String)]) -> Result<Vec<String>, ApiError> {
+    fn argv(&self, command: &str, params: &[(String, String)]) -> Result<Argv, ApiError> {
         if !SERVED.contains(&command) {
             return Err(ApiError::new(ApiErrorKind::NotFound, format!("no API command {command:?} (served: {})", SERVED.join(", "))));
         }
@@ -185,6 +283,7 @@ impl CliApi {
         let cmd = subcommand(&words);
         let mut argv: Vec<String> = std::iter::once("loupe").chain(words.iter().copied()).map(String::from).collect();
         let mut positional: Vec<(usize, String)> = Vec::new();
+        let mut fleet_sides: Vec<&str> = Vec::new();
         let mut db = None;
         for (name, value) in params {
             if name == "db" {
@@ -199,7 +298,13 @@ impl CliApi {
                 return Err(bad(format!("--{name} cannot be set over HTTP")));
             }
             match (arg.get_index(), arg.get_long()) {
-                (Some(i), _) => positional.push((i, self.positional(command, value)?)),
+                (Some(i), _) => match self.fleet_side(value).filter(|_| command == "diff") {
+                    Some((url, sel)) => {
+                        fleet_sides.push(url);
+                        positional.push((i, sel.to_string()));
+                    }
+                    None => positional.push((i, self.positional(command, value)?)),
+                },
                 (None, Some(long)) => flag(&mut argv, arg, long, value)?,
                 (None, None) => return Err(bad(format!("{command} has no flag --{name}"))),
             }
@@ -207,10 +312,17 @@ impl CliApi {
         if !DOWNLOADS.contains(&command) {
             argv.extend(["--format".to_string(), "json".to_string()]);
         }
-        if find_arg(&cmd, "db").is_some() {
-            argv.extend(["--db".to_string(), self.db(db)?.display().to_string()]);
-        } else if let Some(name) = db {
-            self.db(Some(name))?;
+        let fleet = match (fleet_sides.first(), find_arg(&cmd, "db").is_some()) {
+            (Some(url), _) => {
+                one_source(&fleet_sides, positional.len())?;
+                argv.extend(["--source".to_string(), url.to_string()]);
+                true
+            }
+            (None, true) => self.database_flags(&cmd, command, db, &mut argv)?,
+            (None, false) => false,
+        };
+        if let (false, Some(name)) = (find_arg(&cmd, "db").is_some(), db) {
+            self.served(Some(name))?;
             return Err(bad(format!("{command} reads the databases its sides name; db={name} is not a flag of it")));
         }
         positional.sort_by_key(|(i, _)| *i);
@@ -218,7 +330,26 @@ impl CliApi {
             argv.push("--".into());
             argv.extend(positional.into_iter().map(|(_, v)| v));
         }
-        Ok(argv)
+        Ok(Argv { words: argv, fleet })
+    }
+
+    /// `--db DIR`, or `--source URL` for a served source (commands that take
+    /// one); true for a source.
+    fn database_flags(&self, cmd: &clap::Command, command: &str, db: Option<&str>, argv: &mut Vec<String>) -> Result<bool, ApiError> {
+        match self.served(db)? {
+            Served::Db(dir) => {
+                argv.extend(["--db".to_string(), dir.display().to_string()]);
+                Ok(false)
+            }
+            Served::Source(url) if find_arg(cmd, "source").is_some() => {
+                argv.extend(["--source".to_string(), url.to_string()]);
+                Ok(true)
+            }
+            Served::Source(_) => Err(bad(format!(
+                "{command} reads a local database, and {} is a fleet source (sources answer top, flame, export and diff)",
+                db.unwrap_or("the default")
+            ))),
+        }
     }
 
     /// Positional values are diff's and stats' sides, and optimize status's image.
@@ -230,6 +361,17 @@ impl CliApi {
             _ => Err(bad(format!("{command} takes no positional argument"))),
         }
     }
+}
+
+/// A fleet diff compares two selections of one source.
+fn one_source(urls: &[&str], sides: usize) -> Result<(), ApiError> {
+    if urls.len() != sides {
+        return Err(bad("a diff compares two selections of one fleet source, or local databases, not one of each".into()));
+    }
+    if urls.iter().any(|u| u != &urls[0]) {
+        return Err(bad("a diff compares two selections of one fleet source, not of two".into()));
+    }
+    Ok(())
 }
 
 fn bad(message: String) -> ApiError {
@@ -297,13 +439,18 @@ fn flag(argv: &mut Vec<String>, arg: &Arg, long: &str, value: &str) -> Result<()
 
 impl Api for CliApi {
     fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError> {
-        let argv = self.argv(command, params)?;
+        let Argv { words: argv, fleet } = self.argv(command, params)?;
         let stamp = self.stamp();
-        if let Some(r) = self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&argv, stamp.clone()) {
+        if let Some(r) = self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&argv, stamp.clone(), Instant::now()) {
             return Ok(r);
         }
+        // The deadline counts from the question: the answer may already be that old when it is kept.
+        let until = fleet.then(|| Instant::now() + self.source_ttl);
+        if fleet && self.source_ttl.is_zero() {
+            return self.run(&argv);
+        }
         let reply = self.run(&argv)?;
-        self.answers.lock().unwrap_or_else(|p| p.into_inner()).put(argv, &reply, &stamp);
+        self.answers.lock().unwrap_or_else(|p| p.into_inner()).put(argv, &reply, &stamp, until);
         Ok(reply)
     }
 
@@ -388,19 +535,66 @@ mod tests {
         let t = |s| vec![Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s))];
         let argv = |w: &str| vec!["loupe".to_string(), w.to_string()];
         let reply = |n: usize| Reply::json(vec![b'x'; n]);
+        let now = Instant::now();
         let mut a = Answers::new(10);
-        assert_eq!(a.get(&argv("top"), t(1)), None);
-        a.put(argv("top"), &reply(4), &t(1));
-        a.put(argv("flame"), &reply(4), &t(1));
-        assert_eq!(a.get(&argv("top"), t(1)), Some(reply(4)));
+        assert_eq!(a.get(&argv("top"), t(1), now), None);
+        a.put(argv("top"), &reply(4), &t(1), None);
+        a.put(argv("flame"), &reply(4), &t(1), None);
+        assert_eq!(a.get(&argv("top"), t(1), now), Some(reply(4)));
         // 4 + 4 + 4 > 10: flame, used least recently, goes.
-        a.put(argv("epochs"), &reply(4), &t(1));
-        assert_eq!((a.get(&argv("flame"), t(1)), a.used), (None, 8));
-        a.put(argv("huge"), &reply(11), &t(1));
-        assert_eq!(a.get(&argv("huge"), t(1)), None, "larger than the whole budget");
-        assert_eq!(a.get(&argv("top"), t(2)), None, "the database changed");
+        a.put(argv("epochs"), &reply(4), &t(1), None);
+        assert_eq!((a.get(&argv("flame"), t(1), now), a.used), (None, 8));
+        a.put(argv("huge"), &reply(11), &t(1), None);
+        assert_eq!(a.get(&argv("huge"), t(1), now), None, "larger than the whole budget");
+        assert_eq!(a.get(&argv("top"), t(2), now), None, "the database changed");
         assert_eq!((a.kept.len(), a.used), (0, 0));
-        a.put(argv("top"), &reply(4), &t(1));
-        assert_eq!(a.get(&argv("top"), t(2)), None, "an answer computed before the change is not kept");
+        a.put(argv("top"), &reply(4), &t(1), None);
+        assert_eq!(a.get(&argv("top"), t(2), now), None, "an answer computed before the change is not kept");
+    }
+
+    #[test]
+    fn a_fleet_answer_is_kept_until_its_deadline() {
+        // Checks that an answer put with a deadline is served before it and forgotten (its bytes freed) at it.
+        let stamp = Vec::new();
+        let argv = vec!["loupe".to_string(), "top".to_string(), "--source".to_string(), "clickhouse://h:1/p".to_string()];
+        let (now, ttl) = (Instant::now(), Duration::from_secs(10));
+        let mut a = Answers::new(100);
+        a.put(argv.clone(), &Reply::json(b"{}".to_vec()), &stamp, Some(now + ttl));
+        assert_eq!(a.get(&argv, stamp.clone(), now + ttl / 2), Some(Reply::json(b"{}".to_vec())));
+        assert_eq!(a.get(&argv, stamp.clone(), now + ttl), None, "past its deadline");
+        assert_eq!((a.kept.len(), a.used), (0, 0));
+    }
+
+    /// A database `run` and a source `fleet`, without a server (argv only).
+    fn served() -> CliApi {
+        let mut api = CliApi::empty();
+        api.dbs.push(("run".into(), PathBuf::from("/tmp/run.db")));
+        api.sources.push(("fleet".into(), "clickhouse://127.0.0.1:9/prof".into()));
+        api
+    }
+
+    fn params(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn db_naming_a_source_becomes_its_url_and_diff_sides_its_selections() {
+        // Checks request routing: db=SOURCE gives --source URL (a fleet answer), SOURCE:SELECTION sides give one --source and the selections, and mixes are refused.
+        let api = served();
+        let a = api.argv("top", &params(&[("db", "fleet"), ("where", "host=web-1"), ("by", "host")])).unwrap();
+        assert!(a.fleet);
+        assert_eq!(a.words, ["loupe", "top", "--where=host=web-1", "--by=host", "--format", "json", "--source", "clickhouse://127.0.0.1:9/prof"]);
+        let a = api.argv("top", &params(&[("by", "image")])).unwrap();
+        assert!(!a.fleet);
+        assert_eq!(a.words, ["loupe", "top", "--by=image", "--format", "json", "--db", "/tmp/run.db"]);
+        let a = api.argv("diff", &params(&[("a", "fleet:host=a,since=1h"), ("b", "fleet")])).unwrap();
+        assert!(a.fleet);
+        assert_eq!(a.words, ["loupe", "diff", "--format", "json", "--source", "clickhouse://127.0.0.1:9/prof", "--", "host=a,since=1h", ""]);
+        let refused = |command: &str, p: &[(&str, &str)]| api.argv(command, &params(p)).err().map(|e| e.message().to_string());
+        assert!(refused("diff", &[("a", "fleet:host=a"), ("b", "run:1")]).unwrap().contains("not one of each"));
+        assert!(refused("epochs", &[("db", "fleet")]).unwrap().contains("fleet source"));
+        assert!(refused("stats", &[("run", "fleet:1"), ("run", "run:1")]).unwrap().contains("fleet source"));
+        assert!(refused("top", &[("source", "clickhouse://evil:1/x")]).unwrap().contains("cannot be set"));
+        assert!(refused("top", &[("db", "nope")]).unwrap().contains("served: run, fleet"));
     }
 }

@@ -8,21 +8,32 @@ pub const SERVE_HELP: &str = "\
 The API mirrors the CLI: /api/COMMAND?flag=value answers what `loupe COMMAND --flag value --format json` \
 prints (repeat a parameter to repeat its flag; `flag=` sets a switch), e.g. /api/top?by=procedure&epoch=all, \
 /api/flame?epoch=2, /api/diff?a=base:1&b=new:2&mode=weighted, /api/data/profile. `db=NAME` picks a served \
-database (default: the first); diff and stats sides are NAME:EPOCH, an EPOCH of the first database, or \
-comma-joined sums. /api/openapi.json describes every command. Read-only; errors are {\"error\": ...} with \
+database or fleet source (default: the first --db, else the first --source); diff and stats sides are \
+NAME:EPOCH, an EPOCH of the first database, or comma-joined sums; a diff side of a source is NAME:SELECTION \
+(/api/diff?a=fleet:host=web-1&b=fleet:host=web-2,since=1h). Over a source, top, flame and export take \
+where=KEY=VALUE (repeatable), since and until, as `--source` does on the command line. /api/openapi.json describes every command. Read-only; errors are {\"error\": ...} with \
 status 400, 404 or 500.
 
 Examples:
   loupe serve --db prof.db                                  http://127.0.0.1:7777/
   loupe serve --db base=old.db --db new=new.db --listen 127.0.0.1:8080
+  loupe serve --db prof.db --source fleet=clickhouse://ch1:8123/loupe
   loupe serve --db prof.db --listen 0.0.0.0:7777 --token \"$(openssl rand -hex 16)\"";
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// A database to serve: DIR, or NAME=DIR (repeatable; the first is the default). A bare DIR is named by
     /// its last path component.
-    #[arg(long = "db", value_name = "[NAME=]DIR", required = true)]
+    #[arg(long = "db", value_name = "[NAME=]DIR", required_unless_present = "sources")]
     pub dbs: Vec<String>,
+    /// A fleet store to serve: `clickhouse://[user:password@]host:port/database`, or NAME=URL (repeatable;
+    /// named by its database by default). Requests pick it with `db=NAME`, diff sides with NAME:SELECTION.
+    #[arg(long = "source", value_name = "[NAME=]URL")]
+    pub sources: Vec<String>,
+    /// Seconds a fleet source's answer is kept before it is asked again (0 keeps none): hosts ship new
+    /// batches every flush, so a kept fleet answer is at most this old.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = seconds)]
+    pub source_ttl: Duration,
     /// Address to listen on; anything but loopback needs --token.
     #[arg(long, default_value = "127.0.0.1:7777")]
     pub listen: SocketAddr,
