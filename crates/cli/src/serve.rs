@@ -583,13 +583,19 @@ mod tests {
         let api = served();
         let a = api.argv("top", &params(&[("db", "fleet"), ("where", "host=web-1"), ("by", "host")])).unwrap();
         assert!(a.fleet);
-        assert_eq!(a.words, ["loupe", "top", "--where=host=web-1", "--by=host", "--format", "json", "--source", "clickhouse://127.0.0.1:9/prof"]);
+        assert_eq!(
+            a.words,
+            ["loupe", "top", "--where=host=web-1", "--by=host", "--format", "json", "--source", "clickhouse://127.0.0.1:9/prof"]
+        );
         let a = api.argv("top", &params(&[("by", "image")])).unwrap();
         assert!(!a.fleet);
         assert_eq!(a.words, ["loupe", "top", "--by=image", "--format", "json", "--db", "/tmp/run.db"]);
         let a = api.argv("diff", &params(&[("a", "fleet:host=a,since=1h"), ("b", "fleet")])).unwrap();
         assert!(a.fleet);
-        assert_eq!(a.words, ["loupe", "diff", "--format", "json", "--source", "clickhouse://127.0.0.1:9/prof", "--", "host=a,since=1h", ""]);
+        assert_eq!(
+            a.words,
+            ["loupe", "diff", "--format", "json", "--source", "clickhouse://127.0.0.1:9/prof", "--", "host=a,since=1h", ""]
+        );
         let refused = |command: &str, p: &[(&str, &str)]| api.argv(command, &params(p)).err().map(|e| e.message().to_string());
         assert!(refused("diff", &[("a", "fleet:host=a"), ("b", "run:1")]).unwrap().contains("not one of each"));
         assert!(refused("epochs", &[("db", "fleet")]).unwrap().contains("fleet source"));

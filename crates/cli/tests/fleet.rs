@@ -63,10 +63,26 @@ fn which(cmd: &str) -> Option<PathBuf> {
 
 /// `record --ship` of selftime for `seconds`, as host `host`.
 fn record(db: &Path, url: &str, host: &str, seconds: &str, extra: &[&str]) -> Output {
+    record_workload(db, url, host, extra, &[workloads().join("selftime").to_str().unwrap(), "--seconds", seconds])
+}
+
+/// `record --ship` of `command`, as host `host`.
+fn record_workload(db: &Path, url: &str, host: &str, extra: &[&str], command: &[&str]) -> Output {
     let mut c = loupe();
     c.args(["record", "--flush-every", "1", "--db"]).arg(db).args(["--ship", url, "--label"]).arg(format!("host={host}"));
-    c.args(extra).arg("--").arg(workloads().join("selftime")).args(["--seconds", seconds]);
+    c.args(extra).arg("--").args(command);
     run_ok(&mut c)
+}
+
+/// `record --ship` of `scaling` with `units` at 4 kHz, as host `host`; what it measured of itself.
+fn record_scaling(db: &Path, url: &str, host: &str, units: &[&str]) -> serde_json::Value {
+    let truth = db.with_extension("truth.json");
+    let scaling = workloads().join("scaling");
+    let mut command = vec![scaling.to_str().unwrap()];
+    command.extend(units);
+    command.extend(["--out", truth.to_str().unwrap()]);
+    record_workload(db, url, host, &["--label", "version=1.2", "--ship-symbols", "--freq", "4000"], &command);
+    serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap()
 }
 
 /// Samples per image (and procedure, when `by` is procedure) of a `top --format json`.
@@ -94,7 +110,7 @@ fn total(out: &Output) -> u64 {
 
 #[test]
 fn fleet_top_equals_the_sum_of_three_local_databases() {
-    // Checks three hosts' shipped counts against their own databases: per host, per image and procedure, and in total, exactly.
+    // Checks three hosts' shipped counts against their own databases: per host, per image and procedure, and in total, exactly; then serve --source and diff --source over them.
     if !require_root() {
         return;
     }
@@ -102,9 +118,10 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
     ch.init_cluster("prof");
     let dir = tempfile::tempdir().unwrap();
     let hosts = ["web-1", "web-2", "db-1"];
-    for h in hosts {
-        record(&dir.path().join(h), &ch.url(0, "prof"), h, "1", &["--label", "version=1.2", "--ship-symbols"]);
-    }
+    // web-2 and db-1 run `scaling`, db-1 with four times the units of `grow`: a change by construction for the fleet diff.
+    record(&dir.path().join("web-1"), &ch.url(0, "prof"), "web-1", "1", &["--label", "version=1.2", "--ship-symbols"]);
+    let truth_a = record_scaling(&dir.path().join("web-2"), &ch.url(0, "prof"), "web-2", &[]);
+    let truth_b = record_scaling(&dir.path().join("db-1"), &ch.url(0, "prof"), "db-1", &["grow=400"]);
     let url = ch.url(1, "prof");
     let by_host = json(&fleet_top(&url, &["--by", "host"]));
     let mut sum = BTreeMap::<String, u64>::new();
@@ -160,6 +177,86 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
         collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--source", &url, "--where", "host=pp", "--db"]).arg(&web1)));
     assert_eq!(ingested, local, "pprof round trip");
     assert_eq!(total(&fleet_top(&url, &["--where", "version=pprof", "--by", "procedure"])), local.values().sum::<u64>());
+
+    fleet_diff_marks_the_grown_procedure(&url, [&truth_a, &truth_b]);
+    serve_answers_as_the_cli_does(&url, total(&local_top(&dir.path().join("web-2"), "image")));
+}
+
+/// `diff --source` of host web-2 against db-1, whose `grow` ran four times the units: `grow` is the first row, significant,
+/// at the CPU ratio the workload measured; the procedures that ran the same units are not significant.
+fn fleet_diff_marks_the_grown_procedure(url: &str, truth: [&serde_json::Value; 2]) {
+    let cpu = |t: &serde_json::Value, p: &str| t["procedures"][p].as_f64().unwrap();
+    let mut steady: Vec<f64> = STEADY.iter().map(|p| cpu(truth[1], p) / cpu(truth[0], p)).collect();
+    steady.sort_by(f64::total_cmp);
+    let expected = cpu(truth[1], "grow") / cpu(truth[0], "grow") / steady[1];
+    assert!(expected > 2.0, "the workload itself did not grow `grow` against the others: {expected} ({truth:?})");
+    let d = json(&run_ok(loupe().args(fleet_diff_args(url))));
+    let first = &d["rows"][0];
+    assert_eq!(first["procedure"], "grow", "{d}");
+    assert!(first["significant"].as_bool().unwrap() && first["p_value"].as_f64().unwrap() < 1e-6, "{d}");
+    let ratio = first["score"].as_f64().unwrap();
+    assert!((ratio / expected - 1.0).abs() < 0.25, "grow's sample ratio {ratio}, its measured CPU ratio {expected}");
+    for p in STEADY {
+        let row = d["rows"].as_array().unwrap().iter().find(|r| r["procedure"] == p).unwrap_or_else(|| panic!("no row {p}: {d}"));
+        assert_eq!(row["significant"], false, "{p} ran the same units on both hosts: {d}");
+    }
+}
+
+const STEADY: [&str; 3] = ["steady_a", "steady_b", "steady_c"];
+
+fn fleet_diff_args(url: &str) -> Vec<String> {
+    let args =
+        ["diff", "--source", url, "--a", "host=web-2", "--b", "host=db-1", "--image", "scaling", "--format", "json", "--limit", "1000"];
+    args.map(String::from).to_vec()
+}
+
+/// `loupe serve --source` over the fleet: /api/top, /api/flame and /api/diff answer what the CLI's `--source` prints
+/// (whose sums the caller checked against the local databases), and host web-2's total is its database's (`web2_total`).
+fn serve_answers_as_the_cli_does(url: &str, web2_total: u64) {
+    let mut child = loupe()
+        .args(["serve", "--source", &format!("fleet={url}"), "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let _stop = Kill(child);
+    let addr = line.split_whitespace().nth(1).and_then(|u| u.strip_prefix("http://")).unwrap_or_else(|| panic!("{line}"));
+    let addr = addr.trim_end_matches('/');
+    let top = http_get(addr, "/api/top?db=fleet&by=procedure&limit=100000");
+    assert_eq!(top, json(&fleet_top(url, &["--by", "procedure"])));
+    let web2 = http_get(addr, "/api/top?db=fleet&by=procedure&limit=100000&where=host%3Dweb-2");
+    assert_eq!(web2, json(&fleet_top(url, &["--by", "procedure", "--where", "host=web-2"])));
+    assert_eq!(web2["total_samples"].as_u64().unwrap(), web2_total, "{web2}");
+    assert_eq!(http_get(addr, "/api/top?db=fleet&by=host&limit=100000"), json(&fleet_top(url, &["--by", "host"])));
+    let flame = http_get(addr, "/api/flame?db=fleet");
+    assert_eq!(flame, json(&run_ok(loupe().args(["flame", "--format", "json", "--source", url]))));
+    let diff = http_get(addr, "/api/diff?a=fleet:host%3Dweb-2&b=fleet:host%3Ddb-1&image=scaling&limit=1000");
+    assert_eq!(diff, json(&run_ok(loupe().args(fleet_diff_args(url)))));
+    assert_eq!(diff["rows"][0]["procedure"], "grow");
+}
+
+/// Kills the server when the test ends, passing or not.
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// GET `target` of the server at `addr`; its JSON body (the status must be 200).
+fn http_get(addr: &str, target: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let text = String::from_utf8_lossy(&resp);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("{target}: no response head in {text}"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{target}: {head}\n{body}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{target}: not JSON ({e}): {body}"))
 }
 
 /// `stack count` lines of `export --format collapsed` as a map.
