@@ -1,8 +1,9 @@
 // Page state lives in the URL hash (`#/page?key=value`), so every view can be linked, reloaded and
 // driven by a browser test without hidden state.
 
-/** Filter keys shared by every page (the filter bar); they are passed to the API unchanged (`db`: a served database's name). */
-export const FILTER_KEYS = ['db', 'epoch', 'since', 'until', 'pid', 'comm', 'image', 'event'] as const;
+/** Filter keys shared by every page (the filter bar); they are passed to the API unchanged (`db`: a served database's
+ * or fleet source's name; `where`: a fleet source's label conditions). */
+export const FILTER_KEYS = ['db', 'epoch', 'since', 'until', 'pid', 'comm', 'image', 'event', 'where'] as const;
 
 export const PAGES = [
   'overview', 'top', 'flame', 'source', 'diff', 'data', 'locks', 'optimize', 'stats', 'traces',

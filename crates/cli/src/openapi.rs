@@ -20,7 +20,11 @@ pub fn document(served: &[&str], downloads: &[&str], refused: &dyn Fn(&str, &Arg
             .collect();
         if cmd.get_arguments().any(|a| a.get_long() == Some("db")) {
             params.push(json!({ "name": "db", "in": "query", "required": false,
-                "description": "Name of a served database (`loupe serve --db NAME=DIR`); default: the first.",
+                "description": if cmd.get_arguments().any(|a| a.get_long() == Some("source")) {
+                    "Name of a served database (`loupe serve --db NAME=DIR`) or fleet source (`--source NAME=URL`; see /api/databases); default: the first database."
+                } else {
+                    "Name of a served database (`loupe serve --db NAME=DIR`); default: the first."
+                },
                 "schema": { "type": "string" } }));
         }
         let about = cmd.get_about().map(|s| s.to_string()).unwrap_or_default();
@@ -56,7 +60,12 @@ fn parameter(a: &Arg) -> Value {
     };
     let mut help = a.get_long_help().or(a.get_help()).map(|h| h.to_string()).unwrap_or_default();
     if a.is_positional() {
-        help += ". Over HTTP each part is NAME:EPOCH, NAME (its current epoch) or EPOCH (of the first database).";
+        help += ". Over HTTP each part is NAME:EPOCH, NAME (its current epoch) or EPOCH (of the first database)";
+        help += if a.get_id() == "a" || a.get_id() == "b" {
+            "; or, for a served fleet source, NAME:SELECTION (the whole side, e.g. fleet:host=web-1,since=1h)."
+        } else {
+            "."
+        };
     }
     let mut schema = Map::new();
     let possible: Vec<String> = a.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| v.get_name().to_string()).collect();

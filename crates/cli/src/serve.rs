@@ -439,6 +439,9 @@ fn flag(argv: &mut Vec<String>, arg: &Arg, long: &str, value: &str) -> Result<()
 
 impl Api for CliApi {
     fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError> {
+        if command == "databases" {
+            return Ok(Reply::json(self.listing()));
+        }
         let Argv { words: argv, fleet } = self.argv(command, params)?;
         let stamp = self.stamp();
         if let Some(r) = self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&argv, stamp.clone(), Instant::now()) {
@@ -455,12 +458,21 @@ impl Api for CliApi {
     }
 
     fn openapi(&self) -> Vec<u8> {
-        let doc = crate::openapi::document(SERVED, DOWNLOADS, &refused);
+        let mut doc = crate::openapi::document(SERVED, DOWNLOADS, &refused);
+        doc["paths"]["/api/databases"] = databases_path();
         serde_json::to_vec_pretty(&doc).expect("a JSON value serializes")
     }
 }
 
 impl CliApi {
+    /// `/api/databases`: what `db=` may name, in order (the first is the default when a database is served).
+    fn listing(&self) -> Vec<u8> {
+        let dbs = self.dbs.iter().map(|(n, _)| serde_json::json!({ "name": n, "kind": "database" }));
+        let sources = self.sources.iter().map(|(n, _)| serde_json::json!({ "name": n, "kind": "source" }));
+        let doc = serde_json::json!({ "databases": dbs.chain(sources).collect::<Vec<_>>() });
+        serde_json::to_vec(&doc).expect("a JSON value serializes")
+    }
+
     fn run(&self, argv: &[String]) -> Result<Reply, ApiError> {
         let cli = Cli::try_parse_from(argv).map_err(|e| bad(clap_message(&e)))?;
         let download = match &cli.command {
@@ -475,6 +487,21 @@ impl CliApi {
             None => Reply::json(out),
         })
     }
+}
+
+/// `/api/databases` in the OpenAPI document: not a command, so written here.
+fn databases_path() -> serde_json::Value {
+    let entry = serde_json::json!({ "type": "object", "required": ["name", "kind"], "properties": {
+        "name": { "type": "string" }, "kind": { "type": "string", "enum": ["database", "source"] } } });
+    let answer = serde_json::json!({ "type": "object", "required": ["databases"],
+        "properties": { "databases": { "type": "array", "items": entry } } });
+    serde_json::json!({ "get": {
+        "operationId": "databases",
+        "summary": "The served databases (`--db`) and fleet sources (`--source`) by name, in order",
+        "description": "What `db=NAME` may name; without `db=`, commands read the first database (or the first source when only sources are served). Sources answer top, flame, export and diff.",
+        "parameters": [],
+        "responses": { "200": { "description": "The names", "content": { "application/json": { "schema": answer } } } },
+    }})
 }
 
 /// Flags that would make a served command trace instead of read: `locks`
@@ -602,5 +629,10 @@ mod tests {
         assert!(refused("stats", &[("run", "fleet:1"), ("run", "run:1")]).unwrap().contains("fleet source"));
         assert!(refused("top", &[("source", "clickhouse://evil:1/x")]).unwrap().contains("cannot be set"));
         assert!(refused("top", &[("db", "nope")]).unwrap().contains("served: run, fleet"));
+        let listing: serde_json::Value = serde_json::from_slice(&api.call("databases", &[]).unwrap().body).unwrap();
+        assert_eq!(
+            listing,
+            serde_json::json!({ "databases": [{ "name": "run", "kind": "database" }, { "name": "fleet", "kind": "source" }] })
+        );
     }
 }
