@@ -44,8 +44,8 @@ pub const DOWNLOADS: &[&str] = &["export"];
 const NAMES_NOT_PATHS: &[(&str, &str)] = &[("optimize/status", "image")];
 
 /// Flags a request may not set: the server picks the format and database,
-/// and never writes files; `db=NAME` picks a served fleet source.
-const FORCED: &[&str] = &["format", "output", "db", "source", "help", "version"];
+/// and never writes files.
+const FORCED: &[&str] = &["format", "output", "db", "help", "version"];
 
 pub fn run(a: ServeArgs) -> Result<u8> {
     // A quarter of the budget for whole answers, the rest for symbol tables.
@@ -513,7 +513,12 @@ const TRACING: &[(&str, &str)] = &[("locks", "duration"), ("locks", "libc")];
 fn refused(command: &str, a: &Arg) -> bool {
     let id = a.get_id().as_str();
     let chosen = DOWNLOADS.contains(&command) && id == "format";
-    (FORCED.contains(&id) && !chosen) || (is_path(a) && !NAMES_NOT_PATHS.contains(&(command, id))) || TRACING.contains(&(command, id))
+    // `--source URL` (a fleet store) is picked by `db=NAME`; annotate's `--source` is a switch (show source lines).
+    let fleet_url = id == "source" && !matches!(a.get_action(), ArgAction::SetTrue);
+    (FORCED.contains(&id) && !chosen)
+        || fleet_url
+        || (is_path(a) && !NAMES_NOT_PATHS.contains(&(command, id)))
+        || TRACING.contains(&(command, id))
 }
 
 /// An export's content type and the file name a browser saves it under.
@@ -628,6 +633,8 @@ mod tests {
         assert!(refused("epochs", &[("db", "fleet")]).unwrap().contains("fleet source"));
         assert!(refused("stats", &[("run", "fleet:1"), ("run", "run:1")]).unwrap().contains("fleet source"));
         assert!(refused("top", &[("source", "clickhouse://evil:1/x")]).unwrap().contains("cannot be set"));
+        let annotate = api.argv("annotate", &params(&[("image", "x"), ("procedure", "p"), ("source", "")])).unwrap();
+        assert!(annotate.words.contains(&"--source".to_string()) && !annotate.fleet, "annotate's --source is a switch: {:?}", annotate.words);
         assert!(refused("top", &[("db", "nope")]).unwrap().contains("served: run, fleet"));
         let listing: serde_json::Value = serde_json::from_slice(&api.call("databases", &[]).unwrap().body).unwrap();
         assert_eq!(
