@@ -634,7 +634,11 @@ mod tests {
         assert!(refused("stats", &[("run", "fleet:1"), ("run", "run:1")]).unwrap().contains("fleet source"));
         assert!(refused("top", &[("source", "clickhouse://evil:1/x")]).unwrap().contains("cannot be set"));
         let annotate = api.argv("annotate", &params(&[("image", "x"), ("procedure", "p"), ("source", "")])).unwrap();
-        assert!(annotate.words.contains(&"--source".to_string()) && !annotate.fleet, "annotate's --source is a switch: {:?}", annotate.words);
+        assert!(
+            annotate.words.contains(&"--source".to_string()) && !annotate.fleet,
+            "annotate's --source is a switch: {:?}",
+            annotate.words
+        );
         assert!(refused("top", &[("db", "nope")]).unwrap().contains("served: run, fleet"));
         let listing: serde_json::Value = serde_json::from_slice(&api.call("databases", &[]).unwrap().body).unwrap();
         assert_eq!(

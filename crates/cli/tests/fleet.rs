@@ -118,10 +118,12 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
     ch.init_cluster("prof");
     let dir = tempfile::tempdir().unwrap();
     let hosts = ["web-1", "web-2", "db-1"];
-    // web-2 and db-1 run `scaling`, db-1 with four times the units of `grow`: a change by construction for the fleet diff.
+    // web-2 and db-1 run `scaling`, db-1 with twice the units of `grow`: a change by construction for the fleet diff. (Not
+    // more: the expected ratio of unchanged rows is the sample-weighted median of all rows' ratios, which a `grow` holding
+    // half the samples would move.)
     record(&dir.path().join("web-1"), &ch.url(0, "prof"), "web-1", "1", &["--label", "version=1.2", "--ship-symbols"]);
     let truth_a = record_scaling(&dir.path().join("web-2"), &ch.url(0, "prof"), "web-2", &[]);
-    let truth_b = record_scaling(&dir.path().join("db-1"), &ch.url(0, "prof"), "db-1", &["grow=400"]);
+    let truth_b = record_scaling(&dir.path().join("db-1"), &ch.url(0, "prof"), "db-1", &["grow=200"]);
     let url = ch.url(1, "prof");
     let by_host = json(&fleet_top(&url, &["--by", "host"]));
     let mut sum = BTreeMap::<String, u64>::new();
@@ -182,20 +184,20 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
     serve_answers_as_the_cli_does(&url, total(&local_top(&dir.path().join("web-2"), "image")));
 }
 
-/// `diff --source` of host web-2 against db-1, whose `grow` ran four times the units: `grow` is the first row, significant,
+/// `diff --source` of host web-2 against db-1, whose `grow` ran twice the units: `grow` is the first row, significant,
 /// at the CPU ratio the workload measured; the procedures that ran the same units are not significant.
 fn fleet_diff_marks_the_grown_procedure(url: &str, truth: [&serde_json::Value; 2]) {
     let cpu = |t: &serde_json::Value, p: &str| t["procedures"][p].as_f64().unwrap();
     let mut steady: Vec<f64> = STEADY.iter().map(|p| cpu(truth[1], p) / cpu(truth[0], p)).collect();
     steady.sort_by(f64::total_cmp);
     let expected = cpu(truth[1], "grow") / cpu(truth[0], "grow") / steady[1];
-    assert!(expected > 2.0, "the workload itself did not grow `grow` against the others: {expected} ({truth:?})");
+    assert!(expected > 1.4, "the workload itself did not grow `grow` against the others: {expected} ({truth:?})");
     let d = json(&run_ok(loupe().args(fleet_diff_args(url))));
     let first = &d["rows"][0];
     assert_eq!(first["procedure"], "grow", "{d}");
     assert!(first["significant"].as_bool().unwrap() && first["p_value"].as_f64().unwrap() < 1e-6, "{d}");
     let ratio = first["score"].as_f64().unwrap();
-    assert!((ratio / expected - 1.0).abs() < 0.25, "grow's sample ratio {ratio}, its measured CPU ratio {expected}");
+    assert!((ratio / expected - 1.0).abs() < 0.3, "grow's sample ratio {ratio}, its measured CPU ratio {expected}: {d}");
     for p in STEADY {
         let row = d["rows"].as_array().unwrap().iter().find(|r| r["procedure"] == p).unwrap_or_else(|| panic!("no row {p}: {d}"));
         assert_eq!(row["significant"], false, "{p} ran the same units on both hosts: {d}");
