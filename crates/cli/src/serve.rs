@@ -321,6 +321,9 @@ impl CliApi {
             (None, true) => self.database_flags(&cmd, command, db, &mut argv)?,
             (None, false) => false,
         };
+        if !fleet && argv.iter().any(|w| w.starts_with("--where=")) {
+            return Err(bad("where= filters a fleet source's rows: pick a source with db=NAME (see /api/databases)".into()));
+        }
         if let (false, Some(name)) = (find_arg(&cmd, "db").is_some(), db) {
             self.served(Some(name))?;
             return Err(bad(format!("{command} reads the databases its sides name; db={name} is not a flag of it")));
@@ -640,6 +643,7 @@ mod tests {
             annotate.words
         );
         assert!(refused("top", &[("db", "nope")]).unwrap().contains("served: run, fleet"));
+        assert!(refused("top", &[("where", "host=a")]).unwrap().contains("fleet source's rows"));
         let listing: serde_json::Value = serde_json::from_slice(&api.call("databases", &[]).unwrap().body).unwrap();
         assert_eq!(
             listing,
