@@ -12,7 +12,10 @@
  * frame-pointer walk loses everything above libc; only DWARF CFI (the
  * unwind tables) reaches main.
  *
- *   offchain [--ms N] [--rounds R] [--out FILE]
+ *   offchain [--ms N] [--rounds R] [--warmup-ms W] [--out FILE]
+ *
+ * The measured blocks begin after W ms (default 1000) of short naps: time
+ * for a profiler to describe the process to its unwinder.
  *
  * Writes JSON: {"pid", "chains": {"sleep_chain": s, "read_chain": s, "wait_chain": s}}.
  */
@@ -27,6 +30,7 @@
 
 static long block_ms = 100;
 static int rounds = 3;
+static long warmup_ms = 1000;
 static int pipefd[2];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -118,6 +122,8 @@ int main(int argc, char **argv)
 			block_ms = atol(argv[i + 1]);
 		else if (!strcmp(argv[i], "--rounds"))
 			rounds = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--warmup-ms"))
+			warmup_ms = atol(argv[i + 1]);
 		else if (!strcmp(argv[i], "--out"))
 			out = argv[i + 1];
 	}
@@ -125,7 +131,7 @@ int main(int argc, char **argv)
 		return 1;
 	/* Time for a profiler to describe the process (its unwind tables)
 	 * after its first block, before the measured ones. */
-	for (int i = 0; i < 10; i++)
+	for (long i = 0; i < warmup_ms / 50; i++)
 		nap(50);
 	for (int i = 0; i < rounds; i++)
 		slept += sleep_chain();
