@@ -232,19 +232,9 @@ static long unwind_step(__u64 i, void *ctx)
 	default:
 		return unwind_stop(w, LOUPE_STAT_UNWIND_NO_TABLE);
 	}
-	/* The frame-pointer prologue's frame (rbp saved just below the return
-	 * address): both words in one read, one helper call fewer. */
-	if (rbp_kind == UNWIND_RBP_AT_CFA && rbp_off == -16) {
-		__u64 pair[2];
-
-		if (bpf_probe_read_user(pair, sizeof(pair), (void *)(cfa - 16)))
-			return unwind_stop(w, LOUPE_STAT_UNWIND_READ_FAULT);
-		w->bp = pair[0];
-		w->bp_lost = 0;
-		ra = pair[1];
-	} else if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
 		return unwind_stop(w, LOUPE_STAT_UNWIND_READ_FAULT);
-	else if (rbp_kind == UNWIND_RBP_AT_CFA) {
+	if (rbp_kind == UNWIND_RBP_AT_CFA) {
 		if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + rbp_off)))
 			return unwind_stop(w, LOUPE_STAT_UNWIND_READ_FAULT);
 		w->bp = bp;
