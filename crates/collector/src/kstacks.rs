@@ -298,9 +298,8 @@ impl KernelStacks {
     /// evicted image is compiled again (or read from the cache) when a
     /// process maps it next.
     fn evict_unused(&mut self) -> bool {
-        let in_use: HashSet<u32> = self.proc_images.values().flatten().copied().collect();
-        let unused: Vec<u32> =
-            self.unwind_images.iter().filter(|(img, u)| u.shard.is_some() && !in_use.contains(img)).map(|(&img, _)| img).collect();
+        let with_shards = self.unwind_images.iter().filter(|(_, u)| u.shard.is_some()).map(|(&img, _)| img);
+        let unused = crate::rowspace::unused_images(with_shards, self.proc_images.values());
         for image in &unused {
             let Some(u) = self.unwind_images.remove(image) else { continue };
             if let Some((first, n)) = u.shard {

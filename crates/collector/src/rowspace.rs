@@ -57,9 +57,26 @@ impl RowSpace {
     }
 }
 
+/// The images among `with_shards` that no process's image list in
+/// `mapped` names (their shards may be evicted), sorted.
+pub fn unused_images<'a>(with_shards: impl Iterator<Item = u32>, mapped: impl Iterator<Item = &'a Vec<u32>>) -> Vec<u32> {
+    let in_use: std::collections::HashSet<u32> = mapped.flatten().copied().collect();
+    let mut out: Vec<u32> = with_shards.filter(|i| !in_use.contains(i)).collect();
+    out.sort_unstable();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Only images that no described process maps are eviction candidates.
+    #[test]
+    fn unused_images_are_those_no_process_maps() {
+        let procs = [vec![1, 2], vec![2, 5]];
+        assert_eq!(unused_images([5, 4, 3, 2, 1].into_iter(), procs.iter()), vec![3, 4]);
+        assert_eq!(unused_images([7].into_iter(), [].iter()), vec![7]);
+    }
 
     // Shards are placed one after another while there is room, and a request past the room fails.
     #[test]
