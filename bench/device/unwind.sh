@@ -43,5 +43,7 @@ for line in open(sys.argv[1]):
     print(f"{m.group(1)} {m.group(2)} r{m.group(3)}: backend {d.get('backend')}, samples {s.get('samples')}, lost {d.get('kernel_lost')}, "
           f"daemon {d.get('cpu_us_per_sample', 0):.3f} us/sample, RSS {d.get('rss_kib', 0) / 1024:.1f} MiB, "
           f"by tables {k.get('unwind_walked', 'n/a')} (depth limit {k.get('unwind_depth', 'n/a')}), stopped {stopped}, "
-          f"stack copies {k.get('streamed_leaf', 0) + k.get('streamed_chain', 0)}")
+          f"stack copies {k.get('streamed_leaf', 0) + k.get('streamed_chain', 0)}, "
+          f"BPF {d.get('bpf_handler_ns_per_sample', 0) / 1000:.2f} us/sample, start-up CPU {d.get('startup_cpu_seconds', 0):.2f} s, "
+          f"tables evicted {sum(f.get('evicted', 0) for f in (d.get('stack_fallbacks') or {}).values())}")
 PY

@@ -17,6 +17,7 @@
 //! Each (process, user stack, kernel stack) is turned into (image, offset)
 //! frames once and remembered until the process's mappings change.
 
+use crate::rowspace::RowSpace;
 use crate::unwindtable::{segment_bias, TableCache};
 use crate::{images, Collector};
 use loupe_bpf::stacks::{
@@ -124,9 +125,13 @@ pub struct ImageFallbacks {
     /// at the depth limit.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub unwind_stopped: std::collections::BTreeMap<UnwindReason, u64>,
-    /// Rows of its unwind table in the kernel (0: none, or no room).
+    /// Rows of its unwind table in the kernel (0: none, no room, or evicted).
     #[serde(skip_serializing_if = "is_zero")]
     pub table_rows: u64,
+    /// Times its table was evicted from the kernel's array (no described
+    /// process mapped it and another image needed the room).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub evicted: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -154,8 +159,10 @@ pub struct KernelStacks {
     tables: TableCache,
     /// Per image index: its table's place in the kernel.
     unwind_images: HashMap<u32, ImageUnwind>,
-    /// The next free row of the kernel's table array.
-    next_row: u32,
+    /// Free and used rows of the kernel's table array.
+    rows: RowSpace,
+    /// Per described process: the images whose shards its mappings use.
+    proc_images: HashMap<u32, Vec<u32>>,
     /// Processes described to the table walker.
     unwound: HashSet<u32>,
     /// Per image index: built with frame pointers?
@@ -184,18 +191,19 @@ impl KernelStacks {
     /// `table_dir` keeps compiled unwind tables between runs (by build-id).
     pub fn new(bpf: StackAggregator, frame_pointers_only: bool, table_dir: Option<PathBuf>) -> KernelStacks {
         KernelStacks {
-            bpf,
             frame_pointers_only,
             entries: Vec::new(),
             derived: HashMap::new(),
             tables: TableCache::new(table_dir),
             unwind_images: HashMap::new(),
-            next_row: 0,
+            rows: RowSpace::new(bpf.unwind_row_capacity()),
+            proc_images: HashMap::new(),
             unwound: HashSet::new(),
             verdicts: HashMap::new(),
             vdso: images::own_vdso().1,
             described: HashSet::new(),
             fallbacks: HashMap::new(),
+            bpf,
         }
     }
 
@@ -233,12 +241,16 @@ impl KernelStacks {
         let Some(p) = c.procs.get(pid) else { return };
         let maps: Vec<crate::process::Mapping> = p.mappings().copied().collect();
         let mut out = Vec::with_capacity(maps.len());
+        let mut images = Vec::new();
         for m in maps {
             self.image_unwind(c, pid, m.image);
             let info = &self.unwind_images[&m.image];
             let bias = segment_bias(&info.segments, m.start, m.pgoff);
             let code = match (info.shard, bias) {
-                (Some((first_row, nrows)), Some(_)) => MappingCode::Table { first_row, nrows },
+                (Some((first_row, nrows)), Some(_)) => {
+                    images.push(m.image);
+                    MappingCode::Table { first_row, nrows }
+                }
                 _ if self.has_frame_pointers(c, pid, m.image) => MappingCode::FramePointers,
                 _ => MappingCode::None,
             };
@@ -246,6 +258,7 @@ impl KernelStacks {
         }
         if self.bpf.set_unwind_process(pid, &out).is_ok() {
             self.unwound.insert(pid);
+            self.proc_images.insert(pid, images);
         }
     }
 
@@ -266,10 +279,13 @@ impl KernelStacks {
         let mut shard = None;
         if let Some(t) = table.filter(|t| !t.rows().is_empty()) {
             let n = t.rows().len() as u32;
-            let fits = self.next_row.checked_add(n).is_some_and(|end| end <= self.bpf.unwind_row_capacity());
-            if fits && self.bpf.write_unwind_rows(self.next_row, &t.to_bytes()).is_ok() {
-                shard = Some((self.next_row, n));
-                self.next_row += n;
+            let first = self.rows.alloc(n).or_else(|| self.evict_unused().then(|| self.rows.alloc(n)).flatten());
+            if let Some(first) = first {
+                if self.bpf.write_unwind_rows(first, &t.to_bytes()).is_ok() {
+                    shard = Some((first, n));
+                } else {
+                    self.rows.free(first, n);
+                }
             }
         }
         let path = id.path.clone();
@@ -277,12 +293,31 @@ impl KernelStacks {
         self.unwind_images.insert(image, ImageUnwind { shard, segments, path });
     }
 
+    /// Gives back the shards of images no described process maps (their
+    /// processes exited or dropped them); true when any was freed. An
+    /// evicted image is compiled again (or read from the cache) when a
+    /// process maps it next.
+    fn evict_unused(&mut self) -> bool {
+        let with_shards = self.unwind_images.iter().filter(|(_, u)| u.shard.is_some()).map(|(&img, _)| img);
+        let unused = crate::rowspace::unused_images(with_shards, self.proc_images.values());
+        for image in &unused {
+            let Some(u) = self.unwind_images.remove(image) else { continue };
+            if let Some((first, n)) = u.shard {
+                self.rows.free(first, n);
+            }
+            let f = self.fallbacks.entry(u.path).or_default();
+            f.evicted += 1;
+            f.table_rows = 0;
+        }
+        !unused.is_empty()
+    }
+
     /// Per image: fallbacks, and table walks stopped in it by reason.
     fn fallbacks_by_image(&self) -> std::collections::BTreeMap<String, ImageFallbacks> {
         let mut out: std::collections::BTreeMap<String, ImageFallbacks> = self
             .fallbacks
             .iter()
-            .filter(|(_, f)| f.cut + f.mappings_left_out > 0 || f.table_rows > 0)
+            .filter(|(_, f)| f.cut + f.mappings_left_out + f.evicted > 0 || f.table_rows > 0)
             .map(|(p, f)| (p.clone(), f.clone()))
             .collect();
         for (image, reason, n) in self.bpf.unwind_failures() {
@@ -296,9 +331,9 @@ impl KernelStacks {
         self.unwind_images.get(&image).map_or_else(|| format!("image {image}"), |i| i.path.clone())
     }
 
-    /// Bytes of unwind rows in the kernel's array so far.
+    /// Bytes of unwind rows in the kernel's array in use.
     pub fn table_bytes(&self) -> u64 {
-        self.next_row as u64 * UNWIND_ROW_BYTES as u64
+        self.rows.used() as u64 * UNWIND_ROW_BYTES as u64
     }
 
     /// The frames of an entry's stacks, derived once per process.
@@ -398,6 +433,7 @@ impl KernelStacks {
             self.bpf.forget_process(pid);
             self.described.remove(&pid);
             self.unwound.remove(&pid);
+            self.proc_images.remove(&pid);
             self.derived.remove(&pid);
         }
     }

@@ -25,6 +25,7 @@ pub mod privilege;
 pub mod process;
 pub mod pyframes;
 pub mod python;
+pub mod rowspace;
 pub mod stacks;
 pub mod unwind;
 pub mod unwindtable;
