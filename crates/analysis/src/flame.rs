@@ -54,20 +54,98 @@ impl Serialize for FlameNode {
 /// only into the finished tree (a whole machine has ~100k nodes from ~70k
 /// stacks; per-frame strings and maps made that take seconds).
 pub fn tree(data: &CallData, event: usize, inverted: bool) -> FlameNode {
-    let frames = Frames::of(data);
-    let mut arena = Arena::default();
-    let mut path = Vec::new();
-    for s in data.stacks.iter().filter(|s| s.counts[event] > 0) {
-        path.clear();
-        for &l in s.locations.iter().rev() {
-            path.extend_from_slice(frames.at(l));
+    FlameTree::new(data, event, inverted).node(0)
+}
+
+/// [`tree`] before its names are copied out: what `flame --format json`
+/// serializes (as [`FlameNode`] does), without a string per node.
+pub struct FlameTree<'a> {
+    frames: Frames<'a>,
+    nodes: Vec<Slot>,
+    /// Children of node i, in order: `kids[start[i]..start[i + 1]]`.
+    kids: Vec<u32>,
+    start: Vec<usize>,
+}
+
+impl<'a> FlameTree<'a> {
+    pub fn new(data: &'a CallData, event: usize, inverted: bool) -> FlameTree<'a> {
+        let frames = Frames::of(data);
+        let mut arena = Arena::default();
+        let mut path = Vec::new();
+        for s in data.stacks.iter().filter(|s| s.counts[event] > 0) {
+            path.clear();
+            for &l in s.locations.iter().rev() {
+                path.extend_from_slice(frames.at(l));
+            }
+            if inverted {
+                path.reverse();
+            }
+            arena.add(&path, s.counts[event]);
         }
-        if inverted {
-            path.reverse();
-        }
-        arena.add(&path, s.counts[event]);
+        arena.finish(frames)
     }
-    arena.finish(&frames)
+
+    /// (procedure, image, inlined) of node `i`; the root is `all`.
+    fn name(&self, i: u32) -> (&str, &str, bool) {
+        match self.frames.names.get(self.nodes[i as usize].frame as usize) {
+            Some(&(p, img, inl)) => (p, &self.frames.images[img as usize], inl),
+            None => ("all", "", false),
+        }
+    }
+
+    fn children(&self, i: u32) -> &[u32] {
+        &self.kids[self.start[i as usize]..self.start[i as usize + 1]]
+    }
+
+    /// Node `i` and everything below it, named.
+    fn node(&self, i: u32) -> FlameNode {
+        let (procedure, image, inlined) = self.name(i);
+        let s = &self.nodes[i as usize];
+        FlameNode {
+            procedure: procedure.to_string(),
+            image: image.to_string(),
+            inlined,
+            self_: s.self_,
+            total: s.total,
+            children: self.children(i).iter().map(|&k| self.node(k)).collect(),
+        }
+    }
+}
+
+impl Serialize for FlameTree<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        At(self, 0).serialize(s)
+    }
+}
+
+/// Node `.1` of a tree, serialized as its [`FlameNode`] would be.
+struct At<'t, 'a>(&'t FlameTree<'a>, u32);
+
+/// The children of a node, in order.
+struct Kids<'t, 'a>(&'t FlameTree<'a>, u32);
+
+impl Serialize for At<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (t, i) = (self.0, self.1);
+        let ((procedure, image, inlined), n) = (t.name(i), &t.nodes[i as usize]);
+        let named = !image.is_empty();
+        let mut m = s.serialize_map(Some(if named { 6 } else { 4 }))?;
+        m.serialize_entry("children", &Kids(t, i))?;
+        if named {
+            m.serialize_entry("image", image)?;
+            m.serialize_entry("inlined", &inlined)?;
+        }
+        m.serialize_entry("name", procedure)?;
+        m.serialize_entry("self", &n.self_)?;
+        m.serialize_entry("total", &n.total)?;
+        m.end()
+    }
+}
+
+impl Serialize for Kids<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.children(self.1).iter().map(|&k| At(self.0, k)))
+    }
 }
 
 /// A frame as the tree names it: procedure, image id, inlined.
@@ -169,9 +247,8 @@ impl Arena {
 
     /// The finished tree: children sorted by total, descending, then by
     /// name (procedure, image, inlined), so the order is stable.
-    fn finish(self, frames: &Frames) -> FlameNode {
+    fn finish(self, frames: Frames) -> FlameTree {
         let rank = frames.ranks();
-        // Children of node i are kids[start[i]..start[i + 1]].
         let mut start = vec![0usize; self.nodes.len() + 1];
         for s in &self.nodes[1..] {
             start[s.parent as usize + 1] += 1;
@@ -191,23 +268,8 @@ impl Arena {
                 b.total.cmp(&a.total).then_with(|| rank[a.frame as usize].cmp(&rank[b.frame as usize]))
             });
         }
-        let named = |i: u32| -> FlameNode {
-            let s = &self.nodes[i as usize];
-            let (procedure, image, inlined) = match frames.names.get(s.frame as usize) {
-                Some(&(p, img, inl)) => (p.to_string(), frames.images[img as usize].clone(), inl),
-                None => ("all".to_string(), String::new(), false),
-            };
-            FlameNode { procedure, image, inlined, self_: s.self_, total: s.total, children: Vec::new() }
-        };
-        build(0, &named, &kids, &start)
+        FlameTree { frames, nodes: self.nodes, kids, start }
     }
-}
-
-/// Node `i` and, below it, its children in order (`kids[start[i]..start[i + 1]]`).
-fn build(i: u32, named: &dyn Fn(u32) -> FlameNode, kids: &[u32], start: &[usize]) -> FlameNode {
-    let mut n = named(i);
-    n.children = kids[start[i as usize]..start[i as usize + 1]].iter().map(|&k| build(k, named, kids, start)).collect();
-    n
 }
 
 /// FxHash (rustc's) for (parent, frame) ids: one lookup per frame of
@@ -409,11 +471,17 @@ mod tests {
 
     #[test]
     fn the_json_node_has_the_documented_keys_in_order() {
-        // Checks FlameNode's JSON: the root without image/inlined, keys alphabetical, children nested.
+        // Checks FlameNode's JSON: the root without image/inlined, keys alphabetical, children nested; FlameTree writes the same.
         let t = tree(&literal(), 1, false);
         assert_eq!(
             serde_json::to_string(&t).unwrap(),
             r#"{"children":[{"children":[],"image":"/app","inlined":false,"name":"main","self":7,"total":7}],"name":"all","self":0,"total":7}"#
         );
+        // The unnamed tree writes what its named copy does.
+        for inverted in [false, true] {
+            let d = literal();
+            let (t, n) = (FlameTree::new(&d, 0, inverted), tree(&d, 0, inverted));
+            assert_eq!(serde_json::to_string_pretty(&t).unwrap(), serde_json::to_string_pretty(&n).unwrap());
+        }
     }
 }

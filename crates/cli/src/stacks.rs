@@ -123,7 +123,7 @@ pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
     Ok(0)
 }
 
-/// `flame --format json`: the tree of [`flame::tree`] with what it covers
+/// `flame --format json`: the tree of [`flame::FlameTree`] with what it covers
 /// (docs/serve.md). Fields in alphabetical order, as the JSON object it
 /// once was printed them.
 fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8>, String> {
@@ -132,7 +132,7 @@ fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8
         epochs: Vec<u32>,
         event: &'a str,
         inverted: bool,
-        root: flame::FlameNode,
+        root: flame::FlameTree<'a>,
         total: u64,
         unwind_stopped: u64,
     }
@@ -140,7 +140,7 @@ fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8
         epochs: epochs.iter().map(|e| e.0).collect(),
         event: &d.events[0].0,
         inverted,
-        root: flame::tree(d, 0, inverted),
+        root: flame::FlameTree::new(d, 0, inverted),
         total: d.totals[0],
         unwind_stopped: d.truncated[0],
     };
