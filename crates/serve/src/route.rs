@@ -34,9 +34,27 @@ pub(crate) fn handle(shared: &Arc<Shared>, req: &Request) -> Response {
     let params: Vec<(String, String)> = req.query.iter().filter(|(n, _)| n != "token").cloned().collect();
     match req.path.strip_prefix("/api/") {
         Some("openapi.json") => Response::new(200, "application/json", shared.api.openapi()),
-        Some(command) => call(shared, command, params),
+        Some(command) => {
+            let mut r = call(shared, command, params, accepts_gzip(req));
+            r.headers.push(("Vary", "Accept-Encoding".into()));
+            r
+        }
         None => asset(&req.path),
     }
+}
+
+/// JSON answers at least this long are sent gzipped to clients that accept it.
+const GZIP_FROM: usize = 64 * 1024;
+
+/// Whether `Accept-Encoding` lists gzip without `q=0`.
+fn accepts_gzip(req: &Request) -> bool {
+    req.header("accept-encoding").is_some_and(|v| {
+        v.split(',').any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            parts.next().is_some_and(|c| c.eq_ignore_ascii_case("gzip"))
+                && parts.all(|p| p.strip_prefix("q=").is_none_or(|q| q.parse::<f64>().is_ok_and(|q| q > 0.0)))
+        })
+    })
 }
 
 /// Either header or query parameter, compared in constant time.
@@ -52,7 +70,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 /// Runs the command on its own thread, holding a worker slot until it ends
 /// (even past the time limit, so that slow commands cannot pile up).
-fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>) -> Response {
+fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>, gzip: bool) -> Response {
     let Some(slot) = Slot::take(shared) else {
         return Response::error(503, &format!("all {} workers are busy; try again", shared.config.workers));
     };
@@ -69,13 +87,19 @@ fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>) -> R
         return Response::error(503, &format!("cannot start a worker: {e}"));
     }
     match rx.recv_timeout(shared.config.time_limit) {
-        Ok(Ok(reply)) => answer(reply),
+        Ok(Ok(reply)) => answer(reply, gzip),
         Ok(Err(e)) => Response::error(e.status(), e.message()),
         Err(_) => Response::error(503, &format!("{command} took longer than {} s", shared.config.time_limit.as_secs_f64())),
     }
 }
 
-fn answer(reply: Reply) -> Response {
+/// The reply as a response; a large JSON one gzipped when the client accepts it.
+fn answer(reply: Reply, gzip: bool) -> Response {
+    if gzip && reply.filename.is_none() && reply.body.len() >= GZIP_FROM {
+        let mut r = Response::new(200, reply.content_type, reply.gzipped().to_vec());
+        r.headers.push(("Content-Encoding", "gzip".into()));
+        return r;
+    }
     let mut r = Response::new(200, reply.content_type, reply.body);
     if let Some(name) = reply.filename {
         // Names are the server's own (loupe.pb.gz ...); quotes and controls could not come from a request, but stay out.
@@ -111,6 +135,7 @@ mod tests {
         fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError> {
             match command {
                 "echo" => Ok(Reply::json(serde_json::to_vec(&params).unwrap())),
+                "big" => Ok(Reply::json(serde_json::to_vec(&vec![params; 10_000]).unwrap())),
                 "missing" => Err(ApiError::new(ApiErrorKind::NotFound, "no epoch 9")),
                 "file" => Ok(Reply::download(b"a;b 1\n".to_vec(), "text/plain; charset=utf-8", "loupe.txt")),
                 "slow" => {
@@ -184,5 +209,23 @@ mod tests {
         assert_eq!(handle(&s, &get("/api/echo", &[], &[("authorization", "Bearer sesame")])).status, 200);
         let r = handle(&s, &get("/api/echo", &[("by", "line"), ("token", "sesame")], &[]));
         assert_eq!((r.status, String::from_utf8(r.body).unwrap()), (200, r#"[["by","line"]]"#.to_string()));
+    }
+
+    #[test]
+    fn large_json_is_gzipped_only_for_clients_that_accept_it() {
+        // Checks Content-Encoding: a big answer gzipped (and decoding to the plain one) when gzip is accepted, plain when not or with q=0, small ones plain.
+        let s = shared(None, 30_000);
+        let ask = |path: &str, enc: &str| handle(&s, &get(path, &[("by", "line")], &[("accept-encoding", enc)]));
+        let plain = ask("/api/big", "identity");
+        assert!(plain.body.len() >= GZIP_FROM && !plain.headers.iter().any(|(n, _)| *n == "Content-Encoding"));
+        let z = ask("/api/big", "br, gzip;q=0.8");
+        assert!(z.headers.contains(&("Content-Encoding", "gzip".to_string())), "{:?}", z.headers);
+        assert!(z.body.len() < plain.body.len() / 4);
+        let mut unzipped = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&z.body[..]), &mut unzipped).unwrap();
+        assert_eq!(unzipped, plain.body);
+        assert_eq!(ask("/api/big", "gzip;q=0").body, plain.body);
+        let small = ask("/api/echo", "gzip");
+        assert_eq!(small.body, br#"[["by","line"]]"#);
     }
 }
