@@ -97,8 +97,10 @@ fn compare_filter(sel: &CompareArgs) -> Filter {
 fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
     let sides = specs.iter().map(|s| parse_side(s)).collect::<Result<Vec<_>>>()?;
     let dbs: Vec<&Path> = sides.iter().flat_map(|s| s.runs.iter().map(|r| r.db.as_path())).collect();
+    let progress = crate::progress::Progress::spinner(&format!("reading the samples of {} runs", dbs.len()));
     let mut reader = Reader { sel, filter: compare_filter(sel), syms: Box::new(Symbols::for_dbs(&dbs)) };
     let flats = sides.iter().map(|s| reader.flat(s)).collect::<Result<Vec<_>>>()?;
+    progress.stage(&format!("naming the samples of {} runs", dbs.len()));
     let (event, reports) = bucket_sets(&mut reader, &flats)?;
     Ok((sides, event, reports))
 }
@@ -108,7 +110,9 @@ fn read_fleet_sets(url: &str, a: &DiffArgs, specs: &[String]) -> Result<(Vec<Sid
     // diff has no --db: the image cache is that of $LOUPE_DB (as for other commands), if any.
     let db = PathBuf::from(std::env::var_os("LOUPE_DB").unwrap_or_else(|| "loupe.db".into()));
     let (client, syms) = crate::fleet::open_source(url, &db)?;
+    let progress = crate::progress::Progress::spinner(&format!("asking {url} for {} selections", specs.len()));
     let flats = specs.iter().map(|s| crate::fleet::flat_of(&client, &a.source, s, a.sel.by)).collect::<Result<Vec<_>>>()?;
+    progress.stage("naming the fleet's samples");
     let mut reader = Reader { sel: &a.sel, filter: compare_filter(&a.sel), syms: Box::new(syms) };
     let (event, reports) = bucket_sets(&mut reader, &flats)?;
     let sides = specs.iter().map(|s| Side { spec: format!("{s} in {url}"), runs: Vec::new() }).collect();

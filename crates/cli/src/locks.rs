@@ -78,6 +78,7 @@ fn trace(a: LocksArgs, out: &mut dyn Write) -> Result<u8> {
         };
         let (tracer, warnings) = LockTracer::start(&libc, None)?;
         warn(&warnings);
+        let _progress = crate::progress::Progress::spinner(&format!("tracing the locks of every process for {secs} s"));
         let t0 = Instant::now();
         let mut maps = HashMap::new();
         // Processes may exit before the end: keep each one's map from when its locks first show up.
@@ -89,11 +90,14 @@ fn trace(a: LocksArgs, out: &mut dyn Write) -> Result<u8> {
     } else {
         trace_command(&a.command, &libc)?
     };
+    // After the traced program ended: its output is never mixed with the spinner.
+    let progress = crate::progress::Progress::spinner("reading and naming the lock records");
     let mut records = tracer.read()?;
     records.sort_by_key(|r| std::cmp::Reverse(r.hold_ns));
     let mut syms = Symbols::for_dbs(&[]);
     let mut elves = HashMap::new();
     let named: Vec<Row> = records.into_iter().map(|rec| Row::from(&name(rec, &maps, &mut syms, &mut elves))).collect();
+    drop(progress);
     let dropped = tracer.dropped();
     if dropped > 0 {
         eprintln!("loupe: {dropped} lock events found the probe tables full and were not counted");

@@ -109,6 +109,7 @@ pub fn history(mut a: HistoryArgs, out: &mut dyn Write) -> Result<u8> {
         };
         status = collect(&a.db.db, cmd, args, opts)?;
     }
+    let progress = crate::progress::Progress::spinner("reading the histories and naming their code");
     let (histories, hit_ns) = read(&a.db.db)?;
     let mut code = Code::load(&a.db.db)?;
     let text = match a.format {
@@ -121,6 +122,7 @@ pub fn history(mut a: HistoryArgs, out: &mut dyn Write) -> Result<u8> {
         }
         Format::Text => render_histories(&histories, hit_ns, a.limit, &mut code),
     };
+    drop(progress);
     let _ = out.write_all(text.as_bytes());
     Ok(status)
 }

@@ -1,10 +1,12 @@
-//! Progress on stderr for commands that can run for minutes (calc of a
-//! large procedure, annotate of a big one, export of a big profile,
-//! `optimize run`, data profiles): a spinner naming the stage and the time
-//! spent, or a bar where the work is counted. Drawn only when stderr is a
-//! terminal and the command is not answering `loupe serve`, so pipes,
-//! files, JSON consumers and logs never see it; `LOUPE_PROGRESS=0` turns it
-//! off in a terminal too.
+//! Progress on stderr for commands that can run for more than a moment
+//! (top, diff and stats over big databases, calc of a large procedure,
+//! annotate of a big one, export, `optimize run`, data profiles and
+//! histories, locks): a spinner naming the stage and the time spent, or a
+//! bar where the work is counted. Drawn only when stderr is a terminal and
+//! the command is not answering `loupe serve`, so pipes, files, JSON
+//! consumers and logs never see it; `LOUPE_PROGRESS=0` turns it off in a
+//! terminal too. Never drawn while a profiled program runs in the
+//! foreground: its output is its own.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
