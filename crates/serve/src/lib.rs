@@ -62,9 +62,10 @@ pub struct Reply {
     pub content_type: &'static str,
     /// Sent as an attachment under this name (`Content-Disposition`).
     pub filename: Option<String>,
-    /// The body gzipped, made when a client first accepts it and shared by
-    /// the clones of a kept answer (a whole machine's flame tree is 34 MB
-    /// of JSON; compressed once, later requests send a tenth of it).
+    /// The body gzipped, shared by the clones of a kept answer: made after
+    /// the first answer to a client that accepts gzip was sent (plain, so
+    /// that a new question does not wait for it), sent to later ones (a
+    /// whole machine's flame tree is 34 MB of JSON, a tenth gzipped).
     gzip: Arc<OnceLock<Vec<u8>>>,
 }
 
@@ -78,14 +79,12 @@ impl Reply {
     pub fn download(body: Vec<u8>, content_type: &'static str, filename: &str) -> Reply {
         Reply { body, content_type, filename: Some(filename.to_string()), gzip: Arc::default() }
     }
+}
 
-    /// The body gzipped (the fastest level: compressing runs on the request's time).
-    fn gzipped(&self) -> &[u8] {
-        self.gzip.get_or_init(|| {
-            let mut z = flate2::write::GzEncoder::new(Vec::with_capacity(self.body.len() / 8), flate2::Compression::fast());
-            z.write_all(&self.body).and_then(|()| z.finish()).expect("writing to memory cannot fail")
-        })
-    }
+/// `body` gzipped at the fastest level.
+fn gzip(body: &[u8]) -> Vec<u8> {
+    let mut z = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 8), flate2::Compression::fast());
+    z.write_all(body).and_then(|()| z.finish()).expect("writing to memory cannot fail")
 }
 
 /// Where and how to serve.
@@ -167,6 +166,7 @@ fn connection(mut stream: TcpStream, shared: &Arc<route::Shared>) {
     };
     let _ = response.write_to(&mut stream);
     let _ = stream.shutdown(std::net::Shutdown::Both);
+    route::after_sent(&response);
 }
 
 /// One slot of [`Config::workers`], given back when dropped.

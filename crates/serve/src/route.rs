@@ -93,11 +93,18 @@ fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>, gzip
     }
 }
 
-/// The reply as a response; a large JSON one gzipped when the client accepts it.
+/// The reply as a response: a large JSON one gzipped when the client
+/// accepts it and the compressed bytes are made, else plain, marked to be
+/// compressed once sent.
 fn answer(reply: Reply, gzip: bool) -> Response {
     if gzip && reply.filename.is_none() && reply.body.len() >= GZIP_FROM {
-        let mut r = Response::new(200, reply.content_type, reply.gzipped().to_vec());
-        r.headers.push(("Content-Encoding", "gzip".into()));
+        if let Some(z) = reply.gzip.get() {
+            let mut r = Response::new(200, reply.content_type, z.clone());
+            r.headers.push(("Content-Encoding", "gzip".into()));
+            return r;
+        }
+        let mut r = Response::new(200, reply.content_type, reply.body);
+        r.gzip_later = Some(reply.gzip);
         return r;
     }
     let mut r = Response::new(200, reply.content_type, reply.body);
@@ -107,6 +114,15 @@ fn answer(reply: Reply, gzip: bool) -> Response {
         r.headers.push(("Content-Disposition", format!("attachment; filename=\"{name}\"")));
     }
     r
+}
+
+/// After a response is sent: gzips a plain answer that its client would
+/// have taken gzipped, when the answer is kept (its compressed bytes are
+/// shared with a copy the [`Api`] holds) for the next request to send.
+pub(crate) fn after_sent(r: &Response) {
+    if let Some(cell) = r.gzip_later.as_ref().filter(|c| Arc::strong_count(c) > 1) {
+        cell.get_or_init(|| crate::gzip(&r.body));
+    }
 }
 
 /// An embedded file; paths without an extension get index.html (the pages
@@ -128,6 +144,7 @@ fn asset(path: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::OnceLock;
     use std::time::Duration;
 
     struct Fake;
@@ -136,6 +153,11 @@ mod tests {
             match command {
                 "echo" => Ok(Reply::json(serde_json::to_vec(&params).unwrap())),
                 "big" => Ok(Reply::json(serde_json::to_vec(&vec![params; 10_000]).unwrap())),
+                // A kept answer: every call returns a copy of the same one, as the binary's answer cache does.
+                "kept" => {
+                    static KEPT: OnceLock<Reply> = OnceLock::new();
+                    Ok(KEPT.get_or_init(|| Reply::json(serde_json::to_vec(&vec![params; 10_000]).unwrap())).clone())
+                }
                 "missing" => Err(ApiError::new(ApiErrorKind::NotFound, "no epoch 9")),
                 "file" => Ok(Reply::download(b"a;b 1\n".to_vec(), "text/plain; charset=utf-8", "loupe.txt")),
                 "slow" => {
@@ -212,20 +234,30 @@ mod tests {
     }
 
     #[test]
-    fn large_json_is_gzipped_only_for_clients_that_accept_it() {
-        // Checks Content-Encoding: a big answer gzipped (and decoding to the plain one) when gzip is accepted, plain when not or with q=0, small ones plain.
+    fn kept_large_json_is_gzipped_after_its_first_answer_for_clients_that_accept_it() {
+        // Checks Content-Encoding: a kept big answer goes plain first, then gzipped (decoding to the plain one) once sent; never when gzip is not accepted or q=0, nor for an answer not kept or a small one.
         let s = shared(None, 30_000);
-        let ask = |path: &str, enc: &str| handle(&s, &get(path, &[("by", "line")], &[("accept-encoding", enc)]));
-        let plain = ask("/api/big", "identity");
-        assert!(plain.body.len() >= GZIP_FROM && !plain.headers.iter().any(|(n, _)| *n == "Content-Encoding"));
-        let z = ask("/api/big", "br, gzip;q=0.8");
-        assert!(z.headers.contains(&("Content-Encoding", "gzip".to_string())), "{:?}", z.headers);
+        let ask = |path: &str, enc: &str| {
+            let r = handle(&s, &get(path, &[("by", "line")], &[("accept-encoding", enc)]));
+            after_sent(&r);
+            r
+        };
+        let gzipped = |r: &Response| r.headers.contains(&("Content-Encoding", "gzip".to_string()));
+        let plain = ask("/api/kept", "identity");
+        assert!(plain.body.len() >= GZIP_FROM && !gzipped(&plain));
+        assert_eq!(ask("/api/kept", "gzip;q=0").body, plain.body);
+        let first = ask("/api/kept", "br, gzip;q=0.8");
+        assert!(!gzipped(&first) && first.body == plain.body, "the first answer is not kept waiting");
+        let z = ask("/api/kept", "br, gzip;q=0.8");
+        assert!(gzipped(&z), "{:?}", z.headers);
         assert!(z.body.len() < plain.body.len() / 4);
         let mut unzipped = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&z.body[..]), &mut unzipped).unwrap();
         assert_eq!(unzipped, plain.body);
-        assert_eq!(ask("/api/big", "gzip;q=0").body, plain.body);
-        let small = ask("/api/echo", "gzip");
-        assert_eq!(small.body, br#"[["by","line"]]"#);
+        assert_eq!(ask("/api/kept", "identity").body, plain.body);
+        for _ in 0..2 {
+            assert!(!gzipped(&ask("/api/big", "gzip")), "an answer nobody keeps is not compressed");
+        }
+        assert_eq!(ask("/api/echo", "gzip").body, br#"[["by","line"]]"#);
     }
 }
