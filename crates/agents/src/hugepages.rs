@@ -1,7 +1,8 @@
 //! The large-page agent (PEM's example agent; TCMalloc's Temeraire does the
 //! same inside one allocator). A process whose sampled data accesses touch
 //! more distinct 4 KiB pages than the TLB maps (the working-set view), or
-//! that faults pages in fast, gets the 2 MiB blocks its samples fell in —
+//! that faults pages in fast or misses the dTLB often (where a PMU counts
+//! it), gets the 2 MiB blocks its samples fell in —
 //! not its whole address space — collapsed into huge pages with
 //! `process_madvise(MADV_COLLAPSE)`.
 //!
@@ -18,6 +19,7 @@ use crate::observe::{self, AnonRange};
 use crate::sys::{self, HUGE, PAGE};
 use crate::target::Target;
 use crate::{Action, Agent, Observation, Proposal};
+use loupe_perf::counting::{per_kilo, ThreadCounter, Unavailable};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -33,6 +35,10 @@ pub struct Settings {
     pub min_pages: f64,
     /// Page faults per second above which a process is a candidate too.
     pub min_faults_per_s: f64,
+    /// dTLB load misses per thousand instructions above which a process is a
+    /// candidate too (counted where a PMU exists; page faults stand in
+    /// where none does).
+    pub min_dtlb_per_kilo: f64,
     /// Fewer sampled addresses than this say nothing.
     pub min_samples: usize,
     /// Unsampled blocks between two sampled ones of one mapping are collapsed
@@ -49,11 +55,34 @@ impl Default for Settings {
         Settings {
             min_pages: 2048.0,
             min_faults_per_s: 5000.0,
+            min_dtlb_per_kilo: 2.0,
             min_samples: 32,
             gap_blocks: 4,
             max_bytes: 16 << 30,
             observe: Duration::from_secs(1),
             freq_hz: 2000,
+        }
+    }
+}
+
+/// The process's dTLB load misses and instructions over the observation,
+/// or why they cannot be counted here (no PMU: the page-fault rate stands in).
+struct TlbCount(std::result::Result<(ThreadCounter, ThreadCounter), Unavailable>);
+
+impl TlbCount {
+    fn start(tids: &[u32]) -> TlbCount {
+        TlbCount(ThreadCounter::open("dTLB-load-misses", tids).and_then(|m| Ok((m, ThreadCounter::open("instructions", tids)?))))
+    }
+
+    /// Misses per 1000 instructions, and the evidence to log.
+    fn finish(self) -> (Option<f64>, Value) {
+        match self.0 {
+            Ok((misses, instructions)) => {
+                let (m, i) = (misses.read(), instructions.read());
+                let per_kilo = per_kilo(m, i);
+                (per_kilo, json!({"misses": m, "instructions": i, "per_kilo_instructions": per_kilo}))
+            }
+            Err(Unavailable(why)) => (None, json!({"unavailable": format!("{why}; page faults per second used instead")})),
         }
     }
 }
@@ -158,8 +187,10 @@ impl Agent for HugePages {
         }
         let s = self.settings.clone();
         let faults0 = (observe::faults(t.pid), Instant::now());
+        let tlb = TlbCount::start(&t.threads());
         let (recs, taken) = observe::sample_accesses(&self.scratch, &t.threads(), s.observe, s.freq_hz, stop)?;
         let fault_rate = observe::faults(t.pid).saturating_sub(faults0.0) as f64 / faults0.1.elapsed().as_secs_f64();
+        let (dtlb, dtlb_evidence) = tlb.finish();
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid))
             .map_err(|e| Error::new(ErrorKind::Process, format!("/proc/{}/maps: {e}", t.pid)))?;
         let ranges = observe::anon_ranges(&maps);
@@ -174,21 +205,28 @@ impl Agent for HugePages {
             "estimated_bytes": (view.estimated_pages * PAGE as f64).round(),
             "blocks_sampled": view.blocks.len(),
             "page_faults_per_s": fault_rate.round(),
-            "thresholds": {"pages": s.min_pages, "faults_per_s": s.min_faults_per_s, "samples": s.min_samples},
+            "dtlb": dtlb_evidence,
+            "thresholds": {"pages": s.min_pages, "faults_per_s": s.min_faults_per_s, "dtlb_per_kilo_instructions": s.min_dtlb_per_kilo,
+                "samples": s.min_samples},
             "anon_huge_bytes": observe::anon_huge_bytes(t.pid),
         });
         let spread = view.samples >= s.min_samples && view.estimated_pages >= s.min_pages;
         let faulting = fault_rate >= s.min_faults_per_s && !view.blocks.is_empty();
-        if !spread && !faulting {
+        let walking = dtlb.is_some_and(|d| d >= s.min_dtlb_per_kilo) && !view.blocks.is_empty();
+        let tlb_words = match dtlb {
+            Some(d) => format!("{d:.2} dTLB misses per 1000 instructions (threshold {})", s.min_dtlb_per_kilo),
+            None => "dTLB misses not counted (see evidence.dtlb)".to_string(),
+        };
+        if !spread && !faulting && !walking {
             let why = if view.samples < s.min_samples {
                 format!(
-                    "too few sampled accesses in anonymous memory to judge ({} of {} samples, {} needed); {:.0} page faults/s",
+                    "too few sampled accesses in anonymous memory to judge ({} of {} samples, {} needed); {:.0} page faults/s; {tlb_words}",
                     view.samples, taken, s.min_samples, fault_rate
                 )
             } else {
                 format!(
                     "small working set: its {} sampled accesses touch about {:.0} distinct 4 KiB pages ({:.1} MiB, Chao1), within the TLB's \
-                     reach ({} pages); {:.0} page faults/s (threshold {})",
+                     reach ({} pages); {:.0} page faults/s (threshold {}); {tlb_words}",
                     view.samples,
                     view.estimated_pages,
                     view.estimated_pages * PAGE as f64 / (1 << 20) as f64,
@@ -216,6 +254,8 @@ impl Agent for HugePages {
                     view.estimated_pages,
                     view.estimated_pages * PAGE as f64 / (1u64 << 20) as f64
                 )
+            } else if walking {
+                tlb_words
             } else {
                 format!("{fault_rate:.0} page faults/s")
             }
@@ -316,6 +356,22 @@ fn split(pid: u32, fd: &OwnedFd, ranges: &[(u64, u64)]) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dtlb_counts_or_says_why_not() {
+        // Checks: on this thread the dTLB count gives a rate with its counts, or (no PMU) no rate and the reason,
+        // with the page-fault fallback named.
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let (rate, evidence) = TlbCount::start(&[me]).finish();
+        match rate {
+            Some(r) => assert!(r >= 0.0 && evidence["instructions"].as_u64().unwrap() > 0, "{evidence}"),
+            None => {
+                let why = evidence["unavailable"].as_str().unwrap_or_default();
+                assert!(why.contains("cannot be counted") && why.ends_with("page faults per second used instead"), "{evidence}");
+            }
+        }
+    }
 
     const M: u64 = 1 << 20;
 

@@ -6,11 +6,14 @@
 //! switched in again it adds the nanoseconds in between to a per-CPU
 //! counter of `(tgid, tid, reason, user stack, kernel stack)`. It also sums
 //! each thread's on-CPU time (reason [`Reason::Running`], no stack), so a
-//! thread's on-CPU plus off-CPU time is its wall-clock time. Two
+//! thread's on-CPU plus off-CPU time is its wall-clock time. Given the
+//! [`StackAggregator`] (see [`OffCpuAggregator::load`]), user chains are
+//! walked by its unwind tables (`dwarfwalk.h`, the same maps, filled by the
+//! daemon), so code without frame pointers does not cut them. Two
 //! generations of tables, flipped by [`OffCpuAggregator::drain`]; a
 //! stack's frames cross into user space once.
 
-use crate::stacks::{parse_stack, raw_frames, stack_hash, Stack};
+use crate::stacks::{parse_stack, raw_frames, stack_hash, Stack, StackAggregator};
 use crate::{attach_all_tracing, codes, drain_table_with, err, flip_generation, percpu_sum, prog_run_stats, Error, ErrorKind, RunStats};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
@@ -91,6 +94,11 @@ pub struct OffCpuEntry {
     pub kernel_stack: Option<Stack>,
     /// A stack hash the maps no longer held.
     pub lost_stack: bool,
+    /// The user stack was walked by the unwind tables (right through code
+    /// without frame pointers), not by frame pointers.
+    pub by_tables: bool,
+    /// The table walk reached the depth limit: outer frames are missing.
+    pub depth_limit: bool,
     /// Blocks (or runs) summed.
     pub count: u64,
     pub ns: u64,
@@ -105,6 +113,16 @@ pub struct OffCpuCounters {
     pub start_full: u64,
     pub stack_full: u64,
     pub table_full: u64,
+    /// User chains walked by the unwind tables to the root.
+    pub unwind_walked: u64,
+    /// User chains walked by the unwind tables to the depth limit.
+    pub unwind_depth: u64,
+    /// Table walks that stopped early (no row for a pc, a DWARF
+    /// expression, a faulting read): the frame-pointer chain was taken.
+    pub unwind_stopped: u64,
+    /// Blocks of processes the daemon had not described to the table
+    /// walker yet: the frame-pointer chain was taken.
+    pub unwind_unknown: u64,
 }
 
 pub struct OffCpuAggregator {
@@ -119,7 +137,10 @@ pub struct OffCpuAggregator {
 impl OffCpuAggregator {
     /// Loads the program; `follow_only`: count only processes given to
     /// [`follow`](Self::follow) and their descendants, else every thread.
-    pub fn load(follow_only: bool) -> Result<OffCpuAggregator, Error> {
+    /// With `tables`, user chains are walked by that stack program's unwind
+    /// tables (its maps are shared: processes it has not been told of are
+    /// asked for through its `unwind_wanted`); without, by frame pointers.
+    pub fn load(follow_only: bool, tables: Option<&StackAggregator>) -> Result<OffCpuAggregator, Error> {
         if let Some(why) = crate::unavailable_reason() {
             return Err(Error::unsupported(why));
         }
@@ -128,6 +149,14 @@ impl OffCpuAggregator {
         let mut open = OffcpuSkelBuilder::default().open(storage).map_err(|e| err(ErrorKind::Load, "opening the off-CPU BPF object", e))?;
         if let Some(bss) = open.maps.bss_data.as_deref_mut() {
             bss.follow_only = follow_only as u32;
+            bss.use_tables = tables.is_some() as u32;
+        }
+        if let Some(t) = tables {
+            let shared = t.unwind_maps();
+            let ours = [&mut open.maps.unwind_rows, &mut open.maps.unwind_procs, &mut open.maps.unwind_wanted];
+            for (map, fd) in ours.into_iter().zip(shared) {
+                map.reuse_fd(fd).map_err(|e| err(ErrorKind::Load, "sharing the stack program's unwind tables", e))?;
+            }
         }
         let skel = open.load().map_err(|e| err(ErrorKind::Load, "loading the off-CPU BPF program (verifier)", e))?;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(|e| err(ErrorKind::Load, "counting CPUs", e))?;
@@ -158,12 +187,13 @@ impl OffCpuAggregator {
             self.known.clear();
         }
         for (key, count, ns) in raw {
-            let (pid, tid, reason, user, kstack) = parse_key(&key);
+            let (pid, tid, reason, flags, user, kstack) = parse_key(&key);
             let Some(reason) = Reason::from_code(reason) else { continue };
             let user_s = (user != 0).then(|| self.stack(old, user)).flatten();
             let kernel_s = (kstack != 0).then(|| self.stack(old, kstack)).flatten();
             let lost_stack = (user != 0 && user_s.is_none()) || (kstack != 0 && kernel_s.is_none());
-            out.push(OffCpuEntry { pid, tid, reason, user: user_s, kernel_stack: kernel_s, lost_stack, count, ns });
+            let (by_tables, depth_limit) = (flags & UNWIND_KEY_TABLES != 0, flags & UNWIND_KEY_DEPTH != 0);
+            out.push(OffCpuEntry { pid, tid, reason, user: user_s, kernel_stack: kernel_s, lost_stack, by_tables, depth_limit, count, ns });
         }
         self.maybe_clear(old);
         Ok(())
@@ -222,6 +252,10 @@ impl OffCpuAggregator {
             start_full: sum(codes::STAT_OFFCPU_START_FULL),
             stack_full: sum(codes::STAT_OFFCPU_STACK_FULL),
             table_full: sum(codes::STAT_OFFCPU_TABLE_FULL),
+            unwind_walked: sum(codes::STAT_UNWIND_WALKED),
+            unwind_depth: sum(codes::STAT_UNWIND_DEPTH),
+            unwind_stopped: sum(codes::STAT_UNWIND_NO_TABLE) + sum(codes::STAT_UNWIND_EXPRESSION) + sum(codes::STAT_UNWIND_READ_FAULT),
+            unwind_unknown: sum(codes::STAT_STREAM_UNKNOWN),
         }
     }
 
@@ -229,13 +263,24 @@ impl OffCpuAggregator {
     pub fn run_stats(&self) -> RunStats {
         prog_run_stats(&self.skel.progs.on_switch)
     }
+
+    /// Instructions the verifier processed to accept the context-switch
+    /// program (its limit is 1M).
+    pub fn verified_instructions(&self) -> Option<u32> {
+        crate::prog_info(&self.skel.progs.on_switch).map(|i| i.verified_insns).filter(|&n| n > 0)
+    }
 }
 
-/// Decodes `struct offcpu_key`: tgid, tid, reason, user and kernel stack hashes.
-fn parse_key(k: &[u8; KEY_SIZE]) -> (u32, u32, u32, u64, u64) {
+/// `UNWIND_KEY_*` in dwarfwalk.h: the user stack was walked by the tables,
+/// and to the depth limit.
+const UNWIND_KEY_TABLES: u32 = 1;
+const UNWIND_KEY_DEPTH: u32 = 2;
+
+/// Decodes `struct offcpu_key`: tgid, tid, reason, flags, user and kernel stack hashes.
+fn parse_key(k: &[u8; KEY_SIZE]) -> (u32, u32, u32, u32, u64, u64) {
     let u32_at = |i: usize| u32::from_ne_bytes(k[i..i + 4].try_into().expect("4 bytes"));
     let u64_at = |i: usize| u64::from_ne_bytes(k[i..i + 8].try_into().expect("8 bytes"));
-    (u32_at(0), u32_at(4), u32_at(8), u64_at(16), u64_at(24))
+    (u32_at(0), u32_at(4), u32_at(8), u32_at(12), u64_at(16), u64_at(24))
 }
 
 #[cfg(test)]
@@ -244,14 +289,15 @@ mod tests {
 
     #[test]
     fn key_layout_matches_struct_offcpu_key() {
-        // Checks parse_key against struct offcpu_key's field offsets (tgid, tid, reason, pad, user, kernel).
+        // Checks parse_key against struct offcpu_key's field offsets (tgid, tid, reason, flags, user, kernel).
         let mut k = [0u8; KEY_SIZE];
         k[0..4].copy_from_slice(&10u32.to_ne_bytes());
         k[4..8].copy_from_slice(&11u32.to_ne_bytes());
         k[8..12].copy_from_slice(&3u32.to_ne_bytes());
+        k[12..16].copy_from_slice(&(UNWIND_KEY_TABLES | UNWIND_KEY_DEPTH).to_ne_bytes());
         k[16..24].copy_from_slice(&0xabcu64.to_ne_bytes());
         k[24..32].copy_from_slice(&0xdefu64.to_ne_bytes());
-        assert_eq!(parse_key(&k), (10, 11, 3, 0xabc, 0xdef));
+        assert_eq!(parse_key(&k), (10, 11, 3, 3, 0xabc, 0xdef));
         assert_eq!(Reason::from_code(3), Some(Reason::Lock));
         assert_eq!(Reason::from_code(5), Some(Reason::Io));
         assert_eq!(Reason::from_code(6), None);

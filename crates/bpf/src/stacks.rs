@@ -262,6 +262,14 @@ impl StackAggregator {
             .map_err(|e| err(ErrorKind::Map, "describing a process to the unwinder", e))
     }
 
+    /// The unwind-table maps the off-CPU program shares: rows, process
+    /// descriptions, processes wanted.
+    pub(crate) fn unwind_maps(&self) -> [std::os::fd::BorrowedFd<'_>; 3] {
+        use std::os::fd::AsFd;
+        let m = &self.skel.maps;
+        [m.unwind_rows.as_fd(), m.unwind_procs.as_fd(), m.unwind_wanted.as_fd()]
+    }
+
     /// Processes the walker met without a description since the last call.
     pub fn take_unwind_wanted(&self) -> Vec<u32> {
         let map = &self.skel.maps.unwind_wanted;

@@ -188,3 +188,22 @@ mod stacks {
         bpf.forget_process(me);
     }
 }
+
+#[test]
+fn off_cpu_program_shares_the_stack_programs_unwind_tables() {
+    // Checks that the off-CPU program passes the verifier with the stack program's unwind maps, and asks for a process it blocks in through that program's unwind_wanted.
+    use loupe_bpf::offcpu::OffCpuAggregator;
+    use loupe_bpf::stacks::StackAggregator;
+    let stacks = StackAggregator::load(1024, 1024, false, 1 << 16).expect("load the stack program (run as root)");
+    let mut off = OffCpuAggregator::load(true, Some(&stacks)).expect("load the off-CPU program with the shared tables");
+    eprintln!("offcpu.bpf.c: the verifier processed {:?} instructions", off.verified_instructions());
+    let me = std::process::id();
+    off.follow(me).unwrap();
+    off.attach().unwrap();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c = off.counters();
+    assert!(stacks.take_unwind_wanted().contains(&me), "{c:?}");
+    assert!(c.unwind_unknown >= 5, "blocks of an undescribed process take frame pointers: {c:?}");
+}

@@ -335,6 +335,16 @@ fn summarize(e: &Engine, took: Duration) {
             c.start_full + c.table_full,
             c.stack_full
         );
+        let walks = c.unwind_walked + c.unwind_depth + c.unwind_stopped + c.unwind_unknown;
+        if walks > 0 {
+            eprintln!(
+                "loupe: off-CPU user chains: {} walked by unwind tables ({} of them to the depth limit); by frame pointers: {} where the table walk stopped, {} of processes not yet described",
+                c.unwind_walked + c.unwind_depth,
+                c.unwind_depth,
+                c.unwind_stopped,
+                c.unwind_unknown
+            );
+        }
     }
     if let Some(b) = e.collector.branch_stats() {
         eprintln!(

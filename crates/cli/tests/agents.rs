@@ -154,6 +154,7 @@ fn hugepages_agent_speeds_up_random_access_and_leaves_the_rest_alone() {
     assert!(huge_kib >= 32 * 1024, "only {huge_kib} KiB in huge pages after the agent kept its collapse");
     assert_eq!(left["event"], "left-alone", "{left:#}");
     assert!(left["summary"].as_str().unwrap().contains("small working set"), "{left:#}");
+    assert!(left["summary"].as_str().unwrap().contains("dTLB"), "the dTLB count (or why there is none) is not said: {left:#}");
     assert!(about(&entries, other.pid()).is_empty(), "a process not on the allow-list appears in the log");
     assert_eq!(other_kib, 0, "a process not on the allow-list got huge pages");
     for w in [big, small, other] {

@@ -76,3 +76,64 @@ fn off_cpu_time_per_function_reason_and_thread_match_the_programs_own_within_5_p
     let top = top_json(&db, &["-e", "off-cpu"]);
     assert_eq!(sum_rows(&top, |_| true), total, "top -e off-cpu and the stacks disagree");
 }
+
+/// (middle function of a chain of `offchain`, its leaf, the reason it blocks for).
+const CHAINS: [(&str, &str, &str); 3] =
+    [("sleep_chain", "sleep_leaf", "sleep"), ("read_chain", "read_leaf", "io"), ("wait_chain", "wait_leaf", "lock")];
+
+/// Off-CPU µs per chain of `offchain` whose stack holds `main;chain;leaf`
+/// (root first) blocked for its reason, from collapsed stacks.
+fn whole_chains(db: &Path) -> HashMap<&'static str, u64> {
+    let out = run_ok(loupe().args(["export", "--format", "collapsed", "-e", "off-cpu", "--db"]).arg(db));
+    let mut sums = HashMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        for (chain, leaf, reason) in CHAINS {
+            if stack.contains(&format!(";main;{chain};{leaf};")) && stack.ends_with(&format!(";[off-cpu: {reason}]")) {
+                *sums.entry(chain).or_insert(0) += n.parse::<u64>().unwrap();
+            }
+        }
+    }
+    sums
+}
+
+#[test]
+fn off_cpu_chains_through_code_without_frame_pointers_reach_main() {
+    // Checks that blocks in libc called from -fomit-frame-pointer code are attributed whole (main;chain;leaf) within 5% of the measured time, and that frame pointers alone (-g) lose those chains.
+    if !require_root() {
+        return;
+    }
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut report = String::new();
+    // The process is described to the table walker after its first block: a
+    // second of warm-up blocks (not measured) leaves the daemon time for it.
+    for (flags, tables, warmup) in [(&[][..], true, "1000"), (&["-g"][..], false, "0")] {
+        let (db, truth) = (dir.path().join(format!("db{tables}")), dir.path().join(format!("truth{tables}.json")));
+        let out = run_ok(
+            loupe()
+                .args(["record", "--off-cpu"])
+                .args(flags)
+                .arg("--db")
+                .arg(&db)
+                .arg("--")
+                .arg(workloads().join("offchain"))
+                .args(["--ms", "100", "--rounds", "3", "--warmup-ms", warmup, "--out"])
+                .arg(&truth),
+        );
+        let truth: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
+        let sums = whole_chains(&db);
+        for (chain, _, reason) in CHAINS {
+            let want = truth["chains"][chain].as_f64().unwrap();
+            let got = sums.get(chain).copied().unwrap_or(0) as f64 / 1e6;
+            report += &format!("{flags:?} {chain}: {got:.6} s whole ({reason}) vs {want:.6} s measured\n");
+            if tables {
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!((got - want).abs() <= 0.05 * want, "{chain} off by more than 5%:\n{report}{err}");
+            } else {
+                assert!(got < 0.05 * want, "a frame-pointer walk reached main through libc:\n{report}");
+            }
+        }
+    }
+    eprint!("{report}");
+}

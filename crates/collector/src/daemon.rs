@@ -352,9 +352,14 @@ impl Engine {
 
     /// Also sums off-CPU and per-thread on-CPU time in the kernel (event
     /// `off-cpu`): of the processes `follow` and their descendants, else
-    /// (empty) of every thread.
+    /// (empty) of every thread. User chains are walked by the stack
+    /// program's unwind tables when it has them, else by frame pointers.
     pub fn enable_off_cpu(&mut self, follow: &[u32]) -> Result<()> {
-        let mut off = loupe_bpf::offcpu::OffCpuAggregator::load(!follow.is_empty())?;
+        let tables = match &self.bpf {
+            Some(KernelAggregator::Stacks(k)) => k.unwind_tables(),
+            _ => None,
+        };
+        let mut off = loupe_bpf::offcpu::OffCpuAggregator::load(!follow.is_empty(), tables)?;
         for &pid in follow {
             off.follow(pid)?;
         }

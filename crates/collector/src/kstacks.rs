@@ -203,6 +203,12 @@ impl KernelStacks {
         &self.bpf
     }
 
+    /// The program whose unwind tables other walkers may share (off-CPU
+    /// chains); none when every stack is walked by frame pointers.
+    pub fn unwind_tables(&self) -> Option<&StackAggregator> {
+        (!self.frame_pointers_only).then_some(&self.bpf)
+    }
+
     fn drain(&mut self, c: &mut Collector) -> Result<u64, loupe_bpf::Error> {
         let mut entries = std::mem::take(&mut self.entries);
         entries.clear();

@@ -10,9 +10,13 @@
 //! system call it blocked in; the kernel's for kernel threads). The stack
 //! profile gets its kernel frames, then its user frames, with one frame
 //! on top naming the reason (`[off-cpu: lock]`), so flame graphs and
-//! `top --children` split time by reason. User chains are frame-pointer
-//! walks: as for samples walked in the kernel, a chain through code
-//! without frame pointers is cut there and marked `[unwind stopped]`.
+//! `top --children` split time by reason. User chains are walked by the
+//! stack program's unwind tables where the daemon has them (BPF backend
+//! with stacks), complete through code without frame pointers; otherwise
+//! (the stream backend, `--stack-bytes 0`, a process not yet described, a
+//! table walk that stopped) they are frame-pointer walks and, as for
+//! samples walked in the kernel, a chain through code without frame
+//! pointers is cut there and marked `[unwind stopped]`.
 //!
 //! On-CPU entries (`Reason::Running`) and every off-CPU entry also sum
 //! per thread into [`ThreadTimes`], the wall-clock view.
@@ -107,11 +111,16 @@ impl Collector {
         frames.extend(kernel.iter().enumerate().map(|(i, &a)| self.kernel_location(if i == 0 { a } else { a - 1 })));
         let user_frames: Vec<(u32, u64)> =
             user.iter().enumerate().map(|(i, &a)| self.frame_of(e.pid, if i == 0 { a } else { a.wrapping_sub(1) })).collect();
-        let images: Vec<u32> = user_frames.iter().map(|f| f.0).collect();
-        let (keep, cut) = crate::kstacks::trustworthy_prefix(&images, &mut |img| self.has_frame_pointers(st, e.pid, img));
+        // A chain the tables walked is right through code without frame pointers.
+        let (keep, cut) = if e.by_tables {
+            (user_frames.len(), false)
+        } else {
+            let images: Vec<u32> = user_frames.iter().map(|f| f.0).collect();
+            crate::kstacks::trustworthy_prefix(&images, &mut |img| self.has_frame_pointers(st, e.pid, img))
+        };
         frames.extend_from_slice(&user_frames[..keep]);
         let Some(mut stacks) = self.stacks.take() else { return };
-        if cut || bad_frame || e.lost_stack {
+        if cut || bad_frame || e.lost_stack || e.depth_limit {
             frames.push((stacks.truncated_image, 0));
         }
         let comm = self.procs.get(e.pid).map_or("swapper", |p| self.agg.comm(p.comm)).to_string();

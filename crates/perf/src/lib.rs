@@ -16,6 +16,7 @@
 //! ```
 
 mod child;
+pub mod counting;
 mod events;
 pub mod record;
 pub mod ring;

@@ -8,6 +8,11 @@
  *    it left the CPU (`reason`, below) and its kernel and user call chains
  *    (named by hash as stacks.bpf.c names them, stackwalk.h), and adds the
  *    time it ran since it was switched in to its on-CPU total;
+ *    the user chain is walked by the compact unwind tables of dwarfwalk.h
+ *    (the stack program's maps, shared: `use_tables`) when the daemon has
+ *    described the process, so code without frame pointers (Debian's libc,
+ *    -O2 builds) does not cut it; by frame pointers otherwise, or where
+ *    the table walk stops early;
  *  - for the thread switched in, adds the nanoseconds since its switch-out
  *    to a per-CPU counter of (tgid, tid, reason, user stack, kernel stack).
  * Two generations of count tables and stack maps, flipped by the daemon,
@@ -28,6 +33,7 @@
 #include <bpf/bpf_core_read.h>
 #include "codes.h"
 #include "stackwalk.h"
+#include "dwarfwalk.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -52,7 +58,8 @@ struct offcpu_key {
 	__u32 tgid;
 	__u32 tid;
 	__u32 reason;
-	__u32 pad;
+	/* UNWIND_KEY_* flags: how the user stack was walked. */
+	__u32 flags;
 	__u64 user_stack;
 	__u64 kernel_stack;
 };
@@ -69,6 +76,8 @@ struct blocked {
 	__u64 kernel_stack;
 	__u32 tgid;
 	__u32 reason;
+	__u32 flags;
+	__u32 pad;
 };
 
 #define TABLE(name)                                   \
@@ -120,6 +129,9 @@ volatile __u32 generation = 0;
 /* 0: every thread but the idle tasks; 1: only processes in `targets`
  * and those they fork. */
 volatile __u32 follow_only = 0;
+/* 1: unwind_procs and unwind_rows are the stack program's, filled by the
+ * daemon; walk user chains by them. */
+volatile __u32 use_tables = 0;
 
 static __always_inline void bump(__u32 which)
 {
@@ -210,6 +222,35 @@ static __always_inline __u64 name_chain(void *ctx, __u32 slot, __u64 flags, int 
 	return h;
 }
 
+/* Names the current task's user chain walked by the unwind tables, 0 when
+ * the walk stopped early or the process is not described yet (counted in
+ * `stats` under the UNWIND_* and STREAM_UNKNOWN codes: the caller falls
+ * back to frame pointers); `*flags` says how far the walk went. At a
+ * context switch the task is in the kernel: the walk starts from the user
+ * registers saved at kernel entry. */
+static __always_inline __u64 walked_chain(void *ctx, __u32 tgid, __u32 *flags, int *full)
+{
+	__u32 slot = 0, why;
+	struct stack *s = bpf_map_lookup_elem(&scratch, &slot);
+	__u8 f = 0;
+	__u64 h;
+
+	if (!s)
+		return 0;
+	why = unwind_user((struct bpf_perf_event_data *)ctx, tgid, 1, s, &f, LOUPE_STAT_STREAM_UNKNOWN);
+	if (why) {
+		bump(why);
+		return 0;
+	}
+	bump(f & UNWIND_KEY_DEPTH ? LOUPE_STAT_UNWIND_DEPTH : LOUPE_STAT_UNWIND_WALKED);
+	if (!s->nr)
+		return 0;
+	h = intern(stacks(), s);
+	*full |= !h;
+	*flags = h ? f : 0;
+	return h;
+}
+
 /* The current task leaves the CPU: count the run that ends, note the block that begins. */
 static __always_inline void switch_out(void *ctx, struct task_struct *prev, bool preempt, unsigned int state, __u64 now)
 {
@@ -227,7 +268,10 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, bool
 		return;
 	b.reason = reason_of(prev, preempt, state);
 	b.kernel_stack = name_chain(ctx, 1, 0, &full);
-	b.user_stack = name_chain(ctx, 0, BPF_F_USER_STACK, &full);
+	if (use_tables && !(BPF_CORE_READ(prev, flags) & PF_KTHREAD_FLAG))
+		b.user_stack = walked_chain(ctx, k.tgid, &b.flags, &full);
+	if (!b.user_stack)
+		b.user_stack = name_chain(ctx, 0, BPF_F_USER_STACK, &full);
 	if (full)
 		bump(LOUPE_STAT_OFFCPU_STACK_FULL);
 	if (bpf_map_update_elem(&blocked, &tid, &b, BPF_ANY))
@@ -248,6 +292,7 @@ static __always_inline void switch_in(struct task_struct *next, __u64 now)
 	}
 	k.tgid = b->tgid;
 	k.reason = b->reason;
+	k.flags = b->flags;
 	k.user_stack = b->user_stack;
 	k.kernel_stack = b->kernel_stack;
 	add(counts(), &k, now - b->since);
