@@ -10,6 +10,12 @@ previous), so that the database holds what a day of such minutes would.
 Requests go over HTTP to a real `loupe serve`, one at a time, --rounds each.
 
 Usage: bench/serve.py [--seconds 30] [--freq 2000] [--epochs 1440] [--step 60] [--rounds 20]
+       bench/serve.py --compare OLD_LOUPE [--turns 2] [--db DIR] [--gzip] ...
+
+--compare measures the one-epoch case with OLD_LOUPE and $LOUPE in turns
+(A B A B ..., a fresh server each turn) on the same recording, and prints
+the medians of each side and their ratios. --db reuses a recording instead
+of making one; --gzip asks for compressed answers as browsers do.
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -47,10 +53,20 @@ def synthesize_day(src, dst, epochs, step):
     open(os.path.join(dst, "CURRENT"), "w").write(f"{epochs}\n")
 
 
-def serve(db):
-    p = subprocess.Popen([LOUPE, "serve", "--db", db, "--listen", "127.0.0.1:0", "--time-limit", "600"], stdout=subprocess.PIPE, text=True)
+def serve(db, loupe=LOUPE):
+    p = subprocess.Popen([loupe, "serve", "--db", db, "--listen", "127.0.0.1:0", "--time-limit", "600"], stdout=subprocess.PIPE, text=True)
     line = p.stdout.readline()
     return p, line.split()[1].rstrip("/")
+
+
+GZIP = False
+
+
+def get(url):
+    """The answer's bytes as they came (compressed when --gzip asked for it)."""
+    req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"} if GZIP else {})
+    with urllib.request.urlopen(req, timeout=900) as r:
+        return r.read()
 
 
 def timings(url, rounds):
@@ -58,8 +74,7 @@ def timings(url, rounds):
     out = []
     for _ in range(rounds + 1):
         t = time.perf_counter()
-        with urllib.request.urlopen(url, timeout=900) as r:
-            r.read()
+        get(url)
         out.append(time.perf_counter() - t)
     first, out = out[0], sorted(out[1:])
     return first, statistics.median(out), out[min(len(out) - 1, int(round(0.95 * (len(out) - 1))))]
@@ -73,43 +88,79 @@ def main():
     ap.add_argument("--step", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--day-rounds", type=int, default=5)
+    ap.add_argument("--compare", metavar="OLD_LOUPE", help="measure one epoch with this binary and $LOUPE in turns")
+    ap.add_argument("--turns", type=int, default=2)
+    ap.add_argument("--db", help="an existing recording to use (not removed)")
+    ap.add_argument("--gzip", action="store_true", help="send Accept-Encoding: gzip")
     a = ap.parse_args()
+    global GZIP
+    GZIP = a.gzip
     # A timeout's SIGTERM still stops the server (the finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     tmp = tempfile.mkdtemp(prefix="loupe-serve-bench.")
     one, day = os.path.join(tmp, "one"), os.path.join(tmp, "day")
     try:
-        record(one, a.seconds, a.freq)
+        if a.db:
+            one = a.db
+        else:
+            record(one, a.seconds, a.freq)
+        if a.compare:
+            compare(a, one)
+            return
         synthesize_day(one, day, a.epochs, a.step)
         measure(a, one, day)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def compare(a, db):
+    """Old and new binary in turns on one recording; medians per side, then new/old."""
+    results = {"old": [], "new": []}
+    for turn in range(a.turns):
+        for side, loupe in [("old", a.compare), ("new", LOUPE)]:
+            print(f"turn {turn + 1}, {side} ({loupe}):")
+            results[side].append(measure_one(a, "one epoch", db, "current", a.rounds, loupe))
+    print("medians over turns (ms), old -> new, ratio new/old:")
+    for key in results["old"][0]:
+        old = statistics.median(r[key] for r in results["old"]) * 1000
+        new = statistics.median(r[key] for r in results["new"]) * 1000
+        print(f"  {key}: {old:.0f} -> {new:.0f} ({new / old:.3f})")
+
+
 def measure(a, one, day):
     for name, db, epoch, rounds in [("one epoch", one, "current", a.rounds), (f"day ({a.epochs} epochs)", day, "all", a.day_rounds)]:
-        p, base = serve(db)
-        try:
-            top = json.load(urllib.request.urlopen(f"{base}/api/top?by=image&epoch={epoch}&limit=1", timeout=900))
-            print(f"{name}: {top['total_samples']} samples")
-            for what in ["top?by=procedure&", "top?by=image&", "flame?"]:
-                path = f"{what}epoch={epoch}"
-                first, p50, p95 = timings(f"{base}/api/{path}", rounds)
-                print(f"  /api/{path}: first {first * 1000:.0f} ms; then p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms ({rounds} requests)")
-            # Questions not asked before (answers not kept; symbol tables kept): one per process name.
-            comms = ["selftime", "callstack", "node", "bash", "python3", "loupe", "cc1", "rustc", "ld", "sh"]
-            for what in ["top?by=procedure&", "flame?"]:
-                times = []
-                for c in comms[:rounds]:
-                    t = time.perf_counter()
-                    urllib.request.urlopen(f"{base}/api/{what}epoch={epoch}&comm={c}", timeout=900).read()
-                    times.append(time.perf_counter() - t)
-                times.sort()
-                p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
-                print(f"  /api/{what}epoch={epoch}&comm=X, {len(times)} distinct X: p50 {statistics.median(times) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms")
-        finally:
-            p.kill()
-            p.wait()
+        measure_one(a, name, db, epoch, rounds)
+
+
+def measure_one(a, name, db, epoch, rounds, loupe=LOUPE):
+    """Prints one database's figures; returns them by name (seconds)."""
+    figures = {}
+    p, base = serve(db, loupe)
+    try:
+        top = json.load(urllib.request.urlopen(f"{base}/api/top?by=image&epoch={epoch}&limit=1", timeout=900))
+        print(f"{name}: {top['total_samples']} samples")
+        for what in ["top?by=procedure&", "top?by=image&", "flame?"]:
+            path = f"{what}epoch={epoch}"
+            first, p50, p95 = timings(f"{base}/api/{path}", rounds)
+            size = len(get(f"{base}/api/{path}"))
+            print(f"  /api/{path}: first {first * 1000:.0f} ms; then p50 {p50 * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms ({rounds} requests, {size} bytes)")
+            figures.update({f"{path} first": first, f"{path} p50": p50, f"{path} p95": p95})
+        # Questions not asked before (answers not kept; symbol tables kept): one per process name.
+        comms = ["selftime", "callstack", "node", "bash", "python3", "loupe", "cc1", "rustc", "ld", "sh"]
+        for what in ["top?by=procedure&", "flame?"]:
+            times = []
+            for c in comms[:rounds]:
+                t = time.perf_counter()
+                get(f"{base}/api/{what}epoch={epoch}&comm={c}")
+                times.append(time.perf_counter() - t)
+            times.sort()
+            p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
+            print(f"  /api/{what}epoch={epoch}&comm=X, {len(times)} distinct X: p50 {statistics.median(times) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms")
+            figures.update({f"{what}comm=X p50": statistics.median(times), f"{what}comm=X p95": p95})
+    finally:
+        p.kill()
+        p.wait()
+    return figures
 
 
 if __name__ == "__main__":

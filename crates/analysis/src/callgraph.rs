@@ -72,32 +72,43 @@ pub fn resolve(profiles: &[StackProfile], events: &[EventName], sel: &Selection,
         ..Default::default()
     };
     let mut loc_ix: HashMap<(ImageId, ImageOffset), u32> = HashMap::new();
-    let mut stack_ix: HashMap<(ProcessKey, Vec<u32>), usize> = HashMap::new();
+    let mut process_ix: HashMap<&ProcessKey, u32> = HashMap::new();
+    let mut stack_ix: HashMap<(u32, Vec<u32>), usize> = HashMap::new();
     let (mut period_sums, mut all_samples) = (vec![0u64; events.len()], vec![0u64; events.len()]);
     for p in profiles {
         let Some(ev) = events.iter().position(|e| *e == p.event) else { continue };
         period_sums[ev] += p.period_sum;
         all_samples[ev] += p.total_samples();
+        // Per table entry, worked out once: whether an image is kept, a frame's location, a process's number.
+        let image_kept: Vec<bool> = p.images.iter().map(|img| (sel.keep_image)(&image_display(img))).collect();
+        let mut frame_loc: Vec<u32> = vec![u32::MAX; p.frames.len()];
+        let mut process_kept: Vec<Option<Option<u32>>> = vec![None; p.processes.len()];
+        let mut locs = Vec::new();
         for (&(pi, si), &n) in &p.counts {
             let process = &p.processes[pi as usize];
-            if !(sel.keep)(process) || !p.stack(si).any(|(img, _)| (sel.keep_image)(&image_display(img))) {
-                continue;
-            }
+            let pid = *process_kept[pi as usize].get_or_insert_with(|| {
+                let next = process_ix.len() as u32;
+                (sel.keep)(process).then(|| *process_ix.entry(process).or_insert(next))
+            });
+            let frames = &p.stacks[si as usize];
+            let Some(pid) = pid.filter(|_| frames.iter().any(|&f| image_kept[p.frames[f as usize].image as usize])) else { continue };
             out.totals[ev] += n;
             if p.is_truncated(si) {
                 out.truncated[ev] += n;
             }
-            let locs: Vec<u32> = p
-                .stack(si)
-                .map(|(img, off)| {
+            locs.clear();
+            for &f in frames {
+                if frame_loc[f as usize] == u32::MAX {
+                    let frame = p.frames[f as usize];
                     let next = loc_ix.len() as u32;
-                    *loc_ix.entry((img.clone(), off)).or_insert(next)
-                })
-                .collect();
+                    frame_loc[f as usize] = *loc_ix.entry((p.images[frame.image as usize].clone(), frame.offset)).or_insert(next);
+                }
+                locs.push(frame_loc[f as usize]);
+            }
             let next = out.stacks.len();
-            let i = *stack_ix.entry((process.clone(), locs.clone())).or_insert(next);
+            let i = *stack_ix.entry((pid, locs.clone())).or_insert(next);
             if i == next {
-                out.stacks.push(Stack { process: process.clone(), locations: locs, counts: vec![0; events.len()] });
+                out.stacks.push(Stack { process: process.clone(), locations: locs.clone(), counts: vec![0; events.len()] });
             }
             out.stacks[i].counts[ev] += n;
         }

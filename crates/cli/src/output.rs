@@ -26,7 +26,7 @@ pub fn serving() -> bool {
 }
 
 /// `doc` as printed: indented for people, compact for the server.
-pub fn json_text(doc: &serde_json::Value) -> serde_json::Result<String> {
+pub fn json_text<T: serde::Serialize + ?Sized>(doc: &T) -> serde_json::Result<String> {
     if serving() {
         serde_json::to_string(doc)
     } else {

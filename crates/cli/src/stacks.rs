@@ -123,21 +123,27 @@ pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
     Ok(0)
 }
 
-/// `flame --format json`: the tree of [`flame::tree`] with what it covers (docs/serve.md).
+/// `flame --format json`: the tree of [`flame::FlameTree`] with what it covers
+/// (docs/serve.md). Fields in alphabetical order, as the JSON object it
+/// once was printed them.
 fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8>, String> {
-    fn node(n: &flame::FlameNode) -> serde_json::Value {
-        let mut o = serde_json::json!({ "name": n.procedure, "self": n.self_, "total": n.total });
-        if !n.image.is_empty() {
-            o["image"] = n.image.clone().into();
-            o["inlined"] = n.inlined.into();
-        }
-        o["children"] = n.children.iter().map(node).collect();
-        o
+    #[derive(serde::Serialize)]
+    struct Doc<'a> {
+        epochs: Vec<u32>,
+        event: &'a str,
+        inverted: bool,
+        root: flame::FlameTree<'a>,
+        total: u64,
+        unwind_stopped: u64,
     }
-    let doc = serde_json::json!({
-        "event": d.events[0].0, "total": d.totals[0], "epochs": epochs.iter().map(|e| e.0).collect::<Vec<_>>(),
-        "unwind_stopped": d.truncated[0], "inverted": inverted, "root": node(&flame::tree(d, 0, inverted)),
-    });
+    let doc = Doc {
+        epochs: epochs.iter().map(|e| e.0).collect(),
+        event: &d.events[0].0,
+        inverted,
+        root: flame::FlameTree::new(d, 0, inverted),
+        total: d.totals[0],
+        unwind_stopped: d.truncated[0],
+    };
     crate::output::json_text(&doc).map(|s| (s + "\n").into_bytes()).map_err(|e| e.to_string())
 }
 

@@ -8,7 +8,9 @@
 //! changes mtime: a new epoch, a cached binary, a JIT map) and, least
 //! recently used first, when the loaded images together pass the budget.
 //! A symbolizer in use by a request is never dropped; so the memory held
-//! is the budget plus what running requests load.
+//! is the budget plus what running requests load, and one database set
+//! whose images alone pass the budget keeps them until another set is
+//! asked for (dropping them would make each request read them again).
 
 use loupe_symbolize::Symbolizer;
 use std::path::{Path, PathBuf};
@@ -44,23 +46,33 @@ pub fn shared(dbs: &[&Path], make: impl FnOnce() -> Symbolizer) -> Option<Arc<Mu
     let mut cache = CACHE.get()?.lock().unwrap_or_else(|p| p.into_inner());
     let key: Vec<PathBuf> = dbs.iter().map(|d| d.to_path_buf()).collect();
     let stamp = stamp(&key);
-    cache.clock += 1;
-    let clock = cache.clock;
-    cache.trim();
-    let found = cache.entries.iter().position(|e| e.dbs == key);
-    if let Some(i) = found.filter(|&i| cache.entries[i].stamp == stamp) {
-        cache.entries[i].used = clock;
-        return Some(Arc::clone(&cache.entries[i].symbolizer));
-    }
-    if let Some(i) = found {
-        cache.entries.remove(i);
-    }
-    let symbolizer = Arc::new(Mutex::new(make()));
-    cache.entries.push(Entry { dbs: key, stamp, symbolizer: Arc::clone(&symbolizer), used: clock, bytes: 0 });
-    Some(symbolizer)
+    Some(cache.get(key, stamp, make))
 }
 
 impl Cache {
+    /// The entry for `key` at `stamp`, made anew when missing or stale.
+    fn get(&mut self, key: Vec<PathBuf>, stamp: Vec<Option<SystemTime>>, make: impl FnOnce() -> Symbolizer) -> Arc<Mutex<Symbolizer>> {
+        self.clock += 1;
+        let clock = self.clock;
+        let found = self.entries.iter().position(|e| e.dbs == key);
+        if let Some(i) = found.filter(|&i| self.entries[i].stamp == stamp) {
+            self.entries[i].used = clock;
+            let symbolizer = Arc::clone(&self.entries[i].symbolizer);
+            // Trimmed while this request holds its symbolizer: one bigger than
+            // the budget (a whole machine's libraries) stays while it is the one
+            // asked for, instead of being dropped and read again every request.
+            self.trim();
+            return symbolizer;
+        }
+        if let Some(i) = found {
+            self.entries.remove(i);
+        }
+        self.trim();
+        let symbolizer = Arc::new(Mutex::new(make()));
+        self.entries.push(Entry { dbs: key, stamp, symbolizer: Arc::clone(&symbolizer), used: clock, bytes: 0 });
+        symbolizer
+    }
+
     /// Measures the idle entries and drops the least recently used idle
     /// ones until the total fits the budget.
     fn trim(&mut self) {
@@ -157,5 +169,26 @@ mod tests {
         }
         let c = shared(&[dir.path()], make).unwrap();
         assert!(!Arc::ptr_eq(&a, &c));
+    }
+
+    #[test]
+    fn a_symbolizer_over_the_budget_stays_while_it_is_the_one_asked_for() {
+        // Checks that asking again for a set whose loaded images pass the budget gets the same symbolizer, and asking for another set drops it.
+        let mut c = cache(1);
+        let make = || Symbolizer::new(SymbolizerOptions::default());
+        let a = c.get(vec![PathBuf::from("a")], Vec::new(), make);
+        let exe = std::env::current_exe().unwrap();
+        let image = loupe_model::ImageId::elf(exe.to_str().unwrap(), None);
+        a.lock().unwrap().symbolize(&image, &[loupe_model::ImageOffset(0x1000)], false);
+        let loaded = a.lock().unwrap().loaded_bytes();
+        assert!(loaded > 1, "the test binary's symbols are loaded");
+        // The request that used it has ended: the entry is idle and over the budget.
+        drop(a);
+        let again = c.get(vec![PathBuf::from("a")], Vec::new(), make);
+        assert_eq!(again.lock().unwrap().loaded_bytes(), loaded, "kept (a new one would have nothing loaded)");
+        drop(again);
+        c.get(vec![PathBuf::from("b")], Vec::new(), make);
+        let names: Vec<PathBuf> = c.entries.iter().flat_map(|e| e.dbs.clone()).collect();
+        assert_eq!(names, [PathBuf::from("b")], "the idle one over the budget went");
     }
 }

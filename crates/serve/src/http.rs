@@ -3,6 +3,7 @@
 //! length and `Connection: close`.
 
 use std::io::{Read, Write};
+use std::sync::{Arc, OnceLock};
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct Request {
@@ -131,11 +132,13 @@ pub struct Response {
     pub content_type: &'static str,
     pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
+    /// Where to keep the body gzipped once it is sent (see `route::after_sent`).
+    pub gzip_later: Option<Arc<OnceLock<Vec<u8>>>>,
 }
 
 impl Response {
     pub fn new(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
-        Response { status, content_type, headers: Vec::new(), body }
+        Response { status, content_type, headers: Vec::new(), body, gzip_later: None }
     }
 
     /// `{"error": message}`.

@@ -34,9 +34,27 @@ pub(crate) fn handle(shared: &Arc<Shared>, req: &Request) -> Response {
     let params: Vec<(String, String)> = req.query.iter().filter(|(n, _)| n != "token").cloned().collect();
     match req.path.strip_prefix("/api/") {
         Some("openapi.json") => Response::new(200, "application/json", shared.api.openapi()),
-        Some(command) => call(shared, command, params),
+        Some(command) => {
+            let mut r = call(shared, command, params, accepts_gzip(req));
+            r.headers.push(("Vary", "Accept-Encoding".into()));
+            r
+        }
         None => asset(&req.path),
     }
+}
+
+/// JSON answers at least this long are sent gzipped to clients that accept it.
+const GZIP_FROM: usize = 64 * 1024;
+
+/// Whether `Accept-Encoding` lists gzip without `q=0`.
+fn accepts_gzip(req: &Request) -> bool {
+    req.header("accept-encoding").is_some_and(|v| {
+        v.split(',').any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            parts.next().is_some_and(|c| c.eq_ignore_ascii_case("gzip"))
+                && parts.all(|p| p.strip_prefix("q=").is_none_or(|q| q.parse::<f64>().is_ok_and(|q| q > 0.0)))
+        })
+    })
 }
 
 /// Either header or query parameter, compared in constant time.
@@ -52,7 +70,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 /// Runs the command on its own thread, holding a worker slot until it ends
 /// (even past the time limit, so that slow commands cannot pile up).
-fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>) -> Response {
+fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>, gzip: bool) -> Response {
     let Some(slot) = Slot::take(shared) else {
         return Response::error(503, &format!("all {} workers are busy; try again", shared.config.workers));
     };
@@ -69,13 +87,26 @@ fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>) -> R
         return Response::error(503, &format!("cannot start a worker: {e}"));
     }
     match rx.recv_timeout(shared.config.time_limit) {
-        Ok(Ok(reply)) => answer(reply),
+        Ok(Ok(reply)) => answer(reply, gzip),
         Ok(Err(e)) => Response::error(e.status(), e.message()),
         Err(_) => Response::error(503, &format!("{command} took longer than {} s", shared.config.time_limit.as_secs_f64())),
     }
 }
 
-fn answer(reply: Reply) -> Response {
+/// The reply as a response: a large JSON one gzipped when the client
+/// accepts it and the compressed bytes are made, else plain, marked to be
+/// compressed once sent.
+fn answer(reply: Reply, gzip: bool) -> Response {
+    if gzip && reply.filename.is_none() && reply.body.len() >= GZIP_FROM {
+        if let Some(z) = reply.gzip.get() {
+            let mut r = Response::new(200, reply.content_type, z.clone());
+            r.headers.push(("Content-Encoding", "gzip".into()));
+            return r;
+        }
+        let mut r = Response::new(200, reply.content_type, reply.body);
+        r.gzip_later = Some(reply.gzip);
+        return r;
+    }
     let mut r = Response::new(200, reply.content_type, reply.body);
     if let Some(name) = reply.filename {
         // Names are the server's own (loupe.pb.gz ...); quotes and controls could not come from a request, but stay out.
@@ -83,6 +114,15 @@ fn answer(reply: Reply) -> Response {
         r.headers.push(("Content-Disposition", format!("attachment; filename=\"{name}\"")));
     }
     r
+}
+
+/// After a response is sent: gzips a plain answer that its client would
+/// have taken gzipped, when the answer is kept (its compressed bytes are
+/// shared with a copy the [`Api`] holds) for the next request to send.
+pub(crate) fn after_sent(r: &Response) {
+    if let Some(cell) = r.gzip_later.as_ref().filter(|c| Arc::strong_count(c) > 1) {
+        cell.get_or_init(|| crate::gzip(&r.body));
+    }
 }
 
 /// An embedded file; paths without an extension get index.html (the pages
@@ -104,6 +144,7 @@ fn asset(path: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::OnceLock;
     use std::time::Duration;
 
     struct Fake;
@@ -111,6 +152,12 @@ mod tests {
         fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError> {
             match command {
                 "echo" => Ok(Reply::json(serde_json::to_vec(&params).unwrap())),
+                "big" => Ok(Reply::json(serde_json::to_vec(&vec![params; 10_000]).unwrap())),
+                // A kept answer: every call returns a copy of the same one, as the binary's answer cache does.
+                "kept" => {
+                    static KEPT: OnceLock<Reply> = OnceLock::new();
+                    Ok(KEPT.get_or_init(|| Reply::json(serde_json::to_vec(&vec![params; 10_000]).unwrap())).clone())
+                }
                 "missing" => Err(ApiError::new(ApiErrorKind::NotFound, "no epoch 9")),
                 "file" => Ok(Reply::download(b"a;b 1\n".to_vec(), "text/plain; charset=utf-8", "loupe.txt")),
                 "slow" => {
@@ -184,5 +231,33 @@ mod tests {
         assert_eq!(handle(&s, &get("/api/echo", &[], &[("authorization", "Bearer sesame")])).status, 200);
         let r = handle(&s, &get("/api/echo", &[("by", "line"), ("token", "sesame")], &[]));
         assert_eq!((r.status, String::from_utf8(r.body).unwrap()), (200, r#"[["by","line"]]"#.to_string()));
+    }
+
+    #[test]
+    fn kept_large_json_is_gzipped_after_its_first_answer_for_clients_that_accept_it() {
+        // Checks Content-Encoding: a kept big answer goes plain first, then gzipped (decoding to the plain one) once sent; never when gzip is not accepted or q=0, nor for an answer not kept or a small one.
+        let s = shared(None, 30_000);
+        let ask = |path: &str, enc: &str| {
+            let r = handle(&s, &get(path, &[("by", "line")], &[("accept-encoding", enc)]));
+            after_sent(&r);
+            r
+        };
+        let gzipped = |r: &Response| r.headers.contains(&("Content-Encoding", "gzip".to_string()));
+        let plain = ask("/api/kept", "identity");
+        assert!(plain.body.len() >= GZIP_FROM && !gzipped(&plain));
+        assert_eq!(ask("/api/kept", "gzip;q=0").body, plain.body);
+        let first = ask("/api/kept", "br, gzip;q=0.8");
+        assert!(!gzipped(&first) && first.body == plain.body, "the first answer is not kept waiting");
+        let z = ask("/api/kept", "br, gzip;q=0.8");
+        assert!(gzipped(&z), "{:?}", z.headers);
+        assert!(z.body.len() < plain.body.len() / 4);
+        let mut unzipped = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&z.body[..]), &mut unzipped).unwrap();
+        assert_eq!(unzipped, plain.body);
+        assert_eq!(ask("/api/kept", "identity").body, plain.body);
+        for _ in 0..2 {
+            assert!(!gzipped(&ask("/api/big", "gzip")), "an answer nobody keeps is not compressed");
+        }
+        assert_eq!(ask("/api/echo", "gzip").body, br#"[["by","line"]]"#);
     }
 }
