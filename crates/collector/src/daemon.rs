@@ -466,14 +466,26 @@ impl Engine {
 
     /// Waits for data (or the poll timeout), then drains and attributes it.
     pub fn step(&mut self) -> Result<()> {
-        self.sampler.poll(if self.collector.wants_prompt_drain() { PROMPT_POLL } else { POLL_TIMEOUT })?;
+        // Never sleep past a slice: with short flush intervals (slices 100 ms
+        // apart at --flush-every 1) a 250 ms poll stretched every interval
+        // 2.5 times, and a kill -9 lost that much.
+        let until_slice = self.next_slice_at.saturating_duration_since(Instant::now());
+        self.sampler.poll(if self.collector.wants_prompt_drain() { PROMPT_POLL } else { POLL_TIMEOUT.min(until_slice) })?;
         if self.bpf.is_none() || self.last_drain.elapsed() >= bpf_drain_every(self.flush_every) {
             self.drain()?;
         } else {
             self.drain_sideband();
         }
-        if Instant::now() >= self.next_slice_at {
+        // Late (a loaded machine, a slow disk): catch up, at most one interval's slices at once.
+        let slice = self.flush_every / FLUSH_SLICES as u32;
+        for _ in 0..FLUSH_SLICES {
+            if Instant::now() < self.next_slice_at {
+                break;
+            }
             self.flush_slice()?;
+        }
+        if Instant::now() >= self.next_slice_at {
+            self.next_slice_at = Instant::now() + slice;
         }
         Ok(())
     }
