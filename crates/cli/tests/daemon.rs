@@ -145,7 +145,8 @@ fn the_default_daemon_loses_no_record_with_every_cpu_busy() {
     let samples = report["stats"]["samples"].as_u64().unwrap();
     assert!(samples >= 2 * cpus as u64 * 10, "only {samples} samples");
     let closing = stderr.lines().rfind(|l| l.contains(" samples in ") && l.contains(" -> ")).expect("closing line");
-    assert!(closing.contains("), 0 lost -> "), "{closing}");
+    // "0 lost", then the destination or further notes (unwind-table walks that stopped early are not losses).
+    assert!(closing.contains("), 0 lost -> ") || closing.contains("), 0 lost, "), "{closing}");
     let top = run_ok(loupe().args(["top", "--db"]).arg(&db).args(["--by", "image"]));
     assert!(!String::from_utf8_lossy(&top.stdout).contains("lost"), "{}", String::from_utf8_lossy(&top.stdout));
 }
