@@ -165,26 +165,31 @@ mod stacks {
     #[test]
     fn processes_are_streamed_until_described_and_when_marked() {
         // Checks that an undescribed process and a process marked for stack copies take the ring, each counted by its reason, and a described one is counted in the kernel.
+        // 400 ms of CPU at 1000/s is ~400 samples of this process per phase; a loaded machine's frequency
+        // adjustment gave as few as 294, so each phase asks for 100 and judges where they went.
         let (mut s, mut bpf) = setup(false);
         let me = std::process::id();
+        let mine_in_ring = |recs: &[Record]| recs.iter().filter(|r| matches!(r, Record::Sample(x) if x.pid == me)).count() as u64;
         let (_, entries, recs) = run(&mut s, &mut bpf, 400);
         let c0 = bpf.counters();
         assert!(!entries.iter().any(|e| e.pid == me), "an undescribed process is not walked by frame pointers");
         assert!(recs.iter().any(|r| matches!(r, Record::Sample(x) if x.pid == me && !x.callchain.is_empty())));
-        assert!(c0.streamed_unknown >= 300, "{c0:?}");
+        assert!(c0.streamed_unknown >= 100, "{c0:?}");
         bpf.set_process(me, &ProcessUnwind { stream: true, frame_pointers: vec![] }).unwrap();
-        run(&mut s, &mut bpf, 400);
+        let (_, _, recs) = run(&mut s, &mut bpf, 400);
         let c1 = bpf.counters();
-        assert!(c1.streamed_process - c0.streamed_process >= 300, "{c1:?}");
+        assert!(c1.streamed_process - c0.streamed_process >= 100, "{c1:?}");
+        assert!(c1.streamed_process - c0.streamed_process >= mine_in_ring(&recs), "{c1:?}");
         bpf.set_process(me, &ProcessUnwind { stream: false, frame_pointers: vec![(0, 0x7fff_ffff_ffff)] }).unwrap();
-        let (_, entries, _) = run(&mut s, &mut bpf, 400);
+        let (_, entries, recs) = run(&mut s, &mut bpf, 400);
         let n: u64 = entries.iter().filter(|e| e.pid == me).map(|e| e.count).sum();
-        assert!(n >= 300, "{n} counted once all its code is said to keep frame pointers");
+        let streamed = mine_in_ring(&recs);
+        assert!(n >= 100 && n >= 9 * streamed, "{n} counted, {streamed} streamed once all its code is said to keep frame pointers");
         bpf.set_process(me, &ProcessUnwind::default()).unwrap();
         let c2 = bpf.counters();
         let (_, entries, _) = run(&mut s, &mut bpf, 400);
         assert!(!entries.iter().any(|e| e.pid == me && e.user.is_some()), "a leaf outside the ranges takes the ring");
-        assert!(bpf.counters().streamed_leaf - c2.streamed_leaf >= 300);
+        assert!(bpf.counters().streamed_leaf - c2.streamed_leaf >= 100);
         bpf.forget_process(me);
     }
 }
