@@ -2,9 +2,8 @@
 //! agent's dTLB misses per instruction. Hardware events need a PMU; where
 //! there is none the open fails, and the caller says so and falls back.
 
-use crate::events::{is_hardware, parse_event, EventSpec};
+use crate::events::{no_pmu, parse_event, EventSpec};
 use crate::sys::{self, PerfEventAttr};
-use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// One event counted on each of some threads, summed.
@@ -40,25 +39,24 @@ impl ThreadCounter {
 
     /// The sum over the threads so far.
     pub fn read(&self) -> u64 {
-        self.fds.iter().filter_map(|fd| read_count(fd.as_raw_fd())).sum()
+        self.fds.iter().filter_map(read_count).sum()
     }
 }
 
 fn why(e: &EventSpec, err: &std::io::Error) -> String {
-    match err.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) if is_hardware(e) => {
-            format!("{} cannot be counted: no hardware PMU on this machine", e.name)
-        }
-        _ => format!("{} cannot be counted: {err}", e.name),
+    if no_pmu(e, err) {
+        format!("{} cannot be counted: no hardware PMU on this machine", e.name)
+    } else {
+        format!("{} cannot be counted: {err}", e.name)
     }
 }
 
-fn read_count(fd: i32) -> Option<u64> {
-    // SAFETY: borrowing the fd for one read; ManuallyDrop keeps it open for its owner.
-    let mut f = std::mem::ManuallyDrop::new(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
-    let mut b = [0u8; 8];
-    f.read_exact(&mut b).ok()?;
-    Some(u64::from_ne_bytes(b))
+/// The value of a counting event opened without a read format (one u64).
+pub fn read_count(fd: &OwnedFd) -> Option<u64> {
+    let mut v = 0u64;
+    // SAFETY: read(2) of 8 bytes into a live u64; a counting perf fd without read_format yields one u64.
+    let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+    (n == 8).then_some(v)
 }
 
 /// Misses per thousand instructions; None without instructions.

@@ -194,6 +194,12 @@ pub fn is_hardware(e: &EventSpec) -> bool {
     e.type_ == PERF_TYPE_HARDWARE || e.type_ == PERF_TYPE_HW_CACHE
 }
 
+/// Whether opening hardware event `e` failed the way it does on a machine
+/// without a PMU (the kernel has no such event type or config).
+pub(crate) fn no_pmu(e: &EventSpec, err: &std::io::Error) -> bool {
+    is_hardware(e) && matches!(err.raw_os_error(), Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV))
+}
+
 /// Tries to open each known event as a counter on CPU 0 for the whole
 /// machine (or for this process when that is not allowed).
 pub fn probe_events() -> Vec<(EventSpec, Result<(), String>)> {
@@ -213,12 +219,8 @@ pub fn probe_events_for(exclude_kernel: bool) -> Vec<(EventSpec, Result<(), Stri
         .map(|e| {
             let attr = PerfEventAttr { type_: e.type_, size: sys::ATTR_SIZE, config: e.config, flags, ..Default::default() };
             let r = sys::perf_event_open(&attr, -1, 0, -1).or_else(|_| sys::perf_event_open(&attr, 0, -1, -1));
-            let r = r.map(drop).map_err(|err| match err.raw_os_error() {
-                Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) if is_hardware(&e) => {
-                    "not supported: no hardware PMU".to_string()
-                }
-                _ => err.to_string(),
-            });
+            let r =
+                r.map(drop).map_err(|err| if no_pmu(&e, &err) { "not supported: no hardware PMU".to_string() } else { err.to_string() });
             (e, r)
         })
         .collect()

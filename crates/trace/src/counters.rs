@@ -7,7 +7,7 @@
 //! always are.
 
 use loupe_perf::sys::{self, PerfEventAttr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 /// Counters tried, in trace order; those the machine lacks are left out.
 pub const WANTED: &[&str] =
@@ -57,10 +57,7 @@ impl Counters {
     pub fn deltas(&mut self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.fds.len());
         for (i, (_, fd)) in self.fds.iter().enumerate() {
-            let mut v = 0u64;
-            // SAFETY: read(2) of 8 bytes into a live u64; a counting perf fd without read_format yields one u64.
-            let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
-            let v = if n == 8 { v } else { self.last[i] };
+            let v = loupe_perf::counting::read_count(fd).unwrap_or(self.last[i]);
             out.push(v.saturating_sub(self.last[i]));
             self.last[i] = v;
         }
