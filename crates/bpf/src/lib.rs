@@ -267,6 +267,21 @@ impl BpfAggregator {
 
 /// Attaches `prog` to sampling perf events, given as (event index, fd); the
 /// index comes back in the program through the BPF attach cookie.
+/// Takes every entry out of a hash map the program fills and the daemon
+/// empties: (key, value) of those still present when read, each deleted.
+fn take_entries(map: &impl MapCore) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let keys: Vec<Vec<u8>> = map.keys().collect();
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        let value = map.lookup(&key, MapFlags::ANY).ok().flatten();
+        let _ = map.delete(&key);
+        if let Some(value) = value {
+            out.push((key, value));
+        }
+    }
+    out
+}
+
 fn attach_all(prog: &libbpf_rs::ProgramMut<'_>, fds: &[(usize, i32)]) -> Result<Vec<Link>, Error> {
     let mut links = Vec::new();
     for &(index, fd) in fds {

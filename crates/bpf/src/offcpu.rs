@@ -228,15 +228,9 @@ impl OffCpuAggregator {
         }
         self.drains[g] = 0;
         let map = if g == 0 { &self.skel.maps.stacks0 } else { &self.skel.maps.stacks1 };
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        let mut read = Vec::with_capacity(keys.len());
-        for key in keys {
-            if let Some(bytes) = map.lookup(&key, MapFlags::ANY).ok().flatten() {
-                read.push((u64::from_ne_bytes(key[..8].try_into().expect("8-byte key")), bytes));
-            }
-            let _ = map.delete(&key);
-        }
-        for (hash, bytes) in read {
+        let read = crate::take_entries(map);
+        for (key, bytes) in read {
+            let hash = u64::from_ne_bytes(key[..8].try_into().expect("8-byte key"));
             if !self.known.contains_key(&hash) {
                 self.remember(hash, &bytes);
             }

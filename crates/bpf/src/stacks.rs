@@ -272,13 +272,9 @@ impl StackAggregator {
 
     /// Processes the walker met without a description since the last call.
     pub fn take_unwind_wanted(&self) -> Vec<u32> {
-        let map = &self.skel.maps.unwind_wanted;
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        keys.iter()
-            .filter_map(|k| {
-                let _ = map.delete(k);
-                Some(u32::from_ne_bytes(k.as_slice().try_into().ok()?))
-            })
+        crate::take_entries(&self.skel.maps.unwind_wanted)
+            .into_iter()
+            .filter_map(|(k, _)| Some(u32::from_ne_bytes(k.as_slice().try_into().ok()?)))
             .collect()
     }
 
@@ -310,15 +306,9 @@ impl StackAggregator {
     /// side-band drain, so code objects are named while their process
     /// lives, not at the next drain of the counts.
     pub fn take_fresh_python(&self) -> Vec<(u32, Vec<u64>)> {
-        let map = &self.skel.maps.py_fresh;
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        keys.iter()
-            .filter_map(|k| {
-                let v = map.lookup(k, MapFlags::ANY).ok().flatten();
-                let _ = map.delete(k);
-                let pid = u32::from_ne_bytes(k.get(0..4)?.try_into().ok()?);
-                Some((pid, raw_frames(&v?)))
-            })
+        crate::take_entries(&self.skel.maps.py_fresh)
+            .into_iter()
+            .filter_map(|(k, v)| Some((u32::from_ne_bytes(k.get(0..4)?.try_into().ok()?), raw_frames(&v))))
             .collect()
     }
 
