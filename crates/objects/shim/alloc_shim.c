@@ -16,10 +16,15 @@
  *   file; exec keeps LD_PRELOAD, so the whole process tree is covered.
  * - /proc/self/maps goes into the log when the file is opened and at exit,
  *   to place allocation sites in images afterwards.
+ * - Each allocation also keeps up to CALLERS return addresses above its site
+ *   (glibc's backtrace(), an .eh_frame unwind: no frame pointers needed), so
+ *   a block returned through `void *` wrappers is typed where a caller
+ *   stores it. LOUPE_ALLOC_CALLERS=0 turns that off.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -49,11 +54,16 @@ struct record {
 };
 _Static_assert(sizeof(struct record) == 48, "log.rs record layout");
 
-#define BUF_RECORDS 256
+/* log.rs CALLERS: return addresses above the site kept per allocation. */
+#define CALLERS 4
+/* Frames backtrace() may see below the site: record, the entry point, a C++ runtime's new. */
+#define FRAMES (CALLERS + 8)
+#define MAX_RECORD (sizeof(struct record) + CALLERS * sizeof(uint64_t))
+#define BUF_BYTES (256 * MAX_RECORD)
 
 struct tbuf {
-	struct record r[BUF_RECORDS];
-	int n;
+	unsigned char b[BUF_BYTES];
+	size_t n;
 	int depth; /* inside one of our entry points: inner calls are not recorded */
 	uint32_t tid;
 	int registered;
@@ -62,6 +72,7 @@ struct tbuf {
 static __thread struct tbuf tb __attribute__((tls_model("initial-exec")));
 static int log_fd = -1;
 static int disabled;
+static int callers_on = 1;
 static uint32_t log_pid;
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t flush_key;
@@ -133,8 +144,24 @@ static void open_log(void)
 static void flush(struct tbuf *t)
 {
 	if (t->n > 0 && log_fd >= 0)
-		write_all(log_fd, t->r, (size_t)t->n * sizeof t->r[0]);
+		write_all(log_fd, t->b, t->n);
 	t->n = 0;
+}
+
+/* The return addresses above `site` on this thread's stack, into out[]; how many. */
+static int callers_of(void *site, uint64_t out[CALLERS])
+{
+	void *pcs[FRAMES];
+	tb.depth++; /* the unwinder may allocate (its first use loads libgcc_s) */
+	int n = backtrace(pcs, FRAMES);
+	tb.depth--;
+	int i = 0;
+	while (i < n && pcs[i] != site)
+		i++;
+	int k = 0;
+	for (i++; i < n && k < CALLERS; i++)
+		out[k++] = (uint64_t)(uintptr_t)pcs[i];
+	return k;
 }
 
 static void flush_at_thread_exit(void *arg)
@@ -167,10 +194,15 @@ static void record(uint16_t kind, uint16_t func, void *base, size_t size, void *
 		pthread_once(&key_once, make_key);
 		pthread_setspecific(flush_key, t);
 	}
-	struct record *r = &t->r[t->n++];
-	*r = (struct record){ .kind = kind, .func = func, .pid = log_pid, .tid = t->tid, .time_ns = now_ns(),
-			      .base = (uint64_t)(uintptr_t)base, .size = size, .site = (uint64_t)(uintptr_t)site };
-	if (t->n == BUF_RECORDS)
+	uint64_t up[CALLERS];
+	int k = kind == KIND_ALLOC && callers_on ? callers_of(site, up) : 0;
+	struct record r = { .kind = kind, .func = func, .pid = log_pid, .tid = t->tid, .time_ns = now_ns(),
+			    .base = (uint64_t)(uintptr_t)base, .size = size, .site = (uint64_t)(uintptr_t)site,
+			    .payload_len = (uint32_t)(k * sizeof up[0]) };
+	memcpy(t->b + t->n, &r, sizeof r);
+	memcpy(t->b + t->n + sizeof r, up, r.payload_len);
+	t->n += sizeof r + r.payload_len;
+	if (t->n + MAX_RECORD > BUF_BYTES)
 		flush(t);
 }
 
@@ -187,6 +219,15 @@ static void after_fork_in_child(void)
 __attribute__((constructor)) static void shim_init(void)
 {
 	pthread_atfork(NULL, NULL, after_fork_in_child);
+	const char *c = getenv("LOUPE_ALLOC_CALLERS");
+	callers_on = !(c && c[0] == '0');
+	if (callers_on) {
+		/* Load the unwinder now, not inside the first allocation a program makes under a lock. */
+		void *pcs[2];
+		tb.depth++;
+		backtrace(pcs, 2);
+		tb.depth--;
+	}
 }
 
 __attribute__((destructor)) static void shim_fini(void)

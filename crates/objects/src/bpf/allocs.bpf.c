@@ -91,8 +91,15 @@ __u64 dropped = 0;
  * user space can set the hardware breakpoints before the object's first
  * use; user space sends SIGCONT. Its free reports EV_UNWATCHED. Both carry
  * the CPU in the payload_len slot (they never reach the log).
+ *
+ * Until user space knows where the selected site function lies (it needs the
+ * process's maps, which exist only after exec) `hold` is set: the first
+ * allocation of a traced process reports itself (EV_HELD) and stops the
+ * process the same way, so user space reads the maps, configures the site
+ * and may watch that very block — objects of a program's first milliseconds
+ * are not missed.
  */
-enum { EV_ARMED = 4, EV_UNWATCHED = 5 };
+enum { EV_ARMED = 4, EV_UNWATCHED = 5, EV_HELD = 6 };
 #define SIGSTOP 19
 
 struct arm_cfg {
@@ -101,6 +108,7 @@ struct arm_cfg {
 	__u64 site_hi;
 	__u64 base;    /* the object being watched, 0: none */
 	__u64 want;    /* 64-bit: BPF compare-and-swap */
+	__u64 hold;    /* 1: stop at the next allocation (EV_HELD), the site is not configured yet */
 	__u32 tgid;    /* 0: any traced process */
 	__u32 pad;
 };
@@ -203,6 +211,11 @@ SEC("uretprobe") int BPF_KRETPROBE(alloc_ret)
 		emit(id, KIND_FREE, F_REALLOC, now, pv.old, 0, pv.site);
 	if (ptr)
 		emit(id, KIND_ALLOC, func, now, ptr, pv.size, pv.site);
+	if (ptr && arm.hold && __sync_val_compare_and_swap(&arm.hold, 1, 0) == 1) {
+		emit_cpu(id, EV_HELD, func, now, ptr, pv.size, pv.site);
+		bpf_send_signal_thread(SIGSTOP);
+		return 0;
+	}
 	if (ptr && arm.want && matches_arm(id, pv.size, pv.site) && __sync_val_compare_and_swap(&arm.want, 1, 0) == 1) {
 		arm.base = ptr;
 		emit_cpu(id, EV_ARMED, func, now, ptr, pv.size, pv.site);
