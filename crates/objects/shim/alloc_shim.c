@@ -16,15 +16,18 @@
  *   file; exec keeps LD_PRELOAD, so the whole process tree is covered.
  * - /proc/self/maps goes into the log when the file is opened and at exit,
  *   to place allocation sites in images afterwards.
- * - Each allocation also keeps up to CALLERS return addresses above its site
- *   (glibc's backtrace(), an .eh_frame unwind: no frame pointers needed), so
- *   a block returned through `void *` wrappers is typed where a caller
- *   stores it. LOUPE_ALLOC_CALLERS=0 turns that off.
+ * - Each allocation also keeps up to CALLERS return addresses above its site,
+ *   so a block returned through `void *` wrappers is typed where a caller
+ *   stores it. No frame pointers are needed: the unwinder (libgcc's, from
+ *   .eh_frame) runs once per new return address and teaches a table each
+ *   one's frame size; known ones are then walked in a few loads (a full
+ *   unwind per allocation made gawk 5x slower). LOUPE_ALLOC_CALLERS=0 turns
+ *   it off.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
-#include <execinfo.h>
+#include <unwind.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -56,8 +59,6 @@ _Static_assert(sizeof(struct record) == 48, "log.rs record layout");
 
 /* log.rs CALLERS: return addresses above the site kept per allocation. */
 #define CALLERS 4
-/* Frames backtrace() may see below the site: record, the entry point, a C++ runtime's new. */
-#define FRAMES (CALLERS + 8)
 #define MAX_RECORD (sizeof(struct record) + CALLERS * sizeof(uint64_t))
 #define BUF_BYTES (256 * MAX_RECORD)
 
@@ -67,6 +68,7 @@ struct tbuf {
 	int depth; /* inside one of our entry points: inner calls are not recorded */
 	uint32_t tid;
 	int registered;
+	uint64_t stack_hi; /* the top of this thread's stack, for the frame walk (0: not known yet) */
 };
 
 static __thread struct tbuf tb __attribute__((tls_model("initial-exec")));
@@ -148,20 +150,123 @@ static void flush(struct tbuf *t)
 	t->n = 0;
 }
 
-/* The return addresses above `site` on this thread's stack, into out[]; how many. */
-static int callers_of(void *site, uint64_t out[CALLERS])
+/*
+ * Frame sizes by return address: at a return address R in function F, F's
+ * stack pointer is S and its caller's return address lies at S + k - 8, the
+ * caller's stack pointer being S + k (k = CFA - S, from the unwinder). An
+ * open-addressed table shared by all threads; a slot's pc is claimed with a
+ * compare-and-swap, its k published after (0: not known yet, read as a miss).
+ */
+#define FRAME_SLOTS 8192
+#define FRAME_END 1 /* the unwinder found no caller above this frame */
+static uint64_t frame_pc[FRAME_SLOTS];
+static uint32_t frame_k[FRAME_SLOTS];
+
+static uint32_t frame_slot(uint64_t pc)
 {
-	void *pcs[FRAMES];
-	tb.depth++; /* the unwinder may allocate (its first use loads libgcc_s) */
-	int n = backtrace(pcs, FRAMES);
+	return (uint32_t)((pc * 0x9E3779B97F4A7C15ull) >> 40) & (FRAME_SLOTS - 1);
+}
+
+static uint32_t frame_size(uint64_t pc)
+{
+	for (uint32_t i = frame_slot(pc), probe = 0; probe < 16; probe++, i = (i + 1) & (FRAME_SLOTS - 1)) {
+		uint64_t p = __atomic_load_n(&frame_pc[i], __ATOMIC_ACQUIRE);
+		if (p == pc)
+			return __atomic_load_n(&frame_k[i], __ATOMIC_ACQUIRE);
+		if (p == 0)
+			return 0;
+	}
+	return 0;
+}
+
+static void learn(uint64_t pc, uint32_t k)
+{
+	for (uint32_t i = frame_slot(pc), probe = 0; probe < 16; probe++, i = (i + 1) & (FRAME_SLOTS - 1)) {
+		uint64_t p = 0;
+		if (__atomic_compare_exchange_n(&frame_pc[i], &p, pc, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) || p == pc) {
+			__atomic_store_n(&frame_k[i], k, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+}
+
+struct walk {
+	uint64_t site;
+	uint64_t last, last_sp; /* the frame reported before: return address, stack pointer */
+	int found, n;
+	uint64_t *out;
+};
+
+/*
+ * One frame of libgcc's walk: `ip` is the frame's return address and the
+ * context's CFA is its callee's, i.e. this frame's stack pointer; so the
+ * frame reported before learns its size from this one.
+ */
+static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
+{
+	struct walk *w = arg;
+	uint64_t ip = _Unwind_GetIP(ctx), sp = _Unwind_GetCFA(ctx);
+	if (!w->found && ip != w->site) /* the shim's own frames */
+		return _URC_NO_REASON;
+	if (w->found) {
+		if (sp > w->last_sp && sp - w->last_sp < (1u << 24) && (sp - w->last_sp) % 8 == 0)
+			learn(w->last, (uint32_t)(sp - w->last_sp));
+		w->out[w->n++] = ip;
+	}
+	w->found = 1;
+	w->last = ip;
+	w->last_sp = sp;
+	return w->n == CALLERS ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* The top of this thread's stack (once per thread; glibc may allocate to find the main thread's). */
+static uint64_t stack_top(void)
+{
+	if (tb.stack_hi == 0) {
+		pthread_attr_t a;
+		void *lo;
+		size_t size;
+		tb.stack_hi = 1; /* unknown: the walk stops at once, the unwinder does the work */
+		tb.depth++;
+		if (pthread_getattr_np(pthread_self(), &a) == 0) {
+			if (pthread_attr_getstack(&a, &lo, &size) == 0)
+				tb.stack_hi = (uint64_t)(uintptr_t)lo + size;
+			pthread_attr_destroy(&a);
+		}
+		tb.depth--;
+	}
+	return tb.stack_hi;
+}
+
+/* The return addresses above `site` (its caller's stack pointer `sp`), into out[]; how many. */
+static int callers_of(uint64_t site, uint64_t sp, uint64_t out[CALLERS])
+{
+#ifdef __x86_64__
+	/* Known frames: a load each, never past the top of this thread's stack. */
+	uint64_t pc = site, hi = stack_top();
+	int n = 0;
+	for (; n < CALLERS; n++) {
+		uint32_t k = frame_size(pc);
+		if (k == FRAME_END)
+			return n;
+		if (k == 0 || sp + k > hi)
+			break;
+		sp += k;
+		pc = out[n] = *(uint64_t *)(uintptr_t)(sp - 8);
+	}
+	if (n == CALLERS)
+		return n;
+#else
+	(void)sp;
+#endif
+	tb.depth++; /* the unwinder must not record its own allocations, if any */
+	struct walk w = { .site = site, .out = out };
+	_Unwind_Reason_Code rc = _Unwind_Backtrace(walk_frame, &w);
 	tb.depth--;
-	int i = 0;
-	while (i < n && pcs[i] != site)
-		i++;
-	int k = 0;
-	for (i++; i < n && k < CALLERS; i++)
-		out[k++] = (uint64_t)(uintptr_t)pcs[i];
-	return k;
+	/* The unwinder itself ran out of frames (the callback's stop reads as an error): nothing above the last. */
+	if (w.found && w.n < CALLERS && rc == _URC_END_OF_STACK)
+		learn(w.last, FRAME_END);
+	return w.n;
 }
 
 static void flush_at_thread_exit(void *arg)
@@ -175,7 +280,7 @@ static void make_key(void)
 	pthread_key_create(&flush_key, flush_at_thread_exit);
 }
 
-static void record(uint16_t kind, uint16_t func, void *base, size_t size, void *site)
+static void record(uint16_t kind, uint16_t func, void *base, size_t size, void *site, uint64_t sp)
 {
 	if (disabled)
 		return;
@@ -195,7 +300,7 @@ static void record(uint16_t kind, uint16_t func, void *base, size_t size, void *
 		pthread_setspecific(flush_key, t);
 	}
 	uint64_t up[CALLERS];
-	int k = kind == KIND_ALLOC && callers_on ? callers_of(site, up) : 0;
+	int k = kind == KIND_ALLOC && callers_on ? callers_of((uint64_t)(uintptr_t)site, sp, up) : 0;
 	struct record r = { .kind = kind, .func = func, .pid = log_pid, .tid = t->tid, .time_ns = now_ns(),
 			    .base = (uint64_t)(uintptr_t)base, .size = size, .site = (uint64_t)(uintptr_t)site,
 			    .payload_len = (uint32_t)(k * sizeof up[0]) };
@@ -221,13 +326,6 @@ __attribute__((constructor)) static void shim_init(void)
 	pthread_atfork(NULL, NULL, after_fork_in_child);
 	const char *c = getenv("LOUPE_ALLOC_CALLERS");
 	callers_on = !(c && c[0] == '0');
-	if (callers_on) {
-		/* Load the unwinder now, not inside the first allocation a program makes under a lock. */
-		void *pcs[2];
-		tb.depth++;
-		backtrace(pcs, 2);
-		tb.depth--;
-	}
 }
 
 __attribute__((destructor)) static void shim_fini(void)
@@ -238,13 +336,15 @@ __attribute__((destructor)) static void shim_fini(void)
 }
 
 #define SITE __builtin_return_address(0)
+/* The caller's stack pointer after the call returns (built with frame pointers: past the saved rbp and the return address). */
+#define SP ((uint64_t)(uintptr_t)__builtin_frame_address(0) + 16)
 
 void *malloc(size_t n)
 {
 	tb.depth++;
 	void *p = __libc_malloc(n);
 	if (--tb.depth == 0 && p)
-		record(KIND_ALLOC, F_MALLOC, p, n, SITE);
+		record(KIND_ALLOC, F_MALLOC, p, n, SITE, SP);
 	return p;
 }
 
@@ -253,7 +353,7 @@ void *calloc(size_t n, size_t each)
 	tb.depth++;
 	void *p = __libc_calloc(n, each);
 	if (--tb.depth == 0 && p)
-		record(KIND_ALLOC, F_CALLOC, p, n * each, SITE);
+		record(KIND_ALLOC, F_CALLOC, p, n * each, SITE, SP);
 	return p;
 }
 
@@ -263,9 +363,9 @@ void *realloc(void *old, size_t n)
 	void *p = __libc_realloc(old, n);
 	if (--tb.depth == 0) {
 		if (old && (p || n == 0))
-			record(KIND_FREE, F_REALLOC, old, 0, SITE);
+			record(KIND_FREE, F_REALLOC, old, 0, SITE, SP);
 		if (p)
-			record(KIND_ALLOC, F_REALLOC, p, n, SITE);
+			record(KIND_ALLOC, F_REALLOC, p, n, SITE, SP);
 	}
 	return p;
 }
@@ -273,7 +373,7 @@ void *realloc(void *old, size_t n)
 void free(void *p)
 {
 	if (p && tb.depth == 0)
-		record(KIND_FREE, F_FREE, p, 0, SITE);
+		record(KIND_FREE, F_FREE, p, 0, SITE, SP);
 	__libc_free(p);
 }
 
@@ -282,7 +382,7 @@ void *memalign(size_t align, size_t n)
 	tb.depth++;
 	void *p = __libc_memalign(align, n);
 	if (--tb.depth == 0 && p)
-		record(KIND_ALLOC, F_ALIGNED, p, n, SITE);
+		record(KIND_ALLOC, F_ALIGNED, p, n, SITE, SP);
 	return p;
 }
 
@@ -291,7 +391,7 @@ void *aligned_alloc(size_t align, size_t n)
 	tb.depth++;
 	void *p = __libc_memalign(align, n);
 	if (--tb.depth == 0 && p)
-		record(KIND_ALLOC, F_ALIGNED, p, n, SITE);
+		record(KIND_ALLOC, F_ALIGNED, p, n, SITE, SP);
 	return p;
 }
 
@@ -302,7 +402,7 @@ int posix_memalign(void **out, size_t align, size_t n)
 	tb.depth++;
 	void *p = __libc_memalign(align, n);
 	if (--tb.depth == 0 && p)
-		record(KIND_ALLOC, F_ALIGNED, p, n, SITE);
+		record(KIND_ALLOC, F_ALIGNED, p, n, SITE, SP);
 	if (!p)
 		return ENOMEM;
 	*out = p;
@@ -332,7 +432,7 @@ static void *next(const char *name)
 		tb.depth++;                                         \
 		void *p = real(n);                                  \
 		if (--tb.depth == 0)                                \
-			record(KIND_ALLOC, func, p, n, SITE);       \
+			record(KIND_ALLOC, func, p, n, SITE, SP);       \
 		return p;                                           \
 	}
 
@@ -343,7 +443,7 @@ static void *next(const char *name)
 		if (!real)                                          \
 			real = (delete_fn)next(#sym);               \
 		if (p && tb.depth == 0)                             \
-			record(KIND_FREE, func, p, 0, SITE);        \
+			record(KIND_FREE, func, p, 0, SITE, SP);        \
 		tb.depth++;                                         \
 		real(p);                                            \
 		tb.depth--;                                         \
@@ -363,7 +463,7 @@ typedef void (*sized_delete_fn)(void *, size_t);
 		if (!real)                                          \
 			real = (sized_delete_fn)next(#sym);         \
 		if (p && tb.depth == 0)                             \
-			record(KIND_FREE, func, p, 0, SITE);        \
+			record(KIND_FREE, func, p, 0, SITE, SP);        \
 		tb.depth++;                                         \
 		real(p, n);                                         \
 		tb.depth--;                                         \
