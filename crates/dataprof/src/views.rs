@@ -272,7 +272,9 @@ pub struct ClassRow {
 /// One row per (type, field, class), most samples first.
 pub fn classify(samples: &[Sample], classes: &[Option<Class>], caches: &[Geometry]) -> Vec<ClassRow> {
     let l1 = Geometry::level(caches, 1);
-    let mut rows: HashMap<(&str, &str, Class), (u64, HashSet<u32>, u64)> = HashMap::new();
+    // Per (type, field, class): samples, conflict sets, the field's offset.
+    type Acc = (u64, HashSet<u32>, u64);
+    let mut rows: HashMap<(&str, &str, Class), Acc> = HashMap::new();
     for (s, c) in samples.iter().zip(classes) {
         let Some(c) = *c else { continue };
         let e = rows.entry((&s.res.type_name, &s.res.field, c)).or_insert_with(|| (0, HashSet::new(), s.res.field_offset));
