@@ -68,7 +68,7 @@ struct tbuf {
 	int depth; /* inside one of our entry points: inner calls are not recorded */
 	uint32_t tid;
 	int registered;
-	uint64_t stack_hi; /* the top of this thread's stack, for the frame walk (0: not known yet) */
+	uint64_t stack_lo, stack_hi; /* this thread's stack, for the frame walk (hi 0: not known yet) */
 };
 
 static __thread struct tbuf tb __attribute__((tls_model("initial-exec")));
@@ -219,8 +219,9 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
 	return w->n == CALLERS ? _URC_END_OF_STACK : _URC_NO_REASON;
 }
 
-/* The top of this thread's stack (once per thread; glibc may allocate to find the main thread's). */
-static uint64_t stack_top(void)
+/* Whether [sp, sp + k) lies in this thread's stack (found once per thread; glibc may allocate to find the main
+ * thread's). A signal handler on an alternate stack is not: the unwinder walks it. */
+static int on_stack(uint64_t sp, uint64_t k)
 {
 	if (tb.stack_hi == 0) {
 		pthread_attr_t a;
@@ -229,27 +230,29 @@ static uint64_t stack_top(void)
 		tb.stack_hi = 1; /* unknown: the walk stops at once, the unwinder does the work */
 		tb.depth++;
 		if (pthread_getattr_np(pthread_self(), &a) == 0) {
-			if (pthread_attr_getstack(&a, &lo, &size) == 0)
-				tb.stack_hi = (uint64_t)(uintptr_t)lo + size;
+			if (pthread_attr_getstack(&a, &lo, &size) == 0) {
+				tb.stack_lo = (uint64_t)(uintptr_t)lo;
+				tb.stack_hi = tb.stack_lo + size;
+			}
 			pthread_attr_destroy(&a);
 		}
 		tb.depth--;
 	}
-	return tb.stack_hi;
+	return sp >= tb.stack_lo && sp + k <= tb.stack_hi;
 }
 
 /* The return addresses above `site` (its caller's stack pointer `sp`), into out[]; how many. */
 static int callers_of(uint64_t site, uint64_t sp, uint64_t out[CALLERS])
 {
 #ifdef __x86_64__
-	/* Known frames: a load each, never past the top of this thread's stack. */
-	uint64_t pc = site, hi = stack_top();
+	/* Known frames: a load each, never outside this thread's stack. */
+	uint64_t pc = site;
 	int n = 0;
 	for (; n < CALLERS; n++) {
 		uint32_t k = frame_size(pc);
 		if (k == FRAME_END)
 			return n;
-		if (k == 0 || sp + k > hi)
+		if (k == 0 || !on_stack(sp, k))
 			break;
 		sp += k;
 		pc = out[n] = *(uint64_t *)(uintptr_t)(sp - 8);
