@@ -128,14 +128,14 @@ static __always_inline __u64 caller(struct pt_regs *ctx)
 	return ret;
 }
 
-/* One event into the ring; `cpu` rides in payload_len (0 for allocation records, which carry no payload). */
-static __always_inline void put_event(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site,
+/* One event into the ring; `cpu` rides in payload_len (0 for allocation records, which carry no payload). 0: no room. */
+static __always_inline int put_event(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site,
 				      __u32 cpu, __u64 wakeup)
 {
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
 	if (!e) {
 		__sync_fetch_and_add(&dropped, 1);
-		return;
+		return 0;
 	}
 	e->kind = kind;
 	e->func = func;
@@ -147,6 +147,7 @@ static __always_inline void put_event(__u64 id, __u16 kind, __u16 func, __u64 no
 	e->size = size;
 	e->site = site;
 	bpf_ringbuf_submit(e, wakeup);
+	return 1;
 }
 
 /* An allocation record. No wakeup per event: user space drains every few ms (a wakeup per allocation costs more
@@ -156,10 +157,10 @@ static __always_inline void emit(__u64 id, __u16 kind, __u16 func, __u64 now, __
 	put_event(id, kind, func, now, base, size, site, 0, BPF_RB_NO_WAKEUP);
 }
 
-/* A watch event with the CPU it happened on, delivered at once (the watcher is waiting on it). */
-static __always_inline void emit_cpu(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
+/* A watch event with the CPU it happened on, delivered at once (the watcher is waiting on it). 0: no room. */
+static __always_inline int emit_cpu(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
 {
-	put_event(id, kind, func, now, base, size, site, bpf_get_smp_processor_id(), BPF_RB_FORCE_WAKEUP);
+	return put_event(id, kind, func, now, base, size, site, bpf_get_smp_processor_id(), BPF_RB_FORCE_WAKEUP);
 }
 
 static __always_inline int matches_arm(__u64 id, __u64 size, __u64 site)
@@ -212,8 +213,9 @@ SEC("uretprobe") int BPF_KRETPROBE(alloc_ret)
 	if (ptr)
 		emit(id, KIND_ALLOC, func, now, ptr, pv.size, pv.site);
 	if (ptr && arm.hold && __sync_val_compare_and_swap(&arm.hold, 1, 0) == 1) {
-		emit_cpu(id, EV_HELD, func, now, ptr, pv.size, pv.site);
-		bpf_send_signal_thread(SIGSTOP);
+		/* Stopped only when user space will hear of it (else the site is placed later, from the maps). */
+		if (emit_cpu(id, EV_HELD, func, now, ptr, pv.size, pv.site))
+			bpf_send_signal_thread(SIGSTOP);
 		return 0;
 	}
 	if (ptr && arm.want && matches_arm(id, pv.size, pv.site) && __sync_val_compare_and_swap(&arm.want, 1, 0) == 1) {
