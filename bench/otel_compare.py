@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Issues 22 and 25: Loupe's daemon beside the OpenTelemetry eBPF profiler on
+the same workloads, the same rate and the same machine load, alternating
+profiler by profiler round by round (Loupe, OTel, Loupe, OTel, ...).
+
+Both profile the whole machine at 1000 samples/s per CPU (`loupe daemon -F
+1000 --max-overhead off`; `ebpf-profiler -samples-per-second 1000`, whose
+default is 20). The OTel agent sends OTLP to a sink on 127.0.0.1 started
+here (a generic gRPC handler that accepts every call; Debian's
+python3-grpcio), so it runs its whole pipeline, export included.
+
+Per round and profiler, after start-up (counted apart: CPU until the sampling
+program runs), for each workload in turn: start it, let the profiler find it
+(2 s: new processes and images cost both profilers extra work once), then
+over SECONDS read before and after
+  - the kernel's run time and run count of the profiler's own BPF programs
+    (found by prog id in its /proc/PID/fdinfo, kernel.bpf_stats_enabled=1):
+    the sampling (perf_event) programs' ns per run, or the off-CPU
+    program's per context switch;
+  - the agent's own CPU (user + system, every thread's schedstat), divided
+    by the same runs.
+Workloads: `qsortcb` on each CPU (no frame pointers, through libc's qsort:
+both walk it by unwind tables); `selftime.py` on each CPU under Debian's
+python3.11 (both read CPython 3.11 frames) and under a copy named so that
+neither takes it for CPython (the same code, native frames only); off-CPU:
+`offcpu --pingpong` (two threads passing a byte over pipes), Loupe with
+`--off-cpu`, the OTel agent with `-off-cpu-threshold 1` (every switch), where
+it starts.
+
+Usage: bench/otel_compare.py OTEL_AGENT [--rounds N] [--seconds S]
+(LOUPE overrides Loupe's binary; build the agent with bench/otel_build.sh).
+Run as root.
+"""
+import argparse
+import glob
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from common import LOUPE, ROOT, WL, build
+
+RATE = 1000
+SINK = r"""
+import grpc, sys
+from concurrent import futures
+class H(grpc.GenericRpcHandler):
+    def service(self, details):
+        return grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"")
+s = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[H()],
+                options=[("grpc.max_receive_message_length", 1 << 30)])
+print(s.add_insecure_port("127.0.0.1:0"), flush=True)
+s.start()
+s.wait_for_termination()
+"""
+
+
+def prog_stats(pid):
+    """{prog id: (type, name, run_time_ns, run_cnt)} of the BPF programs PID holds."""
+    out = {}
+    for f in glob.glob(f"/proc/{pid}/fdinfo/*"):
+        try:
+            kv = dict(line.split(":", 1) for line in open(f) if ":" in line)
+        except OSError:
+            continue
+        if "prog_id" in kv and "prog_type" in kv:  # a program, not a link
+            out[int(kv["prog_id"])] = (int(kv["prog_type"]), kv.get("run_time_ns", "0").strip(), kv.get("run_cnt", "0").strip())
+    return {k: (t, int(ns), int(n)) for k, (t, ns, n) in out.items()}
+
+
+def cpu_ns(pid):
+    """User + system ns of every thread of PID (schedstat: ns, not clock ticks)."""
+    total = 0
+    for f in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        try:
+            total += int(open(f).read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+KPROBE, PERF_EVENT, TRACING = 2, 7, 26
+
+
+def snapshot(pid, kind):
+    """(BPF ns, runs, agent CPU ns) of PID's programs of the given kind."""
+    s = prog_stats(pid)
+    want = [v for v in s.values() if v[0] == kind]
+    return sum(v[1] for v in want), sum(v[2] for v in want), cpu_ns(pid)
+
+
+class Profiler:
+    def __init__(self, name, argv):
+        self.name, self.argv = name, argv
+
+    def start(self, kind):
+        t0 = time.time()
+        self.p = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # Started once its sampling program runs (OTel's loads for seconds first).
+        while time.time() - t0 < 120:
+            if self.p.poll() is not None:
+                return None, self.p.stderr.read().strip().splitlines()[-3:]
+            if snapshot(self.p.pid, kind)[1] > 0:
+                time.sleep(1)
+                return time.time() - t0, cpu_ns(self.p.pid) / 1e9
+            time.sleep(0.1)
+        return None, ["no program ran within 120 s"]
+
+    def stop(self):
+        self.p.send_signal(signal.SIGINT if self.name == "otel" else signal.SIGTERM)
+        try:
+            self.p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.communicate()
+
+
+def measure(prof, kind, workload, secs):
+    """Runs `workload` (a list of argvs, one process each) and returns BPF ns per run, runs per s, agent ns per run."""
+    ws = [subprocess.Popen(w, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for w in workload]
+    time.sleep(2)
+    b0, n0, c0 = snapshot(prof.p.pid, kind)
+    time.sleep(secs)
+    b1, n1, c1 = snapshot(prof.p.pid, kind)
+    for w in ws:
+        w.kill()
+        w.wait()
+    runs = max(n1 - n0, 1)
+    return (b1 - b0) / runs, runs / secs, (c1 - c0) / runs
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("otel")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=8)
+    a = ap.parse_args()
+    subprocess.run(["sysctl", "-qw", "kernel.bpf_stats_enabled=1"], check=True)
+    build()
+    tmp = tempfile.mkdtemp()
+    os.chmod(tmp, 0o700)
+    sink = subprocess.Popen(["/usr/bin/python3", "-c", SINK], stdout=subprocess.PIPE, text=True)
+    port = sink.stdout.readline().strip()
+    if not port:
+        sys.exit("the OTLP sink did not start: it needs Debian's python3-grpcio (apt-get install python3-grpcio)")
+    xpy = os.path.join(tmp, "xpy311")
+    shutil.copy("/usr/bin/python3.11", xpy)
+    ncpu = os.cpu_count()
+    long = str(a.seconds + 60)
+    sel = os.path.join(ROOT, "testdata/python/selftime.py")
+    on_cpu = {
+        "qsortcb": [[f"{WL}/qsortcb", "--seconds", long, "--out", "/dev/null"]] * ncpu,
+        "python3.11": [["/usr/bin/python3.11", sel, long, "/dev/null"]] * ncpu,
+        "python-unnamed": [[xpy, sel, long, "/dev/null"]] * ncpu,
+    }
+    pingpong = [[f"{WL}/offcpu", "--pingpong", "1000000000"]]
+    db = os.path.join(tmp, "db")
+    profs = {
+        "loupe": lambda off: Profiler("loupe", [LOUPE, "daemon", "--db", db, "-F", str(RATE), "--max-overhead", "off", *(["--off-cpu"] if off else [])]),
+        "otel": lambda off: Profiler("otel", [a.otel, "-samples-per-second", str(RATE), "-collection-agent", f"127.0.0.1:{port}", "-disable-tls",
+                                              *(["-off-cpu-threshold", "1"] if off else [])]),
+    }
+    try:
+        res, failed = rounds(a, profs, on_cpu, pingpong, db)
+    finally:
+        sink.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(res, failed, a.rounds)
+
+
+def rounds(a, profs, on_cpu, pingpong, db):
+    """The alternating rounds: {(profiler, workload): [(BPF ns, agent ns, runs/s)]}, {profiler: why it did not start}."""
+    res, failed = {}, {}
+    ncpu = os.cpu_count()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {ncpu} CPUs, {RATE} samples/s per CPU, {a.seconds} s windows, "
+          f"loadavg {open('/proc/loadavg').read().split()[0]}", flush=True)
+    print(f"# loupe: {LOUPE}; otel: {a.otel}", flush=True)
+    for r in range(a.rounds):
+        for name in ("loupe", "otel") if r % 2 == 0 else ("otel", "loupe"):
+            for off in (False, True):
+                if off and name in failed:
+                    continue
+                kind = (TRACING if name == "loupe" else KPROBE) if off else PERF_EVENT
+                prof = profs[name](off)
+                shutil.rmtree(db, ignore_errors=True)
+                up, cpu = prof.start(kind)
+                if up is None:
+                    failed[name] = " / ".join(cpu)
+                    print(f"round {r} {name} {'off-cpu' if off else 'on-cpu'}: did not start: {failed[name]}", flush=True)
+                    prof.stop()
+                    continue
+                if not off:
+                    res.setdefault((name, "startup"), []).append((up, cpu * 1e9, 0))
+                    print(f"round {r} {name} startup: sampling after {up:.1f} s, {cpu:.2f} CPU-s", flush=True)
+                loads = {"pingpong": pingpong} if off else on_cpu
+                order = list(loads) if r % 2 == 0 else list(reversed(loads))
+                try:
+                    for wname in order:
+                        ns, rate, agent = measure(prof, kind, loads[wname], a.seconds)
+                        res.setdefault((name, wname), []).append((ns, agent, rate))
+                        print(f"round {r} {name} {wname}: BPF {ns / 1000:.2f} us per run, agent {agent / 1000:.2f} us per run, {rate:.0f} runs/s", flush=True)
+                finally:
+                    prof.stop()
+    return res, failed
+
+
+def med(v):
+    return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+
+
+def report(res, failed, rounds):
+    print(f"\nmedians over {rounds} alternating rounds (min-max), us per sample (off-CPU: per context switch)")
+    print(f"{'workload':<16}{'profiler':<8}{'BPF program':>22}{'agent CPU':>22}{'runs/s':>9}{'agent %CPU':>11}")
+    for w in ("qsortcb", "python3.11", "python-unnamed", "pingpong"):
+        for name in ("loupe", "otel"):
+            v = res.get((name, w))
+            if not v:
+                if w == "pingpong" and name in failed:
+                    print(f"{w:<16}{name:<8}  did not start: {failed[name]}")
+                continue
+            print(f"{w:<16}{name:<8}{med([x[0] / 1000 for x in v]):>22}{med([x[1] / 1000 for x in v]):>22}{statistics.median(x[2] for x in v):>9.0f}"
+                  f"{statistics.median(x[1] * x[2] / 1e7 for x in v):>11.2f}")
+    for name in ("loupe", "otel"):
+        v = res.get((name, "startup"))
+        if v:
+            print(f"start-up {name}: {med([x[0] for x in v])} s to sampling, {med([x[1] / 1e9 for x in v])} CPU-s")
+    for name in ("loupe", "otel"):
+        py, un = res.get((name, "python3.11")), res.get((name, "python-unnamed"))
+        if py and un:
+            d = statistics.median(x[0] for x in py) / 1000 - statistics.median(x[0] for x in un) / 1000
+            print(f"Python frames, {name}: +{d:.2f} us of BPF per sample (python3.11 minus the unnamed copy, medians)")
+
+
+if __name__ == "__main__":
+    main()
