@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
-"""Issues 22 and 25: Loupe's daemon beside the OpenTelemetry eBPF profiler on
-the same workloads, the same rate and the same machine load, alternating
-profiler by profiler round by round (Loupe, OTel, Loupe, OTel, ...).
+"""Issues 22 and 25: Loupe beside the OpenTelemetry eBPF profiler on the same
+workloads, the same rate and the same machine load, alternating profiler by
+profiler round by round (Loupe, OTel, OTel, Loupe, ...).
 
-Both profile the whole machine at 1000 samples/s per CPU (`loupe daemon -F
-1000 --max-overhead off`; `ebpf-profiler -samples-per-second 1000`, whose
-default is 20). The OTel agent sends OTLP to a sink on 127.0.0.1 started
-here (a generic gRPC handler that accepts every call; Debian's
-python3-grpcio), so it runs its whole pipeline, export included.
+Both sample at 1000/s per CPU (the OTel agent's default is 20:
+`-samples-per-second 1000`). The OTel agent sends OTLP to a sink on
+127.0.0.1 started here (a generic gRPC handler that accepts every call;
+Debian's python3-grpcio), so it runs its whole pipeline, export included.
 
-Per round and profiler, after start-up (counted apart: CPU until the sampling
-program runs), for each workload in turn: start it, let the profiler find it
-(2 s: new processes and images cost both profilers extra work once), then
-over SECONDS read before and after
+--scope workload (the default): each profiler is started for each workload
+and sees only it: `loupe record -p PIDS`, and the OTel agent with its perf
+events opened on a cgroup holding the workload (OTEL_BENCH_CGROUP, from
+bench/otel/cgroup.patch), so the other sessions' processes on this shared
+machine are not sampled. --scope machine: `loupe daemon --max-overhead off`
+and the agent, both system-wide, each kept running while the workloads run
+in turn (the machine's other processes make most of the samples then).
+
+After start-up (counted apart: time and CPU until the sampling program
+runs) and SETTLE seconds (the first windows right after start-up saw OTel's
+program bail out cheaply on processes it had no unwind data for yet), over
+SECONDS read before and after
   - the kernel's run time and run count of the profiler's own BPF programs
     (found by prog id in its /proc/PID/fdinfo, kernel.bpf_stats_enabled=1):
     the sampling (perf_event) programs' ns per run, or the off-CPU
-    program's per context switch;
+    program's per context switch (it runs at every switch of the machine);
   - the agent's own CPU (user + system, every thread's schedstat), divided
     by the same runs.
 Workloads: `qsortcb` on each CPU (no frame pointers, through libc's qsort:
@@ -25,9 +32,10 @@ python3.11 (both read CPython 3.11 frames) and under a copy named so that
 neither takes it for CPython (the same code, native frames only); off-CPU:
 `offcpu --pingpong` (two threads passing a byte over pipes), Loupe with
 `--off-cpu`, the OTel agent with `-off-cpu-threshold 1` (every switch), where
-it starts.
+it starts (it attaches a kprobe: not on kernels without CONFIG_KPROBES).
 
-Usage: bench/otel_compare.py OTEL_AGENT [--rounds N] [--seconds S]
+Usage: bench/otel_compare.py OTEL_AGENT [--scope workload|machine] [--rounds N]
+       [--seconds S] [--settle S]
 (LOUPE overrides Loupe's binary; build the agent with bench/otel_build.sh).
 Run as root.
 """
@@ -94,12 +102,13 @@ def snapshot(pid, kind):
 
 
 class Profiler:
-    def __init__(self, name, argv):
-        self.name, self.argv = name, argv
+    def __init__(self, name, argv, env=None):
+        self.name, self.argv, self.env = name, argv, env
 
     def start(self, kind):
         t0 = time.time()
-        self.p = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env = dict(os.environ, **(self.env or {}))
+        self.p = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         # Started once its sampling program runs (OTel's loads for seconds first).
         while time.time() - t0 < 120:
             if self.p.poll() is not None:
@@ -111,7 +120,8 @@ class Profiler:
         return None, ["no program ran within 120 s"]
 
     def stop(self):
-        self.p.send_signal(signal.SIGINT if self.name == "otel" else signal.SIGTERM)
+        # `loupe daemon` stops on SIGTERM; `loupe record` and the OTel agent on Ctrl-C.
+        self.p.send_signal(signal.SIGTERM if "daemon" in self.argv else signal.SIGINT)
         try:
             self.p.communicate(timeout=60)
         except subprocess.TimeoutExpired:
@@ -119,25 +129,48 @@ class Profiler:
             self.p.communicate()
 
 
-def measure(prof, kind, workload, secs):
-    """Runs `workload` (a list of argvs, one process each) and returns BPF ns per run, runs per s, agent ns per run."""
-    ws = [subprocess.Popen(w, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for w in workload]
-    time.sleep(2)
-    b0, n0, c0 = snapshot(prof.p.pid, kind)
-    time.sleep(secs)
-    b1, n1, c1 = snapshot(prof.p.pid, kind)
+def start_workload(workload, cgroup=None):
+    """Starts one process per argv, in `cgroup` (a cgroup v2 directory) when given."""
+    def enter():
+        if cgroup:
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+    return [subprocess.Popen(w, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=enter) for w in workload]
+
+
+def stop_workload(ws):
     for w in ws:
         w.kill()
         w.wait()
+
+
+def window(prof, kind, secs):
+    """BPF ns per run, runs per s and agent ns per run of PROF over SECS."""
+    b0, n0, c0 = snapshot(prof.p.pid, kind)
+    time.sleep(secs)
+    b1, n1, c1 = snapshot(prof.p.pid, kind)
     runs = max(n1 - n0, 1)
     return (b1 - b0) / runs, runs / secs, (c1 - c0) / runs
+
+
+def measure(prof, kind, workload, secs):
+    """Runs `workload` (a list of argvs) beside a running profiler and measures it after 3 s."""
+    ws = start_workload(workload)
+    try:
+        time.sleep(3)
+        return window(prof, kind, secs)
+    finally:
+        stop_workload(ws)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("otel")
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--seconds", type=float, default=8)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--scope", choices=("workload", "machine"), default="workload",
+                    help="workload: each profiler restricted to the workload, started for each; machine: both system-wide")
+    ap.add_argument("--settle", type=float, default=10, help="seconds between start-up and the first window")
     a = ap.parse_args()
     subprocess.run(["sysctl", "-qw", "kernel.bpf_stats_enabled=1"], check=True)
     build()
@@ -150,7 +183,7 @@ def main():
     xpy = os.path.join(tmp, "xpy311")
     shutil.copy("/usr/bin/python3.11", xpy)
     ncpu = os.cpu_count()
-    long = str(a.seconds + 60)
+    long = str(a.seconds + a.settle + 120)
     sel = os.path.join(ROOT, "testdata/python/selftime.py")
     on_cpu = {
         "qsortcb": [[f"{WL}/qsortcb", "--seconds", long, "--out", "/dev/null"]] * ncpu,
@@ -164,12 +197,61 @@ def main():
         "otel": lambda off: Profiler("otel", [a.otel, "-samples-per-second", str(RATE), "-collection-agent", f"127.0.0.1:{port}", "-disable-tls",
                                               *(["-off-cpu-threshold", "1"] if off else [])]),
     }
+    cgroup = f"/sys/fs/cgroup/unified/loupe-otel-compare-{os.getpid()}"
+    otel = [a.otel, "-samples-per-second", str(RATE), "-collection-agent", f"127.0.0.1:{port}", "-disable-tls"]
     try:
-        res, failed = rounds(a, profs, on_cpu, pingpong, db)
+        if a.scope == "machine":
+            res, failed = rounds(a, profs, on_cpu, pingpong, db)
+        else:
+            os.mkdir(cgroup, 0o700)
+            res, failed = rounds_workload(a, otel, dict(on_cpu, pingpong=pingpong), db, cgroup)
     finally:
         sink.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.isdir(cgroup):
+            os.rmdir(cgroup)
     report(res, failed, a.rounds)
+
+
+def rounds_workload(a, otel, loads, db, cgroup):
+    """The alternating rounds, each profiler started for each workload and restricted to it: Loupe by `record -p
+    PIDS`, the OTel agent by perf cgroup events on a cgroup holding the workload (bench/otel/cgroup.patch)."""
+    res, failed = {}, {}
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, {RATE} samples/s per CPU, "
+          f"{a.seconds:.0f} s windows after {a.settle:.0f} s, each profiler restricted to the workload, "
+          f"loadavg {open('/proc/loadavg').read().split()[0]}", flush=True)
+    print(f"# loupe: {LOUPE}; otel: {a.otel}", flush=True)
+    names = [w for w in loads if w != "pingpong"]
+    for r in range(a.rounds):
+        for name in ("loupe", "otel") if r % 2 == 0 else ("otel", "loupe"):
+            for wname in (names if r % 2 == 0 else names[::-1]) + ["pingpong"]:
+                off = wname == "pingpong"
+                if off and name in failed:
+                    continue
+                kind = (TRACING if name == "loupe" else KPROBE) if off else PERF_EVENT
+                shutil.rmtree(db, ignore_errors=True)
+                ws = start_workload(loads[wname], cgroup)
+                if name == "loupe":
+                    pids = ",".join(str(w.pid) for w in ws)
+                    prof = Profiler(name, [LOUPE, "record", "--db", db, "-F", str(RATE), "-p", pids, *(["--off-cpu"] if off else [])])
+                else:
+                    prof = Profiler(name, otel + (["-off-cpu-threshold", "1"] if off else []), {"OTEL_BENCH_CGROUP": cgroup})
+                try:
+                    up, cpu = prof.start(kind)
+                    if up is None:
+                        failed[name] = " / ".join(cpu)
+                        print(f"round {r} {name} {wname}: did not start: {failed[name]}", flush=True)
+                        continue
+                    res.setdefault((name, "startup"), []).append((up, cpu * 1e9, 0))
+                    time.sleep(a.settle)
+                    ns, rate, agent = window(prof, kind, a.seconds)
+                    res.setdefault((name, wname), []).append((ns, agent, rate))
+                    print(f"round {r} {name} {wname}: sampling after {up:.1f} s, {cpu:.2f} CPU-s; BPF {ns / 1000:.2f} us per run, "
+                          f"agent {agent / 1000:.2f} us per run, {rate:.0f} runs/s", flush=True)
+                finally:
+                    prof.stop()
+                    stop_workload(ws)
+    return res, failed
 
 
 def rounds(a, profs, on_cpu, pingpong, db):
@@ -195,7 +277,15 @@ def rounds(a, profs, on_cpu, pingpong, db):
                     continue
                 if not off:
                     res.setdefault((name, "startup"), []).append((up, cpu * 1e9, 0))
-                    print(f"round {r} {name} startup: sampling after {up:.1f} s, {cpu:.2f} CPU-s", flush=True)
+                # Both first describe every process already running (this
+                # machine runs other sessions' builds): the first window
+                # measured right after start-up saw OTel's program bail out
+                # cheaply on processes it had no unwind data for yet.
+                c0 = cpu_ns(prof.p.pid)
+                time.sleep(a.settle)
+                c1 = cpu_ns(prof.p.pid)
+                print(f"round {r} {name} {'off-cpu' if off else 'on-cpu'} start-up: sampling after {up:.1f} s, {cpu:.2f} CPU-s; "
+                      f"then {(c1 - c0) / 1e7 / a.settle:.1f}% of a CPU over {a.settle:.0f} s of settling", flush=True)
                 loads = {"pingpong": pingpong} if off else on_cpu
                 order = list(loads) if r % 2 == 0 else list(reversed(loads))
                 try:
