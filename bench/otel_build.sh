@@ -25,6 +25,6 @@ grep -q OTEL_BENCH_CGROUP tracer/tracer.go || patch -p1 < "$HERE/otel/cgroup.pat
 touch support/ebpf/errors.h
 rm -f support/ebpf/*.amd64.o support/ebpf/tracer.ebpf.amd64
 make -s -C support/ebpf "BPF_CLANG=clang-16 -fdouble-square-bracket-attributes" \
-  BPF_LINK=llvm-link-16 STRIP=llvm-strip-16 LLC=llc-16 TRACER_NAME=tracer.ebpf.amd64 | tail -1
+  BPF_LINK=llvm-link-16 STRIP=llvm-strip-16 LLC=llc-16 TRACER_NAME=tracer.ebpf.amd64 | grep "Total instructions"
 CGO_ENABLED=0 go build -tags osusergo,netgo -o ebpf-profiler .
 echo "$SRC/ebpf-profiler"

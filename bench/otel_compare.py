@@ -322,7 +322,7 @@ def report(res, failed, rounds):
         py, un = res.get((name, "python3.11")), res.get((name, "python-unnamed"))
         if py and un:
             d = statistics.median(x[0] for x in py) / 1000 - statistics.median(x[0] for x in un) / 1000
-            print(f"Python frames, {name}: +{d:.2f} us of BPF per sample (python3.11 minus the unnamed copy, medians)")
+            print(f"Python frames, {name}: {d:+.2f} us of BPF per sample (python3.11 minus the unnamed copy, medians)")
 
 
 if __name__ == "__main__":
