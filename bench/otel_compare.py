@@ -211,6 +211,7 @@ def main():
         if os.path.isdir(cgroup):
             os.rmdir(cgroup)
     report(res, failed, a.rounds)
+    rows(res, failed, a)
 
 
 def rounds_workload(a, otel, loads, db, cgroup):
@@ -296,6 +297,24 @@ def rounds(a, profs, on_cpu, pingpong, db):
                 finally:
                     prof.stop()
     return res, failed
+
+
+def rows(res, failed, a):
+    """The BENCHMARKS.md rows of this run (medians, min-max)."""
+    def fig(name, w, i):
+        v = res.get((name, w))
+        return med([x[i] / 1000 for x in v]).replace(" (", " µs (") if v else "not measured"
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    scope = "each restricted to the workload" if a.scope == "workload" else "both system-wide"
+    cmd = f"`bench/otel_compare.py OTEL --scope {a.scope} --rounds {a.rounds} --seconds {a.seconds:g} --settle {a.settle:g}`"
+    print("\nBENCHMARKS.md rows:")
+    for w in ("qsortcb", "python3.11", "python-unnamed"):
+        print(f"| collector | beside the OpenTelemetry eBPF profiler, {scope}, `{w}` on every CPU, {RATE}/s per CPU, {a.rounds} alternating rounds "
+              f"of {a.seconds:g} s | Loupe: BPF {fig('loupe', w, 0)} per sample, agent {fig('loupe', w, 1)} | OTel: BPF {fig('otel', w, 0)}, "
+              f"agent {fig('otel', w, 1)} | {day} | {cmd} |")
+    otel = failed.get("otel", "").split(" / ")[-1] if "otel" in failed else f"program {fig('otel', 'pingpong', 0)} per switch"
+    print(f"| offcpu | beside the OpenTelemetry eBPF profiler, `offcpu --pingpong` | Loupe `--off-cpu`: program {fig('loupe', 'pingpong', 0)} per "
+          f"context switch, agent {fig('loupe', 'pingpong', 1)} | OTel `-off-cpu-threshold 1`: {otel} | {day} | {cmd} |")
 
 
 def med(v):
