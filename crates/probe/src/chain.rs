@@ -104,31 +104,42 @@ pub fn chain_level(windows: &[WindowSpan], addr: ElfAddr, end_cpu: u64) -> Optio
     if windows.iter().any(|w| w.tid != tid) {
         return None;
     }
-    let with: Vec<(usize, &SlotSpan)> = windows
-        .iter()
-        .enumerate()
-        .filter_map(|(i, w)| Some((i, &w.slots[w.addrs.iter().position(|&a| a == addr)?])))
-        .filter(|(_, s)| s.hits > 0)
-        .collect();
+    let armed: Vec<(usize, &SlotSpan)> =
+        windows.iter().enumerate().filter_map(|(i, w)| Some((i, &w.slots[w.addrs.iter().position(|&a| a == addr)?]))).collect();
+    // A window in which the thread never ran (descheduled) says nothing.
+    let armed: Vec<(usize, &SlotSpan)> = armed.into_iter().filter(|x| x.1.hits > 0 || windows[x.0].cpu.1 > windows[x.0].cpu.0).collect();
+    // Windows with no hit before the first hit and after the last: the loop had not begun or was over (its stretch
+    // ends at them); one in between: the rate was not steady, nothing to scale by.
+    let (f, l) = (armed.iter().position(|x| x.1.hits > 0)?, armed.iter().rposition(|x| x.1.hits > 0)?);
+    let with = &armed[f..=l];
+    if with.iter().any(|x| x.1.hits == 0) {
+        return None;
+    }
+    let begin = f.checked_sub(1).map_or(0, |j| windows[armed[j].0].cpu.1);
+    let end_cpu = armed.get(l + 1).map_or(end_cpu, |x| windows[x.0].cpu.0);
     let nregs = with.first()?.1.first.len();
-    let chains: Vec<(u64, Vec<(u64, u64)>)> = (0..nregs).filter_map(|r| chain_by(&with, r)).collect();
+    let chains: Vec<(u64, Vec<(u64, u64)>)> = (0..nregs).filter_map(|r| chain_by(with, r)).collect();
     let (total, gaps) = chains.first()?;
     if chains.iter().any(|(t, _)| t != total) {
         return None;
     }
-    // Rates only from gaps no other group's window interrupts.
+    // Rates only from gaps no other group's traps interrupt (a window that trapped nothing ran freely).
+    let trapped = |w: &WindowSpan| w.slots.iter().any(|s| s.hits > 0);
     let usable: Vec<(f64, f64)> = with
         .windows(2)
         .zip(gaps)
-        .filter(|(p, _)| p[1].0 == p[0].0 + 1)
+        .filter(|(p, _)| !windows[p[0].0 + 1..p[1].0].iter().any(trapped))
         .map(|(p, &(n, _))| (n as f64, windows[p[1].0].cpu.0.saturating_sub(windows[p[0].0].cpu.1) as f64))
         .filter(|&(_, t)| t > 0.0)
         .collect();
     let (rate, rate_hw) = ratio_with_interval(&usable)?;
     let (i1, il) = (with.first()?.0, with.last()?.0);
-    let others = |r: std::ops::Range<usize>| -> f64 { windows[r].iter().map(|w| w.cpu.1.saturating_sub(w.cpu.0) as f64).sum() };
-    let (oh, ot) = (others(0..i1), others(il + 1..windows.len()));
-    let head = (windows[i1].cpu.0 as f64 - oh).max(0.0);
+    let others = |r: std::ops::Range<usize>| -> f64 {
+        windows[r].iter().filter(|w| trapped(w)).map(|w| w.cpu.1.saturating_sub(w.cpu.0) as f64).sum()
+    };
+    let after = armed.get(l + 1).map_or(windows.len(), |x| x.0);
+    let (oh, ot) = (others(f.checked_sub(1).map_or(0, |j| armed[j].0 + 1)..i1), others(il + 1..after));
+    let head = (windows[i1].cpu.0.saturating_sub(begin) as f64 - oh).max(0.0);
     let tail = (end_cpu.saturating_sub(windows[il].cpu.1) as f64 - ot).max(0.0);
     let scaled = rate * (head + tail);
     // Other groups' windows in the head or tail ran somewhere between trapped (no progress) and free: both ends.
@@ -192,6 +203,10 @@ pub fn ratio_level(windows: &[WindowSpan], addr: ElfAddr, anchor: ElfAddr, level
             Some((w.inside[a][c] as f64, w.inside[a][a] as f64))
         })
         .collect();
+    // Never between the anchor's hits: it runs outside the anchor's loop, where the windows say nothing.
+    if pairs.iter().all(|p| p.0 == 0.0) {
+        return None;
+    }
     let (r, h) = ratio_with_interval(&pairs)?;
     Some((r * level.0, r * level.1 + h * level.0))
 }
@@ -234,6 +249,15 @@ mod tests {
         assert!((n - want).abs() < 1e-6, "{n} vs {want}");
         // Identical gaps: the rate has no spread, and the interval is the last reading's lag at that rate.
         assert!((hw - rate * POLL_NS).abs() < 1e-6, "{hw}");
+        // A window with no hit after the last: the loop was over by then, so the tail ends there, not at end_cpu.
+        let mut done = ws.to_vec();
+        done.push(window((3_530_000, 3_540_000), SlotSpan::default()));
+        let (m, _) = chain_level(&done, ElfAddr(9), 9_000_000).unwrap();
+        assert!((m - want).abs() < 1e-6, "{m} vs {want}");
+        // ... but one in the middle: the rate was not steady.
+        let mut mid = ws.to_vec();
+        mid.insert(1, window((1_500_000, 1_500_100), SlotSpan::default()));
+        assert_eq!(chain_level(&mid, ElfAddr(9), 3_530_000), None);
         // A register that goes back (a new call restarted the loop) breaks the chain.
         let back = [w(1000, 1_000_000), w(500, 2_010_000)];
         assert_eq!(chain_level(&back, ElfAddr(9), 3_000_000), None);

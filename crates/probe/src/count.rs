@@ -374,7 +374,17 @@ pub struct Windows {
 ///
 /// `quiet` are sampling events to disable while a window is armed: its
 /// traps would otherwise draw samples (trap time) to the armed instructions.
-pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], done: &dyn Fn() -> bool) -> io::Result<Windows> {
+/// `entries()` is the procedure's entries so far: while it is 1, a window
+/// without a whole call does not grow (the one call outlasts any window) and
+/// its classes chain by induction registers ([`crate::chain`]).
+pub fn count_windows(
+    root: u32,
+    t: &Target,
+    budget: &Budget,
+    quiet: &[OwnedFd],
+    done: &dyn Fn() -> bool,
+    entries: &dyn Fn() -> u64,
+) -> io::Result<Windows> {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata(&t.image)?.ino();
     let segs = crate::segments(&t.image)?;
@@ -384,6 +394,8 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], 
     let mut scale = vec![1u32; groups.len()];
     // Per group, windows whose counts chain by an induction register (no whole call needed).
     let mut chained = vec![0usize; groups.len()];
+    // Per group, windows in a row in which none of its classes ran.
+    let mut idle_windows = vec![0usize; groups.len()];
     let (mut turn, mut last_tid) = (0usize, None);
     while !done() {
         let threads = threads_of(root, inode, &segs, t.entry);
@@ -415,7 +427,13 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], 
                 let whole = whole_invocations(&w.seq, g.len());
                 // A register stepping alike at every hit of a class: the group's counts chain across windows without whole calls.
                 let strided = w.slots[1..].iter().any(|s| s.stride.iter().any(|d| d.is_some_and(|d| d != 0)));
-                match (&whole, scale[k], strided) {
+                // No class of the group ran while armed: a longer window would not help; after a few such, it is dropped.
+                let idle = w.slots[1..].iter().all(|s| s.hits == 0);
+                idle_windows[k] = if idle { idle_windows[k] + 1 } else { 0 };
+                match (&whole, scale[k], strided && entries() <= 1) {
+                    _ if idle_windows[k] >= SETTLED_WINDOWS => scale[k] = 0,
+                    _ if idle => {}
+                    // One call so far, longer than the window: a longer window would not hold it either.
                     (None, _, true) => chained[k] += 1,
                     // Calls too long to count whole at any budget: this group is not armed again.
                     (None, MAX_SCALE, false) => scale[k] = 0,
