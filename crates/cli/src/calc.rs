@@ -144,8 +144,10 @@ fn counted_points(c: &loupe_probe::count::Counts) -> Vec<Counted> {
 /// One line and a JSON object saying what the counting measured and cost.
 fn counting_note(c: &loupe_probe::count::Counts, used: usize) -> (String, serde_json::Value) {
     let entries = c.entries.map_or("not counted".into(), |e| e.to_string());
+    // Whole calls in windows, or one call longer than any window chained across them by an induction register.
+    let how = if c.classes.iter().any(|k| !k.windows.is_empty()) || c.entries != Some(1) { "whole calls" } else { "one call chained" };
     let line = format!(
-        "{used} of {} classes counted ({entries} entries by uprobe, whole calls in windows armed {:.2} s of a {:.2} s run, {} traps)",
+        "{used} of {} classes counted ({entries} entries by uprobe, {how} in windows armed {:.2} s of a {:.2} s run, {} traps)",
         c.classes.len() + 1,
         c.armed_secs,
         c.wall_secs,

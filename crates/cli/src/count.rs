@@ -32,7 +32,7 @@ struct Counting {
     procedure: String,
     image: PathBuf,
     entry: ElfAddr,
-    entries: EntryCounter,
+    entries: Arc<EntryCounter>,
     windows: JoinHandle<std::io::Result<count::Windows>>,
 }
 
@@ -41,6 +41,8 @@ pub struct Counters {
     done: Arc<AtomicBool>,
     each: Vec<Counting>,
     started: Instant,
+    /// The command: the main thread whose CPU time ends a chained count.
+    pid: u32,
 }
 
 /// Opens the entry uprobes on the gated child `pid` (before it runs, so no
@@ -63,14 +65,18 @@ pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64, pause: Vec<
         let points: Vec<ElfAddr> = loupe_calc::counting_points(p.start, bytes, &Mem(&code)).into_iter().map(ElfAddr).collect();
         let entry = ElfAddr(p.start);
         let off = count::file_offset(&segs, entry).ok_or_else(|| anyhow!("{name} is in no loadable segment of {}", path.display()))?;
-        let entries = EntryCounter::open(&path, off, Some(pid)).with_context(|| format!("cannot count the entries of {name} (uprobe)"))?;
+        let entries =
+            Arc::new(EntryCounter::open(&path, off, Some(pid)).with_context(|| format!("cannot count the entries of {name} (uprobe)"))?);
         let target = Target { image: path.clone(), entry, classes: points };
-        let (d, quiet) = (done.clone(), pause.clone());
-        let windows =
-            std::thread::spawn(move || count::count_windows(pid as u32, &target, &budget, &quiet, &move || d.load(Ordering::Relaxed)));
+        let (d, quiet, e) = (done.clone(), pause.clone(), entries.clone());
+        let windows = std::thread::spawn(move || {
+            count::count_windows(pid as u32, &target, &budget, &quiet, &move || d.load(Ordering::Relaxed), &move || {
+                e.read().unwrap_or(u64::MAX)
+            })
+        });
         each.push(Counting { procedure: p.name, image: path.clone(), entry, entries, windows });
     }
-    Ok(Counters { done, each, started: Instant::now() })
+    Ok(Counters { done, each, started: Instant::now(), pid: pid as u32 })
 }
 
 impl Counters {
@@ -81,17 +87,35 @@ impl Counters {
         self.done.store(true, Ordering::Relaxed);
         let wall = self.started.elapsed().as_secs_f64();
         let mut each = Vec::new();
+        let reaped = children_cpu_ns();
         for c in self.each {
-            let w = c.windows.join().map_err(|_| anyhow!("the counting thread of {} panicked", c.procedure))??;
+            let mut w = c.windows.join().map_err(|_| anyhow!("the counting thread of {} panicked", c.procedure))??;
+            // The command has been reaped: its CPU time is final there, where the windows' last reading may be
+            // stale (their thread can be starved on a loaded machine). Only its main thread is the whole process.
+            if let (Some(t), Some(e)) = (reaped, w.end_cpu.iter_mut().find(|e| e.0 == self.pid)) {
+                e.1 = e.1.max(t);
+            }
             each.push((c.procedure, c.image, c.entry, c.entries, w));
         }
         Ok(Stopped { each, wall })
     }
 }
 
+/// The CPU time (ns) of the reaped children of loupe: `record`'s command.
+fn children_cpu_ns() -> Option<u64> {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_CHILDREN is a valid selector.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return None;
+    }
+    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+    Some(ns(ru.ru_utime) + ns(ru.ru_stime))
+}
+
 /// Counting over: what each procedure's windows counted.
 pub struct Stopped {
-    each: Vec<(String, PathBuf, ElfAddr, EntryCounter, count::Windows)>,
+    each: Vec<(String, PathBuf, ElfAddr, Arc<EntryCounter>, count::Windows)>,
     wall: f64,
 }
 
@@ -109,13 +133,15 @@ impl Stopped {
                 entry: c.entry,
                 entries,
                 classes: w.classes,
+                spans: w.spans,
+                end_cpu: w.end_cpu,
                 armed_secs: w.armed_secs,
                 traps: w.traps,
                 wall_secs: wall,
             };
             let path = counts_path(db, &counts.image, &counts.procedure);
             counts.save(&path).map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
-            let whole: usize = counts.classes.iter().filter(|k| k.per_entry().is_some()).count();
+            let whole: usize = counts.classes.iter().filter(|k| counts.executions(k.addr).is_some()).count();
             eprintln!(
                 "loupe: counted {}: {} entries, {whole} of {} classes in {} windows; armed {:.2} s of {wall:.2} s ({:.0}%), {} breakpoint traps \
                  (about {:.2} s at 17 us) + {} uprobe hits; counts in {}",

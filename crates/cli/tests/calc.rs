@@ -314,3 +314,40 @@ fn record_count_gives_known_loop_and_branch_counts_and_leaves_the_output_alone()
     let out = run_ok(loupe().args(["record", "--count", "count_loop", "--db"]).arg(&db2).arg("--").arg(&bin).args(&short));
     assert_eq!(out.stdout, plain);
 }
+
+#[test]
+fn record_count_chains_a_single_call_that_lasts_the_whole_run() {
+    // Checks issue 30 on a call no window can hold: `counted once N` calls long_loop once, its loop run exactly N
+    // times and its `if` taken 3N/8; `record --count long_loop` gives the entry 1, the loop N and the arm 3N/8 within
+    // 1%, counted (chained by the loop counter's register across windows), no instruction above N, and the same output.
+    if !require_root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 1u64 << 28;
+    let bin = workloads().join("counted");
+    let args = ["once".to_string(), n.to_string()];
+    let plain = run_ok(std::process::Command::new(&bin).args(&args)).stdout;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let out = run_ok(loupe().args(["record", "--freq", "4000", "--count", "long_loop", "--db"]).arg(&db).arg("--").arg(&bin).args(&args));
+    assert_eq!(out.stdout, plain, "counting changed what the program printed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loupe: counted long_loop: 1 entries"), "{err}");
+    let c = json(&run_ok(loupe().args(["calc", "--format", "json", "--image", "counted", "--procedure", "long_loop", "--db"]).arg(&db)));
+    let insns = c["instructions"].as_array().unwrap();
+    assert_eq!(counted_row(&c, 0), (1.0, "counted".to_string()), "entry: {}", insns[0]);
+    let near = |want: f64| -> Vec<(f64, String)> {
+        (0..insns.len()).map(|i| counted_row(&c, i)).filter(|(e, _)| (e / want - 1.0).abs() <= 0.2).collect()
+    };
+    for want in [n as f64, 3.0 * n as f64 / 8.0] {
+        let rows = near(want);
+        assert!(!rows.is_empty(), "no instruction near {want}: {}", c["instructions"]);
+        for (e, how) in rows {
+            assert_eq!(how, "counted", "{e} near {want}");
+            assert!((e / want - 1.0).abs() <= 0.01, "counted {e}, exactly {want}");
+        }
+    }
+    let most = (0..insns.len()).map(|i| counted_row(&c, i).0).fold(0.0, f64::max);
+    assert!(most <= 1.01 * n as f64, "{most} executions, the loop runs {n} times");
+}

@@ -133,43 +133,61 @@ impl Default for Budget {
     }
 }
 
+/// What one window recorded: the armed slots in the order they ran, each
+/// slot's span (hits and registers), and how long it was armed.
+pub struct Window {
+    pub seq: Vec<u8>,
+    pub slots: Vec<crate::chain::SlotSpan>,
+    pub armed: Duration,
+    /// The thread's CPU time (ns) just before the window was enabled and just after it was disabled.
+    pub cpu: Option<(u64, u64)>,
+}
+
 /// Arms `addrs` on thread `tid` (the first is the procedure's entry), each
-/// breakpoint writing one record per execution into one ring, so the window
-/// returns the order they ran in (indices into `addrs`). Polls every
-/// millisecond and stops once `max_hits` have trapped or `max_window` has
-/// passed; returns the sequence and how long it was armed.
-pub fn sequence_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget) -> io::Result<(Vec<u8>, Duration)> {
+/// breakpoint writing one record per execution into one ring, with the
+/// thread's registers ([`crate::chain::INDUCTION_REGS`]), so the window
+/// returns the order they ran in (indices into `addrs`) and each slot's
+/// span. Polls every millisecond and stops once `max_hits` have trapped or
+/// `max_window` has passed.
+pub fn sequence_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget) -> io::Result<Window> {
     let mut fds: Vec<OwnedFd> = Vec::with_capacity(addrs.len());
     for (i, &a) in addrs.iter().enumerate() {
         let leader = fds.first().map_or(-1, |f| f.as_raw_fd());
         fds.push(sys::perf_event_open(&sequence_attr(a, i == 0), tid as i32, -1, leader)?);
     }
-    // Room for every hit of the window plus a few milliseconds past the bound (16 bytes a record).
-    let pages = ((budget.max_hits as usize + 1000) * 16).div_ceil(loupe_perf::ring::page_size()).next_power_of_two();
+    // Room for every hit of the window plus a few milliseconds past the bound (header, ip, abi and 15 registers).
+    let pages = ((budget.max_hits as usize + 1000) * 144).div_ceil(loupe_perf::ring::page_size()).next_power_of_two();
     let mut ring = loupe_perf::ring::Ring::map(fds[0].as_raw_fd(), pages)?;
     for f in &fds[1..] {
         sys::ioctl(f.as_raw_fd(), sys::IOC_SET_OUTPUT, fds[0].as_raw_fd() as libc::c_ulong)?;
     }
     let layout = loupe_perf::Layout::new(loupe_perf::Format::of(&sequence_attr(addrs[0], true)));
-    let (mut seq, t0) = (Vec::new(), Instant::now());
-    let mut drain = |seq: &mut Vec<u8>| {
+    let mut w = Window { seq: Vec::new(), slots: vec![Default::default(); addrs.len()], armed: Duration::ZERO, cpu: None };
+    let t0 = Instant::now();
+    let mut drain = |w: &mut Window| {
         ring.read(|rec| {
-            let ip = loupe_perf::parse_sample(&layout, rec).ok().and_then(|s| s.ip);
-            seq.extend(ip.and_then(|ip| addrs.iter().position(|a| a.0 == ip)).map(|k| k as u8));
+            let Ok(s) = loupe_perf::parse_sample(&layout, rec) else { return };
+            let Some(k) = s.ip.and_then(|ip| addrs.iter().position(|a| a.0 == ip)) else { return };
+            w.seq.push(k as u8);
+            let regs: Vec<u64> = s.regs_user.map_or(vec![], |r| r.values.iter().collect());
+            w.slots[k].add(&regs);
         })
     };
+    // Read next to the enable and disable: the thread runs untrapped until the one and after the other.
+    let cpu0 = thread_cpu(tid);
     sys::ioctl(fds[0].as_raw_fd(), sys::IOC_ENABLE, IOC_FLAG_GROUP)?;
     loop {
         std::thread::sleep(Duration::from_millis(1));
-        drain(&mut seq);
-        if t0.elapsed() >= budget.max_window || seq.len() as u64 >= budget.max_hits {
+        drain(&mut w);
+        if t0.elapsed() >= budget.max_window || w.seq.len() as u64 >= budget.max_hits {
             break;
         }
     }
     sys::ioctl(fds[0].as_raw_fd(), sys::IOC_DISABLE, IOC_FLAG_GROUP)?;
-    let armed = t0.elapsed();
-    drain(&mut seq);
-    Ok((seq, armed))
+    w.cpu = cpu0.zip(thread_cpu(tid));
+    w.armed = t0.elapsed();
+    drain(&mut w);
+    Ok(w)
 }
 
 /// PERF_IOC_FLAG_GROUP: enable or disable the leader's whole group at once.
@@ -183,7 +201,8 @@ fn sequence_attr(addr: RuntimeAddr, leader: bool) -> PerfEventAttr {
         type_: PERF_TYPE_BREAKPOINT,
         size: sys::ATTR_SIZE,
         sample_period_or_freq: 1,
-        sample_type: sys::SAMPLE_IP,
+        sample_type: sys::SAMPLE_IP | sys::SAMPLE_REGS_USER,
+        sample_regs_user: crate::chain::INDUCTION_REGS,
         flags: sys::flag::EXCLUDE_KERNEL | sys::flag::EXCLUDE_HV | if leader { sys::flag::DISABLED } else { 0 },
         // Polled, never woken.
         wakeup_events_or_watermark: 1 << 30,
@@ -250,6 +269,12 @@ pub struct Counts {
     /// Entries over the whole run (the uprobe), when it counted the whole run.
     pub entries: Option<u64>,
     pub classes: Vec<ClassCount>,
+    /// The windows, for a run spent in one long call ([`crate::chain`]).
+    #[serde(default)]
+    pub spans: Vec<crate::chain::WindowSpan>,
+    /// Per thread, its CPU time (ns) at the last reading.
+    #[serde(default)]
+    pub end_cpu: Vec<(u32, u64)>,
     /// Windows armed, their total length, the traps they took, and the run's wall time.
     pub armed_secs: f64,
     pub traps: u64,
@@ -263,8 +288,34 @@ impl Counts {
         if addr == self.entry {
             return Some((entries, 0.0));
         }
-        let (r, h) = self.classes.iter().find(|c| c.addr == addr)?.per_entry()?;
-        Some((r * entries, h * entries))
+        match self.classes.iter().find(|c| c.addr == addr).and_then(ClassCount::per_entry) {
+            Some((r, h)) => Some((r * entries, h * entries)),
+            None => self.one_call(addr),
+        }
+    }
+
+    /// Executions of `addr` in a run spent in one call on one thread (too
+    /// long for a window to hold): chained by its own induction register, else
+    /// its ratio to the chained class it shared the most windows with.
+    fn one_call(&self, addr: ElfAddr) -> Option<(f64, f64)> {
+        let tid = self.spans.first()?.tid;
+        let end = self.end_cpu.iter().find(|e| e.0 == tid)?.1;
+        if self.entries != Some(1) {
+            return None;
+        }
+        if let Some(l) = crate::chain::chain_level(&self.spans, addr, end) {
+            return Some(l);
+        }
+        let shared = |a: ElfAddr| self.spans.iter().filter(|w| w.addrs.contains(&a) && w.addrs.contains(&addr)).count();
+        self.classes
+            .iter()
+            .filter(|c| c.addr != addr && shared(c.addr) > 0)
+            .filter_map(|c| {
+                let l = crate::chain::chain_level(&self.spans, c.addr, end)?;
+                Some((shared(c.addr), crate::chain::ratio_level(&self.spans, addr, c.addr, l)?))
+            })
+            .max_by_key(|x| x.0)
+            .map(|x| x.1)
     }
 
     /// Writes the counts (private, written whole then renamed).
@@ -301,6 +352,10 @@ pub struct Target {
 #[derive(Clone, Debug, Default)]
 pub struct Windows {
     pub classes: Vec<ClassCount>,
+    /// Every window, for counts that chain across them ([`crate::chain`]).
+    pub spans: Vec<crate::chain::WindowSpan>,
+    /// Per thread, its CPU time (ns) at the last reading.
+    pub end_cpu: Vec<(u32, u64)>,
     pub armed_secs: f64,
     pub traps: u64,
     pub windows: u64,
@@ -319,7 +374,17 @@ pub struct Windows {
 ///
 /// `quiet` are sampling events to disable while a window is armed: its
 /// traps would otherwise draw samples (trap time) to the armed instructions.
-pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], done: &dyn Fn() -> bool) -> io::Result<Windows> {
+/// `entries()` is the procedure's entries so far: while it is 1, a window
+/// without a whole call does not grow (the one call outlasts any window) and
+/// its classes chain by induction registers ([`crate::chain`]).
+pub fn count_windows(
+    root: u32,
+    t: &Target,
+    budget: &Budget,
+    quiet: &[OwnedFd],
+    done: &dyn Fn() -> bool,
+    entries: &dyn Fn() -> u64,
+) -> io::Result<Windows> {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata(&t.image)?.ino();
     let segs = crate::segments(&t.image)?;
@@ -327,7 +392,11 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], 
     let mut out = Windows { classes: t.classes.iter().map(|&addr| ClassCount { addr, windows: vec![] }).collect(), ..Default::default() };
     // Per group, how many times the budget its windows get: doubled after a window without a whole call.
     let mut scale = vec![1u32; groups.len()];
-    let mut turn = 0usize;
+    // Per group, windows whose counts chain by an induction register (no whole call needed).
+    let mut chained = vec![0usize; groups.len()];
+    // Per group, windows in a row in which none of its classes ran.
+    let mut idle_windows = vec![0usize; groups.len()];
+    let (mut turn, mut last_tid) = (0usize, None);
     while !done() {
         let threads = threads_of(root, inode, &segs, t.entry);
         let mut pause = budget.gap;
@@ -340,24 +409,44 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], 
             turn = k;
             let g = &groups[k];
             let rt: Vec<RuntimeAddr> = g.iter().map(|&a| crate::runtime(a, bias)).collect();
-            let b = Budget { max_hits: budget.max_hits * scale[k] as u64, max_window: budget.max_window * scale[k], ..*budget };
+            let b = match chained[k] {
+                // A settled chain only needs a few hits a window to carry its registers across the run.
+                n if n >= SETTLED_WINDOWS => Budget { max_hits: KEEPALIVE_HITS, ..*budget },
+                _ => Budget { max_hits: budget.max_hits * scale[k] as u64, max_window: budget.max_window * scale[k], ..*budget },
+            };
             let toggle = |req| quiet.iter().for_each(|f| drop(sys::ioctl(f.as_raw_fd(), req, 0)));
             toggle(sys::IOC_DISABLE);
             let counted = sequence_window(tid, &rt, &b);
             toggle(sys::IOC_ENABLE);
-            if let Ok((seq, armed)) = counted {
-                out.armed_secs += armed.as_secs_f64();
-                out.traps += seq.len() as u64;
+            if let Ok(w) = counted {
+                out.armed_secs += w.armed.as_secs_f64();
+                out.traps += w.seq.len() as u64;
                 out.windows += 1;
                 // As long a pause as the window: the program runs at least half the time at full speed.
-                pause = pause.max(armed);
-                let whole = whole_invocations(&seq, g.len());
-                match (&whole, scale[k]) {
+                pause = pause.max(w.armed);
+                let whole = whole_invocations(&w.seq, g.len());
+                // A register stepping alike at every hit of a class: the group's counts chain across windows without whole calls.
+                let strided = w.slots[1..].iter().any(|s| s.stride.iter().any(|d| d.is_some_and(|d| d != 0)));
+                // No class of the group ran while armed: a longer window would not help; after a few such, it is dropped.
+                let idle = w.slots[1..].iter().all(|s| s.hits == 0);
+                idle_windows[k] = if idle { idle_windows[k] + 1 } else { 0 };
+                match (&whole, scale[k], strided && entries() <= 1) {
+                    _ if idle_windows[k] >= SETTLED_WINDOWS => scale[k] = 0,
+                    _ if idle => {}
+                    // One call so far, longer than the window: a longer window would not hold it either.
+                    (None, _, true) => chained[k] += 1,
                     // Calls too long to count whole at any budget: this group is not armed again.
-                    (None, MAX_SCALE) => scale[k] = 0,
-                    (None, _) => scale[k] *= 2,
+                    (None, MAX_SCALE, false) => scale[k] = 0,
+                    (None, _, false) => scale[k] *= 2,
                     _ => {}
                 }
+                out.spans.push(crate::chain::WindowSpan {
+                    tid,
+                    addrs: g.clone(),
+                    cpu: w.cpu.unwrap_or_default(),
+                    inside: crate::chain::between(&w.seq, g.len()),
+                    slots: w.slots,
+                });
                 if let Some((hits, calls)) = whole {
                     for (&addr, &h) in g[1..].iter().zip(&hits) {
                         if let Some(c) = out.classes.iter_mut().find(|c| c.addr == addr) {
@@ -375,9 +464,18 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], 
                     }
                 }
             }
+            last_tid = Some(tid);
         }
         turn += 1;
-        std::thread::sleep(pause);
+        // The pause, reading the last thread's CPU time now and then: the chain scales its tail up to the last reading.
+        let t0 = Instant::now();
+        while t0.elapsed() < pause && !done() {
+            if let Some(c) = last_tid.and_then(|t| thread_cpu(t).map(|c| (t, c))) {
+                out.end_cpu.retain(|e| e.0 != c.0);
+                out.end_cpu.push(c);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
     Ok(out)
 }
@@ -388,6 +486,14 @@ pub fn count_windows(root: u32, t: &Target, budget: &Budget, quiet: &[OwnedFd], 
 /// needs a few.
 pub const SETTLED_CALLS: u64 = 50;
 pub const SETTLED_WINDOWS: usize = 5;
+
+/// The hits a window of a settled chained group takes: enough to carry its registers across the run, cheap.
+pub const KEEPALIVE_HITS: u64 = 32;
+
+/// The CPU time of thread `tid` in ns (/proc/TID/schedstat), while it lives or awaits reaping.
+fn thread_cpu(tid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?.split_whitespace().next()?.parse().ok()
+}
 
 /// A group's windows grow to at most this many times the budget (32 x 2,000
 /// hits: about a second of traps) while they catch no whole call.
@@ -510,13 +616,78 @@ mod tests {
         let tid = rx.recv().unwrap();
         let addrs = [RuntimeAddr(outer as fn(u64) -> u64 as usize as u64), RuntimeAddr(inner as fn(u64) -> u64 as usize as u64)];
         let budget = Budget { max_hits: 400, max_window: Duration::from_secs(20), gap: Duration::ZERO };
-        let (seq, _) = sequence_window(tid, &addrs, &budget).unwrap();
+        let seq = sequence_window(tid, &addrs, &budget).unwrap().seq;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         worker.join().unwrap();
         assert!(seq.len() >= 400 && seq.len() < 4000, "{} hits", seq.len());
         let (hits, calls) = whole_invocations(&seq, 2).unwrap();
         assert!(calls >= 40, "{calls} whole calls");
         assert_eq!(hits[0], 7 * calls);
+    }
+
+    #[inline(never)]
+    fn step(i: u64) -> u64 {
+        std::hint::black_box(i.wrapping_mul(0x9e37_79b9))
+    }
+
+    #[inline(never)]
+    fn one_long_call(n: u64) -> u64 {
+        (0..n).fold(0, |a, i| a ^ step(i))
+    }
+
+    #[test]
+    fn a_single_call_that_outlasts_every_window_is_counted_by_its_induction_register() {
+        // Checks windows + chain_level end to end: a thread makes one call of one_long_call(N), N = 10^8 calls of
+        // step(i) (i in the argument register), far longer than any window; windows of 300 hits every 10 ms chain
+        // step's count through the register, the head and tail scaled by the gaps' rate: within 1% of N.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+            return;
+        }
+        const N: u64 = 100_000_000;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let (stay_tx, stay_rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let x = one_long_call(N);
+            // The thread stays (idle: its CPU time stands) until read, as an exited process stays until reaped.
+            done_tx.send(()).unwrap();
+            stay_rx.recv().unwrap();
+            x
+        });
+        let tid = rx.recv().unwrap();
+        let rt = |f: fn(u64) -> u64| RuntimeAddr(f as usize as u64);
+        let addrs = [rt(one_long_call), rt(step)];
+        let elf = [ElfAddr(addrs[0].0), ElfAddr(addrs[1].0)];
+        let budget = Budget { max_hits: 300, max_window: Duration::from_secs(1), gap: Duration::ZERO };
+        let (mut spans, mut end) = (Vec::new(), 0);
+        while done_rx.try_recv().is_err() {
+            let Ok(w) = sequence_window(tid, &addrs, &budget) else { break };
+            if let (Some(cpu), true) = (w.cpu, w.seq.len() >= 2) {
+                spans.push(crate::chain::WindowSpan {
+                    tid,
+                    addrs: elf.to_vec(),
+                    cpu,
+                    inside: crate::chain::between(&w.seq, 2),
+                    slots: w.slots,
+                });
+            }
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_millis(10) {
+                end = thread_cpu(tid).unwrap_or(end);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        end = thread_cpu(tid).unwrap_or(end);
+        stay_tx.send(()).unwrap();
+        worker.join().unwrap();
+        assert!(spans.len() >= 5, "{} windows", spans.len());
+        let (n, hw) = crate::chain::chain_level(&spans, elf[1], end).expect("a chain through the argument register");
+        eprintln!("counted {n} +- {hw} of {N} in {} windows", spans.len());
+        assert!((n / N as f64 - 1.0).abs() <= 0.01, "counted {n} +- {hw}, exactly {N}");
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod chain;
 pub mod count;
 mod group;
 mod maps;
