@@ -2,7 +2,7 @@
 //! flamegraph.pl) as an interactive SVG (click to zoom, Ctrl-F to search),
 //! optionally wrapped in an HTML page.
 
-use crate::callgraph::{CallData, Selection, Stack};
+use crate::callgraph::{CallData, Selection};
 use crate::export::collapsed;
 use crate::image_display;
 use loupe_model::stacks::truncated_image;
@@ -87,42 +87,41 @@ pub struct FlameTree<'a> {
 impl<'a> FlameTree<'a> {
     /// The tree of every stack of `data` counted for `event`.
     pub fn new(data: &'a CallData, event: usize, inverted: bool) -> FlameTree<'a> {
-        FlameTree::build(data, Cow::Owned(FlameIndex::of(data)), data.stacks.iter(), event, inverted)
+        FlameTree::build(data, Cow::Owned(FlameIndex::of(data)), 0..data.stacks.len() as u32, event, inverted)
     }
 
-    /// The tree of some of `data`'s stacks (see [`FlameIndex::select`]),
-    /// with an index made before: a server keeps both across requests, so
-    /// that a new selection costs a walk over ids.
-    pub fn of_stacks(
-        data: &'a CallData,
-        index: &'a FlameIndex,
-        stacks: impl IntoIterator<Item = &'a Stack>,
-        event: usize,
-        inverted: bool,
-    ) -> FlameTree<'a> {
-        FlameTree::build(data, Cow::Borrowed(index), stacks, event, inverted)
+    /// The tree of some of `data`'s stacks (by index, as
+    /// [`FlameIndex::select`] lists them), with an index made before: a
+    /// server keeps both across requests, so that a new selection costs
+    /// adding counts along the index's prefix tree of every stack.
+    pub fn of_stacks(data: &'a CallData, index: &'a FlameIndex, stacks: &[u32], event: usize, inverted: bool) -> FlameTree<'a> {
+        FlameTree::build(data, Cow::Borrowed(index), stacks.iter().copied(), event, inverted)
     }
 
+    /// The selected stacks' counts at their leaves in the prefix tree of
+    /// all stacks, summed up to the root; the nodes with samples are the tree.
     fn build(
         data: &'a CallData,
         index: Cow<'a, FlameIndex>,
-        stacks: impl IntoIterator<Item = &'a Stack>,
+        stacks: impl Iterator<Item = u32>,
         event: usize,
         inverted: bool,
     ) -> FlameTree<'a> {
-        let mut arena = Arena::default();
-        let mut path = Vec::new();
-        for s in stacks.into_iter().filter(|s| s.counts[event] > 0) {
-            path.clear();
-            for &l in s.locations.iter().rev() {
-                path.extend_from_slice(index.at(l));
-            }
-            if inverted {
-                path.reverse();
-            }
-            arena.add(&path, s.counts[event]);
+        let trie = index.trie(data, inverted);
+        let mut nodes: Vec<Slot> = trie.frame.iter().map(|&frame| Slot { frame, self_: 0, total: 0 }).collect();
+        for s in stacks {
+            let n = data.stacks[s as usize].counts[event];
+            let leaf = &mut nodes[trie.leaf[s as usize] as usize];
+            leaf.self_ += n;
+            leaf.total += n;
         }
-        arena.finish(data, index)
+        // A child is made after its parent: one pass from the end sums totals up.
+        for i in (1..nodes.len()).rev() {
+            let t = nodes[i].total;
+            nodes[trie.parent[i] as usize].total += t;
+        }
+        let (kids, start) = sorted_children(&nodes, &trie.parent, &index.rank);
+        FlameTree { data, index, nodes, kids, start, min_total: 0 }
     }
 
     /// Shows, under every node, the children with less than `min_share`
@@ -178,7 +177,7 @@ impl<'a> FlameTree<'a> {
     /// name was a fifth of a whole machine's new flame request).
     pub fn write_json(&self, out: &mut Vec<u8>) {
         let fields = self.index.fields(self.data);
-        out.reserve(self.nodes.len() * 64);
+        out.reserve(self.kids.len() * 160);
         self.write_node(0, fields, out);
     }
 
@@ -305,15 +304,28 @@ pub struct FlameIndex {
     /// Each frame's JSON fields (`"image":…,"inlined":…,"name":…`), made
     /// when a tree of the index is first written.
     fields: OnceLock<Vec<Box<[u8]>>>,
+    /// The prefix tree of every stack, root first and (inverted) leaf
+    /// first, made when a tree is first asked for.
+    tries: [OnceLock<Trie>; 2],
 }
 
-/// The stacks a selection keeps, with the samples of `event` they hold
-/// and how many of those stopped unwinding before the root.
+/// The stacks a selection keeps (indices into the profile's), with the
+/// samples of `event` they hold and how many of those stopped unwinding
+/// before the root.
 #[derive(Debug, Default)]
-pub struct Selected<'a> {
-    pub stacks: Vec<&'a Stack>,
+pub struct Selected {
+    pub stacks: Vec<u32>,
     pub total: u64,
     pub truncated: u64,
+}
+
+/// The prefix tree of a profile's stacks, node 0 the root: each node's
+/// frame and parent (made after it), and each stack's last node.
+#[derive(Clone, Debug, Default)]
+struct Trie {
+    frame: Vec<u32>,
+    parent: Vec<u32>,
+    leaf: Vec<u32>,
 }
 
 impl FlameIndex {
@@ -393,12 +405,12 @@ impl FlameIndex {
     /// The stacks of `data` that `sel` keeps (a process it keeps, and a
     /// frame in an image it keeps), as [`crate::callgraph::resolve`] would
     /// have kept them, with their samples of `event`.
-    pub fn select<'d>(&self, data: &'d CallData, event: usize, sel: &Selection) -> Selected<'d> {
+    pub fn select(&self, data: &CallData, event: usize, sel: &Selection) -> Selected {
         let image_kept: Vec<bool> = self.images.iter().map(|i| (sel.keep_image)(i)).collect();
         let location_kept = |l: u32| image_kept[self.frames[self.ids[self.of_location[l as usize]] as usize].image as usize];
         let stopped = truncated_image();
         let mut out = Selected::default();
-        for s in &data.stacks {
+        for (i, s) in data.stacks.iter().enumerate() {
             if !(sel.keep)(&s.process) || !s.locations.iter().any(|&l| location_kept(l)) {
                 continue;
             }
@@ -406,73 +418,74 @@ impl FlameIndex {
             if s.locations.last().is_some_and(|&l| data.locations[l as usize].image == stopped) {
                 out.truncated += s.counts[event];
             }
-            out.stacks.push(s);
+            out.stacks.push(i as u32);
         }
         out
     }
+
+    /// The prefix tree of `data`'s stacks, made once: a stack walks it by
+    /// (parent, frame) ids, one hash lookup per frame.
+    fn trie(&self, data: &CallData, inverted: bool) -> &Trie {
+        self.tries[usize::from(inverted)].get_or_init(|| {
+            let mut t = Trie { frame: vec![u32::MAX], parent: vec![u32::MAX], leaf: Vec::with_capacity(data.stacks.len()) };
+            let mut child: HashMap<(u32, u32), u32, BuildHasherDefault<IdHasher>> = HashMap::default();
+            let mut path = Vec::new();
+            for s in &data.stacks {
+                path.clear();
+                for &l in s.locations.iter().rev() {
+                    path.extend_from_slice(self.at(l));
+                }
+                if inverted {
+                    path.reverse();
+                }
+                let mut node = 0u32;
+                for &frame in &path {
+                    let (parent, next) = (node, t.frame.len() as u32);
+                    node = *child.entry((parent, frame)).or_insert(next);
+                    if node == next {
+                        t.frame.push(frame);
+                        t.parent.push(parent);
+                    }
+                }
+                t.leaf.push(node);
+            }
+            t
+        })
+    }
 }
 
-/// A node while stacks are merged: its frame, parent and counts.
+/// A node of a tree: its frame and counts.
 struct Slot {
     frame: u32,
-    parent: u32,
     self_: u64,
     total: u64,
 }
 
-/// The tree being built, node 0 the root; children found by (parent, frame).
-struct Arena {
-    nodes: Vec<Slot>,
-    child: HashMap<(u32, u32), u32, BuildHasherDefault<IdHasher>>,
-}
-
-impl Default for Arena {
-    fn default() -> Arena {
-        Arena { nodes: vec![Slot { frame: u32::MAX, parent: u32::MAX, self_: 0, total: 0 }], child: HashMap::default() }
+/// The children of each node with samples (`kids[start[i]..start[i + 1]]`),
+/// sorted by total, descending, then by name (procedure, image, inlined:
+/// `rank`), so the order is stable.
+fn sorted_children(nodes: &[Slot], parent: &[u32], rank: &[u32]) -> (Vec<u32>, Vec<usize>) {
+    let shown = |i: usize| i > 0 && nodes[i].total > 0;
+    let mut start = vec![0usize; nodes.len() + 1];
+    for i in (1..nodes.len()).filter(|&i| shown(i)) {
+        start[parent[i] as usize + 1] += 1;
     }
-}
-
-impl Arena {
-    fn add(&mut self, path: &[u32], n: u64) {
-        let mut node = 0u32;
-        self.nodes[0].total += n;
-        for &frame in path {
-            let next = self.nodes.len() as u32;
-            let parent = node;
-            node = *self.child.entry((parent, frame)).or_insert(next);
-            if node == next {
-                self.nodes.push(Slot { frame, parent, self_: 0, total: 0 });
-            }
-            self.nodes[node as usize].total += n;
-        }
-        self.nodes[node as usize].self_ += n;
+    for i in 1..start.len() {
+        start[i] += start[i - 1];
     }
-
-    /// The finished tree: children sorted by total, descending, then by
-    /// name (procedure, image, inlined), so the order is stable.
-    fn finish<'a>(self, data: &'a CallData, index: Cow<'a, FlameIndex>) -> FlameTree<'a> {
-        let rank = &index.rank;
-        let mut start = vec![0usize; self.nodes.len() + 1];
-        for s in &self.nodes[1..] {
-            start[s.parent as usize + 1] += 1;
-        }
-        for i in 1..start.len() {
-            start[i] += start[i - 1];
-        }
-        let mut fill = start.clone();
-        let mut kids = vec![0u32; self.nodes.len() - 1];
-        for (i, s) in self.nodes.iter().enumerate().skip(1) {
-            kids[fill[s.parent as usize]] = i as u32;
-            fill[s.parent as usize] += 1;
-        }
-        for i in 0..self.nodes.len() {
-            kids[start[i]..start[i + 1]].sort_unstable_by(|&a, &b| {
-                let (a, b) = (&self.nodes[a as usize], &self.nodes[b as usize]);
-                b.total.cmp(&a.total).then_with(|| rank[a.frame as usize].cmp(&rank[b.frame as usize]))
-            });
-        }
-        FlameTree { data, index, nodes: self.nodes, kids, start, min_total: 0 }
+    let mut fill = start.clone();
+    let mut kids = vec![0u32; start[nodes.len()]];
+    for i in (1..nodes.len()).filter(|&i| shown(i)) {
+        kids[fill[parent[i] as usize]] = i as u32;
+        fill[parent[i] as usize] += 1;
     }
+    for i in 0..nodes.len() {
+        kids[start[i]..start[i + 1]].sort_unstable_by(|&a, &b| {
+            let (a, b) = (&nodes[a as usize], &nodes[b as usize]);
+            b.total.cmp(&a.total).then_with(|| rank[a.frame as usize].cmp(&rank[b.frame as usize]))
+        });
+    }
+    (kids, start)
 }
 
 /// FxHash (rustc's) for (parent, frame) ids: one lookup per frame of
@@ -768,7 +781,8 @@ mod tests {
             let want = resolve(&[stacks()], &ev, &sel, &mut Table);
             let got = index.select(&all, 0, &sel);
             assert_eq!((got.total, got.truncated), (want.totals[0], want.truncated[0]));
-            assert_eq!(FlameTree::of_stacks(&all, &index, got.stacks, 0, false).named(), tree(&want, 0, false));
+            assert_eq!(FlameTree::of_stacks(&all, &index, &got.stacks, 0, false).named(), tree(&want, 0, false));
+            assert_eq!(FlameTree::of_stacks(&all, &index, &got.stacks, 0, true).named(), tree(&want, 0, true));
         }
     }
 }
