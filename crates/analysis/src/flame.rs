@@ -774,7 +774,8 @@ mod tests {
         let all = data(&|_| true);
         let index = FlameIndex::of(&all);
         let ev = [EventName::new("cpu-clock")];
-        let cases: [(&dyn Fn(&loupe_model::ProcessKey) -> bool, &dyn Fn(&str) -> bool); 3] =
+        type Keep<'f> = (&'f dyn Fn(&loupe_model::ProcessKey) -> bool, &'f dyn Fn(&str) -> bool);
+        let cases: [Keep; 3] =
             [(&|p| p.pid == 1, &|_| true), (&|_| true, &|i| i.contains("unwind")), (&|p| p.pid == 2, &|i| i == "/bin/app")];
         for (keep, keep_image) in cases {
             let sel = Selection { keep, keep_image };
