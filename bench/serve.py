@@ -11,11 +11,16 @@ Requests go over HTTP to a real `loupe serve`, one at a time, --rounds each.
 
 Usage: bench/serve.py [--seconds 30] [--freq 2000] [--epochs 1440] [--step 60] [--rounds 20]
        bench/serve.py --compare OLD_LOUPE [--turns 2] [--db DIR] [--gzip] ...
+       bench/serve.py --day-only --day-db DIR [--min-share 0.0005] [--questions flame]
 
 --compare measures the one-epoch case with OLD_LOUPE and $LOUPE in turns
 (A B A B ..., a fresh server each turn) on the same recording, and prints
 the medians of each side and their ratios. --db reuses a recording instead
 of making one; --gzip asks for compressed answers as browsers do.
+--min-share also asks each flame question pruned as the web page does;
+--questions limits the new questions (`&comm=X`) to top or flame; --day-db
+keeps the synthesized day in DIR (made when missing) and --day-only
+measures only it.
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -92,6 +97,10 @@ def main():
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--db", help="an existing recording to use (not removed)")
     ap.add_argument("--gzip", action="store_true", help="send Accept-Encoding: gzip")
+    ap.add_argument("--min-share", type=float, help="also ask each flame question with this min-share")
+    ap.add_argument("--questions", default="top,flame", help="new questions to ask: top, flame or both")
+    ap.add_argument("--day-db", help="where the synthesized day is kept (made when missing; not removed)")
+    ap.add_argument("--day-only", action="store_true", help="measure only the day")
     a = ap.parse_args()
     global GZIP
     GZIP = a.gzip
@@ -102,12 +111,17 @@ def main():
     try:
         if a.db:
             one = a.db
+        elif a.day_only and a.day_db and os.path.exists(os.path.join(a.day_db, "CURRENT")):
+            pass
         else:
             record(one, a.seconds, a.freq)
         if a.compare:
             compare(a, one)
             return
-        synthesize_day(one, day, a.epochs, a.step)
+        if a.day_db:
+            day = a.day_db
+        if not os.path.exists(os.path.join(day, "CURRENT")):
+            synthesize_day(one, day, a.epochs, a.step)
         measure(a, one, day)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -128,7 +142,8 @@ def compare(a, db):
 
 
 def measure(a, one, day):
-    for name, db, epoch, rounds in [("one epoch", one, "current", a.rounds), (f"day ({a.epochs} epochs)", day, "all", a.day_rounds)]:
+    cases = [("one epoch", one, "current", a.rounds), (f"day ({a.epochs} epochs)", day, "all", a.day_rounds)]
+    for name, db, epoch, rounds in cases[1:] if a.day_only else cases:
         measure_one(a, name, db, epoch, rounds)
 
 
@@ -139,7 +154,8 @@ def measure_one(a, name, db, epoch, rounds, loupe=LOUPE):
     try:
         top = json.load(urllib.request.urlopen(f"{base}/api/top?by=image&epoch={epoch}&limit=1", timeout=900))
         print(f"{name}: {top['total_samples']} samples")
-        for what in ["top?by=procedure&", "top?by=image&", "flame?"]:
+        pruned = [f"flame?min-share={a.min_share}&"] if a.min_share else []
+        for what in ["top?by=procedure&", "top?by=image&", "flame?"] + pruned:
             path = f"{what}epoch={epoch}"
             first, p50, p95 = timings(f"{base}/api/{path}", rounds)
             size = len(get(f"{base}/api/{path}"))
@@ -147,7 +163,8 @@ def measure_one(a, name, db, epoch, rounds, loupe=LOUPE):
             figures.update({f"{path} first": first, f"{path} p50": p50, f"{path} p95": p95})
         # Questions not asked before (answers not kept; symbol tables kept): one per process name.
         comms = ["selftime", "callstack", "node", "bash", "python3", "loupe", "cc1", "rustc", "ld", "sh"]
-        for what in ["top?by=procedure&", "flame?"]:
+        asked = {"top": ["top?by=procedure&"], "flame": ["flame?"] + pruned}
+        for what in [w for q in a.questions.split(",") for w in asked[q]]:
             times = []
             for c in comms[:rounds]:
                 t = time.perf_counter()

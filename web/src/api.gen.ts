@@ -119,6 +119,7 @@ export interface FlameAnswer {
   unwind_stopped: number;
 }
 
+/** A frame reached by one path from the root (the root: `all`, without image). With `min-share`, the children below that share of all samples are folded into one last child named `(other)`, without image, whose self and total are their samples; every other node's figures are exact. */
 export interface FlameNode {
   children: FlameNode[];
   image?: string;

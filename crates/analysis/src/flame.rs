@@ -2,13 +2,16 @@
 //! flamegraph.pl) as an interactive SVG (click to zoom, Ctrl-F to search),
 //! optionally wrapped in an HTML page.
 
-use crate::callgraph::CallData;
+use crate::callgraph::{CallData, Selection};
 use crate::export::collapsed;
 use crate::image_display;
+use loupe_model::stacks::truncated_image;
 use loupe_model::ImageId;
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 
 /// One box of the flame graph: a frame reached by one path from the root,
 /// with the samples in it alone (`self_`) and in it and below (`total`).
@@ -46,6 +49,17 @@ impl Serialize for FlameNode {
     }
 }
 
+/// The name of the node that stands for the children of a parent folded
+/// by [`FlameTree::prune`]: their samples are its self and total.
+pub const OTHER: &str = "(other)";
+
+impl FlameNode {
+    /// An [`OTHER`] node of `n` samples (unnamed image, as the root).
+    fn other(n: u64) -> FlameNode {
+        FlameNode { procedure: OTHER.into(), self_: n, total: n, ..Default::default() }
+    }
+}
+
 /// The merged call tree the SVG draws, root first under a synthetic `all`
 /// node; `inverted` puts the leaves at the top (callers below them).
 ///
@@ -54,42 +68,82 @@ impl Serialize for FlameNode {
 /// only into the finished tree (a whole machine has ~100k nodes from ~70k
 /// stacks; per-frame strings and maps made that take seconds).
 pub fn tree(data: &CallData, event: usize, inverted: bool) -> FlameNode {
-    FlameTree::new(data, event, inverted).node(0)
+    FlameTree::new(data, event, inverted).named()
 }
 
 /// [`tree`] before its names are copied out: what `flame --format json`
 /// serializes (as [`FlameNode`] does), without a string per node.
 pub struct FlameTree<'a> {
-    frames: Frames<'a>,
+    data: &'a CallData,
+    index: Cow<'a, FlameIndex>,
     nodes: Vec<Slot>,
     /// Children of node i, in order: `kids[start[i]..start[i + 1]]`.
     kids: Vec<u32>,
     start: Vec<usize>,
+    /// Children with fewer samples are shown folded ([`FlameTree::prune`]).
+    min_total: u64,
 }
 
 impl<'a> FlameTree<'a> {
+    /// The tree of every stack of `data` counted for `event`.
     pub fn new(data: &'a CallData, event: usize, inverted: bool) -> FlameTree<'a> {
-        let frames = Frames::of(data);
-        let mut arena = Arena::default();
-        let mut path = Vec::new();
-        for s in data.stacks.iter().filter(|s| s.counts[event] > 0) {
-            path.clear();
-            for &l in s.locations.iter().rev() {
-                path.extend_from_slice(frames.at(l));
-            }
-            if inverted {
-                path.reverse();
-            }
-            arena.add(&path, s.counts[event]);
+        FlameTree::build(data, Cow::Owned(FlameIndex::of(data)), 0..data.stacks.len() as u32, event, inverted)
+    }
+
+    /// The tree of some of `data`'s stacks (by index, as
+    /// [`FlameIndex::select`] lists them), with an index made before: a
+    /// server keeps both across requests, so that a new selection costs
+    /// adding counts along the index's prefix tree of every stack.
+    pub fn of_stacks(data: &'a CallData, index: &'a FlameIndex, stacks: &[u32], event: usize, inverted: bool) -> FlameTree<'a> {
+        FlameTree::build(data, Cow::Borrowed(index), stacks.iter().copied(), event, inverted)
+    }
+
+    /// The selected stacks' counts at their leaves in the prefix tree of
+    /// all stacks, summed up to the root; the nodes with samples are the tree.
+    fn build(
+        data: &'a CallData,
+        index: Cow<'a, FlameIndex>,
+        stacks: impl Iterator<Item = u32>,
+        event: usize,
+        inverted: bool,
+    ) -> FlameTree<'a> {
+        let trie = index.trie(data, inverted);
+        let mut nodes: Vec<Slot> = trie.frame.iter().map(|&frame| Slot { frame, self_: 0, total: 0 }).collect();
+        for s in stacks {
+            let n = data.stacks[s as usize].counts[event];
+            let leaf = &mut nodes[trie.leaf[s as usize] as usize];
+            leaf.self_ += n;
+            leaf.total += n;
         }
-        arena.finish(frames)
+        // A child is made after its parent: one pass from the end sums totals up.
+        for i in (1..nodes.len()).rev() {
+            let t = nodes[i].total;
+            nodes[trie.parent[i] as usize].total += t;
+        }
+        let (kids, start) = sorted_children(&nodes, &trie.parent, &index.rank);
+        FlameTree { data, index, nodes, kids, start, min_total: 0 }
+    }
+
+    /// Shows, under every node, the children with less than `min_share`
+    /// of the root's samples folded into one [`OTHER`] child, after the
+    /// kept ones: the tree a screen can draw (a box under a pixel wide
+    /// says nothing), with every kept node's self and total unchanged and
+    /// each node's total still its self plus its children's totals.
+    pub fn prune(mut self, min_share: f64) -> FlameTree<'a> {
+        self.min_total = (min_share * self.nodes[0].total as f64).ceil() as u64;
+        self
+    }
+
+    /// The tree with its names copied out.
+    pub fn named(&self) -> FlameNode {
+        self.node(0)
     }
 
     /// (procedure, image, inlined) of node `i`; the root is `all`.
     fn name(&self, i: u32) -> (&str, &str, bool) {
-        match self.frames.names.get(self.nodes[i as usize].frame as usize) {
-            Some(&(p, img, inl)) => (p, &self.frames.images[img as usize], inl),
-            None => ("all", "", false),
+        match self.nodes[i as usize].frame {
+            u32::MAX => ("all", "", false),
+            f => self.index.name(self.data, f),
         }
     }
 
@@ -97,19 +151,85 @@ impl<'a> FlameTree<'a> {
         &self.kids[self.start[i as usize]..self.start[i as usize + 1]]
     }
 
+    /// The children of `i` shown, and the samples of those folded (0: none).
+    /// Children are sorted by total, so the folded ones are the last.
+    fn shown(&self, i: u32) -> (&[u32], u64) {
+        let kids = self.children(i);
+        let kept = kids.partition_point(|&k| self.nodes[k as usize].total >= self.min_total);
+        (&kids[..kept], kids[kept..].iter().map(|&k| self.nodes[k as usize].total).sum())
+    }
+
     /// Node `i` and everything below it, named.
     fn node(&self, i: u32) -> FlameNode {
         let (procedure, image, inlined) = self.name(i);
         let s = &self.nodes[i as usize];
-        FlameNode {
-            procedure: procedure.to_string(),
-            image: image.to_string(),
-            inlined,
-            self_: s.self_,
-            total: s.total,
-            children: self.children(i).iter().map(|&k| self.node(k)).collect(),
+        let (kept, folded) = self.shown(i);
+        let mut children: Vec<FlameNode> = kept.iter().map(|&k| self.node(k)).collect();
+        if folded > 0 {
+            children.push(FlameNode::other(folded));
+        }
+        FlameNode { procedure: procedure.to_string(), image: image.to_string(), inlined, self_: s.self_, total: s.total, children }
+    }
+
+    /// Appends the tree as compact JSON, byte for byte what
+    /// `serde_json::to_writer` writes of it: each frame's fields are
+    /// escaped once per index rather than once per node (escaping every
+    /// name was a fifth of a whole machine's new flame request).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let fields = self.index.fields(self.data);
+        out.reserve(self.kids.len() * 160);
+        self.write_node(0, fields, out);
+    }
+
+    fn write_node(&self, i: u32, fields: &[Box<[u8]>], out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"children\":[");
+        let (kept, folded) = self.shown(i);
+        for (n, &k) in kept.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            self.write_node(k, fields, out);
+        }
+        if folded > 0 {
+            if !kept.is_empty() {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"children\":[],\"name\":\"");
+            out.extend_from_slice(OTHER.as_bytes());
+            out.extend_from_slice(b"\"");
+            write_counts(out, folded, folded);
+        }
+        out.extend_from_slice(b"],");
+        let s = &self.nodes[i as usize];
+        match fields.get(s.frame as usize) {
+            Some(f) => out.extend_from_slice(f),
+            None => out.extend_from_slice(b"\"name\":\"all\""),
+        }
+        write_counts(out, s.self_, s.total);
+    }
+}
+
+/// `,"self":S,"total":T}`.
+fn write_counts(out: &mut Vec<u8>, self_: u64, total: u64) {
+    out.extend_from_slice(b",\"self\":");
+    write_u64(out, self_);
+    out.extend_from_slice(b",\"total\":");
+    write_u64(out, total);
+    out.push(b'}');
+}
+
+fn write_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
         }
     }
+    out.extend_from_slice(&digits[at..]);
 }
 
 impl Serialize for FlameTree<'_> {
@@ -121,7 +241,7 @@ impl Serialize for FlameTree<'_> {
 /// Node `.1` of a tree, serialized as its [`FlameNode`] would be.
 struct At<'t, 'a>(&'t FlameTree<'a>, u32);
 
-/// The children of a node, in order.
+/// The children of a node, in order, then the folded ones' [`OTHER`] node.
 struct Kids<'t, 'a>(&'t FlameTree<'a>, u32);
 
 impl Serialize for At<'_, '_> {
@@ -144,30 +264,78 @@ impl Serialize for At<'_, '_> {
 
 impl Serialize for Kids<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.children(self.1).iter().map(|&k| At(self.0, k)))
+        let (kept, folded) = self.0.shown(self.1);
+        let mut seq = s.serialize_seq(Some(kept.len() + usize::from(folded > 0)))?;
+        for &k in kept {
+            seq.serialize_element(&At(self.0, k))?;
+        }
+        if folded > 0 {
+            seq.serialize_element(&FlameNode::other(folded))?;
+        }
+        seq.end()
     }
 }
 
-/// A frame as the tree names it: procedure, image id, inlined.
-type FrameKey<'a> = (&'a str, u32, bool);
+/// A frame of the index: the location naming it, which of its names
+/// (`u32::MAX`: the procedure, else an index into its inlined functions),
+/// and its image.
+#[derive(Clone, Copy, Debug)]
+struct FrameRef {
+    location: u32,
+    inlined_at: u32,
+    image: u32,
+}
 
 /// The distinct frames of a profile, by id, and each location's frames
-/// root first (the outer procedure, then what is inlined into it).
-struct Frames<'a> {
+/// root first (the outer procedure, then what is inlined into it): made
+/// once per profile ([`CallData`]), it names nothing itself but points
+/// into the profile's locations, so a server can keep it beside them.
+#[derive(Clone, Debug, Default)]
+pub struct FlameIndex {
+    /// Image display names; images that show alike are one.
     images: Vec<String>,
-    names: Vec<FrameKey<'a>>,
+    frames: Vec<FrameRef>,
     /// `of_location[l]..of_location[l + 1]` indexes `ids`.
     of_location: Vec<usize>,
     ids: Vec<u32>,
+    /// Each frame's place in name order (procedure, image, inlined), the
+    /// tie-break between children of equal totals.
+    rank: Vec<u32>,
+    /// Each frame's JSON fields (`"image":…,"inlined":…,"name":…`), made
+    /// when a tree of the index is first written.
+    fields: OnceLock<Vec<Box<[u8]>>>,
+    /// The prefix tree of every stack, root first and (inverted) leaf
+    /// first, made when a tree is first asked for.
+    tries: [OnceLock<Trie>; 2],
 }
 
-impl<'a> Frames<'a> {
-    fn of(data: &'a CallData) -> Frames<'a> {
+/// The stacks a selection keeps (indices into the profile's), with the
+/// samples of `event` they hold and how many of those stopped unwinding
+/// before the root.
+#[derive(Debug, Default)]
+pub struct Selected {
+    pub stacks: Vec<u32>,
+    pub total: u64,
+    pub truncated: u64,
+}
+
+/// The prefix tree of a profile's stacks, node 0 the root: each node's
+/// frame and parent (made after it), and each stack's last node.
+#[derive(Clone, Debug, Default)]
+struct Trie {
+    frame: Vec<u32>,
+    parent: Vec<u32>,
+    leaf: Vec<u32>,
+}
+
+impl FlameIndex {
+    /// The index of `data`'s locations.
+    pub fn of(data: &CallData) -> FlameIndex {
         // Images by id, then by the name shown: ids that show alike are one frame.
         let (mut image_ix, mut name_ix): (HashMap<&ImageId, u32>, HashMap<String, u32>) = Default::default();
-        let mut frame_ix: HashMap<FrameKey<'a>, u32> = HashMap::new();
-        let mut f = Frames { images: Vec::new(), names: Vec::new(), of_location: vec![0], ids: Vec::new() };
-        for loc in &data.locations {
+        let mut frame_ix: HashMap<(&str, u32, bool), u32> = HashMap::new();
+        let mut f = FlameIndex { of_location: vec![0], ..Default::default() };
+        for (l, loc) in data.locations.iter().enumerate() {
             let image = *image_ix.entry(&loc.image).or_insert_with(|| {
                 let name = image_display(&loc.image);
                 *name_ix.entry(name.clone()).or_insert_with(|| {
@@ -175,16 +343,17 @@ impl<'a> Frames<'a> {
                     f.images.len() as u32 - 1
                 })
             });
-            let inlined = loc.inlined.iter().rev().map(|p| (p.as_str(), image, true));
-            for key in std::iter::once((loc.procedure.as_str(), image, false)).chain(inlined) {
-                let id = *frame_ix.entry(key).or_insert_with(|| {
-                    f.names.push(key);
-                    f.names.len() as u32 - 1
+            let inlined = loc.inlined.iter().enumerate().rev().map(|(k, p)| (p.as_str(), k as u32));
+            for (name, at) in std::iter::once((loc.procedure.as_str(), u32::MAX)).chain(inlined) {
+                let id = *frame_ix.entry((name, image, at != u32::MAX)).or_insert_with(|| {
+                    f.frames.push(FrameRef { location: l as u32, inlined_at: at, image });
+                    f.frames.len() as u32 - 1
                 });
                 f.ids.push(id);
             }
             f.of_location.push(f.ids.len());
         }
+        f.rank = f.ranks(data);
         f
     }
 
@@ -193,13 +362,22 @@ impl<'a> Frames<'a> {
         &self.ids[self.of_location[l]..self.of_location[l + 1]]
     }
 
-    /// Each frame's place in name order (procedure, image, inlined), the
-    /// tie-break between children of equal totals.
-    fn ranks(&self) -> Vec<u32> {
-        let mut order: Vec<u32> = (0..self.names.len() as u32).collect();
+    /// (procedure, image, inlined) of frame `f` of `data`'s index.
+    fn name<'s>(&'s self, data: &'s CallData, f: u32) -> (&'s str, &'s str, bool) {
+        let r = self.frames[f as usize];
+        let loc = &data.locations[r.location as usize];
+        let image = &self.images[r.image as usize];
+        match loc.inlined.get(r.inlined_at as usize) {
+            Some(p) => (p, image, true),
+            None => (&loc.procedure, image, false),
+        }
+    }
+
+    fn ranks(&self, data: &CallData) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..self.frames.len() as u32).collect();
         order.sort_unstable_by(|&a, &b| {
-            let ((pa, ia, xa), (pb, ib, xb)) = (self.names[a as usize], self.names[b as usize]);
-            pa.cmp(pb).then_with(|| self.images[ia as usize].cmp(&self.images[ib as usize])).then(xa.cmp(&xb))
+            let ((pa, ia, xa), (pb, ib, xb)) = (self.name(data, a), self.name(data, b));
+            pa.cmp(pb).then_with(|| ia.cmp(ib)).then(xa.cmp(&xb))
         });
         let mut rank = vec![0; order.len()];
         for (r, &f) in order.iter().enumerate() {
@@ -207,69 +385,107 @@ impl<'a> Frames<'a> {
         }
         rank
     }
+
+    /// Each frame's JSON fields, escaped as serde_json escapes strings.
+    fn fields(&self, data: &CallData) -> &[Box<[u8]>] {
+        self.fields.get_or_init(|| {
+            (0..self.frames.len() as u32)
+                .map(|f| {
+                    let (procedure, image, inlined) = self.name(data, f);
+                    let mut b = b"\"image\":".to_vec();
+                    serde_json::to_writer(&mut b, image).expect("a string serializes");
+                    b.extend_from_slice(if inlined { b",\"inlined\":true,\"name\":" } else { b",\"inlined\":false,\"name\":" });
+                    serde_json::to_writer(&mut b, procedure).expect("a string serializes");
+                    b.into_boxed_slice()
+                })
+                .collect()
+        })
+    }
+
+    /// The stacks of `data` that `sel` keeps (a process it keeps, and a
+    /// frame in an image it keeps), as [`crate::callgraph::resolve`] would
+    /// have kept them, with their samples of `event`.
+    pub fn select(&self, data: &CallData, event: usize, sel: &Selection) -> Selected {
+        let image_kept: Vec<bool> = self.images.iter().map(|i| (sel.keep_image)(i)).collect();
+        let location_kept = |l: u32| image_kept[self.frames[self.ids[self.of_location[l as usize]] as usize].image as usize];
+        let stopped = truncated_image();
+        let mut out = Selected::default();
+        for (i, s) in data.stacks.iter().enumerate() {
+            if !(sel.keep)(&s.process) || !s.locations.iter().any(|&l| location_kept(l)) {
+                continue;
+            }
+            out.total += s.counts[event];
+            if s.locations.last().is_some_and(|&l| data.locations[l as usize].image == stopped) {
+                out.truncated += s.counts[event];
+            }
+            out.stacks.push(i as u32);
+        }
+        out
+    }
+
+    /// The prefix tree of `data`'s stacks, made once: a stack walks it by
+    /// (parent, frame) ids, one hash lookup per frame.
+    fn trie(&self, data: &CallData, inverted: bool) -> &Trie {
+        self.tries[usize::from(inverted)].get_or_init(|| {
+            let mut t = Trie { frame: vec![u32::MAX], parent: vec![u32::MAX], leaf: Vec::with_capacity(data.stacks.len()) };
+            let mut child: HashMap<(u32, u32), u32, BuildHasherDefault<IdHasher>> = HashMap::default();
+            let mut path = Vec::new();
+            for s in &data.stacks {
+                path.clear();
+                for &l in s.locations.iter().rev() {
+                    path.extend_from_slice(self.at(l));
+                }
+                if inverted {
+                    path.reverse();
+                }
+                let mut node = 0u32;
+                for &frame in &path {
+                    let (parent, next) = (node, t.frame.len() as u32);
+                    node = *child.entry((parent, frame)).or_insert(next);
+                    if node == next {
+                        t.frame.push(frame);
+                        t.parent.push(parent);
+                    }
+                }
+                t.leaf.push(node);
+            }
+            t
+        })
+    }
 }
 
-/// A node while stacks are merged: its frame, parent and counts.
+/// A node of a tree: its frame and counts.
 struct Slot {
     frame: u32,
-    parent: u32,
     self_: u64,
     total: u64,
 }
 
-/// The tree being built, node 0 the root; children found by (parent, frame).
-struct Arena {
-    nodes: Vec<Slot>,
-    child: HashMap<(u32, u32), u32, BuildHasherDefault<IdHasher>>,
-}
-
-impl Default for Arena {
-    fn default() -> Arena {
-        Arena { nodes: vec![Slot { frame: u32::MAX, parent: u32::MAX, self_: 0, total: 0 }], child: HashMap::default() }
+/// The children of each node with samples (`kids[start[i]..start[i + 1]]`),
+/// sorted by total, descending, then by name (procedure, image, inlined:
+/// `rank`), so the order is stable.
+fn sorted_children(nodes: &[Slot], parent: &[u32], rank: &[u32]) -> (Vec<u32>, Vec<usize>) {
+    let shown = |i: usize| i > 0 && nodes[i].total > 0;
+    let mut start = vec![0usize; nodes.len() + 1];
+    for i in (1..nodes.len()).filter(|&i| shown(i)) {
+        start[parent[i] as usize + 1] += 1;
     }
-}
-
-impl Arena {
-    fn add(&mut self, path: &[u32], n: u64) {
-        let mut node = 0u32;
-        self.nodes[0].total += n;
-        for &frame in path {
-            let next = self.nodes.len() as u32;
-            let parent = node;
-            node = *self.child.entry((parent, frame)).or_insert(next);
-            if node == next {
-                self.nodes.push(Slot { frame, parent, self_: 0, total: 0 });
-            }
-            self.nodes[node as usize].total += n;
-        }
-        self.nodes[node as usize].self_ += n;
+    for i in 1..start.len() {
+        start[i] += start[i - 1];
     }
-
-    /// The finished tree: children sorted by total, descending, then by
-    /// name (procedure, image, inlined), so the order is stable.
-    fn finish(self, frames: Frames) -> FlameTree {
-        let rank = frames.ranks();
-        let mut start = vec![0usize; self.nodes.len() + 1];
-        for s in &self.nodes[1..] {
-            start[s.parent as usize + 1] += 1;
-        }
-        for i in 1..start.len() {
-            start[i] += start[i - 1];
-        }
-        let mut fill = start.clone();
-        let mut kids = vec![0u32; self.nodes.len() - 1];
-        for (i, s) in self.nodes.iter().enumerate().skip(1) {
-            kids[fill[s.parent as usize]] = i as u32;
-            fill[s.parent as usize] += 1;
-        }
-        for i in 0..self.nodes.len() {
-            kids[start[i]..start[i + 1]].sort_unstable_by(|&a, &b| {
-                let (a, b) = (&self.nodes[a as usize], &self.nodes[b as usize]);
-                b.total.cmp(&a.total).then_with(|| rank[a.frame as usize].cmp(&rank[b.frame as usize]))
-            });
-        }
-        FlameTree { frames, nodes: self.nodes, kids, start }
+    let mut fill = start.clone();
+    let mut kids = vec![0u32; start[nodes.len()]];
+    for i in (1..nodes.len()).filter(|&i| shown(i)) {
+        kids[fill[parent[i] as usize]] = i as u32;
+        fill[parent[i] as usize] += 1;
     }
+    for i in 0..nodes.len() {
+        kids[start[i]..start[i + 1]].sort_unstable_by(|&a, &b| {
+            let (a, b) = (&nodes[a as usize], &nodes[b as usize]);
+            b.total.cmp(&a.total).then_with(|| rank[a.frame as usize].cmp(&rank[b.frame as usize]))
+        });
+    }
+    (kids, start)
 }
 
 /// FxHash (rustc's) for (parent, frame) ids: one lookup per frame of
@@ -482,6 +698,92 @@ mod tests {
             let d = literal();
             let (t, n) = (FlameTree::new(&d, 0, inverted), tree(&d, 0, inverted));
             assert_eq!(serde_json::to_string_pretty(&t).unwrap(), serde_json::to_string_pretty(&n).unwrap());
+        }
+    }
+
+    /// (procedure, self, total) of each child: what pruning must keep exact.
+    fn counts(n: &FlameNode) -> Vec<(&str, u64, u64)> {
+        n.children.iter().map(|c| (c.procedure.as_str(), c.self_, c.total)).collect()
+    }
+
+    /// Every node's total is its self plus its children's totals.
+    fn adds_up(n: &FlameNode) -> bool {
+        n.total == n.self_ + n.children.iter().map(|c| c.total).sum::<u64>() && n.children.iter().all(adds_up)
+    }
+
+    #[test]
+    fn pruning_folds_small_children_into_other_and_keeps_every_figure() {
+        // Checks pruning at 0.25 (4 of 15 samples) and 2/15 of the literal tree: small children go to a last (other) node holding their samples; kept nodes keep their figures.
+        let d = literal();
+        let t = FlameTree::new(&d, 0, false).prune(0.25).named();
+        let main = &t.children[0];
+        assert_eq!((t.total, main.total), (15, 15));
+        // x (1) and inlined x (1) fold; a (13) stays with its own figures.
+        assert_eq!(counts(main), [("a", 2, 13), (OTHER, 2, 2)]);
+        let other = &main.children[1];
+        assert_eq!((other.image.as_str(), other.inlined, other.children.len()), ("", false, 0));
+        // Under a: c (5) stays, the two b (3 each) fold into one (other) of 6.
+        assert_eq!(counts(&main.children[0]), [("c", 0, 5), (OTHER, 6, 6)]);
+        assert!(adds_up(&t));
+        // At 2/15 (ceil of 1.99 samples is 2) the b nodes stay and only the 1-sample x nodes fold.
+        let t = FlameTree::new(&d, 0, false).prune(2.0 / 15.0).named();
+        assert_eq!(counts(&t.children[0]), [("a", 2, 13), (OTHER, 2, 2)]);
+        assert_eq!(counts(&t.children[0].children[0]), [("c", 0, 5), ("b", 3, 3), ("b", 3, 3)]);
+        // Nothing to fold: the tree is whole.
+        assert_eq!(FlameTree::new(&d, 0, false).prune(0.0).named(), tree(&d, 0, false));
+        assert_eq!(FlameTree::new(&d, 0, false).prune(1.0 / 15.0).named(), tree(&d, 0, false));
+    }
+
+    #[test]
+    fn pruning_an_inverted_tree_folds_its_small_leaves() {
+        // Checks the inverted literal tree pruned at 3/15: leaves below 3 samples fold into one (other) at the top, totals conserved.
+        let d = literal();
+        let t = FlameTree::new(&d, 0, true).prune(0.2).named();
+        assert_eq!(counts(&t), [("i2", 0, 5), ("b", 0, 3), ("b", 0, 3), (OTHER, 4, 4)]);
+        assert_eq!(t.children.iter().map(|c| c.total).sum::<u64>(), t.total);
+        assert!(adds_up(&t));
+        // Everything folds under a share above any child: the root keeps its total in one (other).
+        let t = FlameTree::new(&d, 0, true).prune(0.9).named();
+        assert_eq!((t.total, counts(&t)), (15, vec![(OTHER, 15, 15)]));
+    }
+
+    #[test]
+    fn the_compact_writer_writes_what_serde_json_does() {
+        // Checks write_json against serde_json on the literal trees, whole and pruned, plain and inverted, and on names that need escaping.
+        let mut d = literal();
+        d.locations[3].procedure = "b<\"quoted\"\\\n\u{1}é>".into();
+        for inverted in [false, true] {
+            for share in [0.0, 0.2, 0.9] {
+                let t = FlameTree::new(&d, 0, inverted).prune(share);
+                let mut out = Vec::new();
+                t.write_json(&mut out);
+                assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&t).unwrap(), "inverted {inverted}, share {share}");
+                assert_eq!(serde_json::to_string(&t).unwrap(), serde_json::to_string(&t.named()).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn a_selection_of_kept_stacks_builds_the_tree_a_filtered_resolve_does() {
+        // Checks FlameIndex::select against resolve's own filters on the hand-built profile: same tree, total and truncated count.
+        use crate::callgraph::{
+            resolve,
+            tests::{stacks, Table},
+        };
+        use loupe_model::EventName;
+        let all = data(&|_| true);
+        let index = FlameIndex::of(&all);
+        let ev = [EventName::new("cpu-clock")];
+        type Keep<'f> = (&'f dyn Fn(&loupe_model::ProcessKey) -> bool, &'f dyn Fn(&str) -> bool);
+        let cases: [Keep; 3] =
+            [(&|p| p.pid == 1, &|_| true), (&|_| true, &|i| i.contains("unwind")), (&|p| p.pid == 2, &|i| i == "/bin/app")];
+        for (keep, keep_image) in cases {
+            let sel = Selection { keep, keep_image };
+            let want = resolve(&[stacks()], &ev, &sel, &mut Table);
+            let got = index.select(&all, 0, &sel);
+            assert_eq!((got.total, got.truncated), (want.totals[0], want.truncated[0]));
+            assert_eq!(FlameTree::of_stacks(&all, &index, &got.stacks, 0, false).named(), tree(&want, 0, false));
+            assert_eq!(FlameTree::of_stacks(&all, &index, &got.stacks, 0, true).named(), tree(&want, 0, true));
         }
     }
 }

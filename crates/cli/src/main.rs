@@ -31,6 +31,7 @@ mod output;
 mod procedure;
 mod progress;
 mod serve;
+mod stack_cache;
 mod stacks;
 mod symbol_cache;
 mod symbols;

@@ -124,10 +124,15 @@ fn top() -> Value {
 }
 
 fn flame_node() -> Value {
-    obj(
+    let mut v = obj(
         &[("name", s()), ("self", int()), ("total", int()), ("children", arr(reference("FlameNode")))],
         &[("image", s()), ("inlined", boolean())],
-    )
+    );
+    v["description"] = "A frame reached by one path from the root (the root: `all`, without image). With `min-share`, the \
+        children below that share of all samples are folded into one last child named `(other)`, without image, whose self and \
+        total are their samples; every other node's figures are exact."
+        .into();
+    v
 }
 
 fn flame() -> Value {

@@ -14,6 +14,9 @@ pub fn generate(doc: &Value) -> String {
     let mut out = String::from(HEADER);
     for (name, schema) in doc["components"]["schemas"].as_object().into_iter().flatten() {
         out += "\n";
+        if let Some(d) = schema["description"].as_str() {
+            out += &format!("/** {} */\n", d.replace("*/", "* /"));
+        }
         if schema.get("properties").is_some() {
             out += &format!("export interface {name} {}\n", object(schema, 0));
         } else {

@@ -48,8 +48,9 @@ const NAMES_NOT_PATHS: &[(&str, &str)] = &[("optimize/status", "image")];
 const FORCED: &[&str] = &["format", "output", "db", "help", "version"];
 
 pub fn run(a: ServeArgs) -> Result<u8> {
-    // A quarter of the budget for whole answers, the rest for symbol tables.
-    let mut api = CliApi::new(&a.dbs, (a.cache_mb << 20) / 4)?;
+    // A quarter of the budget for whole answers, a quarter for named stacks, the rest for symbol tables.
+    let quarter = (a.cache_mb << 20) / 4;
+    let mut api = CliApi::new(&a.dbs, quarter)?;
     api.add_sources(&a.sources, a.source_ttl)?;
     let names = api.describe();
     let mut config = Config::new(a.listen);
@@ -60,7 +61,8 @@ pub fn run(a: ServeArgs) -> Result<u8> {
     }
     let server = Server::bind(config, Arc::new(api))?;
     if a.cache_mb > 0 {
-        crate::symbol_cache::enable((a.cache_mb << 20) - (a.cache_mb << 20) / 4);
+        crate::symbol_cache::enable((a.cache_mb << 20) - 2 * quarter);
+        crate::stack_cache::enable(quarter);
     }
     let host = if a.listen.ip().is_unspecified() { "127.0.0.1".to_string() } else { a.listen.ip().to_string() };
     let host = if a.listen.is_ipv6() { format!("[{host}]") } else { host };

@@ -8,6 +8,8 @@ use anyhow::{bail, Result};
 use loupe_analysis::callgraph::{self, CallData, Selection};
 use loupe_analysis::top::pct;
 use loupe_analysis::{export as ex, flame, pprof};
+use loupe_model::stacks::StackProfile;
+use loupe_model::EventName;
 use loupe_store::query::{choose_stack_events, Filter, ProfileSource};
 use loupe_store::{Database, EpochId, EpochInfo};
 use std::io::Write;
@@ -30,25 +32,37 @@ fn load_spanned(s: &StackSelection, source: &SourceArgs, all_events: bool) -> Re
     let db = Database::open(&s.db.db)?;
     let ids = epochs(&db, s)?;
     let progress = crate::progress::Progress::spinner(&format!("reading the stacks of {} epochs", ids.len()));
-    let stacks = db.stacks(&ids)?;
+    let (tables, events) = read(&db, s, &ids, all_events)?;
+    let filter = filter(&db, s, &ids)?;
+    let (keep, keep_image) = (|p: &_| filter.keep_process(p), |i: &str| filter.keep_image(i));
+    let mut syms = Symbols::for_db(&s.db.db);
+    progress.stage("naming the stacks' code addresses");
+    let d = callgraph::resolve(&tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms);
+    let span = span(&db.list_epochs()?, &ids, &d);
+    Ok((d, span))
+}
+
+/// The selected epochs' stack tables and the events to show, after the
+/// checks every stack command makes.
+fn read(db: &Database, s: &StackSelection, ids: &[EpochId], all_events: bool) -> Result<(Vec<StackProfile>, Vec<EventName>)> {
+    let stacks = db.stacks(ids)?;
     for p in &stacks.problems {
         eprintln!("loupe: skipping corrupt stack file {p}");
     }
-    if stacks.tables.is_empty() && samples_in(&db, &ids)? == 0 {
+    if stacks.tables.is_empty() && samples_in(db, ids)? == 0 {
         bail!("no samples in the selected epochs of {}", s.db.db.display());
     }
     if stacks.tables.is_empty() {
         bail!("no call stacks in the selected epochs of {} (recorded with --no-stacks, or before stacks existed?)", s.db.db.display());
     }
     let events = choose_stack_events(&stacks.tables, s.event.as_deref(), all_events)?;
-    let cgroup_pids = crate::cgroup::pids(&db, &epochs(&db, s)?, &s.cgroup)?;
-    let filter = Filter { pids: s.pid.pid.clone(), comms: s.comm.comm.clone(), image: s.image.image.clone(), cgroup_pids };
-    let (keep, keep_image) = (|p: &_| filter.keep_process(p), |i: &str| filter.keep_image(i));
-    let mut syms = Symbols::for_db(&s.db.db);
-    progress.stage("naming the stacks' code addresses");
-    let d = callgraph::resolve(&stacks.tables, &events, &Selection { keep: &keep, keep_image: &keep_image }, &mut syms);
-    let span = span(&db.list_epochs()?, &ids, &d);
-    Ok((d, span))
+    Ok((stacks.tables, events))
+}
+
+/// The processes and images a selection keeps.
+fn filter(db: &Database, s: &StackSelection, ids: &[EpochId]) -> Result<Filter> {
+    let cgroup_pids = crate::cgroup::pids(db, ids, &s.cgroup)?;
+    Ok(Filter { pids: s.pid.pid.clone(), comms: s.comm.comm.clone(), image: s.image.image.clone(), cgroup_pids })
 }
 
 /// From the first selected epoch's start to the last one's end: the end
@@ -88,17 +102,22 @@ fn samples_in(db: &Database, epochs: &[EpochId]) -> Result<u64> {
 }
 
 fn warn_truncated(d: &CallData) {
-    if d.totals.first().is_some_and(|&t| t > 0) && d.truncated[0] > 0 {
-        eprintln!(
-            "loupe: {} of {} stacks ({:.1}%) stopped before the root; they sit under [unwind stopped]",
-            d.truncated[0],
-            d.totals[0],
-            pct(d.truncated[0], d.totals[0])
-        );
+    if let (Some(&total), Some(&cut)) = (d.totals.first(), d.truncated.first()) {
+        warn_truncated_of(total, cut);
+    }
+}
+
+fn warn_truncated_of(total: u64, cut: u64) {
+    if total > 0 && cut > 0 {
+        eprintln!("loupe: {cut} of {total} stacks ({:.1}%) stopped before the root; they sit under [unwind stopped]", pct(cut, total));
     }
 }
 
 pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
+    if a.format == Some(FlameFormat::Json) && a.source.source.is_none() && crate::stack_cache::enabled() {
+        out.write_all(&flame_kept(&a)?)?;
+        return Ok(0);
+    }
     let d = load(&a.select, &a.source, false)?;
     warn_truncated(&d);
     let ext = |x: &[&str]| a.output.as_ref().is_some_and(|p| p.extension().is_some_and(|e| x.iter().any(|x| e == *x)));
@@ -112,12 +131,16 @@ pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
     if a.inverted && format != FlameFormat::Json {
         bail!("--inverted draws only the JSON tree (--format json)");
     }
+    if a.min_share.is_some() && format != FlameFormat::Json {
+        bail!("--min-share prunes only the JSON tree (--format json)");
+    }
+    let share = a.min_share.unwrap_or(0.0);
     let bytes = match format {
         FlameFormat::Html => flame::html(&d, 0, &a.title),
         FlameFormat::Svg => flame::svg(&d, 0, &a.title),
         // A fleet has no epochs: the JSON says so with an empty list.
-        FlameFormat::Json if a.source.source.is_some() => flame_json(&d, a.inverted, &[]),
-        FlameFormat::Json => flame_json(&d, a.inverted, &epochs_of(&a.select)?),
+        FlameFormat::Json if a.source.source.is_some() => flame_json(&d, a.inverted, share, &[]),
+        FlameFormat::Json => flame_json(&d, a.inverted, share, &epochs_of(&a.select)?),
     };
     out.write_all(&bytes.map_err(anyhow::Error::msg)?)?;
     Ok(0)
@@ -126,7 +149,7 @@ pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
 /// `flame --format json`: the tree of [`flame::FlameTree`] with what it covers
 /// (docs/serve.md). Fields in alphabetical order, as the JSON object it
 /// once was printed them.
-fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8>, String> {
+fn flame_json(d: &CallData, inverted: bool, min_share: f64, epochs: &[EpochId]) -> Result<Vec<u8>, String> {
     #[derive(serde::Serialize)]
     struct Doc<'a> {
         epochs: Vec<u32>,
@@ -140,11 +163,39 @@ fn flame_json(d: &CallData, inverted: bool, epochs: &[EpochId]) -> Result<Vec<u8
         epochs: epochs.iter().map(|e| e.0).collect(),
         event: &d.events[0].0,
         inverted,
-        root: flame::FlameTree::new(d, 0, inverted),
+        root: flame::FlameTree::new(d, 0, inverted).prune(min_share),
         total: d.totals[0],
         unwind_stopped: d.truncated[0],
     };
     crate::output::json_text(&doc).map(|s| (s + "\n").into_bytes()).map_err(|e| e.to_string())
+}
+
+/// `flame --format json` in a server: the tree of the selection's stacks
+/// among the kept ones of its epochs ([`crate::stack_cache`]), written as
+/// [`flame_json`] writes it compact, byte for byte.
+fn flame_kept(a: &FlameArgs) -> Result<Vec<u8>> {
+    let s = &a.select;
+    let db = Database::open(&s.db.db)?;
+    let ids = epochs(&db, s)?;
+    let kept = crate::stack_cache::get(&s.db.db, &ids, s.event.as_deref(), || {
+        let (tables, events) = read(&db, s, &ids, false)?;
+        let mut syms = Symbols::for_db(&s.db.db);
+        Ok(callgraph::resolve(&tables, &events, &Selection { keep: &|_| true, keep_image: &|_| true }, &mut syms))
+    })?;
+    let filter = filter(&db, s, &ids)?;
+    let (keep, keep_image) = (|p: &_| filter.keep_process(p), |i: &str| filter.keep_image(i));
+    let (d, index) = (&kept.data, &kept.index);
+    let sel = index.select(d, 0, &Selection { keep: &keep, keep_image: &keep_image });
+    warn_truncated_of(sel.total, sel.truncated);
+    let tree = flame::FlameTree::of_stacks(d, index, &sel.stacks, 0, a.inverted).prune(a.min_share.unwrap_or(0.0));
+    let mut out = b"{\"epochs\":".to_vec();
+    serde_json::to_writer(&mut out, &ids.iter().map(|e| e.0).collect::<Vec<u32>>())?;
+    out.extend_from_slice(b",\"event\":");
+    serde_json::to_writer(&mut out, &d.events[0].0)?;
+    out.extend_from_slice(if a.inverted { b",\"inverted\":true,\"root\":" } else { b",\"inverted\":false,\"root\":" });
+    tree.write_json(&mut out);
+    out.extend_from_slice(format!(",\"total\":{},\"unwind_stopped\":{}}}\n", sel.total, sel.truncated).as_bytes());
+    Ok(out)
 }
 
 /// The epochs a selection reads (for the JSON to say which).

@@ -104,6 +104,7 @@ fn the_api_answers_what_the_cli_prints() {
         ("/api/top?callers=c_work&epoch=all", vec!["top", "--callers", "c_work", "--epoch", "all"]),
         ("/api/flame?epoch=all&comm=callstack", vec!["flame", "--epoch", "all", "--comm", "callstack"]),
         ("/api/flame?epoch=2&inverted=true", vec!["flame", "--epoch", "2", "--inverted"]),
+        ("/api/flame?epoch=all&min-share=0.02", vec!["flame", "--epoch", "all", "--min-share", "0.02"]),
         ("/api/epochs", vec!["epochs"]),
         ("/api/diff?a=1&b=main:2&mode=weighted&by=procedure", vec!["diff", &dd1, &dd2, "--mode", "weighted", "--by", "procedure"]),
         ("/api/stats?run=1&run=2&limit=5", vec!["stats", &dd1, &dd2, "--limit", "5"]),

@@ -131,16 +131,32 @@ impl StackProfile {
         if other.event != self.event {
             return Err(crate::MergeError::DifferentEvent(self.event.0.clone(), other.event.0.clone()));
         }
+        self.ensure_index();
         let images: Vec<u32> = other.images.iter().map(|i| self.intern_image(i)).collect();
+        // Each of other's frames, stacks and processes is looked up here once, when
+        // first met in count order (so ids come out as adding every count would
+        // give them), not once per count: a day of minute epochs merges 1440 tables.
+        const NEW: u32 = u32::MAX;
+        let (mut frames, mut stacks, mut processes) =
+            (vec![NEW; other.frames.len()], vec![NEW; other.stacks.len()], vec![NEW; other.processes.len()]);
+        let mut ids = Vec::new();
         for (&(p, s), &n) in &other.counts {
-            let frames: Vec<Frame> = other.stacks[s as usize]
-                .iter()
-                .map(|&f| {
-                    let f = other.frames[f as usize];
-                    Frame { image: images[f.image as usize], offset: f.offset }
-                })
-                .collect();
-            self.add_frames(&other.processes[p as usize], &frames, n);
+            if stacks[s as usize] == NEW {
+                ids.clear();
+                for &f in &other.stacks[s as usize] {
+                    if frames[f as usize] == NEW {
+                        let o = other.frames[f as usize];
+                        frames[f as usize] =
+                            intern(&mut self.index.frames, &mut self.frames, &Frame { image: images[o.image as usize], offset: o.offset });
+                    }
+                    ids.push(frames[f as usize]);
+                }
+                stacks[s as usize] = intern(&mut self.index.stacks, &mut self.stacks, &ids);
+            }
+            if processes[p as usize] == NEW {
+                processes[p as usize] = intern(&mut self.index.processes, &mut self.processes, &other.processes[p as usize]);
+            }
+            *self.counts.entry((processes[p as usize], stacks[s as usize])).or_insert(0) += n;
         }
         self.period_sum += other.period_sum;
         Ok(())
@@ -202,6 +218,33 @@ mod tests {
         let got: Vec<Vec<&str>> = (0..2).map(|s| a.stack(s).map(|(i, _)| i.path.as_str()).collect()).collect();
         assert_eq!(got, vec![vec!["/a"], vec!["/b", "/a"]]);
         assert!(a.merge(&StackProfile::new(EventName::new("other"))).is_err());
+    }
+
+    #[test]
+    fn merge_numbers_tables_as_adding_each_count_does() {
+        // Checks merge against adding other's counts one by one (the definition): equal tables, ids in the same order, across shared and new frames, stacks and processes.
+        let f = |i: &str, o: u64| (img(i), ImageOffset(o));
+        let (p, q) = (ProcessKey::new(1, "x"), ProcessKey::new(2, "y"));
+        let mut base = StackProfile::new(EventName::new("e"));
+        base.add(&p, &[f("/a", 1), f("/b", 2)], 3);
+        let mut other = StackProfile::new(EventName::new("e"));
+        other.add(&q, &[f("/c", 7), f("/a", 1)], 1);
+        other.add(&p, &[f("/b", 2)], 4);
+        other.add(&p, &[f("/a", 1), f("/b", 2)], 2);
+        other.add(&q, &[f("/b", 2)], 5);
+        other.add(&q, &[f("/c", 8), f("/c", 7), f("/a", 1)], 6);
+        let mut want = base.clone();
+        for (&(pi, si), &n) in &other.counts {
+            let frames: Vec<(ImageId, ImageOffset)> = other.stack(si).map(|(i, o)| (i.clone(), o)).collect();
+            want.add(&other.processes[pi as usize], &frames, n);
+        }
+        let mut got = base;
+        got.merge(&other).unwrap();
+        assert_eq!((&got.images, &got.frames, &got.stacks, &got.processes), (&want.images, &want.frames, &want.stacks, &want.processes));
+        assert_eq!((got.counts.clone(), got.total_samples()), (want.counts.clone(), 21));
+        // Merging again doubles every count and adds no entry.
+        got.merge(&other).unwrap();
+        assert_eq!((got.stacks.len(), got.total_samples()), (want.stacks.len(), 39));
     }
 
     #[test]

@@ -22,15 +22,25 @@ declare global {
   }
 }
 
+/**
+ * The share of all samples under which the plain view asks the server to fold a frame's children into
+ * one "(other)" child (`min-share`): narrower than a pixel of a 2000-pixel canvas, and a whole machine's
+ * 150,000 nodes become a few thousand. Inverted and sandwich views are computed here from the whole tree.
+ */
+export const MIN_SHARE = 0.0005;
+
 export async function flamePage(c: Ctx): Promise<void> {
   const p = c.route.params;
-  const f = await getJson<FlameAnswer>(apiUrl('flame', c.filters));
+  const inverted = p.get('inverted') === '1';
+  const sw = p.get('sandwich') ?? '';
+  const pruned = !inverted && !sw && p.get('whole') !== '1';
+  const f = await getJson<FlameAnswer>(apiUrl('flame', c.filters, { 'min-share': pruned ? MIN_SHARE : undefined }));
   c.main.append(el('h1', {}, 'Flame graph'));
   if (!f.total) return void c.main.append(emptyBox('No call stacks in this selection (record without --no-stacks).'));
   const tree = fromApi(f.root);
-  const inverted = p.get('inverted') === '1';
-  const sw = p.get('sandwich') ?? '';
-  c.main.append(controls(c, inverted, sw), el('p', { class: 'lead' }, `${f.total} samples of ${f.event} in epochs ${f.epochs.join(', ')}`, f.unwind_stopped ? `; ${f.unwind_stopped} stacks stopped before the root` : ''));
+  const whole = el('a', { id: 'flame-whole', href: formatHash(withParam(c.route, 'whole', '1')) }, 'show them all');
+  const folded = pruned ? [`; frames under ${MIN_SHARE * 100}% of the samples are folded into (other) (`, whole, ')'] : [];
+  c.main.append(controls(c, inverted, sw), el('p', { class: 'lead' }, `${f.total} samples of ${f.event} in epochs ${f.epochs.join(', ')}`, f.unwind_stopped ? `; ${f.unwind_stopped} stacks stopped before the root` : '', ...folded));
   const status = el('div', { class: 'flame-status', id: 'flame-status' });
   c.main.append(status);
   window.loupeFlames = {};

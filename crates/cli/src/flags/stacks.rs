@@ -39,6 +39,20 @@ pub struct FlameArgs {
     /// Leaves at the top, callers below them (JSON only).
     #[arg(long)]
     pub inverted: bool,
+    /// Fold, under each frame, the children holding less than this share of all the samples (0 to 1, e.g.
+    /// 0.0005) into one last `(other)` child with their samples; every other figure stays exact (JSON only;
+    /// default: the whole tree).
+    #[arg(long, value_name = "SHARE", value_parser = share)]
+    pub min_share: Option<f64>,
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    let x: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("{s} is not a share between 0 and 1"))
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
