@@ -46,8 +46,9 @@ pub struct ServeArgs {
     /// Seconds one request may take before it gets 503.
     #[arg(long, default_value = "60", value_parser = seconds)]
     pub time_limit: Duration,
-    /// MiB of loaded binaries and debug info kept across requests (symbol tables, DWARF), least recently
-    /// used dropped first; 0 keeps nothing (every request reads its binaries again).
+    /// MiB kept across requests, least recently used dropped first: half for loaded binaries and debug info
+    /// (symbol tables, DWARF), a quarter for named stacks (new flame questions), a quarter for answers;
+    /// 0 keeps nothing (every request reads its binaries again).
     #[arg(long, value_name = "MIB", default_value = "1024")]
     pub cache_mb: usize,
 }
