@@ -19,6 +19,7 @@ pub mod client;
 pub mod error;
 pub mod labels;
 pub mod query;
+pub mod rollup;
 pub mod rows;
 pub mod schema;
 pub mod ship;
