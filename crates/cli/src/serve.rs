@@ -55,6 +55,8 @@ pub fn run(a: ServeArgs) -> Result<u8> {
     let mut config = Config::new(a.listen);
     config.token = a.token.filter(|t| !t.is_empty());
     config.time_limit = a.time_limit;
+    config.allow_ingest = a.allow_ingest;
+    config.max_body_bytes = a.max_ingest_mb << 20;
     if let Some(w) = a.workers {
         config.workers = w.max(1);
     }
@@ -463,7 +465,39 @@ impl Api for CliApi {
     fn openapi(&self) -> Vec<u8> {
         let mut doc = crate::openapi::document(SERVED, DOWNLOADS, &refused);
         doc["paths"]["/api/databases"] = databases_path();
+        doc["paths"]["/api/ingest/pprof"] = crate::openapi::ingest_path();
         serde_json::to_vec_pretty(&doc).expect("a JSON value serializes")
+    }
+
+    /// `POST /api/ingest/pprof?label=K=V...[&db=NAME][&event=TYPE]`: the body stored in a served fleet source.
+    fn ingest(&self, format: &str, params: &[(String, String)], body: &[u8]) -> Result<Reply, ApiError> {
+        let bad = |m: String| ApiError::new(ApiErrorKind::BadRequest, m);
+        if format != "pprof" {
+            return Err(ApiError::new(ApiErrorKind::NotFound, format!("no ingest of {format:?}: only /api/ingest/pprof")));
+        }
+        let (mut labels, mut db, mut event) = (Vec::new(), None, None);
+        for (k, v) in params {
+            match k.as_str() {
+                "label" => labels.push(v.clone()),
+                "db" => db = Some(v.as_str()),
+                "event" => event = Some(v.as_str()),
+                _ => return Err(bad(format!("unknown parameter {k:?} of ingest: label, db and event are"))),
+            }
+        }
+        let source = match db {
+            Some(name) => self.sources.iter().find(|(n, _)| n == name),
+            None => self.sources.first(),
+        };
+        let Some((name, url)) = source else {
+            return Err(bad(format!("no fleet source {} is served: ingest stores into a --source", db.unwrap_or(""))));
+        };
+        let stored = crate::fleet::ingest_bytes(url, &labels, body, event).map_err(|e| match e.kind {
+            crate::fleet::IngestErrorKind::Input => bad(format!("{:#}", e.error)),
+            crate::fleet::IngestErrorKind::Store => ApiError::new(ApiErrorKind::Internal, format!("{:#}", e.error)),
+        })?;
+        let doc = serde_json::json!({ "source": name, "host": stored.host, "event": stored.event, "samples": stored.samples,
+            "stacks": stored.stacks });
+        Ok(Reply::json(serde_json::to_vec_pretty(&doc).expect("a JSON value serializes")))
     }
 }
 
