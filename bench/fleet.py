@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 
@@ -56,8 +57,11 @@ def sh(*args, **kw):
 def post(http, sql, body=b""):
     data = sql.encode() + (b"\n" + body if body else b"")
     req = urllib.request.Request(http + "/?database=bench", data=data, method="POST")
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return r.read().decode()
+    try:
+        with urllib.request.urlopen(req, timeout=3600) as r:
+            return r.read().decode()
+    except urllib.error.HTTPError as e:
+        raise RuntimeError("ClickHouse: %s\n%s" % (e.read().decode(errors="replace")[:1000], sql[:500])) from None
 
 
 def select(http, sql):
@@ -155,6 +159,20 @@ def timed(cmd, runs=3):
     return round(statistics.median(times), 3)
 
 
+def timed_total(cmd, key, runs=3):
+    """timed(), and the answer's `key` (its sample total) from one more run, so before and after can be compared."""
+    t = timed(cmd, runs)
+    if isinstance(t, dict):
+        return t
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return {"seconds": t, "samples": json.loads(r.stdout)[key]}
+
+
+def iso(t):
+    """Unix seconds as a time --since/--until read as one (a bare number is a duration ago)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
 COLUMNS = {
     "samples": "label_keys, label_values, pid, comm, kind, image, build_id, content_hash, event, offset, count",
     "stack_counts": "label_keys, label_values, pid, comm, event, stack, count, period",
@@ -171,10 +189,10 @@ def replicate(http, t0, real_hosts, hosts, hours):
             lo = 1 if j == 0 else 0
             post(http, (
                 "INSERT INTO {t} (bucket, host, {c}, batch_id, row) SELECT bucket - {j} * 3600, "
-                "concat('h', substring(toString(100000 + toUInt32(substring(host, 2)) + k * {rh}), 2)), {c}, "
+                "concat('h', substring(toString(100000 + toUInt32OrZero(substring(host, 2)) + k * {rh}), 2)), {c}, "
                 "concat(batch_id, '-', toString({j}), '-', toString(k)), row FROM {t} ARRAY JOIN range({ph}) AS k "
                 "WHERE k >= {lo} AND bucket >= toDateTime({t0}) AND bucket < toDateTime({t1}) AND host LIKE 'h%' "
-                "AND toUInt32(substring(host, 2)) < {rh}").format(
+                "AND toUInt32OrZero(substring(host, 2)) < {rh}").format(
                     t=table, c=cols, j=j, rh=real_hosts, lo=lo, ph=per_hour, t0=t0, t1=t0 + 3600))
         note("replicated hour -%d" % j)
     wall = time.monotonic() - start
@@ -191,11 +209,11 @@ def disk_bytes(http, tables):
 def queries(loupe, url, db, t_from, t_to):
     """top of [t_from, t_to), flame of its last hour and of `--since 1h`."""
     return {
-        "top_span_s": timed([loupe, "top", "--source", url, "--by", "procedure", "--format", "json",
-                             "--since", str(t_from), "--until", str(t_to)]),
-        "flame_hour_s": timed([loupe, "flame", "--source", url, "--format", "json", "--db", db,
-                               "--since", str(t_to - 3600), "--until", str(t_to)]),
-        "flame_since_1h_s": timed([loupe, "flame", "--source", url, "--format", "json", "--db", db, "--since", "1h"]),
+        "top_span": timed_total([loupe, "top", "--source", url, "--by", "procedure", "--format", "json",
+                                 "--since", iso(t_from), "--until", iso(t_to)], "total_samples"),
+        "flame_hour": timed_total([loupe, "flame", "--source", url, "--format", "json", "--db", db,
+                                   "--since", iso(t_to - 3600), "--until", iso(t_to)], "total"),
+        "flame_since_1h": timed_total([loupe, "flame", "--source", url, "--format", "json", "--db", db, "--since", "1h"], "total"),
     }
 
 

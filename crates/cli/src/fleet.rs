@@ -206,7 +206,8 @@ pub fn ingest_bytes(url: &str, labels: &[String], bytes: &[u8], event: Option<&s
 
 /// One profile as one batch: its stacks, leaf samples and the names it gives.
 fn store_pprof(client: &Client, ctx: &RowContext, bytes: &[u8], event: Option<&str>) -> std::result::Result<Stored, IngestError> {
-    let imported = loupe_analysis::pprof_import::import(bytes, event).map_err(|e| input(anyhow::Error::new(e).context("not a usable pprof profile")))?;
+    let imported = loupe_analysis::pprof_import::import(bytes, event)
+        .map_err(|e| input(anyhow::Error::new(e).context("not a usable pprof profile")))?;
     let bucket = imported.time_unix.unwrap_or_else(unix_now);
     let rows = rows_of(&imported.flat, bucket, ctx, &mut |_| Vec::new());
     let (stack_rows, stacks) = stack_rows_of(&imported.stacks, bucket, ctx, &mut |_| Vec::new(), &mut HashSet::new());

@@ -300,7 +300,7 @@ impl CliApi {
                 return Err(bad(format!("--{name} cannot be set over HTTP")));
             }
             match (arg.get_index(), arg.get_long()) {
-                (Some(i), _) => match self.fleet_side(value).filter(|_| command == "diff") {
+                (Some(i), _) => match self.fleet_side(value).filter(|_| matches!(command, "diff" | "stats")) {
                     Some((url, sel)) => {
                         fleet_sides.push(url);
                         positional.push((i, sel.to_string()));
@@ -351,7 +351,7 @@ impl CliApi {
                 Ok(true)
             }
             Served::Source(_) => Err(bad(format!(
-                "{command} reads a local database, and {} is a fleet source (sources answer top, flame, export and diff)",
+                "{command} reads a local database, and {} is a fleet source (sources answer top, flame, export, diff and stats)",
                 db.unwrap_or("the default")
             ))),
         }
@@ -371,10 +371,10 @@ impl CliApi {
 /// A fleet diff compares two selections of one source.
 fn one_source(urls: &[&str], sides: usize) -> Result<(), ApiError> {
     if urls.len() != sides {
-        return Err(bad("a diff compares two selections of one fleet source, or local databases, not one of each".into()));
+        return Err(bad("diff and stats compare selections of one fleet source, or local databases, not one of each".into()));
     }
     if urls.iter().any(|u| u != &urls[0]) {
-        return Err(bad("a diff compares two selections of one fleet source, not of two".into()));
+        return Err(bad("diff and stats compare selections of one fleet source, not of two".into()));
     }
     Ok(())
 }
@@ -535,7 +535,7 @@ fn databases_path() -> serde_json::Value {
     serde_json::json!({ "get": {
         "operationId": "databases",
         "summary": "The served databases (`--db`) and fleet sources (`--source`) by name, in order",
-        "description": "What `db=NAME` may name; without `db=`, commands read the first database (or the first source when only sources are served). Sources answer top, flame, export and diff.",
+        "description": "What `db=NAME` may name; without `db=`, commands read the first database (or the first source when only sources are served). Sources answer top, flame, export, diff and stats.",
         "parameters": [],
         "responses": { "200": { "description": "The names", "content": { "application/json": { "schema": answer } } } },
     }})
@@ -668,7 +668,10 @@ mod tests {
         let refused = |command: &str, p: &[(&str, &str)]| api.argv(command, &params(p)).err().map(|e| e.message().to_string());
         assert!(refused("diff", &[("a", "fleet:host=a"), ("b", "run:1")]).unwrap().contains("not one of each"));
         assert!(refused("epochs", &[("db", "fleet")]).unwrap().contains("fleet source"));
-        assert!(refused("stats", &[("run", "fleet:1"), ("run", "run:1")]).unwrap().contains("fleet source"));
+        assert!(refused("stats", &[("run", "fleet:host=a"), ("run", "run:1")]).unwrap().contains("not one of each"));
+        let a = api.argv("stats", &params(&[("run", "fleet:host=a"), ("run", "fleet:host=b")])).unwrap();
+        assert!(a.fleet);
+        assert_eq!(a.words, ["loupe", "stats", "--format", "json", "--source", "clickhouse://127.0.0.1:9/prof", "--", "host=a", "host=b"]);
         assert!(refused("top", &[("source", "clickhouse://evil:1/x")]).unwrap().contains("cannot be set"));
         let annotate = api.argv("annotate", &params(&[("image", "x"), ("procedure", "p"), ("source", "")])).unwrap();
         assert!(

@@ -191,7 +191,9 @@ fn stats_source_equals_the_local_stats(url: &str, dir: &Path, hosts: &[&str]) {
     let dbs: Vec<String> = hosts.iter().map(|h| format!("{}:all", dir.join(h).display())).collect();
     let local = json(&run_ok(loupe().args(["stats", "--format", "json", "--limit", "100000"]).args(&dbs)));
     let sets: Vec<String> = hosts.iter().map(|h| format!("host={h}")).collect();
-    let fleet = run_ok(loupe().args(["stats", "--format", "json", "--limit", "100000", "--source", url]).args(&sets).env("LOUPE_DB", dir.join(hosts[0])));
+    let fleet = run_ok(
+        loupe().args(["stats", "--format", "json", "--limit", "100000", "--source", url]).args(&sets).env("LOUPE_DB", dir.join(hosts[0])),
+    );
     assert_eq!(json(&fleet), local);
 }
 
@@ -266,7 +268,8 @@ fn ingest_over_http(url: &str, pb: &Path, local: &BTreeMap<String, u64>, db: &Pa
     let (status, answer) = http(&addr, "POST", "/api/ingest/pprof?label=host=http-pp&label=version=http", &body);
     assert_eq!(status, 200, "{answer}");
     assert_eq!((answer["host"].as_str(), answer["samples"].as_u64()), (Some("http-pp"), Some(local.values().sum::<u64>())), "{answer}");
-    let fleet = collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--source", url, "--where", "host=http-pp", "--db"]).arg(db)));
+    let fleet =
+        collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--source", url, "--where", "host=http-pp", "--db"]).arg(db)));
     assert_eq!(&fleet, local, "pprof over HTTP");
     assert_eq!(total(&fleet_top(url, &["--where", "version=http"])), local.values().sum::<u64>());
     let (status, answer) = http(&addr, "POST", "/api/ingest/pprof?label=host=bad", b"\x1f\x8b not gzip");
@@ -445,7 +448,7 @@ fn bad_urls_credentials_servers_and_schemas_fail_clearly_before_recording() {
         ("clickhouse://127.0.0.1/prof".to_string(), "no :port after the host"),
         (wrong_pw, "refused the credentials"),
         (format!("clickhouse://127.0.0.1:{port}/prof"), "does not speak HTTP"),
-        (newer.clone(), "newer than the version 2"),
+        (newer.clone(), "newer than the version 3"),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (url, why) in cases {

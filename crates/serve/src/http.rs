@@ -43,7 +43,9 @@ impl HttpError {
     pub fn response(&self) -> Response {
         match self {
             HttpError::TooLarge(max) => Response::error(431, &format!("request line and headers exceed {max} bytes")),
-            HttpError::BodyTooLarge(n, max) => Response::error(413, &format!("the body is {n} bytes, more than the {max} this server takes")),
+            HttpError::BodyTooLarge(n, max) => {
+                Response::error(413, &format!("the body is {n} bytes, more than the {max} this server takes"))
+            }
             HttpError::NoLength => Response::error(411, "a body needs a Content-Length header"),
             HttpError::Malformed(why) => Response::error(400, &format!("malformed request: {why}")),
             HttpError::Io => Response::error(408, "request not received in time"),
@@ -80,7 +82,8 @@ pub fn read_request(r: &mut dyn Read, max: usize) -> Result<Request, HttpError> 
 
 /// Reads the rest of the body `Content-Length` declares, refusing one past `max` before reading it.
 pub fn read_body(r: &mut dyn Read, req: &mut Request, max: usize) -> Result<(), HttpError> {
-    let len: u64 = req.header("content-length").ok_or(HttpError::NoLength)?.parse().map_err(|_| HttpError::Malformed("bad Content-Length"))?;
+    let len: u64 =
+        req.header("content-length").ok_or(HttpError::NoLength)?.parse().map_err(|_| HttpError::Malformed("bad Content-Length"))?;
     if len > max as u64 {
         return Err(HttpError::BodyTooLarge(len, max));
     }

@@ -9,7 +9,7 @@ The API mirrors the CLI: /api/COMMAND?flag=value answers what `loupe COMMAND --f
 prints (repeat a parameter to repeat its flag; `flag=` sets a switch), e.g. /api/top?by=procedure&epoch=all, \
 /api/flame?epoch=2, /api/diff?a=base:1&b=new:2&mode=weighted, /api/data/profile. `db=NAME` picks a served \
 database or fleet source (default: the first --db, else the first --source); diff and stats sides are \
-NAME:EPOCH, an EPOCH of the first database, or comma-joined sums; a diff side of a source is NAME:SELECTION \
+NAME:EPOCH, an EPOCH of the first database, or comma-joined sums; a diff or stats side of a source is NAME:SELECTION \
 (/api/diff?a=fleet:host=web-1&b=fleet:host=web-2,since=1h). Over a source, top, flame and export take \
 where=KEY=VALUE (repeatable), since and until, as `--source` does on the command line. /api/openapi.json describes every command. Read-only; errors are {\"error\": ...} with \
 status 400, 404 or 500. With --allow-ingest, POST /api/ingest/pprof?label=KEY=VALUE (repeatable; db=NAME picks the source) \
