@@ -1,7 +1,9 @@
-//! Fleet queries. Aggregation runs in ClickHouse: an inner GROUP BY takes
-//! one copy of each `(batch_id, row)` (a batch delivered twice counts
-//! once), an outer one sums what the caller groups by. Loupe gets one row
-//! per group and symbolizes only those.
+//! Fleet queries. Aggregation runs in ClickHouse: whole hours of the range
+//! come from the hourly rollups ([`crate::rollup`]), its edges from the
+//! fine tables, where an inner GROUP BY takes one copy of each
+//! `(batch_id, row)` (a batch delivered twice counts once); an outer one
+//! sums what the caller groups by. Loupe gets one row per group and
+//! symbolizes only those.
 
 use crate::client::{json_u64, quote, Client};
 use crate::error::{Error, ErrorKind, Result};
