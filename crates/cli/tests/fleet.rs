@@ -461,5 +461,5 @@ fn bad_urls_credentials_servers_and_schemas_fail_clearly_before_recording() {
         assert!(!db.exists(), "{url}: the local database must not be touched");
     }
     let out = loupe().args(["fleet", "init", &newer]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("newer than the version 2"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("newer than the version 3"));
 }
