@@ -51,7 +51,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sh(*args, **kw):
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
+    r = subprocess.run(args, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed: %s" % (" ".join(args), r.stderr.strip()[-1000:]))
+    return r
 
 
 def post(http, sql, body=b""):
@@ -243,6 +246,7 @@ def scale_run(args, http, url, tmp):
         doc["disk_fine_bytes"] = disk_bytes(http, fine)
         note("before: querying with %s" % old)
         doc["before"] = queries(old, url, db, t_from, t_to)
+        note("before: " + json.dumps(doc))
         start = time.monotonic()
         sh(args.loupe, "fleet", "init", url)
         doc["migration_seconds"] = round(time.monotonic() - start, 1)

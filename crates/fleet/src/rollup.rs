@@ -104,17 +104,22 @@ ENGINE = MergeTree() PARTITION BY toYYYYMMDD(bucket) ORDER BY (tbl, bucket, host
     )
 }
 
-/// What an insert block adds to the rollup of `t`.
-fn hourly_select(t: Table, source: &str) -> String {
+/// What an insert block (or the rows `filter` selects) adds to the rollup of `t`.
+fn hourly_select(t: Table, source: &str, filter: &str) -> String {
     let keys = &t.keys()[1..];
     let sums: Vec<String> = t.values().iter().map(|v| format!("sum({v}) AS {v}")).collect();
-    format!("SELECT {HOUR_OF_BUCKET} AS hour, {}, {} FROM {source} GROUP BY hour, {}", keys.join(", "), sums.join(", "), keys.join(", "))
+    format!(
+        "SELECT {HOUR_OF_BUCKET} AS hour, {}, {} FROM {source}{filter} GROUP BY hour, {}",
+        keys.join(", "),
+        sums.join(", "),
+        keys.join(", ")
+    )
 }
 
-/// What an insert block adds to `batches`.
-fn batches_select(t: Table, source: &str) -> String {
+/// What an insert block (or the rows `filter` selects) adds to `batches`.
+fn batches_select(t: Table, source: &str, filter: &str) -> String {
     format!(
-        "SELECT {} AS tbl, bucket, host, batch_id, count() AS rows, max(row) + 1 AS width FROM {source} GROUP BY bucket, host, batch_id",
+        "SELECT {} AS tbl, bucket, host, batch_id, count() AS rows, max(row) + 1 AS width FROM {source}{filter} GROUP BY bucket, host, batch_id",
         quote(t.fine())
     )
 }
@@ -127,12 +132,12 @@ pub(crate) fn views_ddl(suffix: &str) -> Vec<String> {
         let source = format!("{}{suffix}", t.fine());
         out.push(format!(
             "CREATE MATERIALIZED VIEW IF NOT EXISTS {hourly}_mv{suffix} TO {hourly}{suffix} AS {}",
-            hourly_select(t, &source),
+            hourly_select(t, &source, ""),
             hourly = t.hourly()
         ));
         out.push(format!(
             "CREATE MATERIALIZED VIEW IF NOT EXISTS {fine}_batches_mv{suffix} TO batches{suffix} AS {}",
-            batches_select(t, &source),
+            batches_select(t, &source, ""),
             fine = t.fine()
         ));
     }
@@ -141,14 +146,25 @@ pub(crate) fn views_ddl(suffix: &str) -> Vec<String> {
 
 /// Fills the rollups and `batches` from rows stored before they existed
 /// (a migration from schema 2); duplicates are summed and recorded alike,
-/// so queries correct them as for new rows.
+/// so queries correct them as for new rows. One hour at a time, so that a
+/// big table's sums stay within the server's memory limit.
 pub(crate) fn backfill(c: &Client, suffix: &str) -> Result<()> {
     for t in [Table::Samples, Table::StackCounts] {
         let source = format!("{}{suffix}", t.fine());
         // INSERT ... SELECT matches columns by position: name them.
         let cols: Vec<&str> = t.keys().iter().chain(t.values()).copied().collect();
-        c.execute(&format!("INSERT INTO {}{suffix} ({}) {}", t.hourly(), cols.join(", "), hourly_select(t, &source)))?;
-        c.execute(&format!("INSERT INTO batches{suffix} (tbl, bucket, host, batch_id, rows, width) {}", batches_select(t, &source)))?;
+        for row in c.select(&format!("SELECT DISTINCT toUInt32({HOUR_OF_BUCKET}) FROM {source}"))? {
+            let h: u64 = row
+                .first()
+                .and_then(|h| h.parse().ok())
+                .ok_or_else(|| Error::new(ErrorKind::Protocol, format!("unexpected hour {row:?}")))?;
+            let filter = format!(" WHERE bucket >= toDateTime({h}) AND bucket < toDateTime({})", h + ROLLUP_SECONDS);
+            c.execute(&format!("INSERT INTO {}{suffix} ({}) {}", t.hourly(), cols.join(", "), hourly_select(t, &source, &filter)))?;
+            c.execute(&format!(
+                "INSERT INTO batches{suffix} (tbl, bucket, host, batch_id, rows, width) {}",
+                batches_select(t, &source, &filter)
+            ))?;
+        }
     }
     Ok(())
 }

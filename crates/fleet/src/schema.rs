@@ -192,7 +192,8 @@ fn rollups(c: &Client, opts: &InitOptions, version: (u32, u32), migrating: bool)
     c.execute(&rollup::batches_ddl(suffix, label, &ttl("bucket", version, opts.retention_days)))?;
     let empty = c.select(&format!("SELECT count() FROM batches{suffix}"))?.first().and_then(|r| r.first()).is_some_and(|n| n == "0");
     if migrating && empty {
-        rollup::backfill(c, suffix)?;
+        // Summing a big table takes a while: longer than a query's usual timeout.
+        rollup::backfill(&Client::with_timeout(c.url(), std::time::Duration::from_secs(3600)), suffix)?;
     }
     for sql in rollup::views_ddl(suffix) {
         c.execute(&sql)?;
