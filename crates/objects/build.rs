@@ -31,10 +31,10 @@ fn build_shim(out: &std::path::Path) {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let so = out.join("libloupe_alloc.so");
     let st = std::process::Command::new(&cc)
-        .args(["-O2", "-g", "-Wall", "-Werror", "-fPIC", "-shared", "-o"])
+        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-Wall", "-Werror", "-fPIC", "-shared", "-o"])
         .arg(&so)
         .arg("shim/alloc_shim.c")
-        .args(["-ldl", "-lpthread"])
+        .args(["-ldl", "-lpthread", "-lgcc_s"])
         .status()
         .unwrap_or_else(|e| panic!("running {cc}: {e}"));
     assert!(st.success(), "building the allocation shim failed");

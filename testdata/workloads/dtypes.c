@@ -5,7 +5,8 @@
  *   alloc_static   heap block stored into a typed static pointer
  *   alloc_field    heap block stored into a field of another struct
  *   new_node       block kept in a typed local, returned through a typed wrapper
- *   xmalloc        a `void *` wrapper: its blocks stay untyped (no caller in the log)
+ *   xmalloc        a `void *` wrapper two levels deep (xmalloc -> xalloc -> malloc): its
+ *                  blocks are typed where a caller up the stack stores them (make_a, make_b)
  *   bump_left      pointer loaded from a typed static, then dereferenced
  *   bump_inner     nested struct inside an array inside a struct
  *   walk           list walk: the pointer comes from a field of the same type
@@ -14,11 +15,16 @@
  * of `pair` (false sharing of struct tally_pair.left/right) for SECS seconds.
  * `dtypes SECS late`: allocates `pair` after 200 ms, so an access history
  * (`loupe data history`, armed once the process's maps are read) can watch it.
+ * `dtypes SECS wrap`: for SECS seconds, `poke` bumps rec_a.hits and
+ * rec_b.total through a `void *` (no type in any register), in blocks that
+ * make_a/make_b got from xmalloc: only the allocation's callers type them.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct tally_pair {
@@ -42,9 +48,23 @@ struct node {
     struct node *next;
 };
 
+struct rec_a {
+    long id;
+    long hits;
+};
+
+struct rec_b {
+    long first;
+    long second;
+    long total;
+};
+
 struct tally_pair *pair;
 struct outer *outer;
 struct node *list;
+struct rec_a *ra;
+struct rec_b *rb;
+size_t allocated;
 
 __attribute__((noinline)) void alloc_static(void) {
     pair = aligned_alloc(64, 64);
@@ -54,11 +74,47 @@ __attribute__((noinline)) void alloc_field(struct outer *o) {
     o->pair = malloc(sizeof *o->pair);
 }
 
-__attribute__((noinline)) void *xmalloc(size_t n) {
+__attribute__((noinline)) void *xalloc(size_t n) {
     void *p = malloc(n);
     if (!p)
         abort();
     return p;
+}
+
+/* Counts what it hands out, so the call to xalloc is not a tail call: two frames deep. */
+__attribute__((noinline)) void *xmalloc(size_t n) {
+    void *p = xalloc(n);
+    allocated += n;
+    return p;
+}
+
+__attribute__((noinline)) void make_a(void) {
+    ra = xmalloc(sizeof *ra);
+    ra->id = 1;
+}
+
+__attribute__((noinline)) void make_b(void) {
+    rb = xmalloc(sizeof *rb);
+    rb->first = 2;
+}
+
+/* The word at byte `off` of an object only known as `void *`. */
+__attribute__((noinline)) void poke(void *p, size_t off) {
+    ((volatile long *)p)[off / sizeof(long)]++;
+}
+
+static void wrap(double secs) {
+    make_a();
+    make_b();
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        for (int i = 0; i < 100000; i++) {
+            poke(ra, offsetof(struct rec_a, hits));
+            poke(rb, offsetof(struct rec_b, total));
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < secs);
 }
 
 __attribute__((noinline)) struct node *new_node(long key, struct node *next) {
@@ -110,6 +166,10 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.1;
+    if (argc > 2 && strcmp(argv[2], "wrap") == 0) {
+        wrap(secs);
+        return (int)(ra->hits + rb->total) == 0;
+    }
     if (argc > 2) {
         struct timespec late = {0, 200000000};
         nanosleep(&late, 0);

@@ -127,6 +127,8 @@ struct AllocHeap {
     index: AllocationIndex,
     namer: SiteNamer,
     names: HashMap<(u32, u64), NamedSite>,
+    /// (pid, return address) -> its image and file offset.
+    places: HashMap<(u32, u64), Option<(String, u64)>>,
 }
 
 impl Heap for AllocHeap {
@@ -145,7 +147,15 @@ impl Heap for AllocHeap {
                 named
             }
         };
-        Some(HeapBlock { base: a.base, size: a.size, site, site_at })
+        let callers_at = a.callers.iter().take_while(|&&c| c != 0).map(|&c| self.place(pid, c, a.alloc_ns)).collect();
+        Some(HeapBlock { base: a.base, size: a.size, site, site_at, callers_at })
+    }
+}
+
+impl AllocHeap {
+    fn place(&mut self, pid: u32, addr: u64, time_ns: u64) -> Option<(String, u64)> {
+        let index = &self.index;
+        self.places.entry((pid, addr)).or_insert_with(|| index.locate(pid, addr, time_ns).map(|l| (l.path, l.offset.0))).clone()
     }
 }
 
@@ -170,7 +180,7 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
         "heap: objects from the allocation log; untyped ones grouped by allocation site".to_string()
     };
     let namer = SiteNamer::new(Symbolizer::new(crate::symbols::options()));
-    let mut resolver = Resolver::new(db, AllocHeap { index, namer, names: HashMap::new() });
+    let mut resolver = Resolver::new(db, AllocHeap { index, namer, names: HashMap::new(), places: HashMap::new() });
     let mut resolved: Vec<Resolved> = records.iter().map(|r| resolver.resolve(r)).collect();
     infer_site_types(&mut resolved);
     for img in resolver.unreadable() {
@@ -197,9 +207,9 @@ fn print_profile(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
         }
         Format::Text => {
             write!(out, "{}", l.header())?;
-            writeln!(out, "{:>8} {:>7}  {:<7} {:<9} type.field", "samples", "%", "bounces", "how")?;
+            writeln!(out, "{:>8} {:>7}  {:<7} {:<9} type.field +offset", "samples", "%", "bounces", "how")?;
             for r in rows {
-                let name = if r.field.is_empty() { r.type_name.clone() } else { format!("{}.{}", r.type_name, r.field) };
+                let name = field_name(&r.type_name, &r.field, r.offset);
                 writeln!(
                     out,
                     "{:>8} {:>6.2}%  {:<7} {:<9} {}",
@@ -213,6 +223,15 @@ fn print_profile(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `type.field +offset` (the field's offset in its type), or the type alone.
+fn field_name(type_name: &str, field: &str, offset: Option<u64>) -> String {
+    match offset {
+        _ if field.is_empty() => type_name.to_string(),
+        Some(o) => format!("{type_name}.{field} +{o}"),
+        None => format!("{type_name}.{field}"),
+    }
 }
 
 fn how(h: How) -> &'static str {
@@ -254,9 +273,9 @@ fn print_classify(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
                 let c: Vec<String> = crowded.iter().map(|(s, n)| format!("{s} ({n} lines)")).collect();
                 writeln!(out, "# crowded L1 sets: {}", c.join(", "))?;
             }
-            writeln!(out, "{:>8} {:>7}  {:<14} type.field", "samples", "share", "class")?;
+            writeln!(out, "{:>8} {:>7}  {:<14} type.field +offset", "samples", "share", "class")?;
             for r in rows {
-                let name = if r.field.is_empty() { r.type_name.clone() } else { format!("{}.{}", r.type_name, r.field) };
+                let name = field_name(&r.type_name, &r.field, r.offset);
                 let sets = if r.sets.is_empty() { String::new() } else { format!("  sets {:?}", r.sets) };
                 writeln!(out, "{:>8} {:>6.2}%  {:<14} {name}{sets}", r.samples, 100.0 * r.share, r.class.name())?;
             }

@@ -174,3 +174,58 @@ fn heap_struct_in_a_static_pointer_is_named_and_its_fields_false_share() {
         assert!(!c.iter().any(|r| r.0 == "struct tally_pair" && r.2 == "true_sharing"), "{exe}: {c:?}");
     }
 }
+
+#[test]
+fn blocks_from_a_void_wrapper_are_typed_where_its_caller_stores_them() {
+    // Checks (issue 28) blocks from a two-level `void *` wrapper (xmalloc -> xalloc), touched only through a `void *`, built -O1 and -O2: the top rows are struct rec_a.hits +8 and struct rec_b.total +16 typed at allocation through the callers, in JSON and text.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    for exe in ["dtypes-O1", "dtypes-O2"] {
+        let db = tempfile::tempdir().unwrap();
+        run_ok(
+            loupe()
+                .args(["record", "--data", "--freq", "2000", "--db"])
+                .arg(db.path())
+                .arg("--")
+                .arg(workloads().join(exe))
+                .args(["1", "wrap"]),
+        );
+        let p = view(db.path(), "profile");
+        let top: Vec<(&str, &str, u64, &str)> = p["rows"].as_array().unwrap()[..2]
+            .iter()
+            .map(|r| (r["type"].as_str().unwrap(), r["field"].as_str().unwrap(), r["offset"].as_u64().unwrap(), r["how"].as_str().unwrap()))
+            .collect();
+        assert!(top.contains(&("struct rec_a", "hits", 8, "alloc")) && top.contains(&("struct rec_b", "total", 16, "alloc")), "{exe}: {p}");
+        let text = String::from_utf8(run_ok(loupe().args(["data", "profile", "--db"]).arg(db.path())).stdout).unwrap();
+        assert!(text.contains("struct rec_a.hits +8") && text.contains("struct rec_b.total +16"), "{exe}: {text}");
+    }
+}
+
+#[test]
+fn an_object_allocated_in_the_first_millisecond_is_watched() {
+    // Checks (issue 28) `data history` watches dtypes' `pair`, allocated first thing in main (no `late` delay): one object from alloc_static whose hits are bump_left at +0 and bump_right at +8.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    let db = tempfile::tempdir().unwrap();
+    let out = run_ok(
+        loupe()
+            .args(["data", "history", "--db"])
+            .arg(db.path())
+            .args(["--site", "alloc_static", "--size", "64", "--offset", "0:8", "--offset", "8:8", "--format", "json"])
+            .arg("--")
+            .arg(workloads().join("dtypes-O2"))
+            .arg("0.3"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let h: Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+    let hs = h["histories"].as_array().unwrap();
+    assert_eq!(hs.len(), 1, "{h}");
+    let hits: Vec<(&str, u64)> =
+        hs[0]["hits"].as_array().unwrap().iter().map(|x| (x["function"].as_str().unwrap(), x["offset"].as_u64().unwrap())).collect();
+    assert!(hits.contains(&("bump_left", 0)) && hits.contains(&("bump_right", 8)), "{h}");
+    assert!(hits.iter().all(|&(f, o)| matches!((f, o), ("bump_left", 0) | ("bump_right", 8) | ("main", _))), "{hits:?}");
+}

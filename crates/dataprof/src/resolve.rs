@@ -48,6 +48,10 @@ pub struct HeapBlock {
     pub site: String,
     /// The image and file offset of the allocator call's return address.
     pub site_at: Option<(String, u64)>,
+    /// The return addresses above the site (innermost first) as image and
+    /// file offset, where the allocation log kept them; `None` for one
+    /// outside any image.
+    pub callers_at: Vec<Option<(String, u64)>>,
 }
 
 /// Where the sampled address lies, for the coverage line.
@@ -79,6 +83,8 @@ impl Heap for NoHeap {
 pub struct Resolved {
     pub type_name: String,
     pub field: String,
+    /// Where the field starts in its type (0 without a field).
+    pub field_offset: u64,
     pub how: How,
     /// Start and size of the object (or array element) the address is in, when known.
     pub object: Option<(u64, u64)>,
@@ -90,7 +96,7 @@ pub struct Resolved {
     pub why: Option<Unknown>,
     /// A scalar type the block's allocation was stored as (an allocator's
     /// own header pointer, `long *`): used only when nothing better is found.
-    pub fallback: Option<(String, String)>,
+    pub fallback: Option<(String, String, u64)>,
 }
 
 /// A base register's type and how it was found, or why not.
@@ -160,6 +166,7 @@ impl<H: Heap> Resolver<H> {
             return Resolved {
                 type_name: t.type_name,
                 field: t.field,
+                field_offset: t.field_offset,
                 how,
                 object,
                 offset,
@@ -177,12 +184,13 @@ impl<H: Heap> Resolver<H> {
         let block = self.heap.block(r.pid, r.addr, r.time);
         let area = if block.is_some() { Area::Heap } else { area };
         let alloc = block.as_ref().map(|b| self.alloc_typed(b, r.addr));
-        if let (Some(Ok((t, true))), Some(b)) = (&alloc, &block) {
+        if let (Some(Ok((t, true, false))), Some(b)) = (&alloc, &block) {
             let object = Some((b.base, b.size));
             let (type_name, field, offset) = (t.type_name.clone(), t.field.clone(), r.addr - b.base);
             return Resolved {
                 type_name,
                 field,
+                field_offset: t.field_offset,
                 how: How::Alloc,
                 object,
                 offset,
@@ -193,7 +201,7 @@ impl<H: Heap> Resolver<H> {
             };
         }
         let fallback = match &alloc {
-            Some(Ok((t, false))) => Some((t.type_name.clone(), t.field.clone())),
+            Some(Ok((t, _, _))) => Some((t.type_name.clone(), t.field.clone(), t.field_offset)),
             _ => None,
         };
         let reg = self.pointee(&maps, r);
@@ -203,6 +211,7 @@ impl<H: Heap> Resolver<H> {
             return Resolved {
                 type_name: t.type_name,
                 field: t.field,
+                field_offset: t.field_offset,
                 how,
                 object,
                 offset: t.offset,
@@ -223,6 +232,7 @@ impl<H: Heap> Resolver<H> {
             return Resolved {
                 type_name: format!("[heap from {}]", b.site),
                 field: String::new(),
+                field_offset: 0,
                 how: How::SiteOnly,
                 object: Some((b.base, b.size)),
                 offset,
@@ -239,26 +249,42 @@ impl<H: Heap> Resolver<H> {
             Region::Unmapped => "[unmapped]".to_string(),
             Region::Image { path, .. } | Region::Bss { path, .. } => format!("[data of {}]", path.rsplit('/').next().unwrap_or(path)),
         };
-        Resolved { type_name: name, field: String::new(), how: How::Region, object: None, offset: 0, site: None, area, why, fallback: None }
+        let field = String::new();
+        Resolved {
+            type_name: name,
+            field,
+            field_offset: 0,
+            how: How::Region,
+            object: None,
+            offset: 0,
+            site: None,
+            area,
+            why,
+            fallback: None,
+        }
     }
 
     /// The block's type from its allocation site, and what `addr` is in it;
     /// true when the type is an aggregate whose size fits the block's (a
     /// scalar may be an allocator's own view; an odd size, an arena's first object).
-    fn alloc_typed(&mut self, b: &HeapBlock, addr: u64) -> Result<(Typed, bool), Unknown> {
+    /// A site in a `void *` wrapper passes the question to the wrapper's
+    /// caller, up the stack the allocation log kept, until a typed
+    /// destination; true then in the third place. (A caller may view the
+    /// block as a common header — Lua's `GCObject *` — so such a type
+    /// yields to the types the block's samples find.)
+    fn alloc_typed(&mut self, b: &HeapBlock, addr: u64) -> Result<(Typed, bool, bool), Unknown> {
         let (path, off) = b.site_at.as_ref().ok_or(Unknown::NoDebugInfo)?;
-        let i = self.image_index(path);
-        let t: AllocType = match self.alloc_cache.get(&(i, *off)) {
-            Some(t) => *t,
-            None => {
-                let t = match &self.images[i].1 {
-                    Some(img) => img.vaddr_of(*off).ok_or(Unknown::NoCode).and_then(|v| img.alloc_type(v)),
-                    None => Err(Unknown::NoDebugInfo),
-                };
-                self.alloc_cache.insert((i, *off), t);
-                t
+        let (mut i, mut t) = self.site_type(path, *off);
+        let mut wrapped = false;
+        for up in &b.callers_at {
+            match (t, up) {
+                (Err(Unknown::Wrapper), Some((path, off))) => {
+                    (i, t) = self.site_type(path, *off);
+                    wrapped = true;
+                }
+                _ => break,
             }
-        };
+        }
         let t: TypeRef = t?;
         let img = self.images[i].1.as_ref().ok_or(Unknown::NoDebugInfo)?;
         let rel = addr - b.base;
@@ -266,7 +292,22 @@ impl<H: Heap> Resolver<H> {
         // One object (with a flexible tail) or an array of them; a block of any other size holds more (an arena, a workspace).
         let n = typed.size.max(1);
         let fits = (n <= b.size && b.size < 2 * n) || b.size.is_multiple_of(n);
-        Ok((typed, fits && img.is_aggregate_ref(t)))
+        Ok((typed, fits && img.is_aggregate_ref(t), wrapped))
+    }
+
+    /// The type of the block an allocator call returning to this file
+    /// offset made (memoized), with the image's index.
+    fn site_type(&mut self, path: &str, off: u64) -> (usize, AllocType) {
+        let i = self.image_index(path);
+        if let Some(t) = self.alloc_cache.get(&(i, off)) {
+            return (i, *t);
+        }
+        let t = match &self.images[i].1 {
+            Some(img) => img.vaddr_of(off).ok_or(Unknown::NoCode).and_then(|v| img.alloc_type(v)),
+            None => Err(Unknown::NoDebugInfo),
+        };
+        self.alloc_cache.insert((i, off), t);
+        (i, t)
     }
 
     fn static_at(&mut self, region: &Region, addr: u64) -> Option<Typed> {
@@ -318,8 +359,8 @@ pub fn infer_site_types(rs: &mut [Resolved]) {
     infer_block_types(rs);
     infer_by_site(rs);
     for r in rs.iter_mut().filter(|r| r.how == How::SiteOnly) {
-        if let Some((t, f)) = r.fallback.take() {
-            (r.type_name, r.field, r.how, r.why) = (t, f, How::Alloc, None);
+        if let Some((t, f, fo)) = r.fallback.take() {
+            (r.type_name, r.field, r.field_offset, r.how, r.why) = (t, f, fo, How::Alloc, None);
         }
     }
 }
@@ -328,17 +369,17 @@ pub fn infer_site_types(rs: &mut [Resolved]) {
 fn infer_block_types(rs: &mut [Resolved]) {
     type Key = ((u64, u64), String);
     let mut by_block: HashMap<(u64, u64), HashMap<String, usize>> = HashMap::new();
-    let mut fields: HashMap<(Key, u64), String> = HashMap::new();
+    let mut fields: HashMap<(Key, u64), (String, u64)> = HashMap::new();
     for r in rs.iter().filter(|r| matches!(r.how, How::Register | How::Flow) && r.site.is_some()) {
         let Some(obj) = r.object else { continue };
         *by_block.entry(obj).or_default().entry(r.type_name.clone()).or_default() += 1;
-        fields.insert(((obj, r.type_name.clone()), r.offset), r.field.clone());
+        fields.insert(((obj, r.type_name.clone()), r.offset), (r.field.clone(), r.field_offset));
     }
     for r in rs.iter_mut().filter(|r| r.how == How::SiteOnly) {
         let Some(counts) = r.object.and_then(|o| by_block.get(&o)) else { continue };
         let Some((t, _)) = counts.iter().max_by_key(|&(t, n)| (*n, std::cmp::Reverse(t.clone()))) else { continue };
         let obj = r.object.unwrap_or_default();
-        r.field = fields.get(&((obj, t.clone()), r.offset)).cloned().unwrap_or_default();
+        (r.field, r.field_offset) = fields.get(&((obj, t.clone()), r.offset)).cloned().unwrap_or_default();
         r.type_name = t.clone();
         r.how = How::Block;
         r.why = None;
@@ -347,11 +388,11 @@ fn infer_block_types(rs: &mut [Resolved]) {
 
 fn infer_by_site(rs: &mut [Resolved]) {
     let mut by_site: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
-    let mut fields: HashMap<(String, String, u64), String> = HashMap::new();
+    let mut fields: HashMap<(String, String, u64), (String, u64)> = HashMap::new();
     for r in rs.iter().filter(|r| matches!(r.how, How::Register | How::Flow)) {
         if let Some(s) = &r.site {
             *by_site.entry(s.as_str()).or_default().entry(r.type_name.as_str()).or_default() += 1;
-            fields.insert((s.clone(), r.type_name.clone(), r.offset), r.field.clone());
+            fields.insert((s.clone(), r.type_name.clone(), r.offset), (r.field.clone(), r.field_offset));
         }
     }
     let best: HashMap<String, String> = by_site
@@ -361,7 +402,7 @@ fn infer_by_site(rs: &mut [Resolved]) {
     for r in rs.iter_mut().filter(|r| r.how == How::SiteOnly) {
         let Some(site) = &r.site else { continue };
         if let Some(t) = best.get(site) {
-            r.field = fields.get(&(site.clone(), t.clone(), r.offset)).cloned().unwrap_or_default();
+            (r.field, r.field_offset) = fields.get(&(site.clone(), t.clone(), r.offset)).cloned().unwrap_or_default();
             r.type_name = t.clone();
             r.how = How::Site;
             r.why = None;
@@ -377,6 +418,7 @@ mod tests {
         Resolved {
             type_name: t.into(),
             field: field.into(),
+            field_offset: if field.is_empty() { 0 } else { offset },
             how,
             object: None,
             offset,
@@ -391,7 +433,7 @@ mod tests {
     fn a_scalar_allocation_type_is_only_a_last_resort() {
         // Checks a block stored as `long *` (an allocator's header) yields to its site's register-found type, and is used where nothing else is.
         let weak = |site: &str| Resolved {
-            fallback: Some(("long int".into(), String::new())),
+            fallback: Some(("long int".into(), String::new(), 0)),
             ..res("[heap from x]", How::SiteOnly, Some(site), 8, "")
         };
         let mut rs = vec![res("struct node", How::Register, Some("make_node"), 8, "next"), weak("make_node"), weak("other")];
@@ -402,7 +444,7 @@ mod tests {
 
     #[test]
     fn untyped_heap_samples_take_their_sites_type() {
-        // Checks a site-only sample adopts the majority type of its site with the field seen at its offset; other sites stay untyped.
+        // Checks a site-only sample adopts the majority type of its site with the field (and its offset) seen at its offset; other sites stay untyped.
         let mut rs = vec![
             res("struct node", How::Register, Some("make_node"), 8, "next"),
             res("struct node", How::Register, Some("make_node"), 0, "key"),
@@ -411,7 +453,7 @@ mod tests {
             res("[heap from other]", How::SiteOnly, Some("other"), 0, ""),
         ];
         infer_site_types(&mut rs);
-        assert_eq!((rs[3].type_name.as_str(), rs[3].field.as_str(), rs[3].how), ("struct node", "next", How::Site));
+        assert_eq!((rs[3].type_name.as_str(), rs[3].field.as_str(), rs[3].field_offset, rs[3].how), ("struct node", "next", 8, How::Site));
         assert_eq!(rs[4].how, How::SiteOnly);
     }
 }

@@ -21,6 +21,8 @@ pub struct Typed {
     pub type_name: String,
     /// Dotted member path (`inner.x`); empty for scalars.
     pub field: String,
+    /// Where that field starts in the type (array elements folded to the first).
+    pub field_offset: u64,
     /// Offset of the address inside the object (its element, for arrays).
     pub offset: u64,
     /// Size of one object of the type (for arrays: of one element).
@@ -93,6 +95,22 @@ pub struct ImageTypes {
     pub has_dwarf: bool,
 }
 
+/// Where separate debug files are found by build-id: `DIR/.build-id/xx/rest.debug`.
+const DEBUG_DIRS: [&str; 1] = ["/usr/lib/debug"];
+
+/// The separate debug file of `file` by its GNU build-id, parsed (its bytes
+/// live as long as the analysis, like the image's), when it has DWARF.
+fn separate_debug_file(file: &object::File) -> Option<object::File<'static>> {
+    let id = file.build_id().ok()??;
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let (head, rest) = (hex.get(..2)?, hex.get(2..)?);
+    DEBUG_DIRS.iter().find_map(|dir| {
+        let data = std::fs::read(Path::new(dir).join(".build-id").join(head).join(format!("{rest}.debug"))).ok()?;
+        let data: &'static [u8] = Box::leak(data.into_boxed_slice());
+        object::File::parse(data).ok().filter(|f| f.section_by_name(".debug_info").is_some())
+    })
+}
+
 impl ImageTypes {
     pub fn load(path: &Path) -> Result<ImageTypes> {
         let data = std::fs::read(path).map_err(|e| err(ErrorKind::Dwarf, format_args!("reading {}", path.display()), e))?;
@@ -100,8 +118,11 @@ impl ImageTypes {
         let data: &'static [u8] = Box::leak(data.into_boxed_slice());
         let file = object::File::parse(data).map_err(|e| err(ErrorKind::Dwarf, format_args!("{}: not an ELF file", path.display()), e))?;
         let endian = if file.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
+        // A stripped image's DWARF lives in its separate debug file (Debian's libc6-dbg for the C library).
+        let separate = if file.section_by_name(".debug_info").is_some() { None } else { separate_debug_file(&file) };
+        let dwarf_file = separate.as_ref().unwrap_or(&file);
         let load_section = |id: gimli::SectionId| -> std::result::Result<R, gimli::Error> {
-            let bytes = match object::ObjectSection::uncompressed_data(&match file.section_by_name(id.name()) {
+            let bytes = match object::ObjectSection::uncompressed_data(&match dwarf_file.section_by_name(id.name()) {
                 Some(s) => s,
                 None => return Ok(EndianSlice::new(&[], endian)),
             }) {
@@ -231,7 +252,13 @@ impl ImageTypes {
         let g = self.global_at(vaddr)?;
         let off = vaddr - g.addr;
         let Some(ty) = g.ty else {
-            return Some(Typed { type_name: format!("[symbol {}]", g.name), field: String::new(), offset: off, size: g.size });
+            return Some(Typed {
+                type_name: format!("[symbol {}]", g.name),
+                field: String::new(),
+                field_offset: 0,
+                offset: off,
+                size: g.size,
+            });
         };
         let unit = &self.units[g.unit];
         let (elem, elem_off) = self.element(g.unit, unit, ty, off);
@@ -239,7 +266,8 @@ impl ImageTypes {
             Some(self.typed(g.unit, unit, elem, elem_off))
         } else {
             let size = self.size_of(g.unit, unit, elem).max(1);
-            Some(Typed { type_name: format!("{} {}", self.name_of(unit, ty), g.name), field: String::new(), offset: elem_off, size })
+            let type_name = format!("{} {}", self.name_of(unit, ty), g.name);
+            Some(Typed { type_name, field: String::new(), field_offset: 0, offset: elem_off, size })
         }
     }
 
@@ -614,7 +642,8 @@ impl ImageTypes {
     }
 
     fn typed(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset, off: u64) -> Typed {
-        Typed { type_name: self.name_of(unit, t), field: self.field_at(ui, unit, t, off, 0), offset: off, size: self.size_of(ui, unit, t) }
+        let (field, field_offset) = self.field_at(ui, unit, t, off, 0);
+        Typed { type_name: self.name_of(unit, t), field, field_offset, offset: off, size: self.size_of(ui, unit, t) }
     }
 
     fn name_str(&self, unit: &gimli::Unit<R>, t: UnitOffset) -> Option<String> {
@@ -644,20 +673,24 @@ impl ImageTypes {
         }
     }
 
-    /// The member path at `off`; where several members cover it (a union,
-    /// bit-fields sharing a byte) every candidate, joined by `|`.
-    fn field_at(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset, off: u64, depth: u32) -> String {
+    /// The member path at `off` and where its innermost member starts (of
+    /// the first candidate; array elements folded to the first); where
+    /// several members cover it (a union, bit-fields sharing a byte) every
+    /// candidate, joined by `|`.
+    fn field_at(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset, off: u64, depth: u32) -> (String, u64) {
         let s = self.strip(unit, t);
         if depth > 6 || !self.is_aggregate(unit, s) {
-            return String::new();
+            return (String::new(), 0);
         }
+        let mut start = None;
         let paths: Vec<String> = self
             .members(ui, unit, s)
             .into_iter()
             .filter(|&(_, _, loc, size)| loc <= off && off < loc + size.max(1))
             .map(|(name, mt, loc, _)| {
                 let (elem, eoff) = self.element(ui, unit, mt, off - loc);
-                let inner = self.field_at(ui, unit, elem, eoff, depth + 1);
+                let (inner, inner_start) = self.field_at(ui, unit, elem, eoff, depth + 1);
+                start.get_or_insert(loc + inner_start);
                 if inner.is_empty() {
                     name
                 } else if name == "<anonymous>" {
@@ -667,7 +700,7 @@ impl ImageTypes {
                 }
             })
             .collect();
-        paths.join("|")
+        (paths.join("|"), start.unwrap_or(0))
     }
 
     fn size_of(&self, ui: usize, unit: &gimli::Unit<R>, t: UnitOffset) -> u64 {
@@ -747,11 +780,11 @@ int main(void) { return (int)(pairs[1].b + counter) + get(0); }
 
     #[test]
     fn statics_get_their_type_and_field_by_offset() {
-        // Checks pairs[1].b (pairs + 16 + 8) is struct pair field b at offset 8, and a scalar static is named by type and variable.
+        // Checks pairs[1].b (pairs + 16 + 8) is struct pair field b at offset 8 (the field starting there too), and a scalar static is named by type and variable.
         let (_d, bin, syms) = build();
         let t = ImageTypes::load(&bin).unwrap();
         let got = t.static_at(syms["pairs"] + 24).unwrap();
-        assert_eq!((got.type_name.as_str(), got.field.as_str(), got.offset, got.size), ("struct pair", "b", 8, 16));
+        assert_eq!((got.type_name.as_str(), got.field.as_str(), got.offset, got.field_offset, got.size), ("struct pair", "b", 8, 8, 16));
         assert_eq!(t.static_at(syms["counter"]).unwrap().type_name, "long int counter");
         assert_eq!(t.static_at(syms["pairs"] + 64), None);
     }
@@ -765,6 +798,20 @@ int main(void) { return (int)(pairs[1].b + counter) + get(0); }
         let l = t.loads.iter().find(|l| l.vaddr <= c && c < l.vaddr + l.memsz).unwrap();
         assert!(c >= l.vaddr + l.filesz, "counter is in .bss");
         assert_eq!(t.vaddr_of(l.offset + (c - l.vaddr)), Some(c));
+    }
+
+    #[test]
+    fn a_stripped_c_library_takes_its_dwarf_from_the_debug_package() {
+        // Checks the C library this test runs on (stripped; libc6-dbg installed by scripts/setup.sh) gets DWARF by build-id, with malloc a function of it.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("/libc.so")).expect("libc mapped");
+        let data = std::fs::read(libc).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        assert!(file.section_by_name(".debug_info").is_none(), "{libc} is not stripped: nothing to check");
+        let malloc = file.dynamic_symbols().find(|s| s.name() == Ok("malloc")).unwrap().address();
+        let t = ImageTypes::load(Path::new(libc)).unwrap();
+        assert!(t.has_dwarf, "no DWARF for {libc}: is libc6-dbg installed?");
+        assert!(t.function_bounds(malloc).is_some_and(|(lo, hi)| lo <= malloc && malloc < hi));
     }
 
     #[test]

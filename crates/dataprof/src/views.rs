@@ -208,6 +208,9 @@ pub struct ProfileRow {
     #[serde(rename = "type")]
     pub type_name: String,
     pub field: String,
+    /// Where the field starts in its type; absent without a field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
     pub samples: u64,
     /// Of all samples (memory-referencing or not).
     pub percent: f64,
@@ -221,10 +224,10 @@ pub struct ProfileRow {
 /// Types and fields by samples: rows grouped by type (types by their total),
 /// fields within a type by their own samples.
 pub fn profile(samples: &[Sample], classes: &[Option<Class>], total_samples: u64) -> Vec<ProfileRow> {
-    let mut rows: HashMap<(&str, &str), (u64, u64, crate::resolve::How)> = HashMap::new();
+    let mut rows: HashMap<(&str, &str), (u64, u64, crate::resolve::How, u64)> = HashMap::new();
     let mut type_totals: HashMap<&str, u64> = HashMap::new();
     for (s, c) in samples.iter().zip(classes) {
-        let e = rows.entry((&s.res.type_name, &s.res.field)).or_insert((0, 0, s.res.how));
+        let e = rows.entry((&s.res.type_name, &s.res.field)).or_insert((0, 0, s.res.how, s.res.field_offset));
         e.0 += 1;
         e.1 += matches!(c, Some(Class::FalseSharing | Class::TrueSharing)) as u64;
         e.2 = e.2.min(s.res.how);
@@ -232,9 +235,10 @@ pub fn profile(samples: &[Sample], classes: &[Option<Class>], total_samples: u64
     }
     let mut v: Vec<ProfileRow> = rows
         .into_iter()
-        .map(|((t, f), (n, shared, how))| ProfileRow {
+        .map(|((t, f), (n, shared, how, off))| ProfileRow {
             type_name: t.to_string(),
             field: f.to_string(),
+            offset: (!f.is_empty()).then_some(off),
             samples: n,
             percent: 100.0 * n as f64 / total_samples.max(1) as f64,
             bounces: shared * 20 >= n && shared >= 2,
@@ -253,6 +257,9 @@ pub struct ClassRow {
     #[serde(rename = "type")]
     pub type_name: String,
     pub field: String,
+    /// Where the field starts in its type; absent without a field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
     pub class: Class,
     /// Samples of this field in this class over all memory samples.
     pub share: f64,
@@ -265,10 +272,12 @@ pub struct ClassRow {
 /// One row per (type, field, class), most samples first.
 pub fn classify(samples: &[Sample], classes: &[Option<Class>], caches: &[Geometry]) -> Vec<ClassRow> {
     let l1 = Geometry::level(caches, 1);
-    let mut rows: HashMap<(&str, &str, Class), (u64, HashSet<u32>)> = HashMap::new();
+    // Per (type, field, class): samples, conflict sets, the field's offset.
+    type Acc = (u64, HashSet<u32>, u64);
+    let mut rows: HashMap<(&str, &str, Class), Acc> = HashMap::new();
     for (s, c) in samples.iter().zip(classes) {
         let Some(c) = *c else { continue };
-        let e = rows.entry((&s.res.type_name, &s.res.field, c)).or_default();
+        let e = rows.entry((&s.res.type_name, &s.res.field, c)).or_insert_with(|| (0, HashSet::new(), s.res.field_offset));
         e.0 += 1;
         if c == Class::Conflict {
             e.1.extend(l1.map(|g| g.set_of(s.rec.addr)));
@@ -277,10 +286,11 @@ pub fn classify(samples: &[Sample], classes: &[Option<Class>], caches: &[Geometr
     let total = samples.len().max(1) as f64;
     let mut v: Vec<ClassRow> = rows
         .into_iter()
-        .map(|((t, f, c), (n, sets))| {
+        .map(|((t, f, c), (n, sets, off))| {
             let mut sets: Vec<u32> = sets.into_iter().collect();
             sets.sort();
-            ClassRow { type_name: t.into(), field: f.into(), class: c, share: n as f64 / total, samples: n, sets }
+            let offset = (!f.is_empty()).then_some(off);
+            ClassRow { type_name: t.into(), field: f.into(), offset, class: c, share: n as f64 / total, samples: n, sets }
         })
         .collect();
     v.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| (&a.type_name, &a.field, a.class).cmp(&(&b.type_name, &b.field, b.class))));
@@ -403,6 +413,7 @@ mod tests {
         Resolved {
             type_name: t.into(),
             field: f.into(),
+            field_offset: if f == "b" { 8 } else { 0 },
             how: How::Static,
             object: Some((0x1000, 16)),
             offset: 0,
@@ -509,7 +520,7 @@ mod tests {
 
     #[test]
     fn profile_groups_fields_under_their_type() {
-        // Checks rows are ordered by type total then field samples, with percent of all samples and the bounce flag from sharing.
+        // Checks rows are ordered by type total then field samples, with the field's offset, percent of all samples and the bounce flag from sharing.
         let recs: Vec<AccessRecord> = (0..10).map(|i| rec(i * 10, (i % 2) as u32, 0x1000 + (i % 2) * 8, Kind::Write)).collect();
         let (a, b, t) = (typed("struct counters", "a"), typed("struct counters", "b"), typed("struct tally", "sum"));
         let mut s: Vec<Sample> = recs.iter().enumerate().map(|(i, r)| Sample { rec: r, res: if i % 2 == 0 { &a } else { &b } }).collect();
@@ -524,8 +535,14 @@ mod tests {
         s.extend(lone.iter().map(|r| Sample { rec: r, res: &t }));
         let c = classify_samples(&s, &[], 100);
         let p = profile(&s, &c, 20);
-        let got: Vec<(&str, &str, u64, bool)> = p.iter().map(|r| (r.type_name.as_str(), r.field.as_str(), r.samples, r.bounces)).collect();
-        assert_eq!(got, vec![("struct counters", "a", 5, true), ("struct counters", "b", 5, true), ("struct tally", "sum", 6, false)]);
+        let got: Vec<(&str, &str, Option<u64>, u64, bool)> =
+            p.iter().map(|r| (r.type_name.as_str(), r.field.as_str(), r.offset, r.samples, r.bounces)).collect();
+        let want = [
+            ("struct counters", "a", Some(0), 5, true),
+            ("struct counters", "b", Some(8), 5, true),
+            ("struct tally", "sum", Some(0), 6, false),
+        ];
+        assert_eq!(got, want);
         assert_eq!(p[2].percent, 30.0);
     }
 }

@@ -1,7 +1,7 @@
 //! Heap address -> object -> allocation site, from the allocation logs of a
 //! record database. Pure over the decoded records (loading is the only IO).
 
-use crate::log::{self, AllocFn, Record, Source};
+use crate::log::{self, AllocFn, Callers, Record, Source};
 use loupe_model::maps::{parse_maps, Mapping};
 use loupe_model::ImageOffset;
 use std::collections::HashMap;
@@ -17,6 +17,8 @@ pub struct Allocation {
     pub size: u64,
     /// Return address of the call into the allocator (runtime address).
     pub site: u64,
+    /// Return addresses above the site, when the log kept them (0 past the last).
+    pub callers: Callers,
     pub func: AllocFn,
     /// CLOCK_MONOTONIC ns.
     pub alloc_ns: u64,
@@ -108,9 +110,9 @@ impl AllocationIndex {
         let mut unmatched = 0;
         for r in records {
             match r {
-                Record::Alloc { func, pid, tid, time_ns, base, size, site } => {
+                Record::Alloc { func, pid, tid, time_ns, base, size, site, callers } => {
                     let p = procs.entry(pid).or_default();
-                    let a = Allocation { pid, tid, base, size, site, func, alloc_ns: time_ns, free_ns: None, free_tid: None };
+                    let a = Allocation { pid, tid, base, size, site, callers, func, alloc_ns: time_ns, free_ns: None, free_tid: None };
                     // A block allocated again without a free seen: the free was missed; end it here.
                     if let Some(old) = live.insert((pid, base), p.blocks.len()) {
                         p.blocks[old].free_ns.get_or_insert(time_ns);
@@ -196,7 +198,7 @@ mod tests {
     use super::*;
 
     fn alloc(time_ns: u64, base: u64, size: u64, site: u64) -> Record {
-        Record::Alloc { func: AllocFn::Malloc, pid: 1, tid: 2, time_ns, base, size, site }
+        Record::Alloc { func: AllocFn::Malloc, pid: 1, tid: 2, time_ns, base, size, site, callers: [0; log::CALLERS] }
     }
     fn free(time_ns: u64, base: u64) -> Record {
         Record::Free { func: AllocFn::Free, pid: 1, tid: 3, time_ns, base }

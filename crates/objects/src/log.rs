@@ -23,6 +23,11 @@
 //!         48     payload
 //! ```
 //!
+//! An alloc record's payload, when there is one, is up to [`CALLERS`]
+//! return addresses above the site (its caller's caller first, 8 bytes
+//! each): what types a block returned through `void *` wrappers. Readers
+//! of version 1 without it skip payloads, so the version stays 1.
+//!
 //! A `realloc` that moves a block writes a free of the old block and an
 //! alloc of the new one with the same time. Writers append whole records
 //! with one `write` each, so a killed writer leaves at most one torn record
@@ -37,6 +42,10 @@ pub const HEADER_LEN: usize = 16;
 pub const RECORD_LEN: usize = 48;
 /// The directory inside a record database that holds allocation logs.
 pub const DIR: &str = "allocs";
+/// Return addresses above the site an alloc record keeps at most.
+pub const CALLERS: usize = 4;
+/// Return addresses above an allocation site, innermost first; 0 past the last known.
+pub type Callers = [u64; CALLERS];
 /// Maps payloads longer than this are corrupt (a real maps file is far smaller).
 const MAX_PAYLOAD: u32 = 64 << 20;
 
@@ -97,7 +106,7 @@ impl AllocFn {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    Alloc { func: AllocFn, pid: u32, tid: u32, time_ns: u64, base: u64, size: u64, site: u64 },
+    Alloc { func: AllocFn, pid: u32, tid: u32, time_ns: u64, base: u64, size: u64, site: u64, callers: Callers },
     Free { func: AllocFn, pid: u32, tid: u32, time_ns: u64, base: u64 },
     Maps { pid: u32, time_ns: u64, text: String },
 }
@@ -117,9 +126,13 @@ pub fn header(source: Source) -> [u8; HEADER_LEN] {
 
 /// One record's bytes (header and payload), ready for a single `write`.
 pub fn encode(r: &Record) -> Vec<u8> {
+    let frames: Vec<u8> = match r {
+        Record::Alloc { callers, .. } => callers.iter().take_while(|&&c| c != 0).flat_map(|c| c.to_le_bytes()).collect(),
+        _ => Vec::new(),
+    };
     let (kind, func, pid, tid, time, base, size, site, payload): (u16, u16, u32, u32, u64, u64, u64, u64, &[u8]) = match r {
-        Record::Alloc { func, pid, tid, time_ns, base, size, site } => {
-            (KIND_ALLOC, *func as u16, *pid, *tid, *time_ns, *base, *size, *site, &[])
+        Record::Alloc { func, pid, tid, time_ns, base, size, site, .. } => {
+            (KIND_ALLOC, *func as u16, *pid, *tid, *time_ns, *base, *size, *site, &frames)
         }
         Record::Free { func, pid, tid, time_ns, base } => (KIND_FREE, *func as u16, *pid, *tid, *time_ns, *base, 0, 0, &[]),
         Record::Maps { pid, time_ns, text } => (KIND_MAPS, 0, *pid, *pid, *time_ns, 0, 0, 0, text.as_bytes()),
@@ -221,11 +234,21 @@ fn decode_one(b: &[u8]) -> Option<Record> {
             base,
             size: u64_at(b, 32),
             site: u64_at(b, 40),
+            callers: callers(&b[RECORD_LEN..]),
         }),
         KIND_FREE => Some(Record::Free { func: AllocFn::from_code(u16_at(b, 2))?, pid, tid, time_ns, base }),
         KIND_MAPS => Some(Record::Maps { pid, time_ns, text: String::from_utf8_lossy(&b[RECORD_LEN..]).into_owned() }),
         _ => None,
     }
+}
+
+/// The return addresses an alloc record's payload holds (the rest 0).
+fn callers(payload: &[u8]) -> Callers {
+    let mut c = [0; CALLERS];
+    for (slot, b) in c.iter_mut().zip(payload.chunks_exact(8)) {
+        *slot = u64::from_le_bytes(b.try_into().unwrap());
+    }
+    c
 }
 
 /// Reads and decodes one log file.
@@ -305,14 +328,24 @@ mod tests {
     fn sample() -> Vec<Record> {
         vec![
             Record::Maps { pid: 7, time_ns: 5, text: "00400000-00401000 r-xp 00000000 08:01 1 /bin/x\n".into() },
-            Record::Alloc { func: AllocFn::Calloc, pid: 7, tid: 8, time_ns: 10, base: 0x1000, size: 48, site: 0x400123 },
+            Record::Alloc { func: AllocFn::Calloc, pid: 7, tid: 8, time_ns: 10, base: 0x1000, size: 48, site: 0x400123, callers: [0; 4] },
+            Record::Alloc {
+                func: AllocFn::Malloc,
+                pid: 7,
+                tid: 8,
+                time_ns: 11,
+                base: 0x2000,
+                size: 8,
+                site: 0x400200,
+                callers: [0x400300, 0x400400, 0, 0],
+            },
             Record::Free { func: AllocFn::Free, pid: 7, tid: 9, time_ns: 20, base: 0x1000 },
         ]
     }
 
     #[test]
     fn round_trips_every_kind() {
-        // Checks that encode then decode gives back the alloc, free and maps records unchanged.
+        // Checks that encode then decode gives back the alloc (with and without callers), free and maps records unchanged.
         let mut bytes = header(Source::Preload).to_vec();
         for r in sample() {
             bytes.extend(encode(&r));
@@ -331,11 +364,19 @@ mod tests {
     }
 
     #[test]
+    fn an_alloc_records_callers_follow_it_as_its_payload() {
+        // Checks an alloc with two callers carries a 16-byte payload (payload length 16) of their addresses, innermost first.
+        let b = encode(&sample()[2]);
+        assert_eq!((b.len(), u32_at(&b, 12)), (RECORD_LEN + 16, 16));
+        assert_eq!((u64_at(&b, RECORD_LEN), u64_at(&b, RECORD_LEN + 8)), (0x400300, 0x400400));
+    }
+
+    #[test]
     fn drops_a_torn_last_record_and_keeps_the_rest() {
         // Checks robustness to a writer killed mid-record: 30 stray bytes are counted, earlier records survive.
         let mut bytes = header(Source::Uprobes).to_vec();
         bytes.extend(encode(&sample()[1]));
-        bytes.extend(&encode(&sample()[2])[..30]);
+        bytes.extend(&encode(&sample()[3])[..30]);
         let d = decode(&bytes).unwrap();
         assert_eq!((d.records.len(), d.torn_bytes), (1, 30));
     }
@@ -348,7 +389,7 @@ mod tests {
         let mut odd = encode(&sample()[1]);
         odd[0] = 99;
         bytes.extend(odd);
-        bytes.extend(encode(&sample()[2]));
+        bytes.extend(encode(&sample()[3]));
         let d = decode(&bytes).unwrap();
         assert_eq!((d.records.len(), d.unknown), (1, 1));
     }

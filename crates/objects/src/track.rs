@@ -327,6 +327,12 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
     })
     .map_err(|e| err(ErrorKind::Load, "allocation ring buffer", e))?;
     let rb = rb.build().map_err(|e| err(ErrorKind::Load, "allocation ring buffer", e))?;
+    if watcher.is_some() && !arming.configured {
+        // The site is found in maps that exist only after exec: stop at the first allocation to read them.
+        let bss = skel.maps.bss_data.as_deref_mut().expect("the probes have a .bss");
+        // SAFETY: the .bss is mmap'ed and shared with the probes; the child has not been released yet.
+        unsafe { std::ptr::write_volatile(&mut bss.arm.hold, 1) };
+    }
     let _ = ready.send(Ok(warnings));
     let mut stopping = false;
     while setup.reader_gate.as_ref().is_some_and(|g| !g.load(Ordering::Acquire)) && !stopping {
@@ -420,6 +426,7 @@ impl Arming {
                 (u32_at(4), u32_at(8), u32_at(12), u64_at(16), u64_at(24), u64_at(32), u64_at(40));
             match u16::from_le_bytes([ev[0], ev[1]]) {
                 4 => w.armed(pid, tid, cpu, base, size, site, time, monotonic_ns),
+                6 => self.held(w, arm, (pid, tid, cpu, time), (base, size, site)),
                 5 if w.watching() == Some(base) => w.finish("freed", time, tid, cpu, site),
                 _ => {}
             }
@@ -437,6 +444,40 @@ impl Arming {
             } else if !want {
                 std::ptr::write_volatile(&mut arm.want, 0);
             }
+        }
+    }
+}
+
+impl Arming {
+    /// A process stopped at its first allocation (EV_HELD): find the site
+    /// in its maps, watch that block when it is one, and let it go on.
+    fn held(
+        &mut self,
+        w: &mut Watcher,
+        arm: &mut skel::types::arm_cfg,
+        (pid, tid, cpu, time): (u32, u32, u32, u64),
+        block: (u64, u64, u64),
+    ) {
+        let (base, size, site) = block;
+        if !self.configured {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            if let Some((lo, hi)) = function_range(&maps, self.site_function.as_deref().unwrap_or("")) {
+                (arm.site_lo, arm.site_hi, arm.tgid) = (lo, hi, pid);
+                self.configured = true;
+            }
+        }
+        let matches = self.configured
+            && (self.size == 0 || self.size == size)
+            && (arm.site_hi == 0 || (arm.site_lo..arm.site_hi).contains(&site))
+            && w.watching().is_none()
+            && w.wants_object(monotonic_ns());
+        if matches {
+            // SAFETY: as in step(); the probes end the watch when this block is freed.
+            unsafe { std::ptr::write_volatile(&mut arm.base, base) };
+            w.armed(pid, tid, cpu, base, size, site, time, monotonic_ns);
+        } else {
+            // SAFETY: kill has no memory preconditions; the pid is the process the probe stopped.
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
         }
     }
 }

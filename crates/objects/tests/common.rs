@@ -20,7 +20,7 @@ pub fn workloads() -> &'static Path {
             .args(["-s", "-C"])
             .arg(repo_root().join("testdata/workloads"))
             .arg(format!("OUT={}", out.display()))
-            .args([out.join("allocs").to_str().unwrap(), out.join("queue").to_str().unwrap()])
+            .args(["allocs", "queue", "dtypes-O1", "dtypes-O2"].map(|w| out.join(w).to_str().unwrap().to_string()))
             .status()
             .expect("make");
         assert!(st.success(), "building the workloads failed");

@@ -114,3 +114,28 @@ fn preload_shim_log_holds_exactly_the_blocks_the_workload_reports() {
     assert!(st.success());
     check(db.path(), &exe, &tally, Source::Preload);
 }
+
+#[test]
+fn preload_shim_keeps_the_callers_above_a_wrapped_allocation() {
+    // Checks the shim's callers for dtypes' rec_a and rec_b blocks (16 and 24 bytes, from make_a/make_b through xmalloc -> xalloc, -O1 and -O2): the site is in xalloc, then xmalloc, then make_a or make_b, then main.
+    for exe in ["dtypes-O1", "dtypes-O2"] {
+        let exe = common::workloads().join(exe);
+        let db = tempfile::tempdir().unwrap();
+        let env = preload::install(db.path()).unwrap();
+        let st = std::process::Command::new(&exe).args(["0.01", "wrap"]).envs(env.vars).status().unwrap();
+        assert!(st.success());
+        let idx = AllocationIndex::load(db.path()).unwrap();
+        let mut namer = SiteNamer::new(Symbolizer::new(SymbolizerOptions::default()));
+        let mut name = |pid: u32, addr: u64| -> String {
+            idx.locate(pid, addr, u64::MAX).and_then(|l| namer.name(&l).ok()).map_or_else(|| format!("{addr:#x}"), |s| s.procedure)
+        };
+        let mut chains: Vec<(u64, Vec<String>)> = idx
+            .allocations()
+            .filter(|a| a.size == 16 || a.size == 24)
+            .map(|a| (a.size, std::iter::once(a.site).chain(a.callers.iter().copied().take(3)).map(|pc| name(a.pid, pc)).collect()))
+            .collect();
+        chains.sort();
+        let want = |f: &str| vec!["xalloc".to_string(), "xmalloc".into(), f.into(), "main".into()];
+        assert_eq!(chains, vec![(16, want("make_a")), (24, want("make_b"))], "{}", exe.display());
+    }
+}

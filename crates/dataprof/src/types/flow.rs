@@ -64,8 +64,8 @@ pub enum Unknown {
     UntypedRegister,
     /// The instruction addresses memory without a base register.
     NoBaseRegister,
-    /// The block was returned by an allocation wrapper typed `void *`; the
-    /// wrapper's caller is not in the allocation log.
+    /// The block was returned by an allocation wrapper typed `void *`, and
+    /// no caller the allocation log kept above it stores it typed.
     Wrapper,
     /// The block was never stored into a typed place within reach.
     NoDestination,
@@ -442,6 +442,21 @@ mod tests {
             assert_eq!(ty("alloc_field"), pair, "{opt}");
             assert_eq!(ty("new_node"), Ok(("struct node".into(), "next".into())), "{opt}");
             assert_eq!(ty("xmalloc"), Err(Unknown::Wrapper), "{opt}");
+        }
+    }
+
+    #[test]
+    fn a_void_wrappers_callers_type_its_blocks() {
+        // Checks at -O1 and -O2 that both levels of xmalloc -> xalloc are untyped wrappers and their callers' stores into `struct rec_a *`/`struct rec_b *` type the block, field and offset included.
+        for opt in ["-O1", "-O2"] {
+            let (_d, t, syms) = build("dtypes.c", "cc", opt);
+            let field = |f: &str, off: u64| {
+                t.alloc_type(after_call(&t, syms[f])).map(|r| t.describe(r, off)).map(|d| (d.type_name, d.field, d.field_offset))
+            };
+            assert_eq!(t.alloc_type(after_call(&t, syms["xalloc"])), Err(Unknown::Wrapper), "{opt}");
+            assert_eq!(t.alloc_type(after_call(&t, syms["xmalloc"])), Err(Unknown::Wrapper), "{opt}");
+            assert_eq!(field("make_a", 8), Ok(("struct rec_a".into(), "hits".into(), 8)), "{opt}");
+            assert_eq!(field("make_b", 20), Ok(("struct rec_b".into(), "total".into(), 16)), "{opt}");
         }
     }
 

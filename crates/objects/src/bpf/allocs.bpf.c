@@ -91,8 +91,15 @@ __u64 dropped = 0;
  * user space can set the hardware breakpoints before the object's first
  * use; user space sends SIGCONT. Its free reports EV_UNWATCHED. Both carry
  * the CPU in the payload_len slot (they never reach the log).
+ *
+ * Until user space knows where the selected site function lies (it needs the
+ * process's maps, which exist only after exec) `hold` is set: the first
+ * allocation of a traced process reports itself (EV_HELD) and stops the
+ * process the same way, so user space reads the maps, configures the site
+ * and may watch that very block — objects of a program's first milliseconds
+ * are not missed.
  */
-enum { EV_ARMED = 4, EV_UNWATCHED = 5 };
+enum { EV_ARMED = 4, EV_UNWATCHED = 5, EV_HELD = 6 };
 #define SIGSTOP 19
 
 struct arm_cfg {
@@ -101,6 +108,7 @@ struct arm_cfg {
 	__u64 site_hi;
 	__u64 base;    /* the object being watched, 0: none */
 	__u64 want;    /* 64-bit: BPF compare-and-swap */
+	__u64 hold;    /* 1: stop at the next allocation (EV_HELD), the site is not configured yet */
 	__u32 tgid;    /* 0: any traced process */
 	__u32 pad;
 };
@@ -120,14 +128,14 @@ static __always_inline __u64 caller(struct pt_regs *ctx)
 	return ret;
 }
 
-/* One event into the ring; `cpu` rides in payload_len (0 for allocation records, which carry no payload). */
-static __always_inline void put_event(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site,
+/* One event into the ring; `cpu` rides in payload_len (0 for allocation records, which carry no payload). 0: no room. */
+static __always_inline int put_event(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site,
 				      __u32 cpu, __u64 wakeup)
 {
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof *e, 0);
 	if (!e) {
 		__sync_fetch_and_add(&dropped, 1);
-		return;
+		return 0;
 	}
 	e->kind = kind;
 	e->func = func;
@@ -139,6 +147,7 @@ static __always_inline void put_event(__u64 id, __u16 kind, __u16 func, __u64 no
 	e->size = size;
 	e->site = site;
 	bpf_ringbuf_submit(e, wakeup);
+	return 1;
 }
 
 /* An allocation record. No wakeup per event: user space drains every few ms (a wakeup per allocation costs more
@@ -148,10 +157,10 @@ static __always_inline void emit(__u64 id, __u16 kind, __u16 func, __u64 now, __
 	put_event(id, kind, func, now, base, size, site, 0, BPF_RB_NO_WAKEUP);
 }
 
-/* A watch event with the CPU it happened on, delivered at once (the watcher is waiting on it). */
-static __always_inline void emit_cpu(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
+/* A watch event with the CPU it happened on, delivered at once (the watcher is waiting on it). 0: no room. */
+static __always_inline int emit_cpu(__u64 id, __u16 kind, __u16 func, __u64 now, __u64 base, __u64 size, __u64 site)
 {
-	put_event(id, kind, func, now, base, size, site, bpf_get_smp_processor_id(), BPF_RB_FORCE_WAKEUP);
+	return put_event(id, kind, func, now, base, size, site, bpf_get_smp_processor_id(), BPF_RB_FORCE_WAKEUP);
 }
 
 static __always_inline int matches_arm(__u64 id, __u64 size, __u64 site)
@@ -203,6 +212,12 @@ SEC("uretprobe") int BPF_KRETPROBE(alloc_ret)
 		emit(id, KIND_FREE, F_REALLOC, now, pv.old, 0, pv.site);
 	if (ptr)
 		emit(id, KIND_ALLOC, func, now, ptr, pv.size, pv.site);
+	if (ptr && arm.hold && __sync_val_compare_and_swap(&arm.hold, 1, 0) == 1) {
+		/* Stopped only when user space will hear of it (else the site is placed later, from the maps). */
+		if (emit_cpu(id, EV_HELD, func, now, ptr, pv.size, pv.site))
+			bpf_send_signal_thread(SIGSTOP);
+		return 0;
+	}
 	if (ptr && arm.want && matches_arm(id, pv.size, pv.site) && __sync_val_compare_and_swap(&arm.want, 1, 0) == 1) {
 		arm.base = ptr;
 		emit_cpu(id, EV_ARMED, func, now, ptr, pv.size, pv.site);
