@@ -16,9 +16,22 @@ scaled to HZ x CPUS x 60 samples, in the rows Loupe's shipper writes
              and `loupe flame --source --format json` over its last hour,
              each run 3 times (median, wall-clock, including symbolizing).
 
+--replicate HOSTSxHOURS (e.g. 1000x24) then grows the fleet inside
+ClickHouse: the rows the real path stored (hosts x 1 h) are copied with
+host names and times shifted (`INSERT ... SELECT` over `arrayJoin(range())`,
+a fresh batch id per copy) until HOSTS hosts x HOURS hours exist, and the
+queries cover whole UTC hours: `top` of the whole span, `flame` of its last
+hour (and `--since 1h`, which is not hour-aligned, for the edges' cost).
+With --old-loupe (a Loupe with schema 2, no rollups) the schema is made
+and loaded by it, its queries are timed ("before"), then `--loupe fleet
+init` migrates to rollups (timed) and the queries are timed again
+("after"); finally HOSTS_REAL more hosts go through the real path again,
+now with the rollups' views, for the ingest rate with them.
+
 Usage:
   bench/fleet.py --loupe target/release/loupe [--db DB] [--hosts 100] [--hours 1]
                  [--hz 100] [--cpus 8] [--workers 4] [--json out.json]
+                 [--replicate 1000x24 [--old-loupe OLD]]
 Prints one JSON document and a BENCHMARKS.md row.
 """
 import argparse
@@ -30,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ProcessPoolExecutor
 
@@ -37,14 +51,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sh(*args, **kw):
-    return subprocess.run(args, check=True, capture_output=True, text=True, **kw)
+    r = subprocess.run(args, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed: %s" % (" ".join(args), r.stderr.strip()[-1000:]))
+    return r
 
 
 def post(http, sql, body=b""):
     data = sql.encode() + (b"\n" + body if body else b"")
     req = urllib.request.Request(http + "/?database=bench", data=data, method="POST")
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return r.read().decode()
+    try:
+        with urllib.request.urlopen(req, timeout=3600) as r:
+            return r.read().decode()
+    except urllib.error.HTTPError as e:
+        raise RuntimeError("ClickHouse: %s\n%s" % (e.read().decode(errors="replace")[:1000], sql[:500])) from None
 
 
 def select(http, sql):
@@ -86,11 +106,11 @@ def scaled(rows, per_bucket, rnd):
     return out
 
 
-def host_batches(args, host, t0, stacks, flat):
+def host_batches(args, host, t0, stacks, flat, hours=None):
     """JSONEachRow bodies for one host's buckets: (stack_counts body, samples body, rows, samples)."""
     rnd = random.Random(host)
     per_bucket = args.hz * args.cpus * 60
-    buckets = args.hours * 60
+    buckets = (hours or args.hours) * 60
     sc, sm, rows, samples = [], [], 0, 0
     for b in range(buckets):
         bucket = t0 + b * 60
@@ -113,17 +133,17 @@ def host_batches(args, host, t0, stacks, flat):
 def send_host(job):
     """One simulated host's whole span (run in a worker process: generating JSON is CPU-bound)."""
     args, http, h, t0, stacks, flat = job
-    sc, sm, rows, samples = host_batches(args, h, t0, stacks, flat)
+    sc, sm, rows, samples = host_batches(args, h, t0, stacks, flat, 1 if args.replicate else None)
     post(http, "INSERT INTO stack_counts FORMAT JSONEachRow", sc)
     post(http, "INSERT INTO samples FORMAT JSONEachRow", sm)
     return rows, samples
 
 
-def ingest(args, http, stacks, flat, t0):
+def ingest(args, http, stacks, flat, t0, first=0):
     cpu0 = os.times()
     start = time.monotonic()
     with ProcessPoolExecutor(args.workers) as ex:
-        done = list(ex.map(send_host, [(args, http, h, t0, stacks, flat) for h in range(args.hosts)]))
+        done = list(ex.map(send_host, [(args, http, h, t0, stacks, flat) for h in range(first, first + args.hosts)]))
     wall = time.monotonic() - start
     rows = sum(r for r, _ in done)
     samples = sum(s for _, s in done)
@@ -131,12 +151,117 @@ def ingest(args, http, stacks, flat, t0):
 
 
 def timed(cmd, runs=3):
+    """Median wall seconds of `runs` runs; a failing command gives its time and the reason instead."""
     times = []
     for _ in range(runs):
         t = time.monotonic()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         times.append(time.monotonic() - t)
-    return statistics.median(times)
+        if r.returncode != 0:
+            return {"failed_after_s": round(times[-1], 2), "error": r.stderr.strip().splitlines()[-1][:300]}
+    return round(statistics.median(times), 3)
+
+
+def timed_total(cmd, key, runs=3):
+    """timed(), and the answer's `key` (its sample total) from one more run, so before and after can be compared."""
+    t = timed(cmd, runs)
+    if isinstance(t, dict):
+        return t
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return {"seconds": t, "samples": json.loads(r.stdout)[key]}
+
+
+def iso(t):
+    """Unix seconds as a time --since/--until read as one (a bare number is a duration ago)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+COLUMNS = {
+    "samples": "label_keys, label_values, pid, comm, kind, image, build_id, content_hash, event, offset, count",
+    "stack_counts": "label_keys, label_values, pid, comm, event, stack, count, period",
+}
+
+
+def replicate(http, t0, real_hosts, hosts, hours):
+    """Copies the real rows (hosts h00000.. of [t0, t0+1h)) to `hosts` hosts x `hours` hours ending at t0+1h,
+    one INSERT per hour shift and table (range() with one argument: 18.16 has no other); returns (rows, seconds)."""
+    per_hour = hosts // real_hosts
+    start = time.monotonic()
+    for j in range(hours):
+        for table, cols in COLUMNS.items():
+            lo = 1 if j == 0 else 0
+            post(http, (
+                "INSERT INTO {t} (bucket, host, {c}, batch_id, row) SELECT bucket - {j} * 3600, "
+                "concat('h', substring(toString(100000 + toUInt32OrZero(substring(host, 2)) + k * {rh}), 2)), {c}, "
+                "concat(batch_id, '-', toString({j}), '-', toString(k)), row FROM {t} ARRAY JOIN range({ph}) AS k "
+                "WHERE k >= {lo} AND bucket >= toDateTime({t0}) AND bucket < toDateTime({t1}) AND host LIKE 'h%' "
+                "AND toUInt32OrZero(substring(host, 2)) < {rh}").format(
+                    t=table, c=cols, j=j, rh=real_hosts, lo=lo, ph=per_hour, t0=t0, t1=t0 + 3600))
+        note("replicated hour -%d" % j)
+    wall = time.monotonic() - start
+    rows = int(select(http, "SELECT toUInt64((SELECT count() FROM samples) + (SELECT count() FROM stack_counts)) AS n")[0]["n"])
+    return rows, wall
+
+
+def disk_bytes(http, tables):
+    names = ", ".join("'%s'" % t for t in tables)
+    return int(select(http, "SELECT toUInt64(sum(bytes_on_disk)) AS b FROM system.parts "
+                            "WHERE database = 'bench' AND active AND table IN (%s)" % names)[0]["b"])
+
+
+def queries(loupe, url, db, t_from, t_to):
+    """top of [t_from, t_to), flame of its last hour and of `--since 1h`."""
+    return {
+        "top_span": timed_total([loupe, "top", "--source", url, "--by", "procedure", "--format", "json",
+                                 "--since", iso(t_from), "--until", iso(t_to)], "total_samples"),
+        "flame_hour": timed_total([loupe, "flame", "--source", url, "--format", "json", "--db", db,
+                                   "--since", iso(t_to - 3600), "--until", iso(t_to)], "total"),
+        "flame_since_1h": timed_total([loupe, "flame", "--source", url, "--format", "json", "--db", db, "--since", "1h"], "total"),
+    }
+
+
+def scale_run(args, http, url, tmp):
+    """The --replicate run (see the module's doc); returns the JSON document."""
+    hosts, hours = (int(x) for x in args.replicate.split("x"))
+    old = args.old_loupe or args.loupe
+    sh(old, "fleet", "init", url)
+    db = template_db(args, tmp)
+    pb = os.path.join(tmp, "template.pb.gz")
+    sh(args.loupe, "export", "--format", "pprof", "--epoch", "all", "--db", db, "-o", pb)
+    sh(old, "ingest", "pprof", pb, "--ship", url, "--label", "host=template")
+    stacks, flat = load_template(http, args.rows)
+    t0 = (int(time.time()) // 3600 - 1) * 3600
+    rows, samples, wall, _ = ingest(args, http, stacks, flat, t0)
+    doc = {"real_path": {"hosts": args.hosts, "hours": 1, "rows": rows, "samples": samples, "seconds": round(wall, 2),
+                         "rows_per_second": round(rows / wall), "rows_per_second_per_core": round(rows / wall / os.cpu_count()),
+                         "schema": "old" if args.old_loupe else "rollups"}}
+    note("real path: %d rows in %.1f s; replicating to %d hosts x %d h" % (rows, wall, hosts, hours))
+    total, rwall = replicate(http, t0, args.hosts, hosts, hours)
+    samples_total = samples * (hosts // args.hosts) * hours
+    doc["replicated"] = {"hosts": hosts, "hours": hours, "rows": total, "samples": samples_total, "seconds": round(rwall, 1),
+                         "rows_per_host_minute": round(rows / (args.hosts * 60), 1)}
+    fine = ["samples", "stack_counts", "stacks"]
+    t_from, t_to = t0 - (hours - 1) * 3600, t0 + 3600
+    if args.old_loupe:
+        doc["disk_fine_bytes"] = disk_bytes(http, fine)
+        note("before: querying with %s" % old)
+        doc["before"] = queries(old, url, db, t_from, t_to)
+        note("before: " + json.dumps(doc))
+        start = time.monotonic()
+        sh(args.loupe, "fleet", "init", url)
+        doc["migration_seconds"] = round(time.monotonic() - start, 1)
+    doc["disk_fine_bytes"] = disk_bytes(http, fine)
+    doc["disk_rollup_bytes"] = disk_bytes(http, ["samples_hourly", "stack_counts_hourly", "batches"])
+    doc["bytes_per_sample"] = round(doc["disk_fine_bytes"] / samples_total, 4)
+    doc["bytes_per_sample_with_rollups"] = round((doc["disk_fine_bytes"] + doc["disk_rollup_bytes"]) / samples_total, 4)
+    note("after: querying with %s" % args.loupe)
+    doc["after"] = queries(args.loupe, url, db, t_from, t_to)
+    if args.old_loupe:
+        rows2, _, wall2, _ = ingest(args, http, stacks, flat, t0, first=50000)
+        doc["real_path_with_rollups"] = {"rows": rows2, "seconds": round(wall2, 2), "rows_per_second": round(rows2 / wall2),
+                                         "rows_per_second_per_core": round(rows2 / wall2 / os.cpu_count())}
+    doc["rows_per_second_for_1000_hosts_real_time"] = round(1000 * rows / (args.hosts * 60) / 60)
+    return doc
 
 
 def main():
@@ -151,12 +276,21 @@ def main():
     ap.add_argument("--rows", type=int, default=300,
                     help="distinct stacks (and leaf offsets) per host-minute, the template's most sampled (default 300)")
     ap.add_argument("--json")
+    ap.add_argument("--replicate", help="HOSTSxHOURS: grow the real rows to this fleet inside ClickHouse (e.g. 1000x24)")
+    ap.add_argument("--old-loupe", help="with --replicate: a schema-2 Loupe, timed before migrating to rollups")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="loupe-fleet-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="loupe-fleet-bench-", dir=os.environ.get("TMPDIR")) as tmp:
         chdir = os.path.join(tmp, "ch")
         http = sh(os.path.join(ROOT, "scripts/clickhouse.sh"), "start", chdir).stdout.split()[0]
         try:
             url = http.replace("http://", "clickhouse://") + "/bench"
+            if args.replicate:
+                doc = scale_run(args, http, url, tmp)
+                print(json.dumps(doc, indent=2))
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(doc, f, indent=2)
+                return 0
             sh(args.loupe, "fleet", "init", url)
             db = template_db(args, tmp)
             note("template " + db)

@@ -3,9 +3,10 @@
 #   bench/device/fleet.sh [OUT_DIR]        (about 5 minutes; writes OUT_DIR/fleet.json)
 # Needs clickhouse-server (Debian's, as scripts/setup.sh installs it) and root
 # (the template is a 5 s recording of testdata's selftime). Builds loupe if
-# target/release/loupe is missing. 1,000 simulated hosts x 1 h of minute
-# buckets at 100 Hz x 8 CPUs (the issue's 24 h is 24x the rows: run with
-# HOURS=24 where the time allows), 300 stacks and 300 leaf offsets per host-minute.
+# target/release/loupe is missing. 20 hosts x 1 h go through the shipper's
+# row format and HTTP (the ingest rate), then are copied inside ClickHouse
+# to HOSTS x HOURS (default 1,000 x 24 at 100 Hz x 8 CPUs) and queried:
+# bench/fleet.py --replicate; OLD_LOUPE=path adds the schema-2 "before".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-/tmp}}
@@ -16,5 +17,5 @@ if ! command -v clickhouse-server >/dev/null && [ ! -x /usr/sbin/clickhouse-serv
 fi
 [ -x target/release/loupe ] || cargo build --release -p loupe
 nproc
-python3 bench/fleet.py --loupe target/release/loupe --hosts "${HOSTS:-1000}" --hours "${HOURS:-1}" \
-  --workers "${WORKERS:-12}" --json "$out/fleet.json"
+python3 bench/fleet.py --loupe target/release/loupe --hosts 20 --replicate "${HOSTS:-1000}x${HOURS:-24}" \
+  ${OLD_LOUPE:+--old-loupe "$OLD_LOUPE"} --workers "${WORKERS:-12}" --json "$out/fleet.json"

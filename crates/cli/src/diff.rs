@@ -2,7 +2,7 @@
 //! them), bucket each like `loupe top`, and print the differential profile
 //! or the across-run statistics.
 
-use crate::flags::{By, CompareArgs, DiffArgs, DiffMode, Format, StatsArgs};
+use crate::flags::{By, CompareArgs, DiffArgs, DiffMode, Format, SourceArgs, StatsArgs};
 use crate::symbols::Symbols;
 use crate::top::{detail, group_by};
 use anyhow::{bail, Context, Result};
@@ -106,14 +106,14 @@ fn read_sets(specs: &[String], sel: &CompareArgs) -> Result<(Vec<Side>, EventNam
 }
 
 /// The sets of a fleet diff: each a selection of the fleet store, summed in ClickHouse.
-fn read_fleet_sets(url: &str, a: &DiffArgs, specs: &[String]) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
+fn read_fleet_sets(url: &str, source: &SourceArgs, sel: &CompareArgs, specs: &[String]) -> Result<(Vec<Side>, EventName, Vec<TopReport>)> {
     // diff has no --db: the image cache is that of $LOUPE_DB (as for other commands), if any.
     let db = PathBuf::from(std::env::var_os("LOUPE_DB").unwrap_or_else(|| "loupe.db".into()));
     let (client, syms) = crate::fleet::open_source(url, &db)?;
     let progress = crate::progress::Progress::spinner(&format!("asking {url} for {} selections", specs.len()));
-    let flats = specs.iter().map(|s| crate::fleet::flat_of(&client, &a.source, s, a.sel.by)).collect::<Result<Vec<_>>>()?;
+    let flats = specs.iter().map(|s| crate::fleet::flat_of(&client, source, s, sel.by)).collect::<Result<Vec<_>>>()?;
     progress.stage("naming the fleet's samples");
-    let mut reader = Reader { sel: &a.sel, filter: compare_filter(&a.sel), syms: Box::new(syms) };
+    let mut reader = Reader { sel, filter: compare_filter(sel), syms: Box::new(syms) };
     let (event, reports) = bucket_sets(&mut reader, &flats)?;
     let sides = specs.iter().map(|s| Side { spec: format!("{s} in {url}"), runs: Vec::new() }).collect();
     Ok((sides, event, reports))
@@ -140,7 +140,7 @@ fn side_specs(a: &DiffArgs) -> Result<[String; 2]> {
 pub fn diff(a: DiffArgs, out: &mut dyn Write) -> Result<u8> {
     let specs = side_specs(&a)?;
     let (sides, event, reports) = match &a.source.source {
-        Some(url) => read_fleet_sets(url, &a, &specs)?,
+        Some(url) => read_fleet_sets(url, &a.source, &a.sel, &specs)?,
         None if is_lock_table(&specs[0]) || is_lock_table(&specs[1]) => return diff_locks(&a, &specs, out),
         None => read_sets(&specs, &a.sel)?,
     };
@@ -346,7 +346,10 @@ fn fmt_p(p: f64) -> String {
 }
 
 pub fn stats(a: StatsArgs, out: &mut dyn Write) -> Result<u8> {
-    let (sides, event, reports) = read_sets(&a.runs, &a.sel)?;
+    let (sides, event, reports) = match &a.source.source {
+        Some(url) => read_fleet_sets(url, &a.source, &a.sel, &a.runs)?,
+        None => read_sets(&a.runs, &a.sel)?,
+    };
     let rows = stats_rows(align(&reports), a.level);
     let totals: Vec<u64> = reports.iter().map(|r| r.totals[0]).collect();
     let grand: u64 = totals.iter().sum();

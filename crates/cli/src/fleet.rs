@@ -150,30 +150,78 @@ pub fn ingest(a: crate::flags::IngestArgs) -> Result<u8> {
     let ctx = row_context(&p.labels)?;
     for file in &p.files {
         let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-        let imported = loupe_analysis::pprof_import::import(&bytes, p.event.as_deref()).with_context(|| file.display().to_string())?;
-        let bucket = imported.time_unix.unwrap_or_else(unix_now);
-        let rows = rows_of(&imported.flat, bucket, &ctx, &mut |_| Vec::new());
-        let (stack_rows, stacks) = stack_rows_of(&imported.stacks, bucket, &ctx, &mut |_| Vec::new(), &mut HashSet::new());
-        let symbols = imported
-            .names
-            .iter()
-            .filter_map(|(image, off, name)| {
-                Some(SymRow { image_key: image_key(image)?, offset: off.0, procedure: name.clone(), file: String::new(), line: 0 })
-            })
-            .collect();
-        let batch = Batch { symbols, stacks, stack_rows, ..Batch::new(rows) };
-        loupe_fleet::ship::send(&client, &batch).with_context(|| format!("storing {}", file.display()))?;
-        let n: u64 = batch.stack_rows.iter().map(|r| r.count).sum();
+        let s = store_pprof(&client, &ctx, &bytes, p.event.as_deref()).map_err(|e| e.error.context(file.display().to_string()))?;
         eprintln!(
-            "loupe: {}: {n} samples of {} ({} stacks) stored in {} as host {}",
+            "loupe: {}: {} samples of {} ({} stacks) stored in {} as host {}",
             file.display(),
-            imported.event,
-            batch.stacks.len(),
+            s.samples,
+            s.event,
+            s.stacks,
             url.display(),
-            ctx.host
+            s.host
         );
     }
     Ok(0)
+}
+
+/// What one ingested profile stored.
+pub struct Stored {
+    pub host: String,
+    pub event: String,
+    pub samples: u64,
+    /// Stack definitions sent with it.
+    pub stacks: usize,
+}
+
+/// Whose fault an ingest's failure is: the request's (labels, URL, a
+/// corrupt profile) or the store's.
+pub enum IngestErrorKind {
+    Input,
+    Store,
+}
+
+pub struct IngestError {
+    pub kind: IngestErrorKind,
+    pub error: anyhow::Error,
+}
+
+fn input(error: anyhow::Error) -> IngestError {
+    IngestError { kind: IngestErrorKind::Input, error }
+}
+
+fn store(error: impl Into<anyhow::Error>) -> IngestError {
+    IngestError { kind: IngestErrorKind::Store, error: error.into() }
+}
+
+/// One pprof profile (gzipped or not) stored at `url` with `labels`
+/// (`key=value`, `host=` naming the host), as `loupe ingest pprof` stores
+/// a file: `loupe serve --allow-ingest`.
+pub fn ingest_bytes(url: &str, labels: &[String], bytes: &[u8], event: Option<&str>) -> std::result::Result<Stored, IngestError> {
+    let url = FleetUrl::parse(url).map_err(|e| input(e.into()))?;
+    let ctx = row_context(labels).map_err(input)?;
+    let client = Client::new(&url);
+    schema::check(&client).map_err(store)?;
+    store_pprof(&client, &ctx, bytes, event)
+}
+
+/// One profile as one batch: its stacks, leaf samples and the names it gives.
+fn store_pprof(client: &Client, ctx: &RowContext, bytes: &[u8], event: Option<&str>) -> std::result::Result<Stored, IngestError> {
+    let imported = loupe_analysis::pprof_import::import(bytes, event)
+        .map_err(|e| input(anyhow::Error::new(e).context("not a usable pprof profile")))?;
+    let bucket = imported.time_unix.unwrap_or_else(unix_now);
+    let rows = rows_of(&imported.flat, bucket, ctx, &mut |_| Vec::new());
+    let (stack_rows, stacks) = stack_rows_of(&imported.stacks, bucket, ctx, &mut |_| Vec::new(), &mut HashSet::new());
+    let symbols = imported
+        .names
+        .iter()
+        .filter_map(|(image, off, name)| {
+            Some(SymRow { image_key: image_key(image)?, offset: off.0, procedure: name.clone(), file: String::new(), line: 0 })
+        })
+        .collect();
+    let batch = Batch { symbols, stacks, stack_rows, ..Batch::new(rows) };
+    loupe_fleet::ship::send(client, &batch).map_err(|e| store(anyhow::Error::new(e).context("storing the profile")))?;
+    let samples = batch.stack_rows.iter().map(|r| r.count).sum();
+    Ok(Stored { host: ctx.host.clone(), event: imported.event.to_string(), samples, stacks: batch.stacks.len() })
 }
 
 /// Starts shipping when `--ship` is given: checks the server first, so a

@@ -103,3 +103,35 @@ fn responses(download: bool, answer: Option<&str>) -> Value {
         "503": error("All workers busy, or the time limit passed"),
     })
 }
+
+/// `POST /api/ingest/pprof` (`loupe serve --allow-ingest`): a pprof body stored in a served fleet source.
+pub fn ingest_path() -> Value {
+    let error = |what: &str| json!({ "description": what, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
+    let query = |name: &str, many: bool, what: &str| {
+        let schema = if many { json!({ "type": "array", "items": { "type": "string" } }) } else { json!({ "type": "string" }) };
+        json!({ "name": name, "in": "query", "required": false, "description": what, "schema": schema, "explode": true, "style": "form" })
+    };
+    let answer = json!({ "type": "object", "required": ["source", "host", "event", "samples", "stacks"], "properties": {
+        "source": { "type": "string" }, "host": { "type": "string" }, "event": { "type": "string" },
+        "samples": { "type": "integer" }, "stacks": { "type": "integer" } } });
+    json!({ "post": {
+        "operationId": "ingest_pprof",
+        "summary": "Store a pprof profile in a served fleet source",
+        "description": "What `loupe ingest pprof FILE --ship URL --label ...` stores, for the profile in the body (profile.proto, gzipped or not; one batch, so a retry after a lost answer is stored twice and counted once). Answered only when the server runs with --allow-ingest (else 403); beyond loopback the token is required as for every path.",
+        "parameters": [
+            query("label", true, "KEY=VALUE on every row (repeatable); host=NAME names the host (default: the server's hostname)."),
+            query("db", false, "Name of the served fleet source to store into (default: the first --source)."),
+            query("event", false, "The pprof sample type to read (default: samples/count for CPU profiles, else the first counted one)."),
+        ],
+        "requestBody": { "required": true, "content": { "application/octet-stream": { "schema": { "type": "string", "format": "binary" } } } },
+        "responses": {
+            "200": { "description": "What was stored", "content": { "application/json": { "schema": answer } } },
+            "400": error("A corrupt profile (the message says why), a bad label or parameter, or no fleet source served"),
+            "401": error("The token is missing or wrong"),
+            "403": error("Ingest is off (no --allow-ingest)"),
+            "411": error("No Content-Length"),
+            "413": error("The body exceeds --max-ingest-mb"),
+            "500": error("The fleet store refused or could not be reached"),
+        },
+    }})
+}

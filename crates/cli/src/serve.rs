@@ -56,6 +56,8 @@ pub fn run(a: ServeArgs) -> Result<u8> {
     let mut config = Config::new(a.listen);
     config.token = a.token.filter(|t| !t.is_empty());
     config.time_limit = a.time_limit;
+    config.allow_ingest = a.allow_ingest;
+    config.max_body_bytes = a.max_ingest_mb << 20;
     if let Some(w) = a.workers {
         config.workers = w.max(1);
     }
@@ -300,7 +302,7 @@ impl CliApi {
                 return Err(bad(format!("--{name} cannot be set over HTTP")));
             }
             match (arg.get_index(), arg.get_long()) {
-                (Some(i), _) => match self.fleet_side(value).filter(|_| command == "diff") {
+                (Some(i), _) => match self.fleet_side(value).filter(|_| matches!(command, "diff" | "stats")) {
                     Some((url, sel)) => {
                         fleet_sides.push(url);
                         positional.push((i, sel.to_string()));
@@ -351,7 +353,7 @@ impl CliApi {
                 Ok(true)
             }
             Served::Source(_) => Err(bad(format!(
-                "{command} reads a local database, and {} is a fleet source (sources answer top, flame, export and diff)",
+                "{command} reads a local database, and {} is a fleet source (sources answer top, flame, export, diff and stats)",
                 db.unwrap_or("the default")
             ))),
         }
@@ -371,10 +373,10 @@ impl CliApi {
 /// A fleet diff compares two selections of one source.
 fn one_source(urls: &[&str], sides: usize) -> Result<(), ApiError> {
     if urls.len() != sides {
-        return Err(bad("a diff compares two selections of one fleet source, or local databases, not one of each".into()));
+        return Err(bad("diff and stats compare selections of one fleet source, or local databases, not one of each".into()));
     }
     if urls.iter().any(|u| u != &urls[0]) {
-        return Err(bad("a diff compares two selections of one fleet source, not of two".into()));
+        return Err(bad("diff and stats compare selections of one fleet source, not of two".into()));
     }
     Ok(())
 }
@@ -465,7 +467,39 @@ impl Api for CliApi {
     fn openapi(&self) -> Vec<u8> {
         let mut doc = crate::openapi::document(SERVED, DOWNLOADS, &refused);
         doc["paths"]["/api/databases"] = databases_path();
+        doc["paths"]["/api/ingest/pprof"] = crate::openapi::ingest_path();
         serde_json::to_vec_pretty(&doc).expect("a JSON value serializes")
+    }
+
+    /// `POST /api/ingest/pprof?label=K=V...[&db=NAME][&event=TYPE]`: the body stored in a served fleet source.
+    fn ingest(&self, format: &str, params: &[(String, String)], body: &[u8]) -> Result<Reply, ApiError> {
+        let bad = |m: String| ApiError::new(ApiErrorKind::BadRequest, m);
+        if format != "pprof" {
+            return Err(ApiError::new(ApiErrorKind::NotFound, format!("no ingest of {format:?}: only /api/ingest/pprof")));
+        }
+        let (mut labels, mut db, mut event) = (Vec::new(), None, None);
+        for (k, v) in params {
+            match k.as_str() {
+                "label" => labels.push(v.clone()),
+                "db" => db = Some(v.as_str()),
+                "event" => event = Some(v.as_str()),
+                _ => return Err(bad(format!("unknown parameter {k:?} of ingest: label, db and event are"))),
+            }
+        }
+        let source = match db {
+            Some(name) => self.sources.iter().find(|(n, _)| n == name),
+            None => self.sources.first(),
+        };
+        let Some((name, url)) = source else {
+            return Err(bad(format!("no fleet source {} is served: ingest stores into a --source", db.unwrap_or(""))));
+        };
+        let stored = crate::fleet::ingest_bytes(url, &labels, body, event).map_err(|e| match e.kind {
+            crate::fleet::IngestErrorKind::Input => bad(format!("{:#}", e.error)),
+            crate::fleet::IngestErrorKind::Store => ApiError::new(ApiErrorKind::Internal, format!("{:#}", e.error)),
+        })?;
+        let doc = serde_json::json!({ "source": name, "host": stored.host, "event": stored.event, "samples": stored.samples,
+            "stacks": stored.stacks });
+        Ok(Reply::json(serde_json::to_vec_pretty(&doc).expect("a JSON value serializes")))
     }
 }
 
@@ -503,7 +537,7 @@ fn databases_path() -> serde_json::Value {
     serde_json::json!({ "get": {
         "operationId": "databases",
         "summary": "The served databases (`--db`) and fleet sources (`--source`) by name, in order",
-        "description": "What `db=NAME` may name; without `db=`, commands read the first database (or the first source when only sources are served). Sources answer top, flame, export and diff.",
+        "description": "What `db=NAME` may name; without `db=`, commands read the first database (or the first source when only sources are served). Sources answer top, flame, export, diff and stats.",
         "parameters": [],
         "responses": { "200": { "description": "The names", "content": { "application/json": { "schema": answer } } } },
     }})
@@ -636,7 +670,10 @@ mod tests {
         let refused = |command: &str, p: &[(&str, &str)]| api.argv(command, &params(p)).err().map(|e| e.message().to_string());
         assert!(refused("diff", &[("a", "fleet:host=a"), ("b", "run:1")]).unwrap().contains("not one of each"));
         assert!(refused("epochs", &[("db", "fleet")]).unwrap().contains("fleet source"));
-        assert!(refused("stats", &[("run", "fleet:1"), ("run", "run:1")]).unwrap().contains("fleet source"));
+        assert!(refused("stats", &[("run", "fleet:host=a"), ("run", "run:1")]).unwrap().contains("not one of each"));
+        let a = api.argv("stats", &params(&[("run", "fleet:host=a"), ("run", "fleet:host=b")])).unwrap();
+        assert!(a.fleet);
+        assert_eq!(a.words, ["loupe", "stats", "--format", "json", "--source", "clickhouse://127.0.0.1:9/prof", "--", "host=a", "host=b"]);
         assert!(refused("top", &[("source", "clickhouse://evil:1/x")]).unwrap().contains("cannot be set"));
         let annotate = api.argv("annotate", &params(&[("image", "x"), ("procedure", "p"), ("source", "")])).unwrap();
         assert!(

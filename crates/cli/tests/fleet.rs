@@ -148,6 +148,7 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
         grand - total(&local_top(&dir.path().join("db-1"), "image"))
     );
     assert_eq!(total(&fleet_top(&url, &["--where", "version=1.3"])), 0);
+    stats_source_equals_the_local_stats(&url, dir.path(), &hosts);
 
     // Call stacks: the fleet's collapsed stacks are the three databases' summed, stack by stack, and so is the flame graph's total.
     let mut stacks = BTreeMap::<String, u64>::new();
@@ -179,9 +180,21 @@ fn fleet_top_equals_the_sum_of_three_local_databases() {
         collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--source", &url, "--where", "host=pp", "--db"]).arg(&web1)));
     assert_eq!(ingested, local, "pprof round trip");
     assert_eq!(total(&fleet_top(&url, &["--where", "version=pprof", "--by", "procedure"])), local.values().sum::<u64>());
+    ingest_over_http(&url, &pb, &local, &web1);
 
     fleet_diff_marks_the_grown_procedure(&url, [&truth_a, &truth_b]);
     serve_answers_as_the_cli_does(&url, total(&local_top(&dir.path().join("web-2"), "image")));
+}
+
+/// `stats --source` with one set per host prints what `stats` over the three local databases prints.
+fn stats_source_equals_the_local_stats(url: &str, dir: &Path, hosts: &[&str]) {
+    let dbs: Vec<String> = hosts.iter().map(|h| format!("{}:all", dir.join(h).display())).collect();
+    let local = json(&run_ok(loupe().args(["stats", "--format", "json", "--limit", "100000"]).args(&dbs)));
+    let sets: Vec<String> = hosts.iter().map(|h| format!("host={h}")).collect();
+    let fleet = run_ok(
+        loupe().args(["stats", "--format", "json", "--limit", "100000", "--source", url]).args(&sets).env("LOUPE_DB", dir.join(hosts[0])),
+    );
+    assert_eq!(json(&fleet), local);
 }
 
 /// `diff --source` of host web-2 against db-1, whose `grow` ran twice the units: `grow` is the first row, significant,
@@ -215,16 +228,10 @@ fn fleet_diff_args(url: &str) -> Vec<String> {
 /// `loupe serve --source` over the fleet: /api/top, /api/flame and /api/diff answer what the CLI's `--source` prints
 /// (whose sums the caller checked against the local databases), and host web-2's total is its database's (`web2_total`).
 fn serve_answers_as_the_cli_does(url: &str, web2_total: u64) {
-    let mut child = loupe()
-        .args(["serve", "--source", &format!("fleet={url}"), "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-    let _stop = Kill(child);
-    let addr = line.split_whitespace().nth(1).and_then(|u| u.strip_prefix("http://")).unwrap_or_else(|| panic!("{line}"));
-    let addr = addr.trim_end_matches('/');
+    let (_stop, addr) = serve(url, &[]);
+    let addr = addr.as_str();
+    let (status, body) = http(addr, "POST", "/api/ingest/pprof?label=host=x", b"");
+    assert_eq!(status, 403, "ingest is off without --allow-ingest: {body}");
     let top = http_get(addr, "/api/top?db=fleet&by=procedure&limit=100000");
     assert_eq!(top, json(&fleet_top(url, &["--by", "procedure"])));
     let web2 = http_get(addr, "/api/top?db=fleet&by=procedure&limit=100000&where=host%3Dweb-2");
@@ -236,6 +243,62 @@ fn serve_answers_as_the_cli_does(url: &str, web2_total: u64) {
     let diff = http_get(addr, "/api/diff?a=fleet:host%3Dweb-2&b=fleet:host%3Ddb-1&image=scaling&limit=1000");
     assert_eq!(diff, json(&run_ok(loupe().args(fleet_diff_args(url)))));
     assert_eq!(diff["rows"][0]["procedure"], "grow");
+}
+
+/// `loupe serve --source fleet=URL` with `extra` flags on a free loopback port: the server (killed when dropped) and its address.
+fn serve(url: &str, extra: &[&str]) -> (Kill, String) {
+    let mut child = loupe()
+        .args(["serve", "--source", &format!("fleet={url}"), "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let stop = Kill(child);
+    let addr = line.split_whitespace().nth(1).and_then(|u| u.strip_prefix("http://")).unwrap_or_else(|| panic!("{line}"));
+    (stop, addr.trim_end_matches('/').to_string())
+}
+
+/// A pprof POSTed to `serve --allow-ingest` is stored like `loupe ingest pprof` stores it: the fleet's stacks of its
+/// host are `local`'s (the database it was exported from); a corrupt body gets 400 saying why, one past the limit 413.
+fn ingest_over_http(url: &str, pb: &Path, local: &BTreeMap<String, u64>, db: &Path) {
+    let (_stop, addr) = serve(url, &["--allow-ingest", "--max-ingest-mb", "1"]);
+    let body = std::fs::read(pb).unwrap();
+    let (status, answer) = http(&addr, "POST", "/api/ingest/pprof?label=host=http-pp&label=version=http", &body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!((answer["host"].as_str(), answer["samples"].as_u64()), (Some("http-pp"), Some(local.values().sum::<u64>())), "{answer}");
+    let fleet =
+        collapsed(&run_ok(loupe().args(["export", "--format", "collapsed", "--source", url, "--where", "host=http-pp", "--db"]).arg(db)));
+    assert_eq!(&fleet, local, "pprof over HTTP");
+    assert_eq!(total(&fleet_top(url, &["--where", "version=http"])), local.values().sum::<u64>());
+    let (status, answer) = http(&addr, "POST", "/api/ingest/pprof?label=host=bad", b"\x1f\x8b not gzip");
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("pprof"), "{answer}");
+    // The limit is judged on Content-Length, before any of the body is read: only the head is sent.
+    let head = format!("POST /api/ingest/pprof HTTP/1.1\r\nContent-Length: {}\r\n\r\n", (1 << 20) + 1);
+    assert_eq!(exchange(&addr, head.as_bytes()).0, 413);
+    assert_eq!(total(&fleet_top(url, &["--where", "host=bad"])), 0);
+}
+
+/// One request with `body` (and its Content-Length): the status and the JSON answer.
+fn http(addr: &str, method: &str, target: &str, body: &[u8]) -> (u16, serde_json::Value) {
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    req.extend_from_slice(body);
+    exchange(addr, &req)
+}
+
+/// Sends `request` as it is; the status and the JSON answer.
+fn exchange(addr: &str, request: &[u8]) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(request).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let text = String::from_utf8_lossy(&resp);
+    let (head, answer) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response head in {text}"));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+    (status, serde_json::from_str(answer).unwrap_or_else(|e| panic!("not JSON ({e}): {answer}")))
 }
 
 /// Kills the server when the test ends, passing or not.
@@ -385,7 +448,7 @@ fn bad_urls_credentials_servers_and_schemas_fail_clearly_before_recording() {
         ("clickhouse://127.0.0.1/prof".to_string(), "no :port after the host"),
         (wrong_pw, "refused the credentials"),
         (format!("clickhouse://127.0.0.1:{port}/prof"), "does not speak HTTP"),
-        (newer.clone(), "newer than the version 2"),
+        (newer.clone(), "newer than the version 3"),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (url, why) in cases {
@@ -398,5 +461,5 @@ fn bad_urls_credentials_servers_and_schemas_fail_clearly_before_recording() {
         assert!(!db.exists(), "{url}: the local database must not be touched");
     }
     let out = loupe().args(["fleet", "init", &newer]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("newer than the version 2"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("newer than the version 3"));
 }

@@ -1,10 +1,13 @@
-//! Fleet queries. Aggregation runs in ClickHouse: an inner GROUP BY takes
-//! one copy of each `(batch_id, row)` (a batch delivered twice counts
-//! once), an outer one sums what the caller groups by. Loupe gets one row
-//! per group and symbolizes only those.
+//! Fleet queries. Aggregation runs in ClickHouse: whole hours of the range
+//! come from the hourly rollups ([`crate::rollup`]), its edges from the
+//! fine tables, where an inner GROUP BY takes one copy of each
+//! `(batch_id, row)` (a batch delivered twice counts once); an outer one
+//! sums what the caller groups by. Loupe gets one row per group and
+//! symbolizes only those.
 
 use crate::client::{json_u64, quote, Client};
 use crate::error::{Error, ErrorKind, Result};
+use crate::rollup::{self, Table};
 use crate::rows::{image_of, StackDef};
 use loupe_model::stacks::StackProfile;
 use loupe_model::{EventName, ImageId, ImageOffset, ProcessKey};
@@ -82,19 +85,26 @@ pub struct Selection {
 }
 
 impl Selection {
-    fn sql(&self) -> String {
+    /// The `--where` conditions, and those on `bucket` when `times`.
+    fn conds(&self, times: bool) -> Vec<String> {
         let mut conds: Vec<String> = self.wheres.iter().map(Cond::sql).collect();
-        if let Some(t) = self.since {
-            conds.push(format!("bucket >= toDateTime({t})"));
+        if times {
+            if let Some(t) = self.since {
+                conds.push(format!("bucket >= toDateTime({t})"));
+            }
+            if let Some(t) = self.until {
+                conds.push(format!("bucket < toDateTime({t})"));
+            }
         }
-        if let Some(t) = self.until {
-            conds.push(format!("bucket < toDateTime({t})"));
-        }
-        if conds.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", conds.join(" AND "))
-        }
+        conds
+    }
+}
+
+fn where_clause(conds: Vec<String>) -> String {
+    if conds.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conds.join(" AND "))
     }
 }
 
@@ -107,17 +117,53 @@ pub struct ImageRow {
     pub samples: u64,
 }
 
-/// Deduplicated rows of `table`: `exprs` (each named k0, k1, ...) and `c`, one per (batch_id, row).
-fn dedup(table: &str, exprs: &[String], sel: &Selection) -> String {
-    let cols: Vec<String> = exprs.iter().enumerate().map(|(i, e)| format!("any({e}) AS k{i}")).collect();
-    format!("SELECT {}, any(count) AS c FROM {table}{} GROUP BY batch_id, row", cols.join(", "), sel.sql())
+/// The selection's rows of `t` as SQL yielding `exprs` (named k0, k1, ...)
+/// and the table's summed values (v0 = count, v1 = period; Int64) such
+/// that their sums, grouped by any of the keys, are exact: the hourly
+/// rollup for the range's whole hours less the extra copies of batches
+/// stored twice there, and the fine table, one copy per `(batch_id, row)`,
+/// at the edges ([`crate::rollup`]).
+fn exact_rows(client: &Client, t: Table, exprs: &[String], sel: &Selection) -> Result<String> {
+    let Some(split) = rollup::split(sel.since, sel.until) else {
+        return Ok(once_each(t, exprs, sel.conds(true)));
+    };
+    let keys: Vec<String> = exprs.iter().enumerate().map(|(i, e)| format!("{e} AS k{i}")).collect();
+    let values: Vec<String> = t.values().iter().enumerate().map(|(j, v)| format!("toInt64({v}) AS v{j}")).collect();
+    let mut inside = sel.conds(false);
+    inside.push(split.inside("hour"));
+    let mut parts = vec![format!("SELECT {}, {} FROM {}{}", keys.join(", "), values.join(", "), t.hourly(), where_clause(inside))];
+    if sel.since.is_some_and(|s| s != split.from) || sel.until.is_some_and(|u| Some(u) != split.to) {
+        let mut edges = sel.conds(true);
+        edges.push(split.outside());
+        parts.push(once_each(t, exprs, edges));
+    }
+    let dups = rollup::duplicates(client, t, &split)?;
+    if !dups.is_empty() {
+        let mut extra = sel.conds(false);
+        extra.push(rollup::duplicates_sql(&dups));
+        parts.push(copies(t, exprs, extra, "toInt64(any({v})) * (1 - toInt64(count()))"));
+    }
+    Ok(parts.join(" UNION ALL "))
 }
 
-/// Sums of the deduplicated rows grouped by `exprs`, one result row per group.
+/// The fine rows of `t` under `conds`, one copy per `(batch_id, row)`.
+fn once_each(t: Table, exprs: &[String], conds: Vec<String>) -> String {
+    copies(t, exprs, conds, "toInt64(any({v}))")
+}
+
+/// Per `(batch_id, row)` of the fine table: the keys and each value as `value` gives it (`{v}`: the column).
+fn copies(t: Table, exprs: &[String], conds: Vec<String>, value: &str) -> String {
+    let keys: Vec<String> = exprs.iter().enumerate().map(|(i, e)| format!("any({e}) AS k{i}")).collect();
+    let values: Vec<String> = t.values().iter().enumerate().map(|(j, v)| format!("{} AS v{j}", value.replace("{v}", v))).collect();
+    format!("SELECT {}, {} FROM {}{} GROUP BY batch_id, row", keys.join(", "), values.join(", "), t.fine(), where_clause(conds))
+}
+
+/// Sums of the selection's samples grouped by `exprs`, one result row per group.
 fn grouped(client: &Client, exprs: &[String], sel: &Selection) -> Result<Vec<Vec<String>>> {
     let keys: Vec<String> = (0..exprs.len()).map(|i| format!("k{i}")).collect();
     let keys = keys.join(", ");
-    client.select(&format!("SELECT {keys}, sum(c) FROM ({}) GROUP BY {keys}", dedup("samples", exprs, sel)))
+    let rows = exact_rows(client, Table::Samples, exprs, sel)?;
+    client.select(&format!("SELECT {keys}, sum(v0) FROM ({rows}) GROUP BY {keys}"))
 }
 
 /// The selection's call stacks, one table per event, summed in ClickHouse
@@ -125,13 +171,11 @@ fn grouped(client: &Client, exprs: &[String], sel: &Selection) -> Result<Vec<Vec
 /// (each once, whichever host sent it). Processes keep pid and command, so
 /// `--pid`/`--comm` and `--root` work as on a local database.
 pub fn stacks(client: &Client, sel: &Selection) -> Result<Vec<StackProfile>> {
-    let exprs = ["event", "stack", "pid", "comm", "period"].map(String::from);
-    let inner = format!(
-        "SELECT k0, k1, k2, k3, sum(c) AS n, sum(k4) AS period FROM ({}) GROUP BY k0, k1, k2, k3",
-        dedup("stack_counts", &exprs, sel)
-    );
+    let exprs = ["event", "stack", "pid", "comm"].map(String::from);
+    let rows = exact_rows(client, Table::StackCounts, &exprs, sel)?;
+    let inner = format!("SELECT k0, k1, k2, k3, sum(v0) AS n, sum(v1) AS period FROM ({rows}) GROUP BY k0, k1, k2, k3");
     let counts = client.select_json(&format!("SELECT k0, toString(k1) AS k1, k2, k3, n, period FROM ({inner})"))?;
-    let defs = stack_defs(client, &format!("SELECT k1 FROM ({})", dedup("stack_counts", &exprs, sel)))?;
+    let defs = stack_defs(client, &format!("SELECT k1 FROM ({rows})"))?;
     let mut tables: BTreeMap<String, StackProfile> = BTreeMap::new();
     for r in &counts {
         let bad = || Error::new(ErrorKind::Protocol, format!("unexpected stack row {r}"));
@@ -150,9 +194,32 @@ pub fn stacks(client: &Client, sel: &Selection) -> Result<Vec<StackProfile>> {
     Ok(tables.into_values().collect())
 }
 
-/// The first and last time bucket (unix seconds) of the selection's stack counts.
+/// The first and last time bucket (unix seconds) of the selection's stack
+/// counts: the first and last hour from the rollup, the minutes within
+/// them (and at the range's edges) from the fine table.
 pub fn stack_time_range(client: &Client, sel: &Selection) -> Result<Option<(u64, u64)>> {
-    let rows = client.select(&format!("SELECT toUInt32(min(bucket)), toUInt32(max(bucket)), count() FROM stack_counts{}", sel.sql()))?;
+    let mut fine = sel.conds(true);
+    if let Some(split) = rollup::split(sel.since, sel.until) {
+        let mut inside = sel.conds(false);
+        inside.push(split.inside("hour"));
+        let hours = range(
+            client,
+            &format!("SELECT toUInt32(min(hour)), toUInt32(max(hour)), count() FROM stack_counts_hourly{}", where_clause(inside)),
+        )?;
+        let mut near = vec![split.outside()];
+        if let Some((first, last)) = hours {
+            for h in [first, last] {
+                near.push(format!("(bucket >= toDateTime({h}) AND bucket < toDateTime({}))", h + rollup::ROLLUP_SECONDS));
+            }
+        }
+        fine.push(format!("({})", near.join(" OR ")));
+    }
+    range(client, &format!("SELECT toUInt32(min(bucket)), toUInt32(max(bucket)), count() FROM stack_counts{}", where_clause(fine)))
+}
+
+/// (min, max) from a `SELECT min, max, count()` row; `None` when it counted nothing.
+fn range(client: &Client, sql: &str) -> Result<Option<(u64, u64)>> {
+    let rows = client.select(sql)?;
     let r = rows.first().ok_or_else(|| Error::new(ErrorKind::Protocol, "no answer to a time range query"))?;
     let num = |i: usize| r.get(i).and_then(|s| s.parse::<u64>().ok());
     match (num(0), num(1), num(2)) {
@@ -265,6 +332,6 @@ mod tests {
         assert_eq!(parse_time("1700000000", 5).unwrap(), 1_700_000_000);
         assert!(parse_time("yesterday", 5).is_err());
         let sel = Selection { wheres: vec![Cond::parse("host=a").unwrap()], since: Some(60), until: Some(120) };
-        assert_eq!(sel.sql(), " WHERE host = 'a' AND bucket >= toDateTime(60) AND bucket < toDateTime(120)");
+        assert_eq!(where_clause(sel.conds(true)), " WHERE host = 'a' AND bucket >= toDateTime(60) AND bucket < toDateTime(120)");
     }
 }

@@ -7,11 +7,14 @@
 
 use crate::client::{quote, Client};
 use crate::error::{Error, ErrorKind, Result};
+use crate::rollup::{self, Table};
 
 /// The schema this Loupe writes and reads.
 /// 2: call stacks (`stacks`, `stack_counts`) and per-build procedure
 /// tables (`procedures`, `symbol_builds`).
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: hourly rollups (`samples_hourly`, `stack_counts_hourly`) and
+/// `batches`, filled by materialized views ([`crate::rollup`]).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// What `schema_version` says about a database.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,7 +110,8 @@ fn read(c: &Client) -> Result<Option<SchemaInfo>> {
 /// Creates (or migrates to) the current schema on one server; run it on
 /// every shard of a cluster. Idempotent; refuses a newer schema.
 pub fn init(c: &Client, opts: &InitOptions) -> Result<SchemaInfo> {
-    if let Some(old) = read(c)? {
+    let old = read(c)?;
+    if let Some(old) = &old {
         if old.version > SCHEMA_VERSION {
             return Err(newer(c, old.version));
         }
@@ -162,6 +166,7 @@ ENGINE = ReplacingMergeTree() ORDER BY image_key"
             quote(cluster)
         ))?;
     }
+    rollups(c, opts, version, old.as_ref().is_some_and(|o| o.version < 3))?;
     let info =
         SchemaInfo { version: SCHEMA_VERSION, cluster: opts.cluster.clone().unwrap_or_default(), retention_days: opts.retention_days };
     if read(c)?.as_ref() != Some(&info) {
@@ -174,15 +179,62 @@ ENGINE = ReplacingMergeTree() ORDER BY image_key"
     Ok(info)
 }
 
-/// The local sample table. Ordered by what queries filter on (time, host,
-/// event, image); one partition a day, so retention drops whole parts.
-fn samples_ddl(table: &str, (major, minor): (u32, u32), retention_days: u32) -> String {
-    let label = if major >= 19 { "LowCardinality(String)" } else { "String" };
-    let ttl = if retention_days > 0 && (major, minor) >= (19, 6) {
-        format!(" TTL bucket + INTERVAL {retention_days} DAY")
+/// The hourly rollups, `batches` and the views that fill them (schema 3).
+/// A migration from an older schema first sums the rows already stored
+/// into them, once (shippers should be stopped meanwhile: their batches
+/// wait in their spools).
+fn rollups(c: &Client, opts: &InitOptions, version: (u32, u32), migrating: bool) -> Result<()> {
+    let suffix = if opts.cluster.is_some() { "_local" } else { "" };
+    let label = label_type(version);
+    for t in [Table::Samples, Table::StackCounts] {
+        c.execute(&rollup::hourly_ddl(t, suffix, label, &ttl("hour", version, opts.retention_days)))?;
+    }
+    c.execute(&rollup::batches_ddl(suffix, label, &ttl("bucket", version, opts.retention_days)))?;
+    let empty = c.select(&format!("SELECT count() FROM batches{suffix}"))?.first().and_then(|r| r.first()).is_some_and(|n| n == "0");
+    if migrating && empty {
+        // Summing a big table takes a while: longer than a query's usual timeout.
+        rollup::backfill(&Client::with_timeout(c.url(), std::time::Duration::from_secs(3600)), suffix)?;
+    }
+    for sql in rollup::views_ddl(suffix) {
+        c.execute(&sql)?;
+    }
+    if let Some(cluster) = &opts.cluster {
+        let db = &c.url().database;
+        for (t, key) in
+            [("samples_hourly", "cityHash64(host)"), ("stack_counts_hourly", "cityHash64(host)"), ("batches", "cityHash64(host)")]
+        {
+            c.execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {t} AS {t}_local ENGINE = Distributed({}, {db}, {t}_local, {key})",
+                quote(cluster)
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+/// LowCardinality where the server has it without an experimental setting (19.x).
+fn label_type((major, _): (u32, u32)) -> &'static str {
+    if major >= 19 {
+        "LowCardinality(String)"
+    } else {
+        "String"
+    }
+}
+
+/// The TTL clause on `column` where the server has TTL (19.6), else nothing.
+fn ttl(column: &str, version: (u32, u32), retention_days: u32) -> String {
+    if retention_days > 0 && version >= (19, 6) {
+        format!(" TTL {column} + INTERVAL {retention_days} DAY")
     } else {
         String::new()
-    };
+    }
+}
+
+/// The local sample table. Ordered by what queries filter on (time, host,
+/// event, image); one partition a day, so retention drops whole parts.
+fn samples_ddl(table: &str, version: (u32, u32), retention_days: u32) -> String {
+    let label = label_type(version);
+    let ttl = ttl("bucket", version, retention_days);
     format!(
         "CREATE TABLE IF NOT EXISTS {table} (\
 bucket DateTime, host {label}, label_keys Array({label}), label_values Array(String), \
@@ -204,13 +256,9 @@ content_hashes Array(UInt64), offsets Array(UInt64)) ENGINE = ReplacingMergeTree
 
 /// Samples per (time bucket, host, labels, process, event, stack), laid
 /// out like `samples`; `period` carries each flush's sum of sample periods.
-fn stack_counts_ddl(table: &str, (major, minor): (u32, u32), retention_days: u32) -> String {
-    let label = if major >= 19 { "LowCardinality(String)" } else { "String" };
-    let ttl = if retention_days > 0 && (major, minor) >= (19, 6) {
-        format!(" TTL bucket + INTERVAL {retention_days} DAY")
-    } else {
-        String::new()
-    };
+fn stack_counts_ddl(table: &str, version: (u32, u32), retention_days: u32) -> String {
+    let label = label_type(version);
+    let ttl = ttl("bucket", version, retention_days);
     format!(
         "CREATE TABLE IF NOT EXISTS {table} (\
 bucket DateTime, host {label}, label_keys Array({label}), label_values Array(String), \
@@ -228,7 +276,8 @@ pub fn prune(c: &Client, info: &SchemaInfo) -> Result<usize> {
     }
     let suffix = if info.cluster.is_empty() { "" } else { "_local" };
     let mut dropped = 0;
-    for table in ["samples", "stack_counts"].map(|t| format!("{t}{suffix}")) {
+    let tables = ["samples", "stack_counts", "samples_hourly", "stack_counts_hourly", "batches"];
+    for table in tables.map(|t| format!("{t}{suffix}")) {
         let old = c.select(&format!(
             "SELECT DISTINCT partition FROM system.parts WHERE database = {} AND table = '{table}' AND active \
 AND partition < toString(toYYYYMMDD(today() - {}))",

@@ -140,7 +140,7 @@ fn init_is_idempotent_and_a_newer_schema_is_refused() {
     c.execute("INSERT INTO schema_version VALUES (7, '', 0, now())").unwrap();
     for e in [schema::check(&c).unwrap_err(), schema::init(&c, &InitOptions::default()).unwrap_err()] {
         assert_eq!(e.kind(), loupe_fleet::ErrorKind::Schema);
-        assert!(e.to_string().contains("version 7, newer than the version 2"), "{e}");
+        assert!(e.to_string().contains("version 7, newer than the version 3"), "{e}");
     }
     // A version 1 database (flat samples only) is refused for use and migrated by init.
     let old = FleetUrl::parse(&format!("clickhouse://{}/old", s.urls[0])).unwrap();
@@ -150,8 +150,105 @@ fn init_is_idempotent_and_a_newer_schema_is_refused() {
         .unwrap();
     c.execute("INSERT INTO schema_version VALUES (1, '', 0, now())").unwrap();
     let e = schema::check(&c).unwrap_err();
-    assert!(e.to_string().contains("version 1, older than the version 2"), "{e}");
-    assert_eq!(schema::init(&c, &InitOptions::default()).unwrap().version, 2);
-    assert_eq!(schema::check(&c).unwrap().version, 2);
+    assert!(e.to_string().contains("version 1, older than the version 3"), "{e}");
+    assert_eq!(schema::init(&c, &InitOptions::default()).unwrap().version, 3);
+    assert_eq!(schema::check(&c).unwrap().version, 3);
     assert!(query::stacks(&c, &Selection::default()).unwrap().is_empty());
+}
+
+/// Hour H (UTC-aligned) and three batches: a at H+1 min, b at H+1 h+2 min, c at H+2 h+30 min.
+const H: u64 = 1_700_002_800;
+
+fn at(mut b: Batch, bucket: u64) -> Batch {
+    b.rows.iter_mut().for_each(|r| r.bucket = bucket);
+    b.stack_rows.iter_mut().for_each(|r| r.bucket = bucket);
+    b
+}
+
+/// Batches sent (a and b twice) and the distinct ones, as (bucket, flat samples, stack samples).
+fn hourly_batches(c: &Client) -> Vec<(u64, u64, u64)> {
+    let mut known = HashSet::new();
+    let mut with_stacks = |host: &str, rows: Vec<Row>, k: u64| Batch { rows, ..stack_batch(host, k, &mut known) };
+    let a = at(with_stacks("a", vec![row("a", 16, 5), row("a", 32, 7)], 1), H + 60);
+    let b = at(with_stacks("b", vec![row("b", 16, 11)], 10), H + 3600 + 120);
+    let cc = at(with_stacks("a", vec![row("a", 16, 2)], 100), H + 7200 + 1800);
+    for batch in [&a, &b, &a, &cc, &b] {
+        loupe_fleet::ship::send(c, batch).unwrap();
+    }
+    [&a, &b, &cc].iter().map(|b| (b.rows[0].bucket, b.samples(), b.stack_rows.iter().map(|r| r.count).sum())).collect()
+}
+
+/// Flat and stack totals of a selection, as the queries give them.
+fn totals(c: &Client, since: Option<u64>, until: Option<u64>) -> (u64, u64) {
+    let sel = Selection { since, until, ..Selection::default() };
+    let flat = query::by_key(c, &sel, "host").unwrap().iter().map(|r| r.2).sum();
+    (flat, query::stacks(c, &sel).unwrap().iter().map(|t| t.total_samples()).sum())
+}
+
+#[test]
+fn rollups_are_exact_for_batches_sent_twice_and_ranges_off_the_hour() {
+    // Checks that queries over whole hours (rollups), parts of hours (fine table at the edges) and everything equal the sums of the distinct batches, with two batches stored twice, across two shards.
+    let Some(s) = Servers::start() else { return };
+    let urls: Vec<FleetUrl> = s.urls.iter().map(|u| FleetUrl::parse(&format!("clickhouse://{u}/ru")).unwrap()).collect();
+    for u in &urls {
+        schema::init(&Client::new(u), &InitOptions { cluster: Some("loupe".into()), retention_days: 0 }).unwrap();
+    }
+    let c = Client::new(&urls[0]);
+    let sent = hourly_batches(&c);
+    let raw: u64 = c.select("SELECT sum(count) FROM samples_hourly").unwrap()[0][0].parse().unwrap();
+    assert_eq!(raw, 2 * 12 + 2 * 11 + 2, "the rollup holds what was inserted, duplicates too");
+    let expect = |since: u64, until: u64| {
+        let inside = sent.iter().filter(|b| b.0 >= since && b.0 < until);
+        inside.fold((0, 0), |acc, b| (acc.0 + b.1, acc.1 + b.2))
+    };
+    for (since, until) in
+        [(H, H + 7200), (H + 61, H + 9001), (H - 5, H + 3600 + 121), (H + 3600 + 60, H + 3600 + 180), (H + 7200, H + 10800)]
+    {
+        assert_eq!(totals(&c, Some(since), Some(until)), expect(since, until), "[{since}, {until})");
+    }
+    assert_eq!(totals(&c, None, None), expect(0, u64::MAX));
+    assert_eq!(totals(&c, Some(H + 120), None), expect(H + 120, u64::MAX));
+    let b_only = Selection { since: Some(H + 3600), until: Some(H + 7200), ..Selection::default() };
+    assert_eq!(query::stack_time_range(&c, &b_only).unwrap(), Some((H + 3720, H + 3720)));
+    assert_eq!(query::stack_time_range(&c, &Selection::default()).unwrap(), Some((H + 60, H + 9000)));
+    // A row only in the rollup shows that whole hours are read there, and edges are not.
+    c.execute(&format!(
+        "INSERT INTO samples_hourly_local (hour, host, event, count) VALUES (toDateTime({}), 'marker', 'cpu-clock', 1000)",
+        H + 3600
+    ))
+    .unwrap();
+    assert_eq!(totals(&c, Some(H + 3600), Some(H + 7200)).0, expect(H + 3600, H + 7200).0 + 1000);
+    assert_eq!(totals(&c, Some(H + 3601), Some(H + 7200)).0, expect(H + 3601, H + 7200).0);
+}
+
+#[test]
+fn a_migration_to_rollups_sums_the_rows_already_stored() {
+    // Checks that `init` on a schema 2 database fills the rollups from its rows, batches stored twice included, and queries stay exact.
+    let Some(s) = Servers::start() else { return };
+    let url = FleetUrl::parse(&format!("clickhouse://{}/mig", s.urls[0])).unwrap();
+    let c = Client::new(&url);
+    schema::init(&c, &InitOptions::default()).unwrap();
+    // Back to schema 2: no rollups, no views, version row 2.
+    for t in [
+        "samples_hourly_mv",
+        "stack_counts_hourly_mv",
+        "samples_batches_mv",
+        "stack_counts_batches_mv",
+        "samples_hourly",
+        "stack_counts_hourly",
+        "batches",
+        "schema_version",
+    ] {
+        c.execute(&format!("DROP TABLE {t}")).unwrap();
+    }
+    c.execute("CREATE TABLE schema_version (version UInt32, cluster String, retention_days UInt32, applied DateTime) ENGINE = TinyLog")
+        .unwrap();
+    c.execute("INSERT INTO schema_version VALUES (2, '', 0, now())").unwrap();
+    let sent = hourly_batches(&c);
+    assert_eq!(schema::init(&c, &InitOptions::default()).unwrap().version, 3);
+    let all = sent.iter().fold((0, 0), |acc, b| (acc.0 + b.1, acc.1 + b.2));
+    assert_eq!(totals(&c, None, None), all);
+    assert_eq!(totals(&c, Some(H), Some(H + 3600)), (sent[0].1, sent[0].2));
+    schema::init(&c, &InitOptions::default()).unwrap();
+    assert_eq!(totals(&c, None, None), all, "a second init fills nothing again");
 }

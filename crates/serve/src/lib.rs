@@ -3,7 +3,9 @@
 //! implements (so the API cannot drift from the CLI), `/api/openapi.json`,
 //! and the front end's built files, embedded at build time.
 //!
-//! Design constraints: it binds 127.0.0.1 unless given a token; only GET;
+//! Design constraints: it binds 127.0.0.1 unless given a token; only GET,
+//! but for `POST /api/ingest/<format>` when [`Config::allow_ingest`] (a
+//! body past [`Config::max_body_bytes`] gets 413, before it is read);
 //! a request line plus headers past [`Config::max_request_bytes`] is refused;
 //! at most [`Config::workers`] commands run at once (more get 503); a
 //! command that runs past [`Config::time_limit`] answers 503; a panicking
@@ -53,6 +55,12 @@ pub trait Api: Send + Sync + 'static {
     fn call(&self, command: &str, params: &[(String, String)]) -> Result<Reply, ApiError>;
     /// The OpenAPI document served at `/api/openapi.json`.
     fn openapi(&self) -> Vec<u8>;
+    /// Stores a profile POSTed to `/api/ingest/<format>` (asked only when
+    /// [`Config::allow_ingest`]); `params` as for [`Api::call`].
+    fn ingest(&self, format: &str, params: &[(String, String)], body: &[u8]) -> Result<Reply, ApiError> {
+        let _ = (params, body);
+        Err(ApiError::new(ApiErrorKind::NotFound, format!("this server stores no {format} profiles")))
+    }
 }
 
 /// A command's answer: its bytes and what they are.
@@ -102,6 +110,10 @@ pub struct Config {
     pub time_limit: Duration,
     /// How long a client may take to send its request or read the answer.
     pub io_timeout: Duration,
+    /// Whether `POST /api/ingest/<format>` is answered (off: 403).
+    pub allow_ingest: bool,
+    /// The largest body an ingest request may send.
+    pub max_body_bytes: usize,
 }
 
 impl Config {
@@ -114,6 +126,8 @@ impl Config {
             max_request_bytes: 8 * 1024,
             time_limit: Duration::from_secs(60),
             io_timeout: Duration::from_secs(10),
+            allow_ingest: false,
+            max_body_bytes: 64 << 20,
         }
     }
 }
@@ -161,7 +175,10 @@ fn connection(mut stream: TcpStream, shared: &Arc<route::Shared>) {
     let _ = stream.set_read_timeout(Some(t));
     let _ = stream.set_write_timeout(Some(t));
     let response = match http::read_request(&mut stream, shared.config.max_request_bytes) {
-        Ok(req) => route::handle(shared, &req),
+        Ok(mut req) => match route::read_body(shared, &mut req, &mut stream) {
+            Ok(()) => route::handle(shared, &req),
+            Err(e) => e.response(),
+        },
         Err(e) => e.response(),
     };
     let _ = response.write_to(&mut stream);

@@ -26,12 +26,15 @@ pub(crate) fn handle(shared: &Arc<Shared>, req: &Request) -> Response {
             return r;
         }
     }
+    let params: Vec<(String, String)> = req.query.iter().filter(|(n, _)| n != "token").cloned().collect();
+    if let Some(format) = ingest_format(req) {
+        return ingest(shared, format, &params, &req.body);
+    }
     if req.method != "GET" {
         let mut r = Response::error(405, &format!("{} is not allowed: the server is read-only (GET only)", req.method));
         r.headers.push(("Allow", "GET".into()));
         return r;
     }
-    let params: Vec<(String, String)> = req.query.iter().filter(|(n, _)| n != "token").cloned().collect();
     match req.path.strip_prefix("/api/") {
         Some("openapi.json") => Response::new(200, "application/json", shared.api.openapi()),
         Some(command) => {
@@ -40,6 +43,36 @@ pub(crate) fn handle(shared: &Arc<Shared>, req: &Request) -> Response {
             r
         }
         None => asset(&req.path),
+    }
+}
+
+/// The format of a `POST /api/ingest/<format>`.
+fn ingest_format(req: &Request) -> Option<&str> {
+    req.path.strip_prefix("/api/ingest/").filter(|_| req.method == "POST")
+}
+
+/// Reads an ingest request's body when the server takes ingests and the
+/// request is authorized (else it is answered without reading it).
+pub(crate) fn read_body(shared: &Shared, req: &mut Request, r: &mut dyn std::io::Read) -> Result<(), crate::http::HttpError> {
+    let authorized = shared.config.token.as_deref().is_none_or(|want| authorized(req, want));
+    if shared.config.allow_ingest && authorized && ingest_format(req).is_some() {
+        crate::http::read_body(r, req, shared.config.max_body_bytes)?;
+    }
+    Ok(())
+}
+
+/// `POST /api/ingest/<format>`: off (403) unless the server allows it.
+fn ingest(shared: &Arc<Shared>, format: &str, params: &[(String, String)], body: &[u8]) -> Response {
+    if !shared.config.allow_ingest {
+        return Response::error(403, "ingest is off on this server: start `loupe serve` with --allow-ingest");
+    }
+    let Some(_slot) = Slot::take(shared) else {
+        return Response::error(503, &format!("all {} workers are busy; try again", shared.config.workers));
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(|| shared.api.ingest(format, params, body))) {
+        Ok(Ok(reply)) => Response::new(200, reply.content_type, reply.body),
+        Ok(Err(e)) => Response::error(e.status(), e.message()),
+        Err(_) => Response::error(500, "internal error: the ingest failed unexpectedly"),
     }
 }
 
@@ -170,6 +203,9 @@ mod tests {
         fn openapi(&self) -> Vec<u8> {
             b"{\"openapi\": \"3.0.3\"}".to_vec()
         }
+        fn ingest(&self, format: &str, params: &[(String, String)], body: &[u8]) -> Result<Reply, ApiError> {
+            Ok(Reply::json(format!("[{format:?}, {}, {}]", params.len(), body.len()).into_bytes()))
+        }
     }
 
     /// One worker; `limit_ms` is the time limit.
@@ -183,7 +219,7 @@ mod tests {
 
     fn get(path: &str, query: &[(&str, &str)], headers: &[(&str, &str)]) -> Request {
         let pairs = |v: &[(&str, &str)]| v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-        Request { method: "GET".into(), path: path.into(), query: pairs(query), headers: pairs(headers) }
+        Request { method: "GET".into(), path: path.into(), query: pairs(query), headers: pairs(headers), body: Vec::new() }
     }
 
     #[test]
@@ -200,6 +236,21 @@ mod tests {
         let mut post = get("/api/echo", &[], &[]);
         post.method = "POST".into();
         assert_eq!(handle(&s, &post).status, 405);
+    }
+
+    #[test]
+    fn ingest_is_answered_only_when_allowed_and_authorized() {
+        // Checks 403 while ingest is off, 401 without the token, and that an allowed POST reaches the API with its body and parameters.
+        let mut post = get("/api/ingest/pprof", &[("label", "host=a")], &[]);
+        (post.method, post.body) = ("POST".into(), b"abc".to_vec());
+        assert_eq!(handle(&shared(None, 30_000), &post).status, 403);
+        let mut config = shared(Some("sesame"), 30_000).config.clone();
+        config.allow_ingest = true;
+        let s = Arc::new(Shared { config, api: Arc::new(Fake), busy: AtomicUsize::new(0) });
+        assert_eq!(handle(&s, &post).status, 401);
+        post.query.push(("token".into(), "sesame".into()));
+        let r = handle(&s, &post);
+        assert_eq!((r.status, String::from_utf8(r.body).unwrap()), (200, r#"["pprof", 1, 3]"#.to_string()));
     }
 
     #[test]

@@ -125,9 +125,12 @@ pub struct DiffArgs {
 
 #[derive(Args, Debug)]
 pub struct StatsArgs {
-    /// Sample sets, one per argument: DB, DB:EPOCH, or several joined by commas (summed into one set).
+    /// Sample sets, one per argument: DB, DB:EPOCH, or several joined by commas (summed into one set). With --source, each is a
+    /// selection of the fleet: conditions joined by commas, each KEY=VALUE, KEY~REGEX, since=TIME or until=TIME (e.g. `host=web-1`).
     #[arg(value_name = "RUN", required = true, num_args = 2..)]
     pub runs: Vec<String>,
+    #[command(flatten)]
+    pub source: super::SourceArgs,
     /// Significance level of the dispersion test (false discovery rate, Benjamini–Hochberg).
     #[arg(long, default_value_t = 0.05)]
     pub level: f64,

@@ -9,16 +9,19 @@ The API mirrors the CLI: /api/COMMAND?flag=value answers what `loupe COMMAND --f
 prints (repeat a parameter to repeat its flag; `flag=` sets a switch), e.g. /api/top?by=procedure&epoch=all, \
 /api/flame?epoch=2, /api/diff?a=base:1&b=new:2&mode=weighted, /api/data/profile. `db=NAME` picks a served \
 database or fleet source (default: the first --db, else the first --source); diff and stats sides are \
-NAME:EPOCH, an EPOCH of the first database, or comma-joined sums; a diff side of a source is NAME:SELECTION \
+NAME:EPOCH, an EPOCH of the first database, or comma-joined sums; a diff or stats side of a source is NAME:SELECTION \
 (/api/diff?a=fleet:host=web-1&b=fleet:host=web-2,since=1h). Over a source, top, flame and export take \
 where=KEY=VALUE (repeatable), since and until, as `--source` does on the command line. /api/openapi.json describes every command. Read-only; errors are {\"error\": ...} with \
-status 400, 404 or 500.
+status 400, 404 or 500. With --allow-ingest, POST /api/ingest/pprof?label=KEY=VALUE (repeatable; db=NAME picks the source) \
+stores the pprof in the body in a served fleet source, as `loupe ingest pprof` does.
 
 Examples:
   loupe serve --db prof.db                                  http://127.0.0.1:7777/
   loupe serve --db base=old.db --db new=new.db --listen 127.0.0.1:8080
   loupe serve --db prof.db --source fleet=clickhouse://ch1:8123/loupe
-  loupe serve --db prof.db --listen 0.0.0.0:7777 --token \"$(openssl rand -hex 16)\"";
+  loupe serve --db prof.db --listen 0.0.0.0:7777 --token \"$(openssl rand -hex 16)\"
+  loupe serve --source fleet=clickhouse://ch1:8123/loupe --allow-ingest
+      curl --data-binary @cpu.pb.gz 'http://127.0.0.1:7777/api/ingest/pprof?label=host=web-1&label=version=1.3'";
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -51,6 +54,13 @@ pub struct ServeArgs {
     /// 0 keeps nothing (every request reads its binaries again).
     #[arg(long, value_name = "MIB", default_value = "1024")]
     pub cache_mb: usize,
+    /// Take pprof profiles at POST /api/ingest/pprof into a served --source (off by default; beyond loopback
+    /// the --token guards it as it guards reading).
+    #[arg(long, requires = "sources")]
+    pub allow_ingest: bool,
+    /// MiB an ingest request's body may hold; larger ones get 413 unread.
+    #[arg(long, value_name = "MIB", default_value = "64")]
+    pub max_ingest_mb: usize,
 }
 
 fn seconds(s: &str) -> Result<Duration, String> {
