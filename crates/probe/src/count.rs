@@ -596,9 +596,7 @@ mod tests {
     fn a_window_counts_whole_calls_exactly() {
         // Checks sequence_window end to end: a thread calling outer(7) (7 calls of inner each) without pause, cut
         // at arbitrary times, gives exactly 7 inner executions per whole call of outer, in a window bounded by hits.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+        if !crate::privileged_test() {
             return;
         }
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -640,9 +638,7 @@ mod tests {
         // Checks windows + chain_level end to end: a thread makes one call of one_long_call(N), N = 10^8 calls of
         // step(i) (i in the argument register), far longer than any window; windows of 300 hits every 10 ms chain
         // step's count through the register, the head and tail scaled by the gaps' rate: within 1% of N.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+        if !crate::privileged_test() {
             return;
         }
         const N: u64 = 100_000_000;
@@ -693,9 +689,7 @@ mod tests {
     #[test]
     fn uprobe_counts_every_entry_of_a_function_in_this_test_binary() {
         // Checks EntryCounter end to end: counted_call entered exactly 5,000 times by this thread counts 5,000.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+        if !crate::privileged_test() {
             return;
         }
         let exe = std::fs::read_link("/proc/self/exe").unwrap();

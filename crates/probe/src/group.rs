@@ -102,9 +102,7 @@ mod tests {
     #[test]
     fn a_group_counts_each_execution_of_its_addresses() {
         // Checks the breakpoints end to end on this thread: `odd` runs 300 times and `even` 600, counted exactly.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+        if !crate::privileged_test() {
             return;
         }
         // SAFETY: gettid has no preconditions.

@@ -37,6 +37,18 @@ pub use plan::{Plan, PlannedGroup};
 pub use sampler::Sampler;
 pub use tally::{settled, Pair, Pooled, Ratio, Run, Tally, SETTLED_COUNT, SETTLED_REFERENCE};
 
+/// Whether a test that opens breakpoints or perf events may run: as root, yes;
+/// otherwise it is skipped only when `LOUPE_ALLOW_UNPRIVILEGED` says so (CI runs as root).
+#[cfg(test)]
+fn privileged_test() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+    false
+}
+
 /// An address in a running process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RuntimeAddr(pub u64);

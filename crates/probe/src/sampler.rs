@@ -60,9 +60,7 @@ mod tests {
     fn samples_this_threads_own_code_only_while_enabled() {
         // Checks the sampler on this thread: no sample while disabled, then samples (at 10 kHz, about 50 over
         // 5 ms of CPU) while enabled.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("LOUPE_ALLOW_UNPRIVILEGED").is_some(), "privileged test: run as root (CI does)");
+        if !crate::privileged_test() {
             return;
         }
         // SAFETY: gettid has no preconditions.
