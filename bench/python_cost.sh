@@ -2,13 +2,16 @@
 # Cost of reading CPython frames in the BPF program at sample time: the
 # same workload (testdata/python/selftime.py, CPU-bound Python) recorded
 # with the BPF backend at 1000 Hz, alternating ROUNDS times between
-# Debian's python3.11 (its frames are read at every sample) and a copy of
-# it under a name Loupe does not take for CPython (no frames read; the
-# same code runs). The program's mean run time per sample is the kernel's
+# a CPython (PYTHON, default Debian's python3.11: its frames are read at
+# every sample) and a copy of it under a name Loupe does not take for
+# CPython (no frames read; the same code runs). For a CPython built with
+# a shared libpython (pyenv's 3.12, 3.13) the library is copied too, under
+# another name, found through LD_LIBRARY_PATH with PYTHONHOME at its
+# prefix. The program's mean run time per sample is the kernel's
 # own count (run_time_ns / run_cnt from /proc/PID/fdinfo of the recording
 # loupe's perf_event program, read until it exits); the workload's wall
 # time is its own. Prints each round and the medians.
-# Usage: bench/python_cost.sh LOUPE [ROUNDS] [CPU_SECONDS]
+# Usage: [PYTHON=/path/to/python3.x] bench/python_cost.sh LOUPE [ROUNDS] [CPU_SECONDS]
 set -eu
 LOUPE=${1:?usage: python_cost.sh LOUPE [ROUNDS] [CPU_SECONDS]}
 ROUNDS=${2:-10}
@@ -16,7 +19,17 @@ SECS=${3:-2}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-cp /usr/bin/python3.11 "$OUT/xpy311"
+PY=${PYTHON:-/usr/bin/python3.11}
+cp "$PY" "$OUT/xpy"
+# The libpython it loads, if any: copied as xlib.so, found by its soname.
+LIB=$(ldd "$PY" | awk '/libpython/ { print $3 }')
+if [ -n "$LIB" ]; then
+  mkdir "$OUT/lib"
+  cp "$LIB" "$OUT/lib/xlib.so"
+  ln -s xlib.so "$OUT/lib/$(basename "$LIB")"
+  export PYTHONHOME
+  PYTHONHOME=$(dirname "$(dirname "$LIB")")
+fi
 
 # The last "run_time_ns run_cnt" of PID's perf_event (type 7) program.
 prog_stats() {
@@ -28,11 +41,11 @@ prog_stats() {
 
 for r in $(seq "$ROUNDS"); do
   for mode in python plain; do
-    py=/usr/bin/python3.11
-    [ "$mode" = plain ] && py="$OUT/xpy311"
+    py=$PY libs=""
+    [ "$mode" = plain ] && py="$OUT/xpy" libs="$OUT/lib"
     rm -rf "$OUT/db"
     start=$(date +%s.%N)
-    "$LOUPE" record --freq 1000 --backend bpf --db "$OUT/db" -- "$py" "$ROOT/testdata/python/selftime.py" "$SECS" "$OUT/t.json" 2>"$OUT/err" &
+    LD_LIBRARY_PATH=$libs "$LOUPE" record --freq 1000 --backend bpf --db "$OUT/db" -- "$py" "$ROOT/testdata/python/selftime.py" "$SECS" "$OUT/t.json" 2>"$OUT/err" &
     lp=$!
     last=""
     while kill -0 "$lp" 2>/dev/null; do

@@ -4,7 +4,7 @@
 # stack copy), under each binary's default `loupe daemon` (budget on) and at --max-overhead off,
 # alternating: samples, records lost, daemon CPU per sample, RSS, stacks walked by the tables and
 # walks stopped by reason. Run from the repository root with target/device/loupe-{before,after}
-# (stripped) and target/bench-workloads carried (build: make -C testdata/workloads
+# (stripped) and target/bench-workloads carried; steady-state figures from the --stats intervals after 8 s (build: make -C testdata/workloads
 # OUT=$PWD/target/bench-workloads). Usage: bench/device/unwind.sh OUTDIR [ROUNDS] [SECONDS]
 set -u
 out=${1:?outdir}; rounds=${2:-2}; secs=${3:-8}
@@ -23,17 +23,27 @@ for r in $(seq "$rounds"); do
       done
       sleep 0.3
       if [ "$mode" = off ]; then extra="--max-overhead off"; else extra=""; fi
-      target/device/loupe-$b daemon --db "$db" $extra --stats >/dev/null 2>"$db.err" &
+      target/device/loupe-$b daemon --db "$db" $extra --stats 4 >/dev/null 2>"$db.err" &
       d=$!
       sleep "$secs"
       kill -TERM $d; wait $d
       kill $pids; wait $pids 2>/dev/null
       echo "$b $mode round $r: $(grep -o '{.*}' "$db.err" | tail -1)" >>"$f"
+      # Steady state: the interval reports after the first 8 s (tables built, first flush's clock reading done).
+      grep -o '{.*}' "$db.err" | sed '$d' | tail -n +3 | sed "s/^/$b $mode round $r interval: /" >>"$f"
     done
   done
 done
 python3 - "$f" <<'PY'
 import json, re, sys
+steady = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(\w+) (\w+) round (\d+) interval: (\{.*\})", line)
+    if m:
+        d = json.loads(m.group(4)); k = steady.setdefault(m.group(1, 2, 3), [0, 0.0, 0])
+        k[0] += d["stats"]["samples"]; k[1] += d["daemon_cpu_seconds"]; k[2] = max(k[2], d.get("rss_kib", 0))
+for (b, mode, r), (n, cpu, rss) in sorted(steady.items()):
+    print(f"{b} {mode} r{r} steady (after 8 s): daemon {cpu * 1e6 / max(n, 1):.3f} us/sample over {n} samples, RSS max {rss / 1024:.1f} MiB")
 for line in open(sys.argv[1]):
     m = re.match(r"(\w+) (\w+) round (\d+): (\{.*\})", line)
     if not m:

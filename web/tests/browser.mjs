@@ -180,7 +180,9 @@ const tests = [
     await page.mouse.move(plot.x + plot.w - 2, plot.y + plot.h / 2, { steps: 5 });
     await page.mouse.up();
     await page.waitForFunction(() => /epoch=1(&|$)/.test(location.hash));
-    assert(await page.inputValue('#filters input[name="epoch"]') === '1', 'the epoch filter does not show the picked epoch');
+    // The page draws again on the hash's change event, which comes after the hash itself.
+    const shown = await page.waitForFunction(() => document.querySelector('#filters input[name="epoch"]')?.value === '1', null, { timeout: 10000 }).then(() => true, () => false);
+    assert(shown, `the epoch filter does not show the picked epoch: ${JSON.stringify(await page.inputValue('#filters input[name="epoch"]'))}`);
     for (const p of ['locks', 'optimize?image=selftime', 'traces']) {
       await open(p);
       // Served now: no page shows an error box (they showed the API's 404 before locks/optimize/export were served).

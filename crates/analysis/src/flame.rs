@@ -155,6 +155,10 @@ impl<'a> FlameTree<'a> {
     /// Children are sorted by total, so the folded ones are the last.
     fn shown(&self, i: u32) -> (&[u32], u64) {
         let kids = self.children(i);
+        if self.min_total == 0 {
+            // Unpruned: every child has samples, none folds (and no child's counts need reading).
+            return (kids, 0);
+        }
         let kept = kids.partition_point(|&k| self.nodes[k as usize].total >= self.min_total);
         (&kids[..kept], kids[kept..].iter().map(|&k| self.nodes[k as usize].total).sum())
     }
@@ -174,52 +178,77 @@ impl<'a> FlameTree<'a> {
     /// Appends the tree as compact JSON, byte for byte what
     /// `serde_json::to_writer` writes of it: each frame's fields are
     /// escaped once per index rather than once per node (escaping every
-    /// name was a fifth of a whole machine's new flame request).
+    /// name was a fifth of a whole machine's new flame request). Reserve
+    /// [`FlameTree::json_len`] first, with what surrounds the tree: growing
+    /// a 26 MB buffer by doubling copied it and faulted in twice its memory.
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        let fields = self.index.fields(self.data);
-        out.reserve(self.kids.len() * 160);
-        self.write_node(0, fields, out);
+        self.write_node(0, self.index.fields(self.data), out);
     }
 
-    fn write_node(&self, i: u32, fields: &[Box<[u8]>], out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"children\":[");
+    /// The length of what [`FlameTree::write_json`] writes, counted by the
+    /// same walk without writing.
+    pub fn json_len(&self) -> usize {
+        let mut n = Counted(0);
+        self.write_node(0, self.index.fields(self.data), &mut n);
+        n.0
+    }
+
+    fn write_node(&self, i: u32, fields: &[Box<[u8]>], out: &mut impl Sink) {
+        out.put(b"{\"children\":[");
         let (kept, folded) = self.shown(i);
         for (n, &k) in kept.iter().enumerate() {
             if n > 0 {
-                out.push(b',');
+                out.put(b",");
             }
             self.write_node(k, fields, out);
         }
         if folded > 0 {
             if !kept.is_empty() {
-                out.push(b',');
+                out.put(b",");
             }
-            out.extend_from_slice(b"{\"children\":[],\"name\":\"");
-            out.extend_from_slice(OTHER.as_bytes());
-            out.extend_from_slice(b"\"");
+            out.put(b"{\"children\":[],\"name\":\"");
+            out.put(OTHER.as_bytes());
+            out.put(b"\"");
             write_counts(out, folded, folded);
         }
-        out.extend_from_slice(b"],");
+        out.put(b"],");
         let s = &self.nodes[i as usize];
         match fields.get(s.frame as usize) {
-            Some(f) => out.extend_from_slice(f),
-            None => out.extend_from_slice(b"\"name\":\"all\""),
+            Some(f) => out.put(f),
+            None => out.put(b"\"name\":\"all\""),
         }
         write_counts(out, s.self_, s.total);
     }
 }
 
-/// `,"self":S,"total":T}`.
-fn write_counts(out: &mut Vec<u8>, self_: u64, total: u64) {
-    out.extend_from_slice(b",\"self\":");
-    write_u64(out, self_);
-    out.extend_from_slice(b",\"total\":");
-    write_u64(out, total);
-    out.push(b'}');
+/// Where [`FlameTree::write_node`] puts its text: the answer, or a count
+/// of its bytes (one writer for both, so the count cannot drift from it).
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
 }
 
-fn write_u64(out: &mut Vec<u8>, n: u64) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// Bytes that would have been written.
+struct Counted(usize);
+
+impl Sink for Counted {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+}
+
+/// `,"self":S,"total":T}`.
+fn write_counts(out: &mut impl Sink, self_: u64, total: u64) {
+    out.put(b",\"self\":");
+    out.put(itoa::Buffer::new().format(self_).as_bytes());
+    out.put(b",\"total\":");
+    out.put(itoa::Buffer::new().format(total).as_bytes());
+    out.put(b"}");
 }
 
 impl Serialize for FlameTree<'_> {
@@ -739,7 +768,7 @@ mod tests {
 
     #[test]
     fn the_compact_writer_writes_what_serde_json_does() {
-        // Checks write_json against serde_json on the literal trees, whole and pruned, plain and inverted, and on names that need escaping.
+        // Checks write_json against serde_json (and json_len against what it wrote) on the literal trees, whole and pruned, plain and inverted, and on names that need escaping.
         let mut d = literal();
         d.locations[3].procedure = "b<\"quoted\"\\\n\u{1}é>".into();
         for inverted in [false, true] {
@@ -747,6 +776,7 @@ mod tests {
                 let t = FlameTree::new(&d, 0, inverted).prune(share);
                 let mut out = Vec::new();
                 t.write_json(&mut out);
+                assert_eq!(t.json_len(), out.len(), "the counted length is the written one");
                 assert_eq!(String::from_utf8(out).unwrap(), serde_json::to_string(&t).unwrap(), "inverted {inverted}, share {share}");
                 assert_eq!(serde_json::to_string(&t).unwrap(), serde_json::to_string(&t.named()).unwrap());
             }

@@ -380,16 +380,32 @@ fn flip_generation(current: &mut u32, bss_word: Option<&mut u32>) -> u32 {
 /// Empties a per-CPU hash of `key_size`-byte keys and (count, period)
 /// values in batches, handing each key with its CPU slots summed to `each`.
 fn drain_table_with(fd: i32, ncpus: usize, key_size: usize, mut each: impl FnMut(&[u8], u64, u64)) -> Result<(), Error> {
-    let per_key = VALUE_SIZE * ncpus;
-    let mut keys = vec![0u8; BATCH as usize * key_size];
-    let mut values = vec![0u8; BATCH as usize * per_key];
+    take_batched(fd, key_size, VALUE_SIZE * ncpus, BATCH, |key, vals| {
+        let (mut n, mut period) = (0u64, 0u64);
+        for c in vals.chunks_exact(VALUE_SIZE) {
+            n += u64::from_ne_bytes(c[..8].try_into().expect("8 bytes"));
+            period += u64::from_ne_bytes(c[8..16].try_into().expect("8 bytes"));
+        }
+        if n > 0 {
+            each(key, n, period);
+        }
+    })
+}
+
+/// Takes every entry out of the hash map `fd` (keys of `key_size` bytes,
+/// values of `value_size`), `batch` entries a system call, and hands each
+/// to `each`: one call per few thousand entries where a lookup and a delete
+/// per entry take two (`BPF_MAP_LOOKUP_AND_DELETE_BATCH`, kernel 5.6+).
+fn take_batched(fd: i32, key_size: usize, value_size: usize, batch: u32, mut each: impl FnMut(&[u8], &[u8])) -> Result<(), Error> {
+    let mut keys = vec![0u8; batch as usize * key_size];
+    let mut values = vec![0u8; batch as usize * value_size];
     let (mut cursor_in, mut cursor_out) = ([0u8; 16], [0u8; 16]);
     let mut first = true;
     loop {
-        let mut count = BATCH;
+        let mut count = batch;
         let opts = libbpf_sys::bpf_map_batch_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _, ..Default::default() };
-        // SAFETY: buffers are sized for BATCH keys and BATCH per-CPU values;
-        // the cursors are larger than the kernel's u32 batch token.
+        // SAFETY: buffers are sized for `batch` keys and values; the cursors
+        // are larger than the kernel's u32 batch token.
         let rc = unsafe {
             libbpf_sys::bpf_map_lookup_and_delete_batch(
                 fd,
@@ -409,16 +425,7 @@ fn drain_table_with(fd: i32, ncpus: usize, key_size: usize, mut each: impl FnMut
             return Err(err(ErrorKind::Map, "draining a BPF table", std::io::Error::from_raw_os_error(errno)));
         }
         for i in 0..count as usize {
-            let key = &keys[i * key_size..(i + 1) * key_size];
-            let vals = &values[i * per_key..(i + 1) * per_key];
-            let (mut n, mut period) = (0u64, 0u64);
-            for c in vals.chunks_exact(VALUE_SIZE) {
-                n += u64::from_ne_bytes(c[..8].try_into().expect("8 bytes"));
-                period += u64::from_ne_bytes(c[8..16].try_into().expect("8 bytes"));
-            }
-            if n > 0 {
-                each(key, n, period);
-            }
+            each(&keys[i * key_size..(i + 1) * key_size], &values[i * value_size..(i + 1) * value_size]);
         }
         if rc < 0 {
             return Ok(());

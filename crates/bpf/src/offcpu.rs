@@ -202,13 +202,13 @@ impl OffCpuAggregator {
     /// The stack named `hash`, read from the kernel the first time.
     fn stack(&mut self, g: usize, hash: u64) -> Option<Stack> {
         if let Some(f) = self.known.get(&hash) {
-            return Some(Stack { hash, frames: f.clone() });
+            return Some(Stack { hash, frames: f.clone(), leaf: None });
         }
         let maps = [&self.skel.maps.stacks0, &self.skel.maps.stacks1];
         let key = hash.to_ne_bytes();
         let bytes =
             maps[g].lookup(&key, MapFlags::ANY).ok().flatten().or_else(|| maps[g ^ 1].lookup(&key, MapFlags::ANY).ok().flatten())?;
-        Some(Stack { hash, frames: self.remember(hash, &bytes) })
+        Some(Stack { hash, frames: self.remember(hash, &bytes), leaf: None })
     }
 
     fn remember(&mut self, hash: u64, bytes: &[u8]) -> Arc<[u64]> {

@@ -6,22 +6,23 @@
 //! stack, kernel stack)` in per-CPU tables, two generations of each, as the
 //! flat [`BpfAggregator`](crate::BpfAggregator) does.
 //! [`StackAggregator::drain`] flips the generation, empties the old counts,
-//! and reads from the kernel only the stacks it has not read before: a
-//! stack's frames cross into user space once, then only its counts do. The
-//! hash names a stack for the aggregator's life, so callers can cache what
-//! they derive from it.
+//! then empties the old stack map in batches (the stacks stored since that
+//! generation's last drain: at most one copy of each chain per drain, read
+//! in a few system calls rather than a lookup per new chain and a lookup
+//! and a delete per stored one). The hash names a stack for the
+//! aggregator's life, so callers can cache what they derive from it.
 //!
 //! Samples the program cannot walk correctly by frame pointers, or cannot
 //! place, it hands to the perf ring with their user stack copies (see
 //! [`StackCounters`]); nothing is dropped here.
 
 use crate::{
-    attach_all, codes, drain_table_with, enable_stats, err, flip_generation, percpu_sum, prog_info, prog_run_stats, Error, ErrorKind,
-    RunStats,
+    attach_all, codes, drain_table_with, enable_stats, err, flip_generation, percpu_sum, prog_info, prog_run_stats, take_batched, Error,
+    ErrorKind, RunStats,
 };
+use foldhash::{HashMap, HashMapExt};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
-use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
@@ -39,19 +40,42 @@ const KEY_SIZE: usize = 40;
 pub const MAX_DEPTH: usize = 127;
 /// `MAX_RANGES` in stacks.bpf.c: ranges of code with frame pointers per process.
 pub const MAX_RANGES: usize = 12;
-/// A generation's stack map is emptied after this many drains, so stacks
-/// of exited processes do not fill it (a full map sends samples to the ring).
-const CLEAR_EVERY: u32 = 16;
-/// Stacks remembered in user space; past this the memory is emptied (and
-/// stacks are read from the kernel again).
-const KNOWN_LIMIT: usize = 1 << 18;
+/// Bytes of `struct stack` (a count and MAX_DEPTH frames).
+const STACK_BYTES: usize = (MAX_DEPTH + 1) * 8;
+/// Stacks taken from the kernel per system call (128 KiB of buffer).
+const STACK_BATCH: u32 = 128;
+/// Stacks remembered in user space; past this the memory is emptied. Each
+/// drain takes its generation's new chains from the kernel anyway, so this
+/// only spares parsing a chain again: 16,384 chains of ~15 frames are
+/// ~2.5 MiB (65,536 were a quarter of a 16-process recorder's memory).
+const KNOWN_LIMIT: usize = 1 << 14;
 
 /// A stack read from the kernel: its frames (leaf first, return addresses
 /// for callers) and the hash that names it for the aggregator's life.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stack {
     pub hash: u64,
+    /// Use [`Stack::frames`]: with a `leaf`, the first frame here is 0.
     pub frames: Arc<[u64]>,
+    /// A user-mode sample's pc, standing for the 0 leaf the program stored
+    /// (see [`StackAggregator::drain`]); None when `frames` is whole.
+    pub leaf: Option<u64>,
+}
+
+impl Stack {
+    /// The frames, leaf first, with the sample's pc in place of a 0 leaf.
+    /// Built only when asked: most entries are of stacks already derived,
+    /// found by `hash` alone.
+    pub fn frames(&self) -> std::borrow::Cow<'_, [u64]> {
+        match self.leaf {
+            Some(ip) => {
+                let mut f = self.frames.to_vec();
+                f[0] = ip;
+                f.into()
+            }
+            None => (&self.frames[..]).into(),
+        }
+    }
 }
 
 /// The hash the program names a chain by (`hash_stack` in stacks.bpf.c):
@@ -63,6 +87,12 @@ pub fn stack_hash(frames: &[u64]) -> u64 {
         h ^= h >> 29;
     }
     h.max(1)
+}
+
+/// The name of a stack stored without its leaf once `ip` is put back.
+fn leaf_hash(callers: u64, ip: u64) -> u64 {
+    let h = (callers ^ ip.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h ^ (h >> 31)).max(1)
 }
 
 /// One drained (process, event, mode, pc, stacks) bucket.
@@ -116,6 +146,11 @@ pub struct StackCounters {
     pub streamed_no_table: u64,
     pub streamed_expression: u64,
     pub streamed_read_fault: u64,
+    /// Stacks the daemon read from the kernel's stack maps: each one's
+    /// first sight (a user-mode stack is stored without its leaf, so one
+    /// serves every pc under the same callers), and again after the
+    /// daemon's memory of them was emptied.
+    pub stacks_read: u64,
 }
 
 impl StackCounters {
@@ -142,13 +177,6 @@ pub struct ProcessUnwind {
     pub frame_pointers: Vec<(u64, u64)>,
 }
 
-/// When a generation's stack map was last emptied.
-#[derive(Default)]
-struct Generation {
-    drains: u32,
-    stackid_failures: u64,
-}
-
 pub struct StackAggregator {
     skel: StacksSkel<'static>,
     links: Vec<Link>,
@@ -156,10 +184,9 @@ pub struct StackAggregator {
     max_entries: u32,
     generation: u32,
     stats_fd: Option<std::os::fd::OwnedFd>,
-    generations: [Generation; 2],
     /// Every stack read so far, by hash.
     known: HashMap<u64, Arc<[u64]>>,
-    /// Stacks read from the kernel, and kernel stack maps emptied, so far.
+    /// Stacks read from the kernel (new to `known`), and stack maps emptied, so far.
     pub stacks_read: u64,
     pub clears: u64,
     /// Stacks whose frames [`stack_hash`] names differently than the
@@ -207,7 +234,6 @@ impl StackAggregator {
             max_entries: max_entries_per_cpu,
             generation: 0,
             stats_fd: None,
-            generations: Default::default(),
             known: HashMap::new(),
             stacks_read: 0,
             clears: 0,
@@ -331,6 +357,9 @@ impl StackAggregator {
         if self.known.len() > KNOWN_LIMIT {
             self.known.clear();
         }
+        // After the counts: a sample between the two reads leaves its count
+        // for the next drain of this generation and its stack known by then.
+        self.take_stacks(old)?;
         out.reserve(raw.len());
         for (key, count, period) in raw {
             let (pid, event_index, kernel, ip, user, kstack, py) = parse_key(&key);
@@ -341,7 +370,7 @@ impl StackAggregator {
                 lost_stack |= hash != 0 && s.is_none();
                 s
             };
-            let user = resolve(user, self);
+            let user = resolve(user, self).map(|s| Self::with_leaf(s, kernel, ip));
             let kernel_stack = resolve(kstack, self);
             let python = resolve(py, self);
             let (by_tables, depth_limit) = (flags & KEY_TABLES != 0, flags & KEY_DEPTH != 0);
@@ -360,14 +389,46 @@ impl StackAggregator {
                 period,
             });
         }
-        self.maybe_clear(old)
+        Ok(())
+    }
+
+    /// Empties generation `g`'s stack map, remembering the stacks not
+    /// known yet. The program stores a chain again when it recurs, so the
+    /// map holds one generation's new chains at most and never fills with
+    /// those of exited processes.
+    fn take_stacks(&mut self, g: usize) -> Result<(), Error> {
+        let map = if g == 0 { &self.skel.maps.stacks0 } else { &self.skel.maps.stacks1 };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(map));
+        let (known, read, mismatches) = (&mut self.known, &mut self.stacks_read, &mut self.hash_mismatches);
+        take_batched(fd, 8, STACK_BYTES, STACK_BATCH, |k, v| {
+            let hash = u64::from_ne_bytes(k.try_into().expect("8-byte key"));
+            known.entry(hash).or_insert_with(|| {
+                *read += 1;
+                *mismatches += (stack_hash(&raw_frames(v)) != hash) as u64;
+                parse_stack(v).into()
+            });
+        })?;
+        self.clears += 1;
+        Ok(())
+    }
+
+    /// A user-mode sample's user stack as the program stored it, leaf 0
+    /// (the leaf is the key's pc), with that pc put back: named by a hash
+    /// of both, so each (pc, callers) is one stack to the daemon, as before.
+    /// Not remembered: only the callers are (half the memory on 16 CPUs of
+    /// deep recursion, where the pair rarely recurs).
+    fn with_leaf(s: Stack, kernel: bool, ip: u64) -> Stack {
+        if kernel || s.frames.first() != Some(&0) {
+            return s;
+        }
+        Stack { hash: leaf_hash(s.hash, ip), frames: s.frames, leaf: Some(ip) }
     }
 
     /// The stack named `hash`, read from the kernel (generation `g`'s map,
     /// else the other's) the first time.
     fn stack(&mut self, g: usize, hash: u64) -> Option<Stack> {
         if let Some(f) = self.known.get(&hash) {
-            return Some(Stack { hash, frames: f.clone() });
+            return Some(Stack { hash, frames: f.clone(), leaf: None });
         }
         let maps = [&self.skel.maps.stacks0, &self.skel.maps.stacks1];
         let key = hash.to_ne_bytes();
@@ -377,29 +438,7 @@ impl StackAggregator {
         self.hash_mismatches += (stack_hash(&raw_frames(&bytes)) != hash) as u64;
         self.stacks_read += 1;
         self.known.insert(hash, frames.clone());
-        Some(Stack { hash, frames })
-    }
-
-    /// Empties generation `g`'s stack map every [`CLEAR_EVERY`] drains, or
-    /// at once when stacks failed to be placed since its last drain. The
-    /// stacks stay known here; the program stores them again when they recur.
-    fn maybe_clear(&mut self, g: usize) -> Result<(), Error> {
-        let failures = self.counters().streamed_stackid;
-        let k = &mut self.generations[g];
-        k.drains += 1;
-        let failed = failures > k.stackid_failures;
-        k.stackid_failures = failures;
-        if k.drains < CLEAR_EVERY && !failed {
-            return Ok(());
-        }
-        k.drains = 0;
-        let map = if g == 0 { &self.skel.maps.stacks0 } else { &self.skel.maps.stacks1 };
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        for key in keys {
-            let _ = map.delete(&key);
-        }
-        self.clears += 1;
-        Ok(())
+        Some(Stack { hash, frames, leaf: None })
     }
 
     pub fn enable_run_stats(&mut self) -> Result<(), Error> {
@@ -433,6 +472,7 @@ impl StackAggregator {
             streamed_no_table: sum(codes::STAT_UNWIND_NO_TABLE),
             streamed_expression: sum(codes::STAT_UNWIND_EXPRESSION),
             streamed_read_fault: sum(codes::STAT_UNWIND_READ_FAULT),
+            stacks_read: self.stacks_read,
         }
     }
 
@@ -624,7 +664,7 @@ fn parse_key(k: &[u8; KEY_SIZE]) -> (u32, u16, bool, u64, u64, u64, u64) {
 }
 
 /// Bytes of `struct py_proc` (pystack.h).
-const PYTHON_LAYOUT_SIZE: usize = 32;
+const PYTHON_LAYOUT_SIZE: usize = 40;
 
 /// Where a CPython interpreter is in a process and the offsets (bytes)
 /// of its structures that the program follows: `struct py_proc`.
@@ -636,33 +676,52 @@ pub struct PythonLayout {
     pub interp_threads_head: u16,
     pub tstate_next: u16,
     pub tstate_native_thread_id: u16,
-    pub tstate_cframe: u16,
+    /// The thread state's `cframe` (3.11, 3.12) or `current_frame` (3.13).
+    pub tstate_frame: u16,
+    /// `_PyCFrame.current_frame` (unused with `frame_direct`).
     pub cframe_current_frame: u16,
+    /// `f_code` (3.11, 3.12) or `f_executable` (3.13).
     pub frame_code: u16,
     pub frame_previous: u16,
-    pub frame_prev_instr: u16,
-    pub frame_is_entry: u16,
+    /// `prev_instr` (3.11, 3.12) or `instr_ptr` (3.13).
+    pub frame_instr: u16,
+    /// The frame's `is_entry` byte (3.11), or its `owner` byte with
+    /// `entry_by_owner`.
+    pub frame_entry: u16,
     pub code_firstlineno: u16,
     pub code_code_adaptive: u16,
+    /// `tstate_frame` points at the current frame itself (3.13), not at
+    /// a `_PyCFrame`.
+    pub frame_direct: bool,
+    /// A call from C links a shim frame owned by the C stack rootward of
+    /// the first frame it runs (3.12+): the program leaves the shim out and
+    /// marks the frame leafward of it as the entry.
+    pub entry_by_owner: bool,
 }
+
+/// `struct py_proc`'s `flags`.
+const PY_FRAME_DIRECT: u16 = 1;
+const PY_ENTRY_BY_OWNER: u16 = 2;
 
 impl PythonLayout {
     fn to_bytes(self) -> [u8; PYTHON_LAYOUT_SIZE] {
         let mut b = [0u8; PYTHON_LAYOUT_SIZE];
         b[..8].copy_from_slice(&self.runtime.to_ne_bytes());
+        let flags = if self.frame_direct { PY_FRAME_DIRECT } else { 0 } | if self.entry_by_owner { PY_ENTRY_BY_OWNER } else { 0 };
         let fields = [
             self.runtime_interpreters_head,
             self.interp_threads_head,
             self.tstate_next,
             self.tstate_native_thread_id,
-            self.tstate_cframe,
+            self.tstate_frame,
             self.cframe_current_frame,
             self.frame_code,
             self.frame_previous,
-            self.frame_prev_instr,
-            self.frame_is_entry,
+            self.frame_instr,
+            self.frame_entry,
             self.code_firstlineno,
             self.code_code_adaptive,
+            flags,
         ];
         for (i, f) in fields.iter().enumerate() {
             b[8 + 2 * i..10 + 2 * i].copy_from_slice(&f.to_ne_bytes());
@@ -803,12 +862,22 @@ mod tests {
 
     #[test]
     fn python_layout_fits_py_proc() {
-        // Checks struct py_proc's encoding: the runtime address, then twelve 16-bit offsets in declaration order.
-        let l = PythonLayout { runtime: 0x55_0000, runtime_interpreters_head: 40, code_code_adaptive: 184, ..Default::default() };
+        // Checks struct py_proc's encoding: the runtime address, twelve 16-bit offsets in declaration order, then the flags (direct frame 1, entry by owner 2), 40 bytes.
+        let l = PythonLayout {
+            runtime: 0x55_0000,
+            runtime_interpreters_head: 40,
+            code_code_adaptive: 184,
+            entry_by_owner: true,
+            ..Default::default()
+        };
         let b = l.to_bytes();
         assert_eq!(u64::from_ne_bytes(b[..8].try_into().unwrap()), 0x55_0000);
         assert_eq!(u16::from_ne_bytes([b[8], b[9]]), 40);
         assert_eq!(u16::from_ne_bytes([b[30], b[31]]), 184);
+        assert_eq!(u16::from_ne_bytes([b[32], b[33]]), 2);
+        let direct = PythonLayout { frame_direct: true, ..l }.to_bytes();
+        assert_eq!(u16::from_ne_bytes([direct[32], direct[33]]), 3);
+        assert_eq!(b.len(), 40);
     }
 
     #[test]

@@ -147,7 +147,7 @@ mod stacks {
             } else {
                 assert!(e.kernel_stack.is_none());
                 assert_eq!(
-                    e.user.as_ref().expect("a user-mode sample has a user stack").frames[0],
+                    e.user.as_ref().expect("a user-mode sample has a user stack").frames()[0],
                     e.ip,
                     "the user stack starts at the pc"
                 );

@@ -192,7 +192,9 @@ pub fn estimate_counted(
 /// The counted classes and those the flow constraints fix from counted
 /// ones alone (a class equal to counted ones, or a counted sum less counted
 /// parts; the half-widths add). A difference below 0 is counting noise
-/// around a class that ran (almost) never: 0.
+/// around a class that ran (almost) never: 0. A difference whose half-width
+/// exceeds [`MAX_DERIVED_HW`] of it (a small class left between two large
+/// counts) is no count: it keeps its estimate.
 fn propagate_counted(g: &Cfg, c: &Classes, counted: &[Option<(f64, f64)>]) -> Vec<Option<(f64, f64)>> {
     let mut f = counted.to_vec();
     let eqs = flow_equations(g, c);
@@ -205,7 +207,11 @@ fn propagate_counted(g: &Cfg, c: &Classes, counted: &[Option<(f64, f64)>]) -> Ve
             match (f[*lhs], unknown.as_slice()) {
                 (None, []) => f[*lhs] = Some((known, half)),
                 (Some((l, lh)), [u, rest @ ..]) if rest.iter().all(|r| r == u) && *u != *lhs => {
-                    f[*u] = Some((((l - known) / unknown.len() as f64).max(0.0), lh + half));
+                    let d = ((l - known) / unknown.len() as f64).max(0.0);
+                    if lh + half > MAX_DERIVED_HW * d {
+                        continue;
+                    }
+                    f[*u] = Some((d, lh + half));
                 }
                 _ => continue,
             }
@@ -214,6 +220,11 @@ fn propagate_counted(g: &Cfg, c: &Classes, counted: &[Option<(f64, f64)>]) -> Ve
     }
     f
 }
+
+/// A class derived from counted ones as a difference counts only when its
+/// 95% half-width is at most this share of it (the windows' own gate,
+/// `loupe_probe::count::MAX_RELATIVE_HW`).
+pub const MAX_DERIVED_HW: f64 = 0.05;
 
 /// The classes' own estimates for the global fit, where a class that has
 /// instructions but not one sample is an estimate of 0, not a free

@@ -92,6 +92,8 @@ mod tests {
         // 75,000 by flow, CPI = samples x period / count, and the rows say counted with the counts' interval.
         // Three classes have blocks: prologue with epilogue, loop (head and tail), the arm.
         assert_eq!(counting_points(0, &BRANCH_LOOP, &cfg::NoMemory), vec![0, 6, 0xb]);
+        // The prologue and epilogue are outside the loop; its head and its arm inside it.
+        assert_eq!(counting_ladder(0, &BRANCH_LOOP, &cfg::NoMemory), vec![(0, 0, false), (6, 1, true), (0xb, 1, false)]);
         let samples: HashMap<u64, u64> = [(6, 300), (9, 10), (0xb, 200), (0xe, 90), (0x10, 5)].into_iter().collect();
         let counted = [
             Counted { address: 0, executions: 1000.0, half_width: 0.0 },
@@ -109,6 +111,29 @@ mod tests {
         assert!((at(0xb).cpi.unwrap() - 200.0 * 1000.0 / 25_000.0).abs() < 1e-9);
         let skip = c.edges.iter().find(|e| (e.from, e.to) == (9, 0xe)).unwrap();
         assert!((skip.executions.unwrap() - 75_000.0).abs() < 1e-6, "{skip:?}");
+    }
+
+    #[test]
+    fn a_small_difference_of_uncertain_counts_is_not_counted() {
+        // Checks propagate_counted's gate on BRANCH_LOOP: the skipping edge is the loop head less the arm. Head
+        // 100,000 +- 500 and arm 25,000 +- 100: 75,000 +- 600, counted (High). Head 100,000 +- 3,000 and arm
+        // 97,000 +- 500: 3,000 +- 3,500 is no count, and the edge keeps its estimate (never High).
+        let samples: HashMap<u64, u64> = [(6, 300), (9, 10), (0xb, 200), (0xe, 90), (0x10, 5)].into_iter().collect();
+        let skip = |head: (f64, f64), arm: (f64, f64)| {
+            let counted = [
+                Counted { address: 0, executions: 1000.0, half_width: 0.0 },
+                Counted { address: 6, executions: head.0, half_width: head.1 },
+                Counted { address: 0xb, executions: arm.0, half_width: arm.1 },
+            ];
+            let opt = estimate::Options::default();
+            let c = analyze_counted(0, &BRANCH_LOOP, &samples, 1000.0, &mut OneCycle, &cfg::NoMemory, opt, &counted).unwrap();
+            c.edges.into_iter().find(|e| (e.from, e.to) == (9, 0xe)).unwrap()
+        };
+        let precise = skip((100_000.0, 500.0), (25_000.0, 100.0));
+        assert_eq!(precise.confidence, Some(estimate::Confidence::High));
+        assert!((precise.executions.unwrap() - 75_000.0).abs() < 1e-6, "{precise:?}");
+        let loose = skip((100_000.0, 3000.0), (97_000.0, 500.0));
+        assert_ne!(loose.confidence, Some(estimate::Confidence::High), "{loose:?}");
     }
 
     #[test]
@@ -266,14 +291,33 @@ pub struct Counted {
 /// first reachable block of each class (every block of a class runs equally
 /// often), the entry's class first; edge-only classes follow by flow.
 pub fn counting_points(start: u64, bytes: &[u8], mem: &dyn cfg::Memory) -> Vec<u64> {
+    counting_ladder(start, bytes, mem).into_iter().map(|p| p.0).collect()
+}
+
+/// [`counting_points`], each with its loop depth ([`loops::depths`]): the
+/// deepest block of its class (a class's blocks run equally often; the
+/// deepest says best how often that is), and whether the class holds a
+/// loop's header at that depth (it runs every iteration of that loop).
+pub fn counting_ladder(start: u64, bytes: &[u8], mem: &dyn cfg::Memory) -> Vec<(u64, u32, bool)> {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let classes = equiv::classes(&g);
-    let mut seen = vec![false; classes.count];
-    let mut out = Vec::new();
+    let depth = loops::depths(&g);
+    let heads = loops::headers(&g);
+    let mut at: Vec<Option<usize>> = vec![None; classes.count];
+    let mut out: Vec<(u64, u32, bool)> = Vec::new();
     for (b, blk) in g.blocks.iter().enumerate() {
-        let Some(k) = classes.block[b].filter(|&k| blk.reachable && !seen[k]) else { continue };
-        seen[k] = true;
-        out.push(g.start(b));
+        let Some(k) = classes.block[b].filter(|_| blk.reachable) else { continue };
+        let i = *at[k].get_or_insert_with(|| {
+            out.push((g.start(b), 0, false));
+            out.len() - 1
+        });
+        if depth[b] > out[i].1 {
+            out[i].1 = depth[b];
+            out[i].2 = false;
+        }
+        if depth[b] == out[i].1 && heads[b] {
+            out[i].2 = true;
+        }
     }
     out
 }

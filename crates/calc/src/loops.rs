@@ -42,6 +42,45 @@ pub fn enclosing_loop(g: &Cfg, b: usize) -> Option<Vec<usize>> {
     cyclic_components(g, &vec![true; g.blocks.len()]).into_iter().find(|m| m.contains(&b))
 }
 
+/// Per block, how many loops hold it (0 outside every loop): the nest
+/// decomposition of [`simple_cycles`], each loop's header removed to find the
+/// loops inside it. Deeper blocks run more often, as a rule: what
+/// `record --count` needs to arm classes of like frequencies together.
+pub fn depths(g: &Cfg) -> Vec<u32> {
+    nest_walk(g).0
+}
+
+/// Per block, whether it is the header of a loop of the decomposition of [`depths`] (runs every iteration).
+pub fn headers(g: &Cfg) -> Vec<bool> {
+    nest_walk(g).1
+}
+
+/// (depths, headers).
+fn nest_walk(g: &Cfg) -> (Vec<u32>, Vec<bool>) {
+    let mut depth = vec![0u32; g.blocks.len()];
+    let mut heads = vec![false; g.blocks.len()];
+    let mut todo = cyclic_components(g, &g.blocks.iter().map(|b| b.reachable).collect::<Vec<_>>());
+    while let Some(set) = todo.pop() {
+        let mut inside = vec![false; g.blocks.len()];
+        for &b in &set {
+            inside[b] = true;
+            depth[b] += 1;
+        }
+        let h = header(g, &set, &inside);
+        inside[h] = false;
+        heads[h] = true;
+        todo.extend(cyclic_components(g, &inside));
+    }
+    (depth, heads)
+}
+
+/// The block of the loop `set` (`inside` marks it) that is entered from outside it.
+fn header(g: &Cfg, set: &[usize], inside: &[bool]) -> usize {
+    // Unreachable code (alignment padding falling through into the loop) does not enter it.
+    let entered_from_outside = |b: usize| g.blocks[b].preds.iter().map(|&e| g.edges[e].from).any(|p| !inside[p] && g.blocks[p].reachable);
+    set.iter().copied().find(|&b| entered_from_outside(b)).unwrap_or(set[0])
+}
+
 /// (simple cycles of at least `min_blocks` blocks, branching innermost loops).
 fn innermost(g: &Cfg, min_blocks: usize) -> (Vec<Cycle>, Vec<Cycle>) {
     let all: Vec<bool> = g.blocks.iter().map(|b| b.reachable).collect();
@@ -58,9 +97,7 @@ fn nest(g: &Cfg, set: Vec<usize>, min_blocks: usize, simple: &mut Vec<Cycle>, br
     for &b in &set {
         inside[b] = true;
     }
-    // Unreachable code (alignment padding falling through into the loop) does not enter it.
-    let entered_from_outside = |b: usize| g.blocks[b].preds.iter().map(|&e| g.edges[e].from).any(|p| !inside[p] && g.blocks[p].reachable);
-    let header = set.iter().copied().find(|&b| entered_from_outside(b)).unwrap_or(set[0]);
+    let header = header(g, &set, &inside);
     let next: Vec<Vec<usize>> = set
         .iter()
         .map(|&b| {
@@ -198,6 +235,18 @@ mod tests {
         let cycles = simple_cycles(&g, 2);
         let starts: Vec<Vec<u64>> = cycles.iter().map(|c| c.blocks.iter().map(|&b| g.start(b)).collect()).collect();
         assert_eq!(starts, vec![vec![4, 2]], "{g:?}");
+    }
+
+    #[test]
+    fn depths_count_the_loops_around_each_block() {
+        // Checks depths on the nest above, its outer jump back to 0 (jne 0): the outer loop's blocks 1, the inner
+        // loop's 2, the return 0.
+        let bytes = [0xeb, 0x02, 0xff, 0xc8, 0x39, 0xc8, 0x7f, 0xfa, 0xff, 0xcf, 0x75, 0xf4, 0xc3];
+        let g = build(decode(0, &bytes), &NoMemory);
+        let d: Vec<(u64, u32)> = (0..g.blocks.len()).map(|b| (g.start(b), depths(&g)[b])).collect();
+        assert_eq!(d, vec![(0, 1), (2, 2), (4, 2), (8, 1), (0xc, 0)], "{g:?}");
+        // The outer loop's header is its first block; the inner loop is entered at its test.
+        assert_eq!(headers(&g), vec![true, false, true, false, false]);
     }
 
     #[test]

@@ -133,28 +133,34 @@ fn counts_of(db: &Path, image: &str, procedure: &str) -> Option<loupe_probe::cou
 
 /// The instructions counted, with executions and 95% half-widths.
 fn counted_points(c: &loupe_probe::count::Counts) -> Vec<Counted> {
-    let entry = c.entries.map(|_| c.entry);
-    entry
-        .into_iter()
-        .chain(c.classes.iter().map(|k| k.addr))
-        .filter_map(|a| c.executions(a).map(|(e, h)| Counted { address: a.0, executions: e, half_width: h }))
-        .collect()
+    c.all_executions().into_iter().map(|(a, (e, h))| Counted { address: a.0, executions: e, half_width: h }).collect()
 }
 
 /// One line and a JSON object saying what the counting measured and cost.
 fn counting_note(c: &loupe_probe::count::Counts, used: usize) -> (String, serde_json::Value) {
-    let entries = c.entries.map_or("not counted".into(), |e| e.to_string());
+    let entries =
+        c.entries.map_or_else(|| format!("not counted: {}", c.not_counted.as_deref().unwrap_or("no uprobe reading")), |e| e.to_string());
     // Whole calls in windows, or one call longer than any window chained across them by an induction register.
     let how = if c.classes.iter().any(|k| !k.windows.is_empty()) || c.entries != Some(1) { "whole calls" } else { "one call chained" };
-    let line = format!(
-        "{used} of {} classes counted ({entries} entries by uprobe, {how} in windows armed {:.2} s of a {:.2} s run, {} traps)",
-        c.classes.len() + 1,
-        c.armed_secs,
-        c.wall_secs,
-        c.traps
-    );
+    let refused = c.refused();
+    // The first reason stands for the rest in the text; JSON lists each class's.
+    let left = refused.first().map_or(String::new(), |r| format!("; {} left estimated, e.g. {:#x}: {}", refused.len(), r.0 .0, r.1));
+    let line = match &c.not_counted {
+        Some(why) => {
+            format!("nothing counted: {why} (windows armed {:.2} s of a {:.2} s run, {} traps)", c.armed_secs, c.wall_secs, c.traps)
+        }
+        None => format!(
+            "{used} of {} classes counted ({entries} entries by uprobe, {how} in windows armed {:.2} s of a {:.2} s run, {} traps{left})",
+            c.classes.len() + 1,
+            c.armed_secs,
+            c.wall_secs,
+            c.traps
+        ),
+    };
+    let why: Vec<serde_json::Value> =
+        refused.iter().map(|(a, w)| serde_json::json!({"address": format!("{:#x}", a.0), "why": w})).collect();
     let v = serde_json::json!({"classes_counted": used, "entries": c.entries, "armed_secs": c.armed_secs,
-        "wall_secs": c.wall_secs, "traps": c.traps});
+        "wall_secs": c.wall_secs, "traps": c.traps, "not_counted": why, "given_up": c.not_counted});
     (line, v)
 }
 

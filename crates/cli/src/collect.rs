@@ -363,6 +363,7 @@ pub fn daemon(a: DaemonArgs) -> Result<u8> {
     let opts = DaemonOptions {
         db: a.db.db.clone(),
         flush_every: seconds(a.flush_every, "--flush-every")?,
+        epoch_every: (a.epoch_every != 0.0).then(|| seconds(a.epoch_every, "--epoch-every")).transpose()?,
         stats_every: a.stats.map(|s| seconds(s, "--stats")).transpose()?,
         backend: plan.backend,
         max_overhead_pct: a.max_overhead.0,

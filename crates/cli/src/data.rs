@@ -44,6 +44,8 @@ struct Loaded {
     total: u64,
     /// Samples at memory-referencing instructions whose address could not be known.
     no_address: u64,
+    /// Samples in Loupe's own allocation shim (instrumentation), left out of all the others.
+    shim: u64,
     heap_note: String,
 }
 
@@ -64,7 +66,7 @@ impl Loaded {
         let mem = self.records.len();
         format!(
             "# source: {}\n# {} samples, {} ({:.1}%) at memory-referencing instructions with an exact address \
-             (and {} whose address was lost: base register overwritten, or TLS); {} ({:.1}%) of those typed\n# {}\n",
+             (and {} whose address was lost: base register overwritten, or TLS); {} ({:.1}%) of those typed{}\n# {}\n",
             self.meta.summary.source,
             self.total,
             mem,
@@ -72,17 +74,26 @@ impl Loaded {
             self.no_address,
             self.typed(),
             100.0 * self.typed() as f64 / mem.max(1) as f64,
+            self.shim_note(),
             self.heap_note
         ) + &self.coverage_line()
     }
 
+    fn shim_note(&self) -> String {
+        match self.shim {
+            0 => String::new(),
+            n => format!("\n# {n} samples in Loupe's allocation shim left out (instrumentation, not the program)"),
+        }
+    }
+
     /// Shares of the address-bearing samples by how they were typed, and the untyped ones by reason.
     fn coverage(&self) -> (Shares, Shares) {
-        let mut typed = vec![("static", 0), ("stack", 0), ("heap by allocation", 0), ("heap by type flow", 0)];
+        let mut typed = vec![("static", 0), ("stack", 0), ("heap by allocation", 0), ("heap by type flow", 0), ("stack frame slots", 0)];
         let mut unknown: HashMap<&'static str, usize> = HashMap::new();
         for r in &self.resolved {
             let slot = match (r.how, r.area) {
                 (How::Static, _) => 0,
+                (How::Frame, _) => 4,
                 (h, Area::Stack) if h.typed() => 1,
                 (How::Alloc, _) => 2,
                 (h, _) if h.typed() => 3,
@@ -164,13 +175,18 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
     let meta = Meta::read(db)?;
     let all = loupe_dataprof::log::read(db)?;
     let all: Vec<AccessRecord> = all.into_iter().filter(|r| v.pid.is_empty() || v.pid.contains(&r.pid)).collect();
+    let index = AllocationIndex::load(db).map_err(|e| anyhow::anyhow!("allocation log: {e}"))?;
+    let namer = SiteNamer::new(Symbolizer::new(crate::symbols::options()));
+    let mut resolver = Resolver::new(db, AllocHeap { index, namer, names: HashMap::new(), places: HashMap::new() });
+    let (all, shim): (Vec<AccessRecord>, Vec<AccessRecord>) = all.into_iter().partition(|r| !in_shim(&resolver, r));
+    let shim = shim.len() as u64;
     let total = all.len() as u64;
     if total == 0 {
         bail!("{}: no access samples{}", db.display(), if v.pid.is_empty() { "" } else { " of those processes" });
     }
     let no_address = all.iter().filter(|r| r.status == Status::Unknown).count() as u64;
     let records: Vec<AccessRecord> = all.into_iter().filter(|r| r.has_addr()).collect();
-    let index = AllocationIndex::load(db).map_err(|e| anyhow::anyhow!("allocation log: {e}"))?;
+    let index = &resolver.heap().index;
     for bad in &index.stats.bad_files {
         eprintln!("loupe: skipped {bad}");
     }
@@ -179,14 +195,19 @@ fn load(v: &ViewArgs) -> Result<Loaded> {
     } else {
         "heap: objects from the allocation log; untyped ones grouped by allocation site".to_string()
     };
-    let namer = SiteNamer::new(Symbolizer::new(crate::symbols::options()));
-    let mut resolver = Resolver::new(db, AllocHeap { index, namer, names: HashMap::new(), places: HashMap::new() });
     let mut resolved: Vec<Resolved> = records.iter().map(|r| resolver.resolve(r)).collect();
     infer_site_types(&mut resolved);
     for img in resolver.unreadable() {
         eprintln!("loupe: no types from {img} (unreadable or not ELF)");
     }
-    Ok(Loaded { meta, records, resolved, total, no_address, heap_note })
+    Ok(Loaded { meta, records, resolved, total, no_address, shim, heap_note })
+}
+
+/// Whether the sample's instruction is in Loupe's LD_PRELOAD allocation
+/// shim: its recording of allocations, not the program's own work.
+fn in_shim<H: Heap>(resolver: &Resolver<H>, r: &AccessRecord) -> bool {
+    let shim = std::path::Path::new(loupe_objects::preload::SHIM_FILE);
+    resolver.image_path(r.pid, r.insn()).is_some_and(|p| std::path::Path::new(p).file_name() == Some(shim.as_os_str()))
 }
 
 fn print_profile(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
@@ -199,6 +220,7 @@ fn print_profile(out: &mut dyn Write, v: &ViewArgs, l: &Loaded) -> Result<()> {
                 "total_samples": l.total,
                 "memory_samples": l.records.len(),
                 "memory_samples_without_address": l.no_address,
+                "shim_samples": l.shim,
                 "typed_samples": l.typed(),
                 "coverage": l.coverage_json(),
                 "rows": rows,
@@ -240,6 +262,7 @@ fn how(h: How) -> &'static str {
         How::Alloc => "alloc",
         How::Register => "register",
         How::Flow => "flow",
+        How::Frame => "frame",
         How::Block => "block",
         How::Site => "site",
         How::SiteOnly => "site-only",
@@ -360,18 +383,20 @@ pub fn record(a: RecordArgs) -> Result<u8> {
                     );
                     None
                 }
-                Allocs::Uprobes => match AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions::default()) {
-                    Ok(t) => {
-                        for w in &t.warnings {
-                            eprintln!("loupe: allocation tracking: {w}");
+                Allocs::Uprobes => {
+                    match AllocTracker::start(&db, &[child.pid as u32], &TrackerOptions { callers: true, ..Default::default() }) {
+                        Ok(t) => {
+                            for w in &t.warnings {
+                                eprintln!("loupe: allocation tracking: {w}");
+                            }
+                            Some(t)
                         }
-                        Some(t)
+                        Err(e) => {
+                            eprintln!("loupe: no allocation tracking ({e}); heap objects are typed only through registers");
+                            None
+                        }
                     }
-                    Err(e) => {
-                        eprintln!("loupe: no allocation tracking ({e}); heap objects are typed only through registers");
-                        None
-                    }
-                },
+                }
             };
             child.release()?;
             let status = loop {

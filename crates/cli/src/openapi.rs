@@ -100,7 +100,7 @@ fn responses(download: bool, answer: Option<&str>) -> Value {
         "400": error("A flag the command does not have, or a bad value"),
         "404": error("A missing epoch, image, procedure, event or database"),
         "500": error("The command failed"),
-        "503": error("All workers busy, or the time limit passed"),
+        "503": error("All workers busy past the wait in line, or the time limit passed"),
     })
 }
 

@@ -114,7 +114,7 @@ fn warn_truncated_of(total: u64, cut: u64) {
 }
 
 pub fn flame(a: FlameArgs, out: &mut dyn Write) -> Result<u8> {
-    if a.format == Some(FlameFormat::Json) && a.source.source.is_none() && crate::stack_cache::enabled() {
+    if flame_is_kept(&a) {
         out.write_all(&flame_kept(&a)?)?;
         return Ok(0);
     }
@@ -170,10 +170,16 @@ fn flame_json(d: &CallData, inverted: bool, min_share: f64, epochs: &[EpochId]) 
     crate::output::json_text(&doc).map(|s| (s + "\n").into_bytes()).map_err(|e| e.to_string())
 }
 
+/// Whether `flame` answers from the server's kept stacks ([`flame_kept`]).
+pub fn flame_is_kept(a: &FlameArgs) -> bool {
+    a.format == Some(FlameFormat::Json) && a.source.source.is_none() && crate::stack_cache::enabled()
+}
+
 /// `flame --format json` in a server: the tree of the selection's stacks
 /// among the kept ones of its epochs ([`crate::stack_cache`]), written as
-/// [`flame_json`] writes it compact, byte for byte.
-fn flame_kept(a: &FlameArgs) -> Result<Vec<u8>> {
+/// [`flame_json`] writes it compact, byte for byte, into one buffer of its
+/// exact size (the server sends and keeps that buffer as it is).
+pub fn flame_kept(a: &FlameArgs) -> Result<Vec<u8>> {
     let s = &a.select;
     let db = Database::open(&s.db.db)?;
     let ids = epochs(&db, s)?;
@@ -188,13 +194,16 @@ fn flame_kept(a: &FlameArgs) -> Result<Vec<u8>> {
     let sel = index.select(d, 0, &Selection { keep: &keep, keep_image: &keep_image });
     warn_truncated_of(sel.total, sel.truncated);
     let tree = flame::FlameTree::of_stacks(d, index, &sel.stacks, 0, a.inverted).prune(a.min_share.unwrap_or(0.0));
-    let mut out = b"{\"epochs\":".to_vec();
-    serde_json::to_writer(&mut out, &ids.iter().map(|e| e.0).collect::<Vec<u32>>())?;
-    out.extend_from_slice(b",\"event\":");
-    serde_json::to_writer(&mut out, &d.events[0].0)?;
-    out.extend_from_slice(if a.inverted { b",\"inverted\":true,\"root\":" } else { b",\"inverted\":false,\"root\":" });
+    let mut head = b"{\"epochs\":".to_vec();
+    serde_json::to_writer(&mut head, &ids.iter().map(|e| e.0).collect::<Vec<u32>>())?;
+    head.extend_from_slice(b",\"event\":");
+    serde_json::to_writer(&mut head, &d.events[0].0)?;
+    head.extend_from_slice(if a.inverted { b",\"inverted\":true,\"root\":" } else { b",\"inverted\":false,\"root\":" });
+    let tail = format!(",\"total\":{},\"unwind_stopped\":{}}}\n", sel.total, sel.truncated);
+    let mut out = Vec::with_capacity(head.len() + tree.json_len() + tail.len());
+    out.extend_from_slice(&head);
     tree.write_json(&mut out);
-    out.extend_from_slice(format!(",\"total\":{},\"unwind_stopped\":{}}}\n", sel.total, sel.truncated).as_bytes());
+    out.extend_from_slice(tail.as_bytes());
     Ok(out)
 }
 

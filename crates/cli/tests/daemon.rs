@@ -194,10 +194,53 @@ fn flush_and_epoch_commands_reach_the_daemon() {
     let out = run_ok(loupe().args(["epoch", "--db"]).arg(&db));
     assert!(String::from_utf8_lossy(&out.stdout).contains("epoch 2"));
     std::thread::sleep(Duration::from_millis(800));
+    run_ok(loupe().args(["epoch", "--db"]).arg(&db));
+    // Epochs 1 and 2 are closed: the daemon sums them into one merged block
+    // in the background (issue 23), written whole (its sources list last).
+    let block = db.join("merged").join("L01-000001").join("sources.json");
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !block.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     d.stop();
+    assert!(block.exists(), "no merged block of epochs 1-2 after the daemon closed them");
     let e1 = top_json(&db, &["--by", "image", "--epoch", "1"])["total_samples"].as_u64().unwrap();
     let e2 = top_json(&db, &["--by", "image", "--epoch", "2"])["total_samples"].as_u64().unwrap();
     assert!(e1 >= after_flush && e2 > 0, "epoch 1 {e1}, epoch 2 {e2}");
+    let e3 = top_json(&db, &["--by", "image", "--epoch", "3"])["total_samples"].as_u64().unwrap();
+    let all = top_json(&db, &["--by", "image", "--epoch", "all"])["total_samples"].as_u64().unwrap();
+    assert_eq!(all, e1 + e2 + e3, "the merged block holds exactly its epochs' samples");
+}
+
+#[test]
+fn epochs_rotate_on_time_and_lose_nothing_between_them() {
+    // Checks --epoch-every: a new epoch about every second while a workload runs, each starting after the last, and the
+    // workload's samples over all of them match the CPU time it measured itself (1000/s, within 10%).
+    if !require_root() {
+        return;
+    }
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let d = Daemon::start(&db, &["--epoch-every", "1", "--flush-every", "0.5", "--max-overhead", "off"]);
+    let truth_file = dir.path().join("truth.json");
+    run_ok(Command::new(workloads().join("selftime")).args(["--seconds", "3", "--out"]).arg(&truth_file));
+    let log = d.stop();
+    let truth: serde_json::Value = serde_json::from_slice(&std::fs::read(&truth_file).unwrap()).unwrap();
+    let epochs = json(&run_ok(loupe().args(["epochs", "--format", "json", "--db"]).arg(&db)));
+    let starts: Vec<u64> = epochs.as_array().unwrap().iter().map(|e| e["start_unix_ns"].as_u64().unwrap()).collect();
+    // The workload's 3 CPU-seconds take at least 3 s: two rotations at least (more on a loaded machine).
+    assert!(starts.len() >= 3, "epochs {starts:?}\n{log}");
+    assert!(starts.windows(2).all(|w| w[1] > w[0]), "epochs start in order: {starts:?}");
+    assert!(log.contains("started (--epoch-every)"), "{log}");
+    let pid = truth["pid"].as_u64().unwrap().to_string();
+    let samples = top_json(&db, &["--by", "image", "--epoch", "all", "--pid", &pid])["total_samples"].as_u64().unwrap() as f64;
+    let want = truth["total_cpu"].as_f64().unwrap() * 1000.0;
+    assert!((samples / want - 1.0).abs() < 0.1, "workload samples over all epochs {samples}, its CPU time says {want}\n{log}");
+    // Every epoch's end flushes everything: the process keeps its name in the epochs after (it lost it once). The
+    // few samples between its fork and its exec carry the parent's name.
+    let by_comm = top_json(&db, &["--by", "image", "--epoch", "all", "--comm", "selftime"])["total_samples"].as_u64().unwrap() as f64;
+    assert!(by_comm <= samples && samples - by_comm <= 5.0, "samples of comm selftime {by_comm} vs of its pid {samples}");
 }
 
 /// `selftime` with one busy thread per CPU for `seconds`, so every CPU takes

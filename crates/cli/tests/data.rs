@@ -175,6 +175,31 @@ fn heap_struct_in_a_static_pointer_is_named_and_its_fields_false_share() {
     }
 }
 
+/// Records dtypes' `wrap` case with `allocs` tracking and checks its top
+/// rows are the two wrapper blocks typed at allocation through the callers.
+fn wrapper_blocks_are_typed(exe: &str, allocs: &str) {
+    let db = tempfile::tempdir().unwrap();
+    run_ok(
+        loupe()
+            .args(["record", "--data", "--freq", "2000", "--allocs", allocs, "--db"])
+            .arg(db.path())
+            .arg("--")
+            .arg(workloads().join(exe))
+            .args(["1", "wrap"]),
+    );
+    let p = view(db.path(), "profile");
+    let top: Vec<(&str, &str, u64, &str)> = p["rows"].as_array().unwrap()[..2]
+        .iter()
+        .map(|r| (r["type"].as_str().unwrap(), r["field"].as_str().unwrap(), r["offset"].as_u64().unwrap(), r["how"].as_str().unwrap()))
+        .collect();
+    assert!(
+        top.contains(&("struct rec_a", "hits", 8, "alloc")) && top.contains(&("struct rec_b", "total", 16, "alloc")),
+        "{exe} {allocs}: {p}"
+    );
+    let text = String::from_utf8(run_ok(loupe().args(["data", "profile", "--db"]).arg(db.path())).stdout).unwrap();
+    assert!(text.contains("struct rec_a.hits +8") && text.contains("struct rec_b.total +16"), "{exe} {allocs}: {text}");
+}
+
 #[test]
 fn blocks_from_a_void_wrapper_are_typed_where_its_caller_stores_them() {
     // Checks (issue 28) blocks from a two-level `void *` wrapper (xmalloc -> xalloc), touched only through a `void *`, built -O1 and -O2: the top rows are struct rec_a.hits +8 and struct rec_b.total +16 typed at allocation through the callers, in JSON and text.
@@ -183,23 +208,19 @@ fn blocks_from_a_void_wrapper_are_typed_where_its_caller_stores_them() {
     }
     let _g = serial();
     for exe in ["dtypes-O1", "dtypes-O2"] {
-        let db = tempfile::tempdir().unwrap();
-        run_ok(
-            loupe()
-                .args(["record", "--data", "--freq", "2000", "--db"])
-                .arg(db.path())
-                .arg("--")
-                .arg(workloads().join(exe))
-                .args(["1", "wrap"]),
-        );
-        let p = view(db.path(), "profile");
-        let top: Vec<(&str, &str, u64, &str)> = p["rows"].as_array().unwrap()[..2]
-            .iter()
-            .map(|r| (r["type"].as_str().unwrap(), r["field"].as_str().unwrap(), r["offset"].as_u64().unwrap(), r["how"].as_str().unwrap()))
-            .collect();
-        assert!(top.contains(&("struct rec_a", "hits", 8, "alloc")) && top.contains(&("struct rec_b", "total", 16, "alloc")), "{exe}: {p}");
-        let text = String::from_utf8(run_ok(loupe().args(["data", "profile", "--db"]).arg(db.path())).stdout).unwrap();
-        assert!(text.contains("struct rec_a.hits +8") && text.contains("struct rec_b.total +16"), "{exe}: {text}");
+        wrapper_blocks_are_typed(exe, "shim");
+    }
+}
+
+#[test]
+fn uprobes_unwind_the_callers_of_a_void_wrapper() {
+    // Checks (issue 28) the same wrapper blocks typed with `--allocs uprobes`: the callers come from the probe's stack copy unwound by .eh_frame (dtypes-O2 has no frame pointers).
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    for exe in ["dtypes-O1", "dtypes-O2"] {
+        wrapper_blocks_are_typed(exe, "uprobes");
     }
 }
 
@@ -228,4 +249,32 @@ fn an_object_allocated_in_the_first_millisecond_is_watched() {
         hs[0]["hits"].as_array().unwrap().iter().map(|x| (x["function"].as_str().unwrap(), x["offset"].as_u64().unwrap())).collect();
     assert!(hits.contains(&("bump_left", 0)) && hits.contains(&("bump_right", 8)), "{h}");
     assert!(hits.iter().all(|&(f, o)| matches!((f, o), ("bump_left", 0) | ("bump_right", 8) | ("main", _))), "{hits:?}");
+}
+
+#[test]
+fn samples_in_the_allocation_shim_are_not_the_programs() {
+    // Checks (issue 28) on allocbench (malloc/free pairs, the shim records each) that samples whose instruction is in Loupe's LD_PRELOAD shim are counted apart: total + shim equals what the recorder sampled, some were the shim's, and no row is the shim's own `struct record`.
+    if !require_root() {
+        return;
+    }
+    let _g = serial();
+    let db = tempfile::tempdir().unwrap();
+    let out = run_ok(
+        loupe()
+            .args(["record", "--data", "--freq", "1000", "--db"])
+            .arg(db.path())
+            .arg("--")
+            .arg(workloads().join("allocbench"))
+            .arg("1000000"),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let sampled: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("loupe: ")?.split_once(" samples, ")?.0.parse().ok())
+        .unwrap_or_else(|| panic!("recorder's sample count in: {err}"));
+    let p = view(db.path(), "profile");
+    let (total, shim) = (p["total_samples"].as_u64().unwrap(), p["shim_samples"].as_u64().unwrap());
+    assert_eq!(total + shim, sampled, "{p}");
+    assert!(shim > 0, "{p}");
+    assert!(rows(&p).iter().all(|(t, _, _)| t != "struct record"), "{p}");
 }

@@ -211,9 +211,17 @@ fn fleet_diff_marks_the_grown_procedure(url: &str, truth: [&serde_json::Value; 2
     assert!(first["significant"].as_bool().unwrap() && first["p_value"].as_f64().unwrap() < 1e-6, "{d}");
     let ratio = first["score"].as_f64().unwrap();
     assert!((ratio / expected - 1.0).abs() < 0.3, "grow's sample ratio {ratio}, its measured CPU ratio {expected}: {d}");
+    // The steady procedures ran the same units on both hosts, but their samples follow the CPU time those units took,
+    // which a loaded machine moves by more than sampling noise: each row's ratio is its own measured CPU ratio, and
+    // it is significant only where that moved (a CI run at load ~13 moved one by several percent).
     for p in STEADY {
         let row = d["rows"].as_array().unwrap().iter().find(|r| r["procedure"] == p).unwrap_or_else(|| panic!("no row {p}: {d}"));
-        assert_eq!(row["significant"], false, "{p} ran the same units on both hosts: {d}");
+        let measured = cpu(truth[1], p) / cpu(truth[0], p) / steady[1];
+        let score = row["score"].as_f64().unwrap();
+        assert!((score / measured - 1.0).abs() < 0.15, "{p}: sample ratio {score}, its measured CPU ratio {measured}: {d}");
+        if (measured - 1.0).abs() < 0.02 {
+            assert_eq!(row["significant"], false, "{p} ran the same units in the same CPU time (ratio {measured}) on both hosts: {d}");
+        }
     }
 }
 

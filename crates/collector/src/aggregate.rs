@@ -3,8 +3,8 @@
 //! Keyed by small integers so the per-sample cost is one hash lookup; turned
 //! into [`Profile`]s only when a slice of images is flushed.
 
+use foldhash::{HashMap, HashMapExt};
 use loupe_model::{EventName, ImageId, ImageOffset, ProcessKey, Profile};
-use std::collections::HashMap;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct Key {
@@ -34,7 +34,8 @@ struct ImageCounts {
 #[derive(Default)]
 pub struct Aggregator {
     images: HashMap<u32, ImageCounts>,
-    /// Interned process names; reset whenever nothing refers to them.
+    /// Interned process names, for the daemon's life: processes hold ids into it
+    /// (one entry per distinct name ever seen, a few bytes each).
     comms: Vec<String>,
     comm_index: HashMap<String, u32>,
     entries: usize,
@@ -78,7 +79,7 @@ impl Aggregator {
 
     /// Moves the samples of image `from` whose process is in `to` to the
     /// image given there; each event's period sum follows its counts.
-    pub fn move_counts(&mut self, from: u32, to: &HashMap<u32, u32>) {
+    pub fn move_counts(&mut self, from: u32, to: &std::collections::HashMap<u32, u32>) {
         let Some(mut src) = self.images.remove(&from) else { return };
         let mut totals: HashMap<u16, u64> = HashMap::new();
         for (k, n) in &src.counts {
@@ -132,10 +133,8 @@ impl Aggregator {
                 out.push(p);
             }
         }
-        if self.images.is_empty() {
-            self.comms.clear();
-            self.comm_index.clear();
-        }
+        // The comm table is kept: live processes hold ids into it (emptying
+        // it at a full flush renamed every process sampled after it "?").
         out
     }
 }

@@ -78,9 +78,13 @@ pub struct IntervalReport {
     pub daemon_cpu_seconds: f64,
     pub cpu_us_per_sample: f64,
     /// CPU spent before sampling began (loading the BPF object and the
-    /// kernel's BTF, the /proc scan, the clock and interrupt-cost
-    /// measurements), not in the figures above; the same in every report.
+    /// kernel's BTF, the /proc scan), not in the figures above; the same in
+    /// every report.
     pub startup_cpu_seconds: f64,
+    /// CPU spent measuring the core clock since the start (about 0.1 s at
+    /// the first flush, every 10 minutes and at each epoch's end, for
+    /// `calc`'s cycles), not in the figures above either: reported apart.
+    pub clock_cpu_seconds: f64,
     pub rss_kib: u64,
     pub flush_bytes: u64,
     pub sample_period: u64,
@@ -256,6 +260,8 @@ pub struct Engine {
     /// and those an earlier collector stored with it.
     epoch_base: Losses,
     epoch_stored: Losses,
+    /// When this engine started the current epoch (or took it over).
+    pub epoch_started: Instant,
     /// Off-CPU time (`--off-cpu`), and the entries of its last drain.
     off_cpu: Option<loupe_bpf::offcpu::OffCpuAggregator>,
     off_entries: Vec<loupe_bpf::offcpu::OffCpuEntry>,
@@ -321,13 +327,14 @@ impl Engine {
             throttles: 0,
             epoch_base: Losses::default(),
             epoch_stored: Losses::default(),
+            epoch_started: Instant::now(),
             off_cpu: None,
             off_entries: Vec::new(),
         };
         engine.epoch_stored = engine.stored_losses()?;
-        engine.record_clock()?;
-        // The first measurement is start-up, which callers count from process start.
-        engine.clock_cpu_seconds = 0.0;
+        // The epoch's first clock reading is taken at the first flush, not
+        // here: its 0.1 s of spinning was half of start-up's CPU.
+        engine.last_clock = Instant::now().checked_sub(CLOCK_EVERY).unwrap_or(engine.last_clock);
         Ok(engine)
     }
 
@@ -523,6 +530,7 @@ impl Engine {
             self.throttles += matches!(r, Record::Throttle { unthrottle: false, .. }) as u64;
             self.collector.process(r);
         }
+        self.collector.check_watches();
         if let Some(bpf) = &mut self.bpf {
             bpf.sync(&mut self.collector);
         }
@@ -640,9 +648,29 @@ impl Engine {
     pub fn new_epoch(&mut self) -> Result<EpochId> {
         self.flush_final()?;
         let epoch = self.db.new_epoch()?;
+        self.epoch_started = Instant::now();
         (self.epoch_base, self.epoch_stored) = (self.losses(), Losses::default());
         self.record_clock()?;
+        merge_closed_in_background(self.db.root());
         Ok(epoch)
+    }
+}
+
+/// Sums the closed epochs into the store's merged forms on a niced thread,
+/// so the first question about a day (`--epoch all`, a range) after an epoch
+/// closes reads a few merged blocks, not every epoch (issue 23). A failure
+/// only leaves the next reader to read (and merge) the epochs itself.
+pub fn merge_closed_in_background(root: &std::path::Path) {
+    let root = root.to_path_buf();
+    let spawned = std::thread::Builder::new().name("loupe-merge".into()).spawn(move || {
+        // SAFETY: setpriority on this thread's own id (Linux nices threads one by one).
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) };
+        if let Err(e) = Database::open(&root).and_then(|db| db.merge_closed()) {
+            eprintln!("loupe: merging the closed epochs of {}: {e} (readers read them one by one)", root.display());
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("loupe: no thread to merge the closed epochs: {e}");
     }
 }
 
@@ -676,6 +704,7 @@ pub struct Budget {
     daemon_s: f64,
     at: Instant,
     next_after: Duration,
+    /// Own CPU seconds at the window's start, less the clock's readings.
     cpu: f64,
     samples: u64,
     lost: u64,
@@ -705,7 +734,7 @@ impl Budget {
             daemon_s: 0.0,
             at: Instant::now(),
             next_after: BUDGET_FIRST_RECHECK,
-            cpu: own_cpu_seconds(),
+            cpu: own_cpu_seconds() - engine.clock_cpu_seconds,
             samples: engine.samples_taken(),
             lost: engine.losses().records(),
             run_stats: engine.run_stats(),
@@ -724,7 +753,9 @@ impl Budget {
         }
         self.next_after = BUDGET_RECHECK;
         self.start_cap = None;
-        let (cpu, samples, lost) = (own_cpu_seconds(), engine.samples_taken(), engine.losses().records());
+        // The clock's readings (0.1 s of spinning) are not a cost per sample.
+        let cpu = own_cpu_seconds() - engine.clock_cpu_seconds;
+        let (samples, lost) = (engine.samples_taken(), engine.losses().records());
         let n = samples.saturating_sub(self.samples);
         if n >= 100 {
             let d = (cpu - self.cpu) / n as f64;
@@ -800,7 +831,7 @@ fn open_backend(
     let fds: Vec<(usize, i32)> = sampler.event_fds().collect();
     let attached = if cfg.callchain {
         let fp_only = cfg.user_stack_bytes == 0;
-        StackAggregator::load(entries, STACK_MAP_ENTRIES, fp_only, UNWIND_ROWS).and_then(|mut b| {
+        StackAggregator::load(entries, stack_map_entries(cfg), fp_only, UNWIND_ROWS).and_then(|mut b| {
             enable_run_stats(b.enable_run_stats());
             b.attach(&fds)?;
             Ok(KernelAggregator::Stacks(Box::new(KernelStacks::new(b, fp_only, table_dir.clone()))))
@@ -829,8 +860,16 @@ fn open_backend(
     }
 }
 
-/// Stacks each generation of the kernel's stack map holds (1 KiB each).
-const STACK_MAP_ENTRIES: u32 = 8192;
+/// Stacks each generation of the kernel's stack map holds (1 KiB each):
+/// 1,024 per CPU per 1,000 samples/s, from 8 to 32 MiB a generation. New
+/// stacks arrive with the number of busy CPUs and the rate; a full map
+/// sends samples to the ring as stack copies (8 MiB a generation was too
+/// small for 16 CPUs of deep recursion: a third of the samples took the
+/// ring; 2 CPUs at 8,000/s sent a fifth there and lost some).
+fn stack_map_entries(cfg: &SamplerConfig) -> u32 {
+    let per_cpu = 1024 * cfg.freq_hz.div_ceil(1000).max(1) * cfg.events.len().max(1) as u64;
+    (per_cpu * loupe_perf::online_cpus().len() as u64).clamp(8192, 32768) as u32
+}
 /// Unwind-table rows the kernel holds for every image together (16 bytes
 /// each: 16 MiB of kernel memory; Debian's libc needs ~28,000, libLLVM and
 /// ICU hundreds of thousands). Images past it get no table (counted).
@@ -887,6 +926,8 @@ impl DaemonLock {
 pub struct DaemonOptions {
     pub db: PathBuf,
     pub flush_every: Duration,
+    /// Start a new epoch this often (None: only when asked).
+    pub epoch_every: Option<Duration>,
     /// Print an [`IntervalReport`] as a JSON line to stderr this often.
     pub stats_every: Option<Duration>,
     pub backend: BackendChoice,
@@ -944,6 +985,10 @@ pub fn run_daemon_with(
         }
         let budget_now = budget.as_ref().map(|b| b.last);
         serve_commands(&listener, &mut engine, &meter, budget_now);
+        if opts.epoch_every.is_some_and(|every| engine.epoch_started.elapsed() >= every) {
+            let epoch = engine.new_epoch()?;
+            eprintln!("loupe: epoch {epoch} started (--epoch-every)");
+        }
         if let Some(every) = opts.stats_every {
             if last_stats.elapsed() >= every {
                 last_stats = Instant::now();
@@ -1021,6 +1066,7 @@ impl Meter {
             bpf: e.bpf().map(|b| b.counters()).unwrap_or_default(),
             drained: e.bpf_entries_drained,
             runs: e.run_stats(),
+            cpu: own_cpu_seconds() - e.clock_cpu_seconds,
             ..Meter::start()
         }
     }
@@ -1039,13 +1085,15 @@ impl Meter {
             proc_scans: now.proc_scans - self.stats.proc_scans,
             images_preserved: now.images_preserved - self.stats.images_preserved,
         };
-        let cpu = own_cpu_seconds() - self.cpu;
+        // The clock's readings are reported apart (`clock_cpu_seconds`).
+        let cpu = own_cpu_seconds() - e.clock_cpu_seconds - self.cpu;
         let bpf = e.bpf().map(|b| b.counters()).unwrap_or_default();
         let moved = e.bpf_entries_drained - self.drained;
         let bpf_samples = bpf.samples - self.bpf.samples;
         let (nruns, handler_ns) = e.run_stats().since(self.runs);
         IntervalReport {
             startup_cpu_seconds: e.startup_cpu_seconds,
+            clock_cpu_seconds: e.clock_cpu_seconds,
             losses: e.losses().since(self.losses),
             bpf_runs: nruns,
             bpf_handler_ns_per_sample: handler_ns.unwrap_or(0.0),
@@ -1079,8 +1127,7 @@ impl Meter {
     fn report_total(e: &Engine) -> IntervalReport {
         // Start-up and the clock's later measurements are not the daemon's
         // running cost per sample; start-up is reported apart.
-        let cpu = e.startup_cpu_seconds + e.clock_cpu_seconds;
-        Meter { at: e.started, cpu, ..Meter::start() }.report(e)
+        Meter { at: e.started, cpu: e.startup_cpu_seconds, ..Meter::start() }.report(e)
     }
 }
 

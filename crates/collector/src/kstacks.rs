@@ -20,12 +20,12 @@
 use crate::rowspace::RowSpace;
 use crate::unwindtable::{segment_bias, TableCache};
 use crate::{images, Collector};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use loupe_bpf::stacks::{
     MappingCode, ProcessUnwind, StackAggregator, StackCounters, StackEntry, UnwindMapping, UnwindReason, UNWIND_ROW_BYTES,
 };
 use loupe_bpf::{AggEntry, BpfAggregator, Counters, RunStats};
 use loupe_model::ImageKind;
-use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -147,6 +147,13 @@ struct ImageUnwind {
     path: String,
 }
 
+/// Derived stacks kept for all processes together (~100 bytes each, their
+/// frames shared with the flush's table: a few MiB). Where stacks repeat
+/// a few thousand cover the hot set; where they hardly do (deep recursion)
+/// a larger cache held mostly stacks never seen again: 65,536 were 12 MiB
+/// of a 44-MiB recorder of 16 qsortcb for no measurable CPU.
+const DERIVED_LIMIT: usize = 1 << 14;
+
 /// Stack walking in the kernel, seen from the collector.
 pub struct KernelStacks {
     bpf: StackAggregator,
@@ -155,6 +162,8 @@ pub struct KernelStacks {
     /// Per process: frames derived from (user, kernel, Python stack)
     /// hashes and whether the user stack was walked by tables.
     derived: HashMap<u32, HashMap<StackHashes, Arc<Derived>>>,
+    /// Entries in `derived`, all processes together.
+    derived_len: usize,
     /// Unwind tables by image identity (compiled once, cached on disk).
     tables: TableCache,
     /// Per image index: its table's place in the kernel.
@@ -177,14 +186,18 @@ pub struct KernelStacks {
 /// whether the user stack was walked by unwind tables.
 type StackHashes = (u64, u64, u64, bool);
 
-/// One stack in (image, offset) frames, ready to count.
-#[derive(Debug, PartialEq, Eq)]
+/// One stack in (image, offset) frames, ready to count (a truncated one
+/// ends in the "stopped early" marker frame).
+#[derive(Debug)]
 struct Derived {
-    frames: Vec<(u32, u64)>,
+    frames: Arc<[(u32, u64)]>,
     truncated: bool,
     cut: bool,
     /// Python frames read at sample time are spliced in.
     python: bool,
+    /// Its id in the stack table being filled ([`crate::stacks::StackState::cached_id`]),
+    /// so a recurring stack is counted without hashing its frames again.
+    counted_as: std::sync::atomic::AtomicU64,
 }
 
 impl KernelStacks {
@@ -194,6 +207,7 @@ impl KernelStacks {
             frame_pointers_only,
             entries: Vec::new(),
             derived: HashMap::new(),
+            derived_len: 0,
             tables: TableCache::new(table_dir),
             unwind_images: HashMap::new(),
             rows: RowSpace::new(bpf.unwind_row_capacity()),
@@ -227,7 +241,7 @@ impl KernelStacks {
             if d.python {
                 c.count_python_in_kernel(e.count);
             }
-            c.count_walked_stack(e.pid, e.event_index, &d.frames, d.truncated, d.cut, e.count, e.period);
+            c.count_walked_stack(e.pid, e.event_index, &d.frames, (d.truncated, d.cut), &d.counted_as, e.count, e.period);
         }
         let n = entries.len() as u64;
         self.entries = entries;
@@ -336,6 +350,12 @@ impl KernelStacks {
         self.rows.used() as u64 * UNWIND_ROW_BYTES as u64
     }
 
+    fn forget_derived(&mut self, pid: u32) {
+        if let Some(m) = self.derived.remove(&pid) {
+            self.derived_len -= m.len();
+        }
+    }
+
     /// The frames of an entry's stacks, derived once per process.
     fn derive(&mut self, c: &mut Collector, e: &StackEntry) -> Arc<Derived> {
         let hash = |s: &Option<loupe_bpf::stacks::Stack>| s.as_ref().map_or(0, |s| s.hash);
@@ -344,7 +364,8 @@ impl KernelStacks {
             return d.clone();
         }
         let kernel_chain: &[u64] = e.kernel_stack.as_ref().map_or(&[], |s| &s.frames);
-        let (user_chain, bad_frame) = crate::stacks::user_space_prefix(e.user.as_ref().map_or(&[], |s| &s.frames));
+        let user_frames = e.user.as_ref().map(|s| s.frames());
+        let (user_chain, bad_frame) = crate::stacks::user_space_prefix(user_frames.as_deref().unwrap_or(&[]));
         let kernel_pcs = kernel_chain.iter().enumerate().map(|(i, &a)| if i == 0 { a } else { a - 1 });
         let mut native: Vec<(u64, (u32, u64))> = kernel_pcs.map(|a| (a, c.kernel_location(a))).collect();
         let pc_in_user = native.is_empty();
@@ -371,8 +392,30 @@ impl KernelStacks {
             || e.lost_stack
             || e.depth_limit
             || kernel_chain.len() + user_chain.len() + 2 >= KERNEL_CHAIN_LIMIT;
-        let d = Arc::new(Derived { frames, truncated, cut, python });
+        let mut frames = frames;
+        if let Some(marker) = truncated.then(|| c.stacks.as_ref().map(|st| st.truncated_image)).flatten() {
+            frames.push((marker, 0));
+        }
+        // One copy of each stack for every process whose samples reach it
+        // (16 copies of one program on 16 CPUs derive the same frames), the
+        // one the flush's table keeps.
+        let counted_as = crate::stacks::StackState::uncached();
+        let frames = match c.stacks.as_mut() {
+            Some(st) => st.table_copy(&frames, &counted_as),
+            None => frames.into(),
+        };
+        let d = Arc::new(Derived { frames, truncated, cut, python, counted_as });
+        // Programs whose stacks rarely repeat (deep recursion) would grow
+        // this without bound: past the limit the process with the most
+        // entries starts again (emptying all of them made every process
+        // derive its stacks again: +30% daemon CPU on 16 CPUs of qsortcb).
+        if self.derived_len >= DERIVED_LIMIT {
+            if let Some(pid) = self.derived.iter().max_by_key(|(_, m)| m.len()).map(|(&pid, _)| pid) {
+                self.forget_derived(pid);
+            }
+        }
         self.derived.entry(e.pid).or_default().insert(key, d.clone());
+        self.derived_len += 1;
         d
     }
 
@@ -406,7 +449,7 @@ impl KernelStacks {
         }
         let changed: Vec<u32> = c.stacks.as_mut().map(|st| st.changed.drain().collect()).unwrap_or_default();
         for pid in changed {
-            self.derived.remove(&pid);
+            self.forget_derived(pid);
             if self.unwound.contains(&pid) {
                 self.describe_for_tables(c, pid);
             }
@@ -434,7 +477,7 @@ impl KernelStacks {
             self.described.remove(&pid);
             self.unwound.remove(&pid);
             self.proc_images.remove(&pid);
-            self.derived.remove(&pid);
+            self.forget_derived(pid);
         }
     }
 
@@ -507,24 +550,20 @@ impl Collector {
         &mut self,
         pid: u32,
         event: u16,
-        frames: &[(u32, u64)],
-        truncated: bool,
-        cut: bool,
+        frames: &Arc<[(u32, u64)]>,
+        (truncated, cut): (bool, bool),
+        counted_as: &std::sync::atomic::AtomicU64,
         n: u64,
         period: u64,
     ) {
         let Some(mut st) = self.stacks.take() else { return };
-        let comm = self.procs.get(pid).map_or("swapper", |p| self.agg.comm(p.comm)).to_string();
-        if truncated {
-            let mut f = frames.to_vec();
-            f.push((st.truncated_image, 0));
-            st.count(pid, &comm, event, &f, n, period);
-            st.stats.truncated += n;
-            st.stats.frames += f.len() as u64 * n;
-        } else {
-            st.count(pid, &comm, event, frames, n, period);
-            st.stats.frames += frames.len() as u64 * n;
-        }
+        let stack = match st.cached_id(counted_as) {
+            Some(id) => id,
+            None => st.intern_cached(frames, counted_as),
+        };
+        st.count_id(pid, self.comm_id(pid), event, stack, n, period);
+        st.stats.frames += frames.len() as u64 * n;
+        st.stats.truncated += truncated as u64 * n;
         st.stats.stacks += n;
         st.stats.kernel_walks += n;
         st.stats.cut += cut as u64 * n;

@@ -91,8 +91,11 @@ pub struct Collector {
     drain: u64,
     stats: Stats,
     swapper: u32,
-    /// Image files watched for deletion or replacement while mapped.
+    /// Image files watched for deletion or replacement while a live
+    /// process maps them.
     watches: HashMap<u32, images::Watch>,
+    /// Images already copied into the image cache.
+    preserved: HashSet<u32>,
     last_watch_check: std::time::Instant,
     /// Call-stack collection, when on (see [`stacks`]).
     stacks: Option<Box<stacks::StackState>>,
@@ -150,6 +153,7 @@ impl Collector {
             stats: Stats::default(),
             swapper,
             watches: HashMap::new(),
+            preserved: HashSet::new(),
             last_watch_check: std::time::Instant::now(),
             stacks: None,
             branches: None,
@@ -236,8 +240,8 @@ impl Collector {
                 continue;
             }
             let probe_path = images::map_files_path(pid, l.start, l.end);
-            let (image, new) = self.images.resolve(self.probe.as_mut(), &l.path, None, &probe_path, l.inode, &self.vdso);
-            self.watch(image, new, pid, l.start, l.end, &probe_path);
+            let (image, _) = self.images.resolve(self.probe.as_mut(), &l.path, None, &probe_path, l.inode, &self.vdso);
+            self.watch(image, pid, l.start, l.end, &probe_path);
             let pgoff = self.pgoff(image, l.start, l.pgoff);
             maps.push(Mapping { start: l.start, end: l.end, pgoff, image });
         }
@@ -253,28 +257,40 @@ impl Collector {
     /// A new image is preserved at once if its file is already gone or
     /// different, and watched otherwise; a known one just records a fresher
     /// live mapping to copy from later.
-    fn watch(&mut self, image: u32, new: bool, pid: u32, start: u64, end: u64, mapped: &Path) {
+    fn watch(&mut self, image: u32, pid: u32, start: u64, end: u64, mapped: &Path) {
         if self.images_dir.is_none() || self.images.get(image).kind != ImageKind::Elf || self.images.get(image).build_id.is_none() {
             return;
         }
-        if new && self.preserve(image, mapped) {
+        if self.preserved.contains(&image) {
             return;
         }
-        if new {
+        if let Some(w) = self.watches.get_mut(&image) {
+            (w.pid, w.start, w.end) = (pid, start, end);
+            return;
+        }
+        // New, or mapped again after its watch was dropped with the last
+        // process known to map it: preserved now if already replaced.
+        if !self.preserve(image, mapped) {
             let sig = images::file_sig(Path::new(&self.images.get(image).path));
             self.watches.insert(image, images::Watch { sig, pid, start, end });
-        } else if let Some(w) = self.watches.get_mut(&image) {
-            (w.pid, w.start, w.end) = (pid, start, end);
         }
     }
 
     /// Copies watched images whose files changed on disk, from a process
-    /// that still maps them. At most once a second.
-    fn check_watches(&mut self) {
+    /// that still maps them. At most once a second; called after every
+    /// side-band drain, not only at the end of a (4 s) BPF drain, so a
+    /// program deleted and exiting within one BPF interval is still copied.
+    pub fn check_watches(&mut self) {
         if self.last_watch_check.elapsed() < std::time::Duration::from_secs(1) {
             return;
         }
         self.last_watch_check = std::time::Instant::now();
+        // Only images some live process maps are watched: a file stat'ed
+        // every second for every image ever seen (thousands on a build
+        // machine) cost a tenth of the daemon's CPU, and a gone process
+        // leaves nothing to copy from.
+        let procs = &self.procs;
+        self.watches.retain(|_, w| procs.get(w.pid).is_some());
         let changed: Vec<(u32, images::Watch)> = self
             .watches
             .iter()
@@ -291,6 +307,7 @@ impl Collector {
         if let Some(dir) = &self.images_dir {
             if images::preserve_if_replaced(self.images.get(image), mapped, dir) {
                 self.stats.images_preserved += 1;
+                self.preserved.insert(image);
                 return true;
             }
         }
@@ -340,9 +357,10 @@ impl Collector {
         let probe_path = images::map_files_path(m.pid, m.addr, m.addr + m.len);
         let fallback = if Path::new(&probe_path).exists() { probe_path } else { PathBuf::from(&m.filename) };
         let bid = m.build_id.clone().map(BuildId);
-        let (image, new) = self.images.resolve(self.probe.as_mut(), &m.filename, bid, &fallback, 0, &self.vdso);
-        self.watch(image, new, m.pid, m.addr, m.addr + m.len, &fallback);
+        let (image, _) = self.images.resolve(self.probe.as_mut(), &m.filename, bid, &fallback, 0, &self.vdso);
+        self.watch(image, m.pid, m.addr, m.addr + m.len, &fallback);
         self.invalidate_unwinder(m.pid);
+        self.py.mapped(m.pid, &m.filename);
         let pgoff = self.pgoff(image, m.addr, m.pgoff);
         self.procs.get_or_insert(m.pid).map(Mapping { start: m.addr, end: m.addr + m.len, pgoff, image });
     }
@@ -376,13 +394,19 @@ impl Collector {
         }
     }
 
+    /// The aggregator's id for `pid`'s name ("swapper" when the process is
+    /// unknown): ids live as long as the collector.
+    pub(crate) fn comm_id(&self, pid: u32) -> u32 {
+        self.procs.get(pid).map_or(self.swapper, |p| p.comm)
+    }
+
     /// Counts `count` samples of one (pid, pc, event) — one sample from the
     /// stream, or an aggregated bucket from the BPF tables.
     pub fn attribute(&mut self, pid: u32, ip: u64, kernel: bool, event: u16, count: u64, period: u64) {
         self.stats.samples += count;
         if kernel || ip >= kernel::KERNEL_SPACE_START {
             self.stats.kernel_samples += count;
-            let comm = self.procs.get(pid).map_or(self.swapper, |p| p.comm);
+            let comm = self.comm_id(pid);
             let (image, offset) = self.kernel_location(ip);
             self.agg.add(Slot { image, event, pid, comm, offset }, count, period);
             return;
@@ -391,7 +415,7 @@ impl Collector {
             Some((image, offset, comm)) => self.agg.add(Slot { image, event, pid, comm, offset }, count, period),
             None => {
                 self.stats.unknown_samples += count;
-                let comm = self.procs.get(pid).map_or(self.swapper, |p| p.comm);
+                let comm = self.comm_id(pid);
                 self.agg.add(Slot { image: self.unknown_image, event, pid, comm, offset: ip }, count, period);
             }
         }

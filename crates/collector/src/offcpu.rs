@@ -97,7 +97,8 @@ impl Collector {
         }
         let kernel: &[u64] = e.kernel_stack.as_ref().map_or(&[], |s| &s.frames);
         let kernel = from_schedule(kernel, st.schedule);
-        let (user, bad_frame) = crate::stacks::user_space_prefix(e.user.as_ref().map_or(&[], |s| &s.frames));
+        let user_frames = e.user.as_ref().map(|s| s.frames());
+        let (user, bad_frame) = crate::stacks::user_space_prefix(user_frames.as_deref().unwrap_or(&[]));
         let (ip, in_kernel) = match (user.first(), kernel.first()) {
             (Some(&u), _) => (u, false),
             (None, Some(&k)) => (k, true),
@@ -123,8 +124,7 @@ impl Collector {
         if cut || bad_frame || e.lost_stack || e.depth_limit {
             frames.push((stacks.truncated_image, 0));
         }
-        let comm = self.procs.get(e.pid).map_or("swapper", |p| self.agg.comm(p.comm)).to_string();
-        stacks.count(e.pid, &comm, st.event, &frames, n, e.ns);
+        stacks.count(e.pid, self.comm_id(e.pid), st.event, &frames, n, e.ns);
         self.stacks = Some(stacks);
     }
 

@@ -5,7 +5,8 @@
 //! into the collector's image table), so this module is testable on literal
 //! record sequences.
 
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 /// One executable mapping: `[start, end)` maps file offset `pgoff` of `image`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

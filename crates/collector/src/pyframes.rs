@@ -1,7 +1,7 @@
-//! Python frames in the collector's stacks: for a sample of a CPython 3.11
-//! process, the thread's Python stack ([`crate::python`]) is read with
-//! `process_vm_readv` when the sample is drained, and spliced into the
-//! native stack just above (leafward of) the `_PyEval_EvalFrameDefault`
+//! Python frames in the collector's stacks: for a sample of a CPython
+//! 3.11, 3.12 or 3.13 process, the thread's Python stack
+//! ([`crate::python`]) is read with `process_vm_readv` when the sample is
+//! drained, and spliced into the native stack just above (leafward of) the `_PyEval_EvalFrameDefault`
 //! activation that runs it, so a C function called from Python shows both.
 //!
 //! A Python frame is stored as a frame of the image named by its `.py`
@@ -12,7 +12,7 @@
 //! the symbolizer reads like any JIT code.
 //!
 //! With the BPF stack program the frames are read at sample time, in the
-//! kernel (`pystack.h`): once a process is known to be CPython 3.11 the
+//! kernel (`pystack.h`): once a process is known to be CPython the
 //! program gets its interpreter's layout, and each sample carries its
 //! (code object, instruction offset) pairs, beside the native stack in the
 //! counted key or, for a sample sent to the perf ring, in a map found again
@@ -69,6 +69,17 @@ impl PyState {
     /// Forgets a process after exec (it may become or stop being Python).
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
+    }
+
+    /// A file mapped into `pid`: a python binary or libpython mapped after
+    /// the process was found not to be CPython has it looked at again
+    /// (pyenv's and most distributions' 3.12+ keep the runtime in a
+    /// libpython, which ld.so maps after exec; a sample drained in between
+    /// found no `_PyRuntime`).
+    pub fn mapped(&mut self, pid: u32, path: &str) {
+        if self.procs.get(&pid).is_some_and(|p| p.interp.is_none()) && crate::python::looks_like_python(std::path::Path::new(path)) {
+            self.procs.remove(&pid);
+        }
     }
 
     /// Whether a CPython process is being sampled whose stacks are read
@@ -135,7 +146,7 @@ impl Collector {
     }
 
     /// The layout the BPF program needs to read `pid`'s Python frames;
-    /// None for processes that are not CPython (3.11).
+    /// None for processes that are not CPython (3.11 to 3.13).
     pub(crate) fn python_layout(&mut self, pid: u32) -> Option<loupe_bpf::stacks::PythonLayout> {
         self.python_process(pid).map(|i| i.layout())
     }
@@ -178,7 +189,7 @@ impl Collector {
         let (raw, truncated) = loupe_bpf::stacks::python_frames(words);
         let interp = self.python_process(pid)?;
         let mem = Vm(pid);
-        let frames: Result<Vec<PyFrame>, _> = raw.iter().map(|r| interp.frame(&mem, r)).collect();
+        let frames: Result<Vec<PyFrame>, _> = raw.iter().filter_map(|r| interp.frame(&mem, r).transpose()).collect();
         let eval = interp.eval.clone();
         match frames {
             Ok(f) => {
@@ -336,5 +347,16 @@ mod tests {
         let at = s.symbolize(loupe_model::ImageOffset(35)).unwrap();
         assert_eq!((at.procedure.as_str(), at.file.as_deref(), at.line), ("main", Some("/app/work.py"), Some(30)));
         assert_eq!(s.symbolize(loupe_model::ImageOffset(16)).unwrap().procedure, "Work.spin");
+    }
+
+    #[test]
+    fn a_libpython_mapped_later_has_the_process_looked_at_again() {
+        // Checks that a process found not to be CPython is forgotten when a libpython or python binary is mapped into it, and only then.
+        let mut st = PyState::default();
+        st.procs.insert(7, PyProcess { interp: None, in_kernel: false, files: HashMap::new() });
+        st.mapped(7, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert!(st.procs.contains_key(&7));
+        st.mapped(7, "/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0");
+        assert!(!st.procs.contains_key(&7));
     }
 }

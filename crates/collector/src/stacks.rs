@@ -9,10 +9,11 @@
 
 use crate::unwind::{End, Unwinders};
 use crate::{images, kernel, Collector};
+use foldhash::{HashMap, HashMapExt};
 use loupe_model::stacks::{truncated_image, Frame, StackProfile};
 use loupe_model::{ImageOffset, ProcessKey};
 use loupe_perf::Sample;
-use std::collections::HashMap;
+use std::sync::Arc;
 
 /// How stacks fared, for `record`'s summary and the daemon's stats.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -43,58 +44,107 @@ pub struct StackState {
     pub(crate) unwinders: Unwinders,
     /// Processes whose mappings changed since the BPF stack walker was last
     /// told about them (see [`crate::kstacks`]).
-    pub(crate) changed: std::collections::HashSet<u32>,
-    stacks: HashMap<Vec<(u32, u64)>, u32>,
-    table: Vec<Vec<(u32, u64)>>,
+    pub(crate) changed: foldhash::HashSet<u32>,
+    /// Each stack once, shared with the derived stacks of [`crate::kstacks`]
+    /// that name it (a stack was kept three times: derived, table, key).
+    stacks: HashMap<Arc<[(u32, u64)]>, u32>,
+    table: Vec<Arc<[(u32, u64)]>>,
     counts: HashMap<Key, u64>,
-    period_sums: HashMap<u16, u64>,
-    comms: Vec<String>,
-    comm_index: HashMap<String, u32>,
+    /// By event index (a handful of events: an array, not a map, per entry).
+    period_sums: Vec<u64>,
     pub stats: StackStats,
     pub(crate) truncated_image: u32,
     scratch: Vec<u64>,
+    /// Bumped whenever `table` is emptied: ids cached beside derived
+    /// stacks from an older table are stale (never u32::MAX, the "none" mark).
+    table_generation: u32,
 }
 
 impl StackState {
     pub(crate) fn new(vdso: Option<Vec<u8>>, truncated_image: u32) -> StackState {
         StackState {
             unwinders: Unwinders::new(vdso),
-            changed: std::collections::HashSet::new(),
+            changed: <foldhash::HashSet<u32> as foldhash::HashSetExt>::new(),
             stacks: HashMap::new(),
             table: Vec::new(),
             counts: HashMap::new(),
-            period_sums: HashMap::new(),
-            comms: Vec::new(),
-            comm_index: HashMap::new(),
+            period_sums: Vec::new(),
             stats: StackStats::default(),
             truncated_image,
             scratch: Vec::new(),
+            table_generation: 0,
         }
     }
 
-    fn intern_comm(&mut self, comm: &str) -> u32 {
-        if let Some(&i) = self.comm_index.get(comm) {
-            return i;
-        }
-        self.comms.push(comm.to_string());
-        self.comm_index.insert(comm.to_string(), (self.comms.len() - 1) as u32);
-        (self.comms.len() - 1) as u32
+    /// Counts `n` samples of one stack (their periods summing to `period`);
+    /// `comm` is the aggregator's id for the process's name.
+    pub(crate) fn count(&mut self, pid: u32, comm: u32, event: u16, frames: &[(u32, u64)], n: u64, period: u64) {
+        let stack = self.intern(frames);
+        self.count_id(pid, comm, event, stack, n, period);
     }
 
-    /// Counts `n` samples of one stack (their periods summing to `period`).
-    pub(crate) fn count(&mut self, pid: u32, comm: &str, event: u16, frames: &[(u32, u64)], n: u64, period: u64) {
-        let stack = match self.stacks.get(frames) {
-            Some(&s) => s,
-            None => {
-                let s = self.table.len() as u32;
-                self.table.push(frames.to_vec());
-                self.stacks.insert(frames.to_vec(), s);
-                s
-            }
-        };
-        let comm = self.intern_comm(comm);
+    /// Counts `n` samples of the stack `stack` (an id from [`StackState::intern`]).
+    pub(crate) fn count_id(&mut self, pid: u32, comm: u32, event: u16, stack: u32, n: u64, period: u64) {
         *self.counts.entry(Key { pid, comm, event, stack }).or_insert(0) += n;
-        *self.period_sums.entry(event).or_insert(0) += period;
+        let e = event as usize;
+        if e >= self.period_sums.len() {
+            self.period_sums.resize(e + 1, 0);
+        }
+        self.period_sums[e] += period;
+    }
+
+    /// The id of `frames` in the table being filled, added when new.
+    pub(crate) fn intern(&mut self, frames: &[(u32, u64)]) -> u32 {
+        match self.stacks.get(frames) {
+            Some(&s) => s,
+            None => self.add(frames.into()),
+        }
+    }
+
+    /// The table's copy of `frames` (added when new), its id remembered in
+    /// `cell` as [`StackState::intern_cached`] does.
+    pub(crate) fn table_copy(&mut self, frames: &[(u32, u64)], cell: &std::sync::atomic::AtomicU64) -> Arc<[(u32, u64)]> {
+        let id = self.intern(frames);
+        self.remember(cell, id);
+        self.table[id as usize].clone()
+    }
+
+    /// [`StackState::intern`] of frames already shared: kept without a copy.
+    fn intern_shared(&mut self, frames: &Arc<[(u32, u64)]>) -> u32 {
+        match self.stacks.get(&frames[..]) {
+            Some(&s) => s,
+            None => self.add(frames.clone()),
+        }
+    }
+
+    fn add(&mut self, frames: Arc<[(u32, u64)]>) -> u32 {
+        let s = self.table.len() as u32;
+        self.table.push(frames.clone());
+        self.stacks.insert(frames, s);
+        s
+    }
+
+    /// A stack id remembered beside a derived stack: valid only for the
+    /// table it was taken from (the table is emptied at every flush).
+    pub(crate) const fn uncached() -> std::sync::atomic::AtomicU64 {
+        std::sync::atomic::AtomicU64::new(u64::MAX)
+    }
+
+    pub(crate) fn cached_id(&self, cell: &std::sync::atomic::AtomicU64) -> Option<u32> {
+        let v = cell.load(std::sync::atomic::Ordering::Relaxed);
+        ((v >> 32) as u32 == self.table_generation).then_some(v as u32)
+    }
+
+    /// [`StackState::intern_shared`], remembering the id in `cell`.
+    pub(crate) fn intern_cached(&mut self, frames: &Arc<[(u32, u64)]>, cell: &std::sync::atomic::AtomicU64) -> u32 {
+        let id = self.intern_shared(frames);
+        self.remember(cell, id);
+        id
+    }
+
+    /// Keeps `id`, valid for this table only, in `cell` ([`StackState::cached_id`]).
+    fn remember(&self, cell: &std::sync::atomic::AtomicU64, id: u32) {
+        cell.store(((self.table_generation as u64) << 32) | id as u64, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -162,8 +212,7 @@ impl Collector {
         }
         st.stats.stacks += 1;
         st.stats.frames += frames.len() as u64;
-        let comm = self.procs.get(s.pid).map_or("swapper", |p| self.agg.comm(p.comm)).to_string();
-        st.count(s.pid, &comm, s.event_index as u16, &frames, 1, s.period);
+        st.count(s.pid, self.comm_id(s.pid), s.event_index as u16, &frames, 1, s.period);
         self.stacks = Some(st);
     }
 
@@ -180,7 +229,7 @@ impl Collector {
     /// Hands over every stack counted since the last call, one profile per event.
     pub fn take_stacks(&mut self) -> Vec<StackProfile> {
         let pids: Vec<u32> = self.stacks.as_ref().map_or(Vec::new(), |st| st.counts.keys().map(|k| k.pid).collect());
-        let jit = self.jit_images(pids.into_iter().collect::<std::collections::HashSet<u32>>());
+        let jit = self.jit_images(pids.into_iter().collect::<foldhash::HashSet<u32>>());
         let anon = self.anon_image;
         let dir = self.jit.dir().cloned();
         self.keep_python_tables(dir.as_ref());
@@ -197,16 +246,15 @@ impl Collector {
                     Frame { image, offset: ImageOffset(off) }
                 })
                 .collect();
-            p.add_frames(&ProcessKey::new(k.pid, &st.comms[k.comm as usize]), &frames, n);
+            p.add_frames(&ProcessKey::new(k.pid, self.agg.comm(k.comm)), &frames, n);
         }
         for (ev, p) in out.iter_mut() {
-            p.period_sum = st.period_sums.get(ev).copied().unwrap_or(0);
+            p.period_sum = st.period_sums.get(*ev as usize).copied().unwrap_or(0);
         }
         st.period_sums.clear();
         st.stacks.clear();
         st.table.clear();
-        st.comms.clear();
-        st.comm_index.clear();
+        st.table_generation = (st.table_generation + 1) % u32::MAX;
         let mut v: Vec<StackProfile> = out.into_values().collect();
         v.sort_by(|a, b| a.event.cmp(&b.event));
         v

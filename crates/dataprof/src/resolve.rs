@@ -23,6 +23,9 @@ pub enum How {
     Register,
     /// The base register's type by type flow through the function's code.
     Flow,
+    /// A slot of the function's own frame a push, pop, call or return
+    /// touches: a saved register or the return address.
+    Frame,
     /// The type other samples found for the same heap block.
     Block,
     /// The type other samples found for objects from the same allocation site.
@@ -35,7 +38,7 @@ pub enum How {
 
 impl How {
     pub fn typed(self) -> bool {
-        matches!(self, How::Static | How::Alloc | How::Register | How::Flow | How::Block | How::Site)
+        matches!(self, How::Static | How::Alloc | How::Register | How::Flow | How::Frame | How::Block | How::Site)
     }
 }
 
@@ -142,9 +145,23 @@ impl<H: Heap> Resolver<H> {
         }
     }
 
+    /// The allocation index it was given.
+    pub fn heap(&self) -> &H {
+        &self.heap
+    }
+
     /// Images whose DWARF or symbols could not be read: (path, why).
     pub fn unreadable(&self) -> Vec<String> {
         self.images.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| k.clone()).collect()
+    }
+
+    /// The path of the image file mapped at `addr` in process `pid`, as its
+    /// saved maps tell.
+    pub fn image_path(&self, pid: u32, addr: u64) -> Option<&str> {
+        match maps::region(self.maps.get(&pid)?, addr) {
+            Region::Image { path, .. } => Some(path),
+            _ => None,
+        }
     }
 
     /// The image's index, loading it on first use.
@@ -206,6 +223,8 @@ impl<H: Heap> Resolver<H> {
         };
         let reg = self.pointee(&maps, r);
         if let Ok((t, how)) = reg {
+            // A frame slot is on a stack, whichever mapping holds that stack (threads' are anonymous).
+            let area = if how == How::Frame { Area::Stack } else { area };
             let object = block.as_ref().map(|b| (b.base, b.size)).or(Some((r.addr - t.offset, t.size)));
             let site = block.map(|b| b.site);
             return Resolved {
@@ -338,12 +357,22 @@ impl<H: Heap> Resolver<H> {
         }
         let found = match &self.images[i].1 {
             None => Err(Unknown::NoDebugInfo),
-            Some(t) if !t.has_dwarf => Err(Unknown::NoDebugInfo),
             Some(t) => match t.vaddr_of(file_offset) {
+                None if !t.has_dwarf => Err(Unknown::NoDebugInfo),
                 None => Err(Unknown::NoCode),
-                Some(pc) => match t.pointee_at(pc, reg, r.base_offset) {
-                    Some(x) => Ok((x, How::Register)),
-                    None => t.flow_pointee(pc, reg, r.base_offset).map(|x| (x, How::Flow)),
+                Some(pc) => match t.frame_slot(pc, reg, r.base_offset).or_else(|| t.canary_at(pc, reg, r.base_offset)) {
+                    Some(x) => Ok((x, How::Frame)),
+                    None if !t.has_dwarf => Err(Unknown::NoDebugInfo),
+                    None => match t.pointee_at(pc, reg, r.base_offset).or_else(|| t.slot_owner(pc, reg, r.base_offset)) {
+                        Some(x) => Ok((x, How::Register)),
+                        None => match t.spill_at(pc, reg, r.base_offset) {
+                            Some(x) => Ok((x, How::Flow)),
+                            None => match t.flow_pointee(pc, reg, r.base_offset) {
+                                Err(Unknown::UntypedRegister) if t.in_assembly(pc) => Err(Unknown::Assembly),
+                                x => x.map(|x| (x, How::Flow)),
+                            },
+                        },
+                    },
                 },
             },
         };
@@ -427,6 +456,26 @@ mod tests {
             why: None,
             fallback: None,
         }
+    }
+
+    #[test]
+    fn image_path_names_the_file_mapped_at_an_address_per_process() {
+        // Checks image_path reads the maps saved for each pid: code of the program and of a preloaded library are named by their files; the heap, a pid without maps and an unmapped address are no image.
+        let db = tempfile::tempdir().unwrap();
+        let dir = log::data_dir(db.path()).join("maps");
+        std::fs::create_dir_all(&dir).unwrap();
+        let maps = "\
+555555554000-555555556000 r-xp 00000000 08:01 1 /usr/bin/prog
+555555559000-55555557a000 rw-p 00000000 00:00 0                          [heap]
+7ffff7a00000-7ffff7a02000 r-xp 00001000 08:01 2 /db/allocs/libloupe_alloc.so
+";
+        std::fs::write(dir.join("42"), maps).unwrap();
+        let r = Resolver::new(db.path(), NoHeap);
+        assert_eq!(r.image_path(42, 0x555555555010), Some("/usr/bin/prog"));
+        assert_eq!(r.image_path(42, 0x7ffff7a01000), Some("/db/allocs/libloupe_alloc.so"));
+        assert_eq!(r.image_path(42, 0x555555560000), None);
+        assert_eq!(r.image_path(43, 0x555555555010), None);
+        assert_eq!(r.image_path(42, 0x1000), None);
     }
 
     #[test]

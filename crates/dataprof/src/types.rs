@@ -11,7 +11,14 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 use std::path::Path;
 
 mod flow;
+mod frame;
+mod got;
+mod pointed;
+mod slots;
+mod spill;
 pub use flow::{AllocType, Unknown};
+pub use frame::FRAME_TYPE;
+pub use got::GOT_TYPE;
 
 type R = EndianSlice<'static, RunTimeEndian>;
 
@@ -92,6 +99,14 @@ pub struct ImageTypes {
     flows: std::cell::RefCell<std::collections::HashMap<u64, Option<std::rc::Rc<flow::FuncFlow>>>>,
     /// `variable_at` answers, memoized: the flow asks the same ones on every pass.
     vars: std::cell::RefCell<std::collections::HashMap<(u64, u16, i64), Option<Hit>>>,
+    /// Relative dynamic relocations (place, target): the image's initialized pointers.
+    relocs: Vec<(u64, u64)>,
+    /// Global offset table slots by their dynamic relocations.
+    got: Vec<got::Slot>,
+    /// Spill slots per function (by entry), found on first use.
+    spills: std::cell::RefCell<std::collections::HashMap<u64, Option<std::rc::Rc<spill::Spills>>>>,
+    /// What typed static pointers point to, built on first use.
+    pointed: std::cell::RefCell<Option<Vec<pointed::Pointed>>>,
     pub has_dwarf: bool,
 }
 
@@ -161,6 +176,10 @@ impl ImageTypes {
             data,
             flows: Default::default(),
             vars: Default::default(),
+            relocs: ImageTypes::relative_relocations(&file),
+            got: ImageTypes::got_slots(&file),
+            pointed: Default::default(),
+            spills: Default::default(),
             has_dwarf: false,
         };
         t.index()?;
@@ -249,7 +268,7 @@ impl ImageTypes {
     /// The static variable at `vaddr`: its type (an array's element type)
     /// and field. Scalars and untyped symbols are named `TYPE NAME`.
     pub fn static_at(&self, vaddr: u64) -> Option<Typed> {
-        let g = self.global_at(vaddr)?;
+        let Some(g) = self.global_at(vaddr) else { return self.pointed_at(vaddr).or_else(|| self.got_at(vaddr)) };
         let off = vaddr - g.addr;
         let Some(ty) = g.ty else {
             return Some(Typed {
@@ -367,22 +386,8 @@ impl ImageTypes {
     }
 
     fn match_variable(&self, ui: usize, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>, q: &Query) -> Option<Hit> {
-        let (pc, reg, offset) = (q.pc, q.reg, q.offset);
-        let loc = e.attr_value(gimli::DW_AT_location).ok()??;
-        let expr = match loc {
-            AttributeValue::Exprloc(x) => x,
-            other => {
-                let mut list = self.dwarf.attr_locations(unit, other).ok()??;
-                let mut hit = None;
-                while let Ok(Some(l)) = list.next() {
-                    if l.range.begin <= pc && pc < l.range.end {
-                        hit = Some(l.data);
-                        break;
-                    }
-                }
-                hit?
-            }
-        };
+        let (reg, offset) = (q.reg, q.offset);
+        let expr = self.location_at(unit, e, q.pc)?;
         let mut ops = expr.operations(unit.encoding());
         let first = ops.next().ok()??;
         let only = matches!(ops.next(), Ok(None));
@@ -401,6 +406,23 @@ impl ImageTypes {
                 _ => None,
             },
             _ => None,
+        }
+    }
+
+    /// A variable's location expression at `pc` (its only one, or the
+    /// location list's entry covering `pc`).
+    fn location_at(&self, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>, pc: u64) -> Option<gimli::Expression<R>> {
+        match e.attr_value(gimli::DW_AT_location).ok()?? {
+            AttributeValue::Exprloc(x) => Some(x),
+            other => {
+                let mut list = self.dwarf.attr_locations(unit, other).ok()??;
+                while let Ok(Some(l)) = list.next() {
+                    if l.range.begin <= pc && pc < l.range.end {
+                        return Some(l.data);
+                    }
+                }
+                None
+            }
         }
     }
 
@@ -494,6 +516,16 @@ impl ImageTypes {
             }
         }
         None
+    }
+
+    /// Whether the function holding `pc` was written in assembly (its unit's
+    /// language says so): DWARF gives it bounds but no variables.
+    pub fn in_assembly(&self, pc: u64) -> bool {
+        let end = self.funcs.partition_point(|f| f.low <= pc);
+        let Some(f) = self.funcs[..end].iter().rev().find(|f| pc < f.high) else { return false };
+        let unit = &self.units[f.unit];
+        let lang = unit.entries().next_dfs().ok().flatten().and_then(|(_, e)| e.attr_value(gimli::DW_AT_language).ok().flatten());
+        matches!(lang, Some(AttributeValue::Language(gimli::DW_LANG_Mips_Assembler)))
     }
 
     /// Entry and end of the outermost function holding `pc`.
@@ -812,6 +844,28 @@ int main(void) { return (int)(pairs[1].b + counter) + get(0); }
         let t = ImageTypes::load(Path::new(libc)).unwrap();
         assert!(t.has_dwarf, "no DWARF for {libc}: is libc6-dbg installed?");
         assert!(t.function_bounds(malloc).is_some_and(|(lo, hi)| lo <= malloc && malloc < hi));
+    }
+
+    #[test]
+    fn functions_of_an_assembly_unit_are_known_as_such() {
+        // Checks that with a `.S` file built -g beside C (as glibc's string routines are), its function is in assembly and main is not.
+        let dir = tempfile::tempdir().unwrap();
+        let (c, s, bin) = (dir.path().join("m.c"), dir.path().join("copy.S"), dir.path().join("t"));
+        std::fs::write(&c, "void copy8(long *d, const long *s);\nint main(void) { long a = 1, b; copy8(&b, &a); return (int)b - 1; }\n")
+            .unwrap();
+        std::fs::write(
+            &s,
+            ".globl copy8\n.type copy8,@function\ncopy8:\n  mov (%rsi), %rax\n  mov %rax, (%rdi)\n  ret\n.size copy8,.-copy8\n",
+        )
+        .unwrap();
+        let st = std::process::Command::new("cc").args(["-O2", "-g", "-o"]).arg(&bin).arg(&c).arg(&s).status().expect("cc");
+        assert!(st.success());
+        let data = std::fs::read(&bin).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let addr = |n: &str| file.symbols().find(|x| x.name() == Ok(n)).unwrap().address();
+        let t = ImageTypes::load(&bin).unwrap();
+        assert!(t.in_assembly(addr("copy8")));
+        assert!(!t.in_assembly(addr("main")));
     }
 
     #[test]

@@ -23,7 +23,8 @@
 //! ```
 
 use crate::{EventName, ImageId, ImageKind, ImageOffset, ProcessKey};
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 
 /// One frame: an offset in an image of the profile's image table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,7 +59,11 @@ pub struct StackProfile {
 struct Interner {
     images: HashMap<ImageId, u32>,
     frames: HashMap<Frame, u32>,
-    stacks: HashMap<Vec<u32>, u32>,
+    /// Stack ids by the hash of their frame ids: the frames are kept once,
+    /// in [`StackProfile::stacks`] (a map keyed by them kept a second copy
+    /// of every stack: a third of a large profile's memory while building it).
+    stacks: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
     processes: HashMap<ProcessKey, u32>,
     built: bool,
 }
@@ -69,6 +74,20 @@ impl PartialEq for Interner {
     }
 }
 impl Eq for Interner {}
+
+/// The id of the stack of frame ids `ids` in `stacks`, added when new.
+fn intern_stack(ix: &mut Interner, stacks: &mut Vec<Vec<u32>>, ids: &[u32]) -> u32 {
+    use std::hash::BuildHasher;
+    let hasher = ix.hasher.clone();
+    let hash = hasher.hash_one(ids);
+    if let Some(&i) = ix.stacks.find(hash, |&i| stacks[i as usize] == ids) {
+        return i;
+    }
+    stacks.push(ids.to_vec());
+    let i = (stacks.len() - 1) as u32;
+    ix.stacks.insert_unique(hash, i, |&j| hasher.hash_one(&stacks[j as usize][..]));
+    i
+}
 
 fn intern<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, u32>, table: &mut Vec<K>, k: &K) -> u32 {
     if let Some(&i) = map.get(k) {
@@ -101,7 +120,18 @@ impl StackProfile {
         let ix = &mut self.index;
         ix.images = self.images.iter().enumerate().map(|(i, x)| (x.clone(), i as u32)).collect();
         ix.frames = self.frames.iter().enumerate().map(|(i, x)| (*x, i as u32)).collect();
-        ix.stacks = self.stacks.iter().enumerate().map(|(i, x)| (x.clone(), i as u32)).collect();
+        ix.stacks = hashbrown::HashTable::with_capacity(self.stacks.len());
+        let (hasher, stacks) = (&ix.hasher, &self.stacks);
+        let hash = |s: &[u32]| std::hash::BuildHasher::hash_one(hasher, s);
+        for (i, x) in stacks.iter().enumerate() {
+            // A stack listed twice answers to its last row, as a map built from the rows did.
+            match ix.stacks.find_mut(hash(x), |&j| stacks[j as usize] == *x) {
+                Some(j) => *j = i as u32,
+                None => {
+                    ix.stacks.insert_unique(hash(x), i as u32, |&j| hash(&stacks[j as usize]));
+                }
+            }
+        }
         ix.processes = self.processes.iter().enumerate().map(|(i, x)| (x.clone(), i as u32)).collect();
         ix.built = true;
     }
@@ -115,7 +145,7 @@ impl StackProfile {
     pub fn add_frames(&mut self, process: &ProcessKey, frames: &[Frame], n: u64) {
         self.ensure_index();
         let ids: Vec<u32> = frames.iter().map(|f| intern(&mut self.index.frames, &mut self.frames, f)).collect();
-        let s = intern(&mut self.index.stacks, &mut self.stacks, &ids);
+        let s = intern_stack(&mut self.index, &mut self.stacks, &ids);
         let p = intern(&mut self.index.processes, &mut self.processes, process);
         *self.counts.entry((p, s)).or_insert(0) += n;
     }
@@ -151,7 +181,7 @@ impl StackProfile {
                     }
                     ids.push(frames[f as usize]);
                 }
-                stacks[s as usize] = intern(&mut self.index.stacks, &mut self.stacks, &ids);
+                stacks[s as usize] = intern_stack(&mut self.index, &mut self.stacks, &ids);
             }
             if processes[p as usize] == NEW {
                 processes[p as usize] = intern(&mut self.index.processes, &mut self.processes, &other.processes[p as usize]);

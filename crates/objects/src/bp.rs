@@ -61,6 +61,19 @@ pub fn parse_sample(rec: &[u8]) -> Option<Hit> {
     Some(Hit { ip: s.ip?, pid: s.pid?, tid: s.tid?, time_ns: s.time?, cpu: s.cpu? })
 }
 
+/// A breakpoint event on `cpu`; a CPU whose debug registers are all taken
+/// (by other breakpoints: another Loupe watching or counting, a debugger)
+/// answers ENOSPC, which says nothing to a user by itself.
+fn open_on(a: &PerfEventAttr, cpu: u32) -> io::Result<OwnedFd> {
+    sys::perf_event_open(a, -1, cpu as i32, -1).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOSPC) => io::Error::other(format!(
+            "no free hardware breakpoint on CPU {cpu}: its four debug registers are held by other breakpoints \
+             (another `loupe` watching or counting, a debugger); try again when they end"
+        )),
+        _ => e,
+    })
+}
+
 /// One watched range on every CPU.
 pub struct Watch {
     events: Vec<(OwnedFd, Ring)>,
@@ -74,7 +87,7 @@ impl Watch {
         let a = attr(addr, len, bp_type);
         let mut events = Vec::with_capacity(cpus.len());
         for &cpu in cpus {
-            let fd = sys::perf_event_open(&a, -1, cpu as i32, -1)?;
+            let fd = open_on(&a, cpu)?;
             let ring = Ring::map(fd.as_raw_fd(), 16)?;
             events.push((fd, ring));
         }
@@ -98,7 +111,7 @@ impl Watch {
         let a = attr(addr, len, HW_BREAKPOINT_RW);
         let mut events = Vec::with_capacity(cpus.len());
         for &cpu in cpus {
-            let fd = sys::perf_event_open(&a, -1, cpu as i32, -1)?;
+            let fd = open_on(&a, cpu)?;
             let ring = Ring::map(fd.as_raw_fd(), 16)?;
             events.push((fd, ring));
         }

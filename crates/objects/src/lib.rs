@@ -16,6 +16,7 @@
 
 pub mod access;
 pub mod bp;
+pub mod callers;
 pub mod flow;
 pub mod history;
 pub mod index;

@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 
 const SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libloupe_alloc.so"));
 
+/// The shim's file name in `<db>/allocs/` (and so in the maps of a process
+/// that loaded it): samples in its code are Loupe's, not the program's.
+pub const SHIM_FILE: &str = "libloupe_alloc.so";
+
 /// Environment variables that make a command log its allocations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreloadEnv {
@@ -25,7 +29,7 @@ pub fn install(db_dir: &Path) -> std::io::Result<PreloadEnv> {
     let dir = db_dir.join(crate::log::DIR);
     loupe_files::create_dir_all(&dir)?;
     let dir = dir.canonicalize()?;
-    let shim = dir.join("libloupe_alloc.so");
+    let shim = dir.join(SHIM_FILE);
     loupe_files::write(&shim, SHIM)?;
     let mut preload = shim.clone().into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {

@@ -16,8 +16,9 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/allocs.skel.rs"));
 }
 
+use crate::callers::CallerUnwinder;
 use crate::history::{function_range, HistoryOptions, Watcher};
-use crate::log::{Record, Source, Writer, RECORD_LEN};
+use crate::log::{AllocFn, Record, Source, Writer, RECORD_LEN};
 use crate::sideband::Sideband;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, RingBufferBuilder, UprobeOpts};
@@ -77,6 +78,9 @@ pub struct TrackerOptions {
     pub libstdcxx: Option<PathBuf>,
     /// Also collect object access histories (hardware breakpoints).
     pub history: Option<HistoryOptions>,
+    /// Keep each allocation's callers (a stack copy per allocation, unwound
+    /// here): what typing blocks through `void *` wrappers needs.
+    pub callers: bool,
     /// Tests only: the thread reads no event until this is set (or it is
     /// stopped), as on a machine too loaded to run it.
     #[doc(hidden)]
@@ -91,6 +95,9 @@ pub struct TrackSummary {
     /// Events the ring buffers had no room for (the log misses them),
     /// mapping records included.
     pub dropped: u64,
+    /// Allocations logged without their callers: the ring was half full
+    /// when they happened (its reader starved), so no stack was copied.
+    pub without_callers: u64,
     pub processes: usize,
     /// Objects whose access history was collected.
     pub histories: u64,
@@ -176,6 +183,7 @@ impl AllocTracker {
             cxx,
             roots: roots.to_vec(),
             history: opts.history.clone(),
+            callers: opts.callers,
             db_dir: db_dir.to_path_buf(),
             reader_gate: opts.reader_gate.clone(),
         };
@@ -222,7 +230,14 @@ struct State {
     control: Vec<[u8; RECORD_LEN]>,
     /// Processes whose first maps snapshot was just taken.
     new_pids: Vec<u32>,
+    /// Unwinds the probes' stack copies into each allocation's callers.
+    unwinder: CallerUnwinder,
 }
+
+/// The probes' allocation event (`struct stack_event`): a log record of
+/// kind 7, the caller's ip, sp, rbp, the bytes of stack read, then the stack.
+const EV_ALLOC_STACK: u16 = 7;
+const STACK_AT: usize = RECORD_LEN + 32;
 
 impl State {
     fn on_event(&mut self, bytes: &[u8]) {
@@ -235,6 +250,7 @@ impl State {
             self.snapshot(pid, t.saturating_sub(1));
         }
         match u16::from_le_bytes(bytes[0..2].try_into().unwrap()) {
+            EV_ALLOC_STACK => return self.on_alloc(pid, bytes),
             1 => self.summary.allocs += 1,
             2 => self.summary.frees += 1,
             _ => {
@@ -243,6 +259,26 @@ impl State {
             }
         }
         if let Err(e) = self.writer.append_raw(&bytes[..RECORD_LEN]) {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    /// An allocation with its stack copy: logged as an alloc record whose
+    /// payload is the callers the copy unwinds to.
+    fn on_alloc(&mut self, pid: u32, b: &[u8]) {
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        if b.len() < STACK_AT {
+            return;
+        }
+        let Some(func) = AllocFn::from_code(u16::from_le_bytes([b[2], b[3]])) else { return };
+        self.summary.allocs += 1;
+        let regs = loupe_perf::UserRegs { ip: u64_at(RECORD_LEN), sp: u64_at(RECORD_LEN + 8), bp: u64_at(RECORD_LEN + 16) };
+        let len = (u64_at(RECORD_LEN + 24) as usize).min(b.len() - STACK_AT);
+        let maps = self.maps.get(&pid).map_or("", String::as_str);
+        let callers = self.unwinder.callers(pid, maps, regs, &b[STACK_AT..STACK_AT + len]);
+        let (tid, time_ns, base, size, site) = (u32_at(8), u64_at(16), u64_at(24), u64_at(32), u64_at(40));
+        if let Err(e) = self.writer.append(&Record::Alloc { func, pid, tid, time_ns, base, size, site, callers }) {
             self.error.get_or_insert(e);
         }
     }
@@ -268,6 +304,7 @@ impl State {
         if !self.maps.contains_key(&pid) {
             self.new_pids.push(pid);
         }
+        self.unwinder.invalidate(pid);
         if let Err(e) = self.writer.append(&Record::Maps { pid, time_ns, text: text.clone() }) {
             self.error.get_or_insert(e);
         }
@@ -280,6 +317,7 @@ struct Setup {
     cxx: Option<PathBuf>,
     roots: Vec<u32>,
     history: Option<HistoryOptions>,
+    callers: bool,
     db_dir: PathBuf,
     reader_gate: Option<Arc<AtomicBool>>,
 }
@@ -287,7 +325,7 @@ struct Setup {
 fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> Result<TrackSummary, Error> {
     type Started = (AllocsSkel<'static>, Vec<Link>, Vec<String>, Option<Watcher>);
     let started = (|| -> Result<Started, Error> {
-        let (skel, links, warnings) = attach(&setup.libc, setup.cxx.as_deref(), &setup.roots)?;
+        let (skel, links, warnings) = attach(&setup.libc, setup.cxx.as_deref(), &setup.roots, setup.callers)?;
         let watcher = match &setup.history {
             Some(h) => {
                 Some(Watcher::new(&setup.db_dir, h.clone(), monotonic_ns()).map_err(|e| err(ErrorKind::Log, "object histories", e))?)
@@ -310,6 +348,7 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
         error: None,
         control: Vec::new(),
         new_pids: Vec::new(),
+        unwinder: CallerUnwinder::default(),
     }));
     let mut sideband = match Sideband::open(&setup.roots) {
         Ok(s) => Some(s),
@@ -380,6 +419,7 @@ fn run(setup: Setup, writer: Writer, ready: Ready, stop: mpsc::Receiver<()>) -> 
     st.summary.processes = st.maps.len();
     let sideband_lost = sideband.as_ref().map_or(0, Sideband::lost);
     st.summary.dropped = skel.maps.bss_data.as_deref().map_or(0, |b| b.dropped) + sideband_lost;
+    st.summary.without_callers = skel.maps.bss_data.as_deref().map_or(0, |b| b.no_stack);
     if let Some(w) = watcher {
         st.summary.histories = w.objects;
         st.summary.hit_ns = Some(w.hit_ns());
@@ -499,12 +539,16 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn attach(libc: &Path, cxx: Option<&Path>, roots: &[u32]) -> Result<(AllocsSkel<'static>, Vec<Link>, Vec<String>), Error> {
+fn attach(libc: &Path, cxx: Option<&Path>, roots: &[u32], callers: bool) -> Result<(AllocsSkel<'static>, Vec<Link>, Vec<String>), Error> {
     libbpf_rs::set_print(None);
     // The skeleton borrows its object storage for its whole life; one per tracking run.
     let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let open = AllocsSkelBuilder::default().open(storage).map_err(|e| err(ErrorKind::Load, "opening the allocation probes", e))?;
-    let skel = open.load().map_err(|e| err(ErrorKind::Load, "loading the allocation probes (verifier)", e))?;
+    let mut skel = open.load().map_err(|e| err(ErrorKind::Load, "loading the allocation probes (verifier)", e))?;
+    if let Some(bss) = skel.maps.bss_data.as_deref_mut() {
+        // Before any probe is attached: nothing reads it yet.
+        bss.want_callers = callers as u64;
+    }
     for pid in roots {
         skel.maps.tracked.update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY).map_err(|e| err(ErrorKind::Load, "tracking a process", e))?;
     }

@@ -21,6 +21,7 @@
 //! A procedure entered too rarely for a window to hold two entries keeps
 //! its estimates.
 
+use crate::clock::ThreadClocks;
 use crate::{ElfAddr, RuntimeAddr};
 use loupe_perf::sys::{self, PerfEventAttr};
 use serde::{Deserialize, Serialize};
@@ -37,7 +38,8 @@ const UPROBE_TYPE: &str = "/sys/bus/event_source/devices/uprobe/type";
 /// every process on every CPU (opened before the program starts, so no
 /// entry is missed). Closing it (drop) removes the probe.
 pub struct EntryCounter {
-    fds: Vec<OwnedFd>,
+    /// Emptied by [`EntryCounter::close`].
+    fds: std::sync::Mutex<Vec<OwnedFd>>,
 }
 
 impl EntryCounter {
@@ -66,17 +68,27 @@ impl EntryCounter {
             Some(p) => vec![sys::perf_event_open(&attr, p, -1, -1)?],
             None => online_cpus()?.into_iter().map(|cpu| sys::perf_event_open(&attr, -1, cpu, -1)).collect::<io::Result<Vec<_>>>()?,
         };
-        Ok(EntryCounter { fds })
+        Ok(EntryCounter { fds: std::sync::Mutex::new(fds) })
     }
 
     /// Executions counted so far, all CPUs.
     pub fn read(&self) -> io::Result<u64> {
-        self.fds.iter().map(|f| read_u64(f.as_raw_fd())).sum()
+        let fds = self.fds.lock().unwrap_or_else(|e| e.into_inner());
+        if fds.is_empty() {
+            return Err(io::Error::other("the entry uprobe was closed"));
+        }
+        fds.iter().map(|f| read_u64(f.as_raw_fd())).sum()
     }
 
     /// Stops counting (the count read afterwards stays).
     pub fn disable(&self) -> io::Result<()> {
-        self.fds.iter().try_for_each(|f| sys::ioctl(f.as_raw_fd(), sys::IOC_DISABLE, 0))
+        self.fds.lock().unwrap_or_else(|e| e.into_inner()).iter().try_for_each(|f| sys::ioctl(f.as_raw_fd(), sys::IOC_DISABLE, 0))
+    }
+
+    /// Removes the probe now (a disabled uprobe still traps: its breakpoint
+    /// stays in the text until the event is closed); reads fail afterwards.
+    pub fn close(&self) {
+        self.fds.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }
 
@@ -149,7 +161,7 @@ pub struct Window {
 /// returns the order they ran in (indices into `addrs`) and each slot's
 /// span. Polls every millisecond and stops once `max_hits` have trapped or
 /// `max_window` has passed.
-pub fn sequence_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget) -> io::Result<Window> {
+pub fn sequence_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget, clocks: &mut ThreadClocks) -> io::Result<Window> {
     let mut fds: Vec<OwnedFd> = Vec::with_capacity(addrs.len());
     for (i, &a) in addrs.iter().enumerate() {
         let leader = fds.first().map_or(-1, |f| f.as_raw_fd());
@@ -174,7 +186,7 @@ pub fn sequence_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget) -> io::
         })
     };
     // Read next to the enable and disable: the thread runs untrapped until the one and after the other.
-    let cpu0 = thread_cpu(tid);
+    let cpu0 = clocks.read(tid);
     sys::ioctl(fds[0].as_raw_fd(), sys::IOC_ENABLE, IOC_FLAG_GROUP)?;
     loop {
         std::thread::sleep(Duration::from_millis(1));
@@ -184,7 +196,7 @@ pub fn sequence_window(tid: u32, addrs: &[RuntimeAddr], budget: &Budget) -> io::
         }
     }
     sys::ioctl(fds[0].as_raw_fd(), sys::IOC_DISABLE, IOC_FLAG_GROUP)?;
-    w.cpu = cpu0.zip(thread_cpu(tid));
+    w.cpu = cpu0.zip(clocks.read(tid));
     w.armed = t0.elapsed();
     drain(&mut w);
     Ok(w)
@@ -258,6 +270,22 @@ impl ClassCount {
     }
 }
 
+/// A class is counted from a class armed beside it once the windows held at
+/// least this many whole intervals of that class.
+pub const MIN_INTERVALS: u64 = 10;
+
+/// A level chained up the ladder counts only when its 95% half-width is at most this share of it.
+pub const MAX_RELATIVE_HW: f64 = 0.05;
+
+/// A group led by a class other than the entry settles once each of its
+/// classes' ratio to the leader is this precise (95% half-width over the
+/// ratio), or after [`LADDER_WINDOWS`] windows, precise or not.
+pub const SETTLED_PRECISION: f64 = 0.01;
+pub const LADDER_WINDOWS: usize = 48;
+
+/// A class's counted executions and their 95% half-width.
+pub type Level = (ElfAddr, (f64, f64));
+
 /// What a counting run measured, kept beside the database for `loupe calc`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counts {
@@ -279,19 +307,101 @@ pub struct Counts {
     pub armed_secs: f64,
     pub traps: u64,
     pub wall_secs: f64,
+    /// Why nothing was counted, when the counting gave up (the entry uprobe's cost).
+    #[serde(default)]
+    pub not_counted: Option<String>,
 }
 
 impl Counts {
     /// The counted executions of the class at `addr` and their 95% half-width.
     pub fn executions(&self, addr: ElfAddr) -> Option<(f64, f64)> {
-        let entries = self.entries? as f64;
-        if addr == self.entry {
-            return Some((entries, 0.0));
+        self.all_executions().into_iter().find(|x| x.0 == addr).map(|x| x.1)
+    }
+
+    /// Every class counted, with its executions and their 95% half-width:
+    /// the entry by its uprobe; a class armed beside the entry over whole
+    /// calls, entries x its executions per call; in a run of one call, by
+    /// chaining (`one_call`); the rest, deeper in the procedure's
+    /// loops, by their hits between the hits of a class already counted that
+    /// was armed beside them (the ladder of groups, [`groups`]), pooled over
+    /// windows ([`crate::chain::ratio_level`]), rung by rung. A count the
+    /// windows cannot support is left out ([`Counts::refused`] says why).
+    pub fn all_executions(&self) -> Vec<(ElfAddr, (f64, f64))> {
+        self.levels().0
+    }
+
+    /// The classes whose windows gave a count too uncertain or unrepresentative
+    /// to report as counted, each with the reason (they keep calc's estimate).
+    pub fn refused(&self) -> Vec<(ElfAddr, String)> {
+        self.levels().1
+    }
+
+    /// [`Counts::all_executions`] and [`Counts::refused`].
+    fn levels(&self) -> (Vec<Level>, Vec<(ElfAddr, String)>) {
+        let Some(entries) = self.entries else { return (vec![], vec![]) };
+        let mut known = vec![(self.entry, (entries as f64, 0.0))];
+        let (mut todo, mut refused) = (Vec::new(), Vec::new());
+        for c in self.classes.iter().filter(|c| c.addr != self.entry) {
+            let whole = self.per_call_level(c, entries);
+            match whole.or_else(|| self.one_call(c.addr).map(Ok)) {
+                Some(Ok(l)) => known.push((c.addr, l)),
+                Some(Err(why)) => refused.push((c.addr, why)),
+                None => todo.push(c.addr),
+            }
         }
-        match self.classes.iter().find(|c| c.addr == addr).and_then(ClassCount::per_entry) {
-            Some((r, h)) => Some((r * entries, h * entries)),
-            None => self.one_call(addr),
+        loop {
+            let before = todo.len();
+            let mut i = 0;
+            while i < todo.len() {
+                match self.level_by_rung_below(todo[i], &known) {
+                    Some(Ok(l)) => known.push((todo.swap_remove(i), l)),
+                    Some(Err(why)) => refused.push((todo.swap_remove(i), why)),
+                    None => i += 1,
+                }
+            }
+            if todo.len() == before {
+                return (known, refused);
+            }
         }
+    }
+
+    /// Entries x the class's executions per whole call in the windows led by
+    /// the entry, when those support it ([`supported`]): Err(why) when not,
+    /// None when no window held a whole call. A class never run in them
+    /// counts 0 with an upper end of three runs in all the calls seen (the
+    /// Poisson 95% bound for none observed).
+    fn per_call_level(&self, c: &ClassCount, entries: u64) -> Option<Result<(f64, f64), String>> {
+        let (r, h) = c.per_entry()?;
+        let calls: u64 = c.windows.iter().map(|w| w.1).sum();
+        let n = entries as f64;
+        let level = if r == 0.0 { (0.0, 3.0 * n / calls.max(1) as f64) } else { (r * n, h * n) };
+        Some(supported(&self.spans, self.entry, c.addr, level, c.windows.len()).map(|_| level))
+    }
+
+    /// Executions of `addr` from its hits between the hits of the counted
+    /// class armed beside it in windows holding the most of that class's
+    /// whole intervals (at least [`MIN_INTERVALS`] over two windows or more).
+    fn level_by_rung_below(&self, addr: ElfAddr, known: &[(ElfAddr, (f64, f64))]) -> Option<Result<(f64, f64), String>> {
+        // Per known anchor: its whole intervals and windows beside addr.
+        let mut beside: Vec<(ElfAddr, u64, usize)> = Vec::new();
+        for w in self.spans.iter().filter(|w| w.addrs.contains(&addr)) {
+            for (a, &anchor) in w.addrs.iter().enumerate().filter(|(_, &x)| x != addr) {
+                let n = w.inside.get(a).and_then(|r| r.get(a)).copied().unwrap_or(0);
+                if n == 0 || !known.iter().any(|k| k.0 == anchor) {
+                    continue;
+                }
+                match beside.iter_mut().find(|b| b.0 == anchor) {
+                    Some(b) => (b.1, b.2) = (b.1 + n, b.2 + 1),
+                    None => beside.push((anchor, n, 1)),
+                }
+            }
+        }
+        let &(anchor, _, windows) = beside.iter().filter(|b| b.1 >= MIN_INTERVALS && b.2 >= 2).max_by_key(|b| b.1)?;
+        let level = known.iter().find(|k| k.0 == anchor)?.1;
+        // Executions per interval that vary with the phase of the call (an insertion sort's inner loop grows with
+        // the outer index) spread the windows far apart: such a level is no count, whatever its mean.
+        let l = crate::chain::ratio_level(&self.spans, addr, anchor, level)?;
+        Some(supported(&self.spans, anchor, addr, l, windows).map(|_| l))
     }
 
     /// Executions of `addr` in a run spent in one call on one thread (too
@@ -340,12 +450,59 @@ impl Counts {
     }
 }
 
+/// Whether the windows support `level` (executions of `addr` and their 95%
+/// half-width, from its hits within whole intervals of `anchor` armed beside
+/// it in `windows` windows): Err(why) when they do not. Three ways they fail:
+/// one window (no spread to tell the error by); a half-width above
+/// [`MAX_RELATIVE_HW`] of the count; or hits of `addr` outside the anchor's
+/// whole intervals (before its first hit or after its last in a window)
+/// beyond [`OUTSIDE_INTERVALS`] intervals' worth a window. A window cut at
+/// random holds about one interval's worth there; far more means the
+/// intervals the windows held whole were not those that run `addr`: a
+/// window bounded by hits holds short calls whole and cuts the long ones
+/// (SQLite's VDBE: a class run 47 million times in long calls counted 0
+/// from the short calls the windows held).
+fn supported(spans: &[crate::chain::WindowSpan], anchor: ElfAddr, addr: ElfAddr, level: (f64, f64), windows: usize) -> Result<(), String> {
+    let (mut whole, mut intervals, mut outside, mut armed) = (0u64, 0u64, 0u64, 0u64);
+    for w in spans {
+        let (Some(a), Some(c)) = (w.addrs.iter().position(|&x| x == anchor), w.addrs.iter().position(|&x| x == addr)) else { continue };
+        let inside = |i: usize, j: usize| w.inside.get(i).and_then(|r| r.get(j)).copied().unwrap_or(0);
+        whole += inside(a, c);
+        intervals += inside(a, a);
+        outside += w.slots.get(c).map_or(0, |s| s.hits).saturating_sub(inside(a, c));
+        armed += 1;
+    }
+    if windows < 2 {
+        return Err("one window".into());
+    }
+    if level.1 > MAX_RELATIVE_HW * level.0 && level.0 > 0.0 {
+        return Err(format!("windows spread +-{:.0}%", 100.0 * level.1 / level.0));
+    }
+    let per_interval = whole as f64 / intervals.max(1) as f64;
+    let allowed = OUTSIDE_INTERVALS * armed as f64 * per_interval + OUTSIDE_SLACK;
+    if outside as f64 > allowed {
+        return Err(format!("{outside} hits outside the whole calls held ({:.1} a call inside): the long calls were cut", per_interval));
+    }
+    Ok(())
+}
+
+/// Hits of a class outside its anchor's whole intervals in a window, in
+/// intervals' worth (head and tail together: about one when cut at random),
+/// above which the intervals held whole do not represent the class.
+pub const OUTSIDE_INTERVALS: f64 = 3.0;
+/// ... plus this many hits in all (a rare class's few stray hits).
+pub const OUTSIDE_SLACK: f64 = 10.0;
+
 /// The procedure to count: its image, entry and one instruction per class.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub image: std::path::PathBuf,
     pub entry: ElfAddr,
     pub classes: Vec<ElfAddr>,
+    /// Each class's loop depth (0 outside every loop): classes of like depth are armed together.
+    pub depths: Vec<u32>,
+    /// Whether each class holds a loop's header (it runs every iteration): a deeper group's leader.
+    pub heads: Vec<bool>,
 }
 
 /// What the windows counted: per class, and their cost.
@@ -359,6 +516,8 @@ pub struct Windows {
     pub armed_secs: f64,
     pub traps: u64,
     pub windows: u64,
+    /// Why some thread's CPU time came from schedstat, up to a tick late ([`crate::clock`]), if any did.
+    pub clock_fallback: Option<String>,
 }
 
 /// Arms the target's groups in turn on the threads of `root` and its
@@ -377,6 +536,8 @@ pub struct Windows {
 /// `entries()` is the procedure's entries so far: while it is 1, a window
 /// without a whole call does not grow (the one call outlasts any window) and
 /// its classes chain by induction registers ([`crate::chain`]).
+/// `clocks` read the threads' CPU time (open them on the command before it
+/// runs: its whole CPU time is then exact).
 pub fn count_windows(
     root: u32,
     t: &Target,
@@ -384,11 +545,15 @@ pub fn count_windows(
     quiet: &[OwnedFd],
     done: &dyn Fn() -> bool,
     entries: &dyn Fn() -> u64,
+    mut clocks: ThreadClocks,
 ) -> io::Result<Windows> {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata(&t.image)?.ino();
     let segs = crate::segments(&t.image)?;
-    let groups = groups(t.entry, &t.classes);
+    let groups = groups(t.entry, &t.classes, &t.depths, &t.heads);
+    // Per group, its leader's whole intervals and the windows that held any; per window, each class's hits in them.
+    let mut held = vec![(0u64, 0usize); groups.len()];
+    let mut per_window: Vec<Vec<(Vec<u64>, u64)>> = vec![Vec::new(); groups.len()];
     let mut out = Windows { classes: t.classes.iter().map(|&addr| ClassCount { addr, windows: vec![] }).collect(), ..Default::default() };
     // Per group, how many times the budget its windows get: doubled after a window without a whole call.
     let mut scale = vec![1u32; groups.len()];
@@ -416,7 +581,7 @@ pub fn count_windows(
             };
             let toggle = |req| quiet.iter().for_each(|f| drop(sys::ioctl(f.as_raw_fd(), req, 0)));
             toggle(sys::IOC_DISABLE);
-            let counted = sequence_window(tid, &rt, &b);
+            let counted = sequence_window(tid, &rt, &b, &mut clocks);
             toggle(sys::IOC_ENABLE);
             if let Ok(w) = counted {
                 out.armed_secs += w.armed.as_secs_f64();
@@ -448,18 +613,19 @@ pub fn count_windows(
                     slots: w.slots,
                 });
                 if let Some((hits, calls)) = whole {
-                    for (&addr, &h) in g[1..].iter().zip(&hits) {
+                    // Led by the entry, the hits are per call; led by another class, per interval of it (the
+                    // windows' spans keep them for [`Counts::all_executions`]).
+                    for (&addr, &h) in g[1..].iter().zip(&hits).filter(|_| g[0] == t.entry) {
                         if let Some(c) = out.classes.iter_mut().find(|c| c.addr == addr) {
                             c.windows.push((h, calls));
                         }
                     }
-                    // Settled: enough whole calls in enough windows; the rest of the run goes uncounted, at full speed.
-                    let settled = |a: &ElfAddr| {
-                        out.classes.iter().find(|c| c.addr == *a).is_some_and(|c| {
-                            c.windows.len() >= SETTLED_WINDOWS && c.windows.iter().map(|w| w.1).sum::<u64>() >= SETTLED_CALLS
-                        })
-                    };
-                    if g[1..].iter().all(settled) {
+                    held[k] = (held[k].0 + calls, held[k].1 + 1);
+                    per_window[k].push((hits, calls));
+                    // Settled: enough whole calls (intervals) in enough windows; the rest of the run goes uncounted.
+                    // Led by another class than the entry, also precise (or hopelessly spread).
+                    let precise = g[0] == t.entry || held[k].1 >= LADDER_WINDOWS || precise_ratios(&per_window[k]);
+                    if held[k].1 >= SETTLED_WINDOWS && held[k].0 >= SETTLED_CALLS && precise {
                         scale[k] = 0;
                     }
                 }
@@ -470,14 +636,29 @@ pub fn count_windows(
         // The pause, reading the last thread's CPU time now and then: the chain scales its tail up to the last reading.
         let t0 = Instant::now();
         while t0.elapsed() < pause && !done() {
-            if let Some(c) = last_tid.and_then(|t| thread_cpu(t).map(|c| (t, c))) {
+            if let Some(c) = last_tid.and_then(|t| clocks.read(t).map(|c| (t, c))) {
                 out.end_cpu.retain(|e| e.0 != c.0);
                 out.end_cpu.push(c);
             }
             std::thread::sleep(Duration::from_millis(2));
         }
     }
+    // The last thread's total: its counter keeps it once the thread has exited (schedstat: only until reaped).
+    if let Some(c) = last_tid.and_then(|t| clocks.read(t).map(|c| (t, c))) {
+        out.end_cpu.retain(|e| e.0 != c.0);
+        out.end_cpu.push(c);
+    }
+    out.clock_fallback = clocks.fallback;
     Ok(out)
+}
+
+/// Whether every class's hits per leader interval, pooled over the windows, is within [`SETTLED_PRECISION`].
+fn precise_ratios(windows: &[(Vec<u64>, u64)]) -> bool {
+    let classes = windows.first().map_or(0, |w| w.0.len());
+    (0..classes).all(|c| {
+        let pairs: Vec<(f64, f64)> = windows.iter().map(|w| (w.0[c] as f64, w.1 as f64)).collect();
+        crate::chain::ratio_with_interval(&pairs).is_some_and(|(r, h)| h <= SETTLED_PRECISION * r)
+    })
 }
 
 /// A group stops once each of its classes has been counted over this many
@@ -487,21 +668,13 @@ pub fn count_windows(
 pub const SETTLED_CALLS: u64 = 50;
 pub const SETTLED_WINDOWS: usize = 5;
 
+/// The entry uprobe is disarmed after this many hits (about 60 s of traps at
+/// 15 µs), and the procedure left estimated: Lua's luaH_getshortstr, entered
+/// 32 million times a second, kept a 0.5 s run under the uprobe for 30 minutes.
+pub const MAX_ENTRY_HITS: u64 = 4_000_000;
+
 /// The hits a window of a settled chained group takes: enough to carry its registers across the run, cheap.
 pub const KEEPALIVE_HITS: u64 = 32;
-
-/// The CPU time of thread `tid` in ns (/proc/TID/schedstat), while it lives or awaits reaping.
-fn thread_cpu(tid: u32) -> Option<u64> {
-    // The thread's CPU clock (the kernel's MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)), read up to date;
-    // /proc/TID/schedstat lags a running thread by up to a scheduler tick (4 ms), as much as a gap between windows.
-    let clock = ((!(tid as libc::clockid_t)) << 3) | 6;
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes only the timespec we pass.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } == 0 {
-        return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-    }
-    std::fs::read_to_string(format!("/proc/{tid}/schedstat")).ok()?.split_whitespace().next()?.parse().ok()
-}
 
 /// A group's windows grow to at most this many times the budget (32 x 2,000
 /// hits: about a second of traps) while they catch no whole call.
@@ -539,10 +712,48 @@ fn threads_of(root: u32, inode: u64, segs: &[(u64, u64, u64)], probe: ElfAddr) -
     out
 }
 
-/// The groups to arm: the entry and three classes at a time.
-pub fn groups(entry: ElfAddr, classes: &[ElfAddr]) -> Vec<Vec<ElfAddr>> {
-    let others: Vec<ElfAddr> = classes.iter().copied().filter(|&c| c != entry).collect();
-    others.chunks(crate::SLOTS - 1).map(|ch| std::iter::once(entry).chain(ch.iter().copied()).collect()).collect()
+/// The groups to arm, a ladder: the classes in order of loop depth
+/// (`depths`, parallel to `classes`), up to [`crate::SLOTS`] a group, each
+/// group led by the entry (classes outside loops or in the outermost ones:
+/// a window holds whole calls; one loop deep first) or else by a loop header
+/// a rung up (`heads`: the last before the group's first class, else any
+/// class a rung up), and holding classes at most one loop deeper than its leader. A
+/// window traps on every hit, so a group of the entry and an inner loop run
+/// thousands of times a call holds no whole call within any budget; one
+/// loop deeper than the leader, it holds tens of the leader's intervals,
+/// and the counts chain up the ladder from the entry's.
+pub fn groups(entry: ElfAddr, classes: &[ElfAddr], depths: &[u32], heads: &[bool]) -> Vec<Vec<ElfAddr>> {
+    let mut ladder: Vec<(u32, ElfAddr, bool)> = classes
+        .iter()
+        .enumerate()
+        .filter(|x| *x.1 != entry)
+        .map(|(i, &c)| (depths.get(i).copied().unwrap_or(0), c, heads.get(i).copied().unwrap_or(false)))
+        .collect();
+    // One loop deep before outside every loop: the entry's first group holds the outer loops' classes together
+    // (a chained count needs its classes armed in the same windows); the rarer classes outside fill the rest.
+    ladder.sort_by_key(|x| if x.0 <= 1 { 1 - x.0 } else { x.0 });
+    let (mut out, mut cur, mut lead_depth) = (Vec::new(), vec![entry], 0);
+    let mut last_depth = 0;
+    for i in 0..ladder.len() {
+        let (d, c, _) = ladder[i];
+        if cur.len() > 1 && (cur.len() == crate::SLOTS || d > lead_depth + 1) {
+            let up = ladder[..i].iter().rev().filter(|x| x.0 + 1 == d);
+            let header = up.clone().filter(|x| x.2);
+            let (lead, depth) = match header.clone().find(|x| x.1 <= c).or_else(|| header.clone().next()).or_else(|| up.clone().next()) {
+                _ if d <= 1 => (entry, 0),
+                Some(h) => (h.1, h.0),
+                None => (*cur.last().expect("a class"), last_depth),
+            };
+            out.push(std::mem::replace(&mut cur, vec![lead]));
+            lead_depth = depth;
+        }
+        cur.push(c);
+        last_depth = d;
+    }
+    if cur.len() > 1 {
+        out.push(cur);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -577,12 +788,63 @@ mod tests {
     }
 
     #[test]
-    fn every_group_holds_the_entry() {
-        // Checks grouping: the entry leads each group of up to four; a class equal to the entry is not repeated.
+    fn groups_climb_the_loop_nest_a_rung_at_a_time() {
+        // Checks grouping: outside loops and one loop deep the entry leads each group of up to four (a class equal
+        // to the entry is not repeated); deeper, the previous group's deepest class leads, and a group holds
+        // classes at most one loop deeper than its leader.
         let e = ElfAddr(0);
         let cs: Vec<ElfAddr> = (0..5).map(ElfAddr).collect();
-        let g = groups(e, &cs);
+        let g = groups(e, &cs, &[0; 5], &[]);
         assert_eq!(g, vec![vec![e, ElfAddr(1), ElfAddr(2), ElfAddr(3)], vec![e, ElfAddr(4)]]);
+        // A matrix multiply: entry and exit, i loop (depth 1), j loop (2), k loop (3, two classes).
+        let a = |x: u64| ElfAddr(x);
+        let g = groups(e, &[e, a(1), a(2), a(3), a(4), a(5)], &[0, 0, 1, 2, 3, 3], &[]);
+        assert_eq!(g, vec![vec![e, a(2), a(1)], vec![a(2), a(3)], vec![a(3), a(4), a(5)]]);
+        // Insertion sort: the outer loop's header (2) leads the inner loop's classes, not the outer loop's rare
+        // early exit (5) that sorts last among depth 1.
+        let g =
+            groups(e, &[e, a(1), a(2), a(3), a(4), a(5), a(6)], &[0, 0, 1, 2, 2, 1, 1], &[false, false, true, false, true, false, false]);
+        assert_eq!(g, vec![vec![e, a(2), a(5), a(6)], vec![e, a(1)], vec![a(2), a(3), a(4)]]);
+    }
+
+    /// Counts of entry (slot 0) and one class (slot 1) from windows' hit sequences, with `entries` by the uprobe.
+    fn counts_from(seqs: &[Vec<u8>], entries: u64) -> Counts {
+        let (e, c) = (ElfAddr(0x10), ElfAddr(0x20));
+        let mut k = ClassCount { addr: c, windows: vec![] };
+        let mut spans = Vec::new();
+        for seq in seqs {
+            if let Some((hits, calls)) = whole_invocations(seq, 2) {
+                k.windows.push((hits[0], calls));
+            }
+            let mut slots = vec![crate::chain::SlotSpan::default(); 2];
+            seq.iter().for_each(|&i| slots[i as usize].add(&[]));
+            spans.push(crate::chain::WindowSpan { addrs: vec![e, c], inside: crate::chain::between(seq, 2), slots, ..Default::default() });
+        }
+        Counts { entry: e, entries: Some(entries), classes: vec![k], spans, ..Default::default() }
+    }
+
+    #[test]
+    fn counts_the_windows_cannot_support_are_left_out_with_a_reason() {
+        // Checks Counts::refused on sequences built by hand. Calls of exactly 5 hits each, windows cut anywhere: 5 per
+        // call x 1,000 entries, counted. Short calls of no hits held whole, then a long call of 300 hits cut by the
+        // window (a hit-bounded window holds the short calls and cuts the long): 0 per whole call, refused for the
+        // hits outside. Calls of 1 or 9 hits in turn, one window: refused (no spread); calls of 1 then 9 in two
+        // windows: +-100% spread, refused.
+        let call = |n: usize| std::iter::once(0u8).chain(std::iter::repeat_n(1u8, n)).collect::<Vec<u8>>();
+        let regular = |calls: usize, cut: usize| -> Vec<u8> { (0..calls).flat_map(|_| call(5)).skip(cut).collect() };
+        let c = counts_from(&[regular(40, 3), regular(30, 1), regular(50, 4)], 1000);
+        assert_eq!(c.refused(), vec![]);
+        let (n, hw) = c.executions(ElfAddr(0x20)).unwrap();
+        assert!((n - 5000.0).abs() < 1e-9 && hw < 1e-9, "{n} +- {hw}");
+        let biased: Vec<u8> = (0..20).flat_map(|_| call(0)).chain(call(300)).collect();
+        let c = counts_from(&[biased.clone(), biased.clone(), biased], 1000);
+        assert_eq!(c.executions(ElfAddr(0x20)), None);
+        assert!(c.refused()[0].1.contains("outside the whole calls"), "{:?}", c.refused());
+        let alternating: Vec<u8> = (0..20).flat_map(|i| call(if i % 2 == 0 { 1 } else { 9 })).collect();
+        assert_eq!(counts_from(&[alternating], 1000).refused()[0].1, "one window");
+        let (ones, nines): (Vec<u8>, Vec<u8>) = ((0..20).flat_map(|_| call(1)).collect(), (0..20).flat_map(|_| call(9)).collect());
+        let c = counts_from(&[ones, nines], 1000);
+        assert!(c.refused()[0].1.starts_with("windows spread"), "{:?}", c.refused());
     }
 
     #[inline(never)]
@@ -622,7 +884,7 @@ mod tests {
         let tid = rx.recv().unwrap();
         let addrs = [RuntimeAddr(outer as fn(u64) -> u64 as usize as u64), RuntimeAddr(inner as fn(u64) -> u64 as usize as u64)];
         let budget = Budget { max_hits: 400, max_window: Duration::from_secs(20), gap: Duration::ZERO };
-        let seq = sequence_window(tid, &addrs, &budget).unwrap().seq;
+        let seq = sequence_window(tid, &addrs, &budget, &mut ThreadClocks::default()).unwrap().seq;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         worker.join().unwrap();
         assert!(seq.len() >= 400 && seq.len() < 4000, "{} hits", seq.len());
@@ -653,9 +915,12 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let (stay_tx, stay_rx) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let worker = std::thread::spawn(move || {
             // SAFETY: gettid has no preconditions.
             tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            // Blocked until its CPU-time reader is open (as record's command is gated until its counters are).
+            go_rx.recv().unwrap();
             let x = one_long_call(N);
             // The thread stays (idle: its CPU time stands) until read, as an exited process stays until reaped.
             done_tx.send(()).unwrap();
@@ -663,13 +928,15 @@ mod tests {
             x
         });
         let tid = rx.recv().unwrap();
+        let mut clocks = ThreadClocks::open(&[tid]);
+        go_tx.send(()).unwrap();
         let rt = |f: fn(u64) -> u64| RuntimeAddr(f as usize as u64);
         let addrs = [rt(one_long_call), rt(step)];
         let elf = [ElfAddr(addrs[0].0), ElfAddr(addrs[1].0)];
         let budget = Budget { max_hits: 300, max_window: Duration::from_secs(1), gap: Duration::ZERO };
         let (mut spans, mut end) = (Vec::new(), 0);
         while done_rx.try_recv().is_err() {
-            let Ok(w) = sequence_window(tid, &addrs, &budget) else { break };
+            let Ok(w) = sequence_window(tid, &addrs, &budget, &mut clocks) else { break };
             if let (Some(cpu), true) = (w.cpu, w.seq.len() >= 2) {
                 spans.push(crate::chain::WindowSpan {
                     tid,
@@ -681,11 +948,11 @@ mod tests {
             }
             let t0 = Instant::now();
             while t0.elapsed() < Duration::from_millis(10) {
-                end = thread_cpu(tid).unwrap_or(end);
+                end = clocks.read(tid).unwrap_or(end);
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        end = thread_cpu(tid).unwrap_or(end);
+        end = clocks.read(tid).unwrap_or(end);
         stay_tx.send(()).unwrap();
         worker.join().unwrap();
         assert!(spans.len() >= 5, "{} windows", spans.len());

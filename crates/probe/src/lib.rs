@@ -24,6 +24,7 @@
 //! ```
 
 pub mod chain;
+pub mod clock;
 pub mod count;
 mod group;
 mod maps;

@@ -164,14 +164,15 @@ pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
+    /// Shared with the kept answer it came from, if any (see [`crate::Reply`]).
+    pub body: Arc<Vec<u8>>,
     /// Where to keep the body gzipped once it is sent (see `route::after_sent`).
-    pub gzip_later: Option<Arc<OnceLock<Vec<u8>>>>,
+    pub gzip_later: Option<Arc<OnceLock<Arc<Vec<u8>>>>>,
 }
 
 impl Response {
-    pub fn new(status: u16, content_type: &'static str, body: Vec<u8>) -> Response {
-        Response { status, content_type, headers: Vec::new(), body, gzip_later: None }
+    pub fn new(status: u16, content_type: &'static str, body: impl Into<Arc<Vec<u8>>>) -> Response {
+        Response { status, content_type, headers: Vec::new(), body: body.into(), gzip_later: None }
     }
 
     /// `{"error": message}`.

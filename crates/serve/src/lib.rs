@@ -7,7 +7,9 @@
 //! but for `POST /api/ingest/<format>` when [`Config::allow_ingest`] (a
 //! body past [`Config::max_body_bytes`] gets 413, before it is read);
 //! a request line plus headers past [`Config::max_request_bytes`] is refused;
-//! at most [`Config::workers`] commands run at once (more get 503); a
+//! at most [`Config::workers`] commands run at once (more wait up to
+//! [`Config::queue_wait`] for one to end, at most [`Config::queue_len`] of
+//! them; then 503: a page asks for several answers at once); a
 //! command that runs past [`Config::time_limit`] answers 503; a panicking
 //! command answers 500 with a message, never its panic text. Paths never
 //! come from a request: the [`Api`] owns the databases.
@@ -43,9 +45,8 @@ pub use error::{ApiError, ApiErrorKind, Error, ErrorKind};
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// What the server asks of the binary: run a command into JSON bytes (or,
 /// for exports, a file to download).
@@ -64,9 +65,14 @@ pub trait Api: Send + Sync + 'static {
 }
 
 /// A command's answer: its bytes and what they are.
+///
+/// The bytes are shared (`Arc`): a kept answer is handed to every request
+/// that asks for it, and a whole machine's flame tree is 26-34 MB, whose
+/// copy (and the page faults of fresh memory for it) was a third of a new
+/// flame question's CPU time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
-    pub body: Vec<u8>,
+    pub body: Arc<Vec<u8>>,
     pub content_type: &'static str,
     /// Sent as an attachment under this name (`Content-Disposition`).
     pub filename: Option<String>,
@@ -74,18 +80,18 @@ pub struct Reply {
     /// the first answer to a client that accepts gzip was sent (plain, so
     /// that a new question does not wait for it), sent to later ones (a
     /// whole machine's flame tree is 34 MB of JSON, a tenth gzipped).
-    gzip: Arc<OnceLock<Vec<u8>>>,
+    gzip: Arc<OnceLock<Arc<Vec<u8>>>>,
 }
 
 impl Reply {
     /// The command's JSON.
     pub fn json(body: Vec<u8>) -> Reply {
-        Reply { body, content_type: "application/json", filename: None, gzip: Arc::default() }
+        Reply { body: Arc::new(body), content_type: "application/json", filename: None, gzip: Arc::default() }
     }
 
     /// A file to save (an export), named `filename`.
     pub fn download(body: Vec<u8>, content_type: &'static str, filename: &str) -> Reply {
-        Reply { body, content_type, filename: Some(filename.to_string()), gzip: Arc::default() }
+        Reply { body: Arc::new(body), content_type, filename: Some(filename.to_string()), gzip: Arc::default() }
     }
 }
 
@@ -102,8 +108,12 @@ pub struct Config {
     /// Required of every request when set (`Authorization: Bearer T` or
     /// `?token=T`); required to listen on anything but loopback.
     pub token: Option<String>,
-    /// Commands running at once; requests beyond get 503.
+    /// Commands running at once; requests beyond wait in line.
     pub workers: usize,
+    /// How long a request waits in line for a worker before it gets 503.
+    pub queue_wait: Duration,
+    /// Requests that may wait in line at once; the next gets 503 at once.
+    pub queue_len: usize,
     /// Request line and headers together.
     pub max_request_bytes: usize,
     /// How long one command may run before the request gets 503.
@@ -123,6 +133,8 @@ impl Config {
             listen,
             token: None,
             workers: cpus.clamp(2, 8),
+            queue_wait: Duration::from_secs(20),
+            queue_len: 64,
             max_request_bytes: 8 * 1024,
             time_limit: Duration::from_secs(60),
             io_timeout: Duration::from_secs(10),
@@ -149,7 +161,7 @@ impl Server {
         }
         let listener = TcpListener::bind(config.listen)
             .map_err(|e| Error::new(ErrorKind::Bind, format!("cannot listen on {}: {e}", config.listen)))?;
-        Ok(Server { listener, shared: Arc::new(route::Shared { config, api, busy: AtomicUsize::new(0) }) })
+        Ok(Server { listener, shared: Arc::new(route::Shared { config, api, slots: Slots::default() }) })
     }
 
     /// The bound address (the real port when `listen` asked for port 0).
@@ -186,19 +198,52 @@ fn connection(mut stream: TcpStream, shared: &Arc<route::Shared>) {
     route::after_sent(&response);
 }
 
+/// Running and waiting commands, and the signal that a worker is free.
+#[derive(Default)]
+pub(crate) struct Slots {
+    counts: Mutex<SlotCounts>,
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct SlotCounts {
+    running: usize,
+    waiting: usize,
+}
+
 /// One slot of [`Config::workers`], given back when dropped.
 struct Slot(Arc<route::Shared>);
 
 impl Slot {
+    /// A free worker, waiting in line for one up to [`Config::queue_wait`];
+    /// None when the line is full or the wait ran out.
     fn take(shared: &Arc<route::Shared>) -> Option<Slot> {
-        let max = shared.config.workers;
-        shared.busy.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        let (config, slots) = (&shared.config, &shared.slots);
+        let mut counts = slots.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if counts.running >= config.workers {
+            if counts.waiting >= config.queue_len {
+                return None;
+            }
+            counts.waiting += 1;
+            let deadline = Instant::now() + config.queue_wait;
+            while counts.running >= config.workers {
+                let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else { break };
+                counts = slots.freed.wait_timeout(counts, left).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            counts.waiting -= 1;
+            if counts.running >= config.workers {
+                return None;
+            }
+        }
+        counts.running += 1;
         Some(Slot(Arc::clone(shared)))
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+        let slots = &self.0.slots;
+        slots.counts.lock().unwrap_or_else(|e| e.into_inner()).running -= 1;
+        slots.freed.notify_one();
     }
 }

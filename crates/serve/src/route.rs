@@ -4,14 +4,13 @@
 use crate::http::{Request, Response};
 use crate::{assets, Api, ApiError, ApiErrorKind, Config, Reply, Slot};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc};
 
 pub(crate) struct Shared {
     pub config: Config,
     pub api: Arc<dyn Api>,
-    /// Commands running now (see [`Slot`]).
-    pub busy: AtomicUsize,
+    /// Commands running and waiting now (see [`crate::Slot`]).
+    pub slots: crate::Slots,
 }
 
 const NO_FRONT_END: &str = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Loupe</title></head><body>\n\
@@ -67,7 +66,7 @@ fn ingest(shared: &Arc<Shared>, format: &str, params: &[(String, String)], body:
         return Response::error(403, "ingest is off on this server: start `loupe serve` with --allow-ingest");
     }
     let Some(_slot) = Slot::take(shared) else {
-        return Response::error(503, &format!("all {} workers are busy; try again", shared.config.workers));
+        return busy(shared);
     };
     match std::panic::catch_unwind(AssertUnwindSafe(|| shared.api.ingest(format, params, body))) {
         Ok(Ok(reply)) => Response::new(200, reply.content_type, reply.body),
@@ -101,11 +100,16 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// 503 for a request that found every worker busy past its wait in line.
+fn busy(shared: &Shared) -> Response {
+    Response::error(503, &format!("all {} workers are busy; try again", shared.config.workers))
+}
+
 /// Runs the command on its own thread, holding a worker slot until it ends
 /// (even past the time limit, so that slow commands cannot pile up).
 fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>, gzip: bool) -> Response {
     let Some(slot) = Slot::take(shared) else {
-        return Response::error(503, &format!("all {} workers are busy; try again", shared.config.workers));
+        return busy(shared);
     };
     let (tx, rx) = mpsc::channel();
     let (api, command_owned) = (Arc::clone(&shared.api), command.to_string());
@@ -132,7 +136,7 @@ fn call(shared: &Arc<Shared>, command: &str, params: Vec<(String, String)>, gzip
 fn answer(reply: Reply, gzip: bool) -> Response {
     if gzip && reply.filename.is_none() && reply.body.len() >= GZIP_FROM {
         if let Some(z) = reply.gzip.get() {
-            let mut r = Response::new(200, reply.content_type, z.clone());
+            let mut r = Response::new(200, reply.content_type, Arc::clone(z));
             r.headers.push(("Content-Encoding", "gzip".into()));
             return r;
         }
@@ -154,7 +158,7 @@ fn answer(reply: Reply, gzip: bool) -> Response {
 /// shared with a copy the [`Api`] holds) for the next request to send.
 pub(crate) fn after_sent(r: &Response) {
     if let Some(cell) = r.gzip_later.as_ref().filter(|c| Arc::strong_count(c) > 1) {
-        cell.get_or_init(|| crate::gzip(&r.body));
+        cell.get_or_init(|| Arc::new(crate::gzip(&r.body)));
     }
 }
 
@@ -169,7 +173,7 @@ fn asset(path: &str) -> Response {
     let is_page = rel == "index.html" || !rel.rsplit('/').next().unwrap_or(rel).contains('.');
     match (is_page, assets::get("index.html")) {
         (true, Some(b)) => Response::new(200, "text/html; charset=utf-8", b.to_vec()),
-        (true, None) => Response::new(200, "text/html; charset=utf-8", NO_FRONT_END.into()),
+        (true, None) => Response::new(200, "text/html; charset=utf-8", NO_FRONT_END.as_bytes().to_vec()),
         (false, _) => Response::error(404, &format!("no file {path}")),
     }
 }
@@ -214,7 +218,7 @@ mod tests {
         config.token = token.map(String::from);
         config.time_limit = Duration::from_millis(limit_ms);
         config.workers = 1;
-        Arc::new(Shared { config, api: Arc::new(Fake), busy: AtomicUsize::new(0) })
+        Arc::new(Shared { config, api: Arc::new(Fake), slots: Default::default() })
     }
 
     fn get(path: &str, query: &[(&str, &str)], headers: &[(&str, &str)]) -> Request {
@@ -228,10 +232,10 @@ mod tests {
         // A generous limit where panics are answered: with RUST_BACKTRACE set, printing one takes a while.
         let s = shared(None, 30_000);
         let r = handle(&s, &get("/api/missing", &[], &[]));
-        assert_eq!((r.status, String::from_utf8(r.body).unwrap()), (404, r#"{"error":"no epoch 9"}"#.to_string()));
+        assert_eq!((r.status, String::from_utf8(r.body.to_vec()).unwrap()), (404, r#"{"error":"no epoch 9"}"#.to_string()));
         let r = handle(&s, &get("/api/boom", &[], &[]));
         assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
-        assert!(!String::from_utf8(r.body).unwrap().contains("secret"));
+        assert!(!String::from_utf8(r.body.to_vec()).unwrap().contains("secret"));
         assert_eq!(handle(&shared(None, 100), &get("/api/slow", &[], &[])).status, 503);
         let mut post = get("/api/echo", &[], &[]);
         post.method = "POST".into();
@@ -246,11 +250,11 @@ mod tests {
         assert_eq!(handle(&shared(None, 30_000), &post).status, 403);
         let mut config = shared(Some("sesame"), 30_000).config.clone();
         config.allow_ingest = true;
-        let s = Arc::new(Shared { config, api: Arc::new(Fake), busy: AtomicUsize::new(0) });
+        let s = Arc::new(Shared { config, api: Arc::new(Fake), slots: Default::default() });
         assert_eq!(handle(&s, &post).status, 401);
         post.query.push(("token".into(), "sesame".into()));
         let r = handle(&s, &post);
-        assert_eq!((r.status, String::from_utf8(r.body).unwrap()), (200, r#"["pprof", 1, 3]"#.to_string()));
+        assert_eq!((r.status, String::from_utf8(r.body.to_vec()).unwrap()), (200, r#"["pprof", 1, 3]"#.to_string()));
     }
 
     #[test]
@@ -263,14 +267,48 @@ mod tests {
 
     #[test]
     fn a_slow_command_keeps_its_worker_until_it_ends() {
-        // Checks the bound on running commands: with one worker busy past its time limit, the next call gets 503.
-        let s = shared(None, 100);
+        // Checks the bound on running commands: with one worker busy past its time limit and no wait in line, the next call gets 503.
+        let mut config = shared(None, 100).config.clone();
+        config.queue_wait = Duration::ZERO;
+        let s = Arc::new(Shared { config, api: Arc::new(Fake), slots: Default::default() });
         assert_eq!(handle(&s, &get("/api/slow", &[], &[])).status, 503);
         let r = handle(&s, &get("/api/echo", &[], &[]));
         assert_eq!(r.status, 503);
-        assert!(String::from_utf8(r.body).unwrap().contains("busy"));
+        assert!(String::from_utf8(r.body.to_vec()).unwrap().contains("busy"));
         std::thread::sleep(Duration::from_millis(600));
         assert_eq!(handle(&s, &get("/api/echo", &[], &[])).status, 200);
+    }
+
+    /// Until the slow command holds the one worker.
+    fn wait_running(s: &Shared) {
+        while s.slots.counts.lock().unwrap().running == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_request_waits_in_line_for_a_busy_worker() {
+        // Checks the line: while the one worker runs a slow command, a second call waits and is answered once it ends; with no room in line it gets 503 at once.
+        let s = shared(None, 30_000);
+        let slow = {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || handle(&s, &get("/api/slow", &[], &[])).status)
+        };
+        wait_running(&s);
+        let t = std::time::Instant::now();
+        assert_eq!(handle(&s, &get("/api/echo", &[], &[])).status, 200);
+        assert!(t.elapsed() >= Duration::from_millis(200), "answered after {:?}, while the worker was busy", t.elapsed());
+        assert_eq!(slow.join().unwrap(), 200);
+        let mut config = s.config.clone();
+        config.queue_len = 0;
+        let s = Arc::new(Shared { config, api: Arc::new(Fake), slots: Default::default() });
+        let slow = {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || handle(&s, &get("/api/slow", &[], &[])).status)
+        };
+        wait_running(&s);
+        assert_eq!(handle(&s, &get("/api/echo", &[], &[])).status, 503);
+        assert_eq!(slow.join().unwrap(), 200);
     }
 
     #[test]
@@ -281,7 +319,7 @@ mod tests {
         assert_eq!(handle(&s, &get("/api/echo", &[("token", "sesam")], &[])).status, 401);
         assert_eq!(handle(&s, &get("/api/echo", &[], &[("authorization", "Bearer sesame")])).status, 200);
         let r = handle(&s, &get("/api/echo", &[("by", "line"), ("token", "sesame")], &[]));
-        assert_eq!((r.status, String::from_utf8(r.body).unwrap()), (200, r#"[["by","line"]]"#.to_string()));
+        assert_eq!((r.status, String::from_utf8(r.body.to_vec()).unwrap()), (200, r#"[["by","line"]]"#.to_string()));
     }
 
     #[test]
@@ -304,11 +342,11 @@ mod tests {
         assert!(z.body.len() < plain.body.len() / 4);
         let mut unzipped = Vec::new();
         std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&z.body[..]), &mut unzipped).unwrap();
-        assert_eq!(unzipped, plain.body);
+        assert_eq!(unzipped, *plain.body);
         assert_eq!(ask("/api/kept", "identity").body, plain.body);
         for _ in 0..2 {
             assert!(!gzipped(&ask("/api/big", "gzip")), "an answer nobody keeps is not compressed");
         }
-        assert_eq!(ask("/api/echo", "gzip").body, br#"[["by","line"]]"#);
+        assert_eq!(ask("/api/echo", "gzip").body.as_slice(), br#"[["by","line"]]"#);
     }
 }

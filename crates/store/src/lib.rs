@@ -38,6 +38,7 @@
 pub mod branches;
 pub mod format;
 pub mod layout;
+pub mod merged;
 pub mod meta;
 pub mod query;
 pub mod stacks;
@@ -601,9 +602,15 @@ impl Database {
     /// files are named in the problems and skipped.
     pub fn load(&self, epoch: EpochId, select: &dyn Fn(&IndexEntry) -> bool) -> Result<(Vec<Profile>, Vec<FileProblem>), Error> {
         let (index, mut problems) = self.index(epoch)?;
-        let dir = self.epoch_dir(epoch);
-        let mut out = Vec::new();
-        for e in index.entries.iter().filter(|e| select(e)) {
+        let (out, more) = self.load_listed(&self.epoch_dir(epoch), &index.entries, select);
+        problems.extend(more);
+        Ok((out, problems))
+    }
+
+    /// Reads the profiles of `dir` that `entries` list and `select` accepts.
+    fn load_listed(&self, dir: &Path, entries: &[IndexEntry], select: &dyn Fn(&IndexEntry) -> bool) -> (Vec<Profile>, Vec<FileProblem>) {
+        let (mut out, mut problems) = (Vec::new(), Vec::new());
+        for e in entries.iter().filter(|e| select(e)) {
             let path = dir.join(&e.file);
             // The index is read from disk: a name with a directory in it (`/dev/zero`, `../..`) is no file of this epoch.
             if Path::new(&e.file).file_name() != Some(e.file.as_ref()) {
@@ -615,7 +622,7 @@ impl Database {
                 Err(err) => problems.push(FileProblem { path, reason: err.reason }),
             }
         }
-        Ok((out, problems))
+        (out, problems)
     }
 
     /// Adds stack tables into the epoch: one file per event, read, merged
@@ -684,8 +691,18 @@ impl Database {
         if !dir.is_dir() {
             return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
         }
-        let mut names: Vec<String> = fs::read_dir(&dir)
-            .map_err(|e| Error::io(&dir, e))?
+        self.load_files_in(&dir, keep, decode)
+    }
+
+    /// [`Database::load_files`] of any folder laid out as an epoch's.
+    fn load_files_in<T>(
+        &self,
+        dir: &Path,
+        keep: fn(&str) -> bool,
+        decode: fn(&[u8]) -> Result<T, format::FormatError>,
+    ) -> Result<(Vec<T>, Vec<FileProblem>), Error> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
             .flatten()
             .filter_map(|d| d.file_name().into_string().ok())
             .filter(|n| keep(n))

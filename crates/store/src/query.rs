@@ -363,6 +363,41 @@ impl ProfileSource for Database {
     fn branch_records(&self, epoch: EpochId, select: &dyn Fn(&ImageId) -> bool) -> Result<(Vec<BranchProfile>, Vec<FileProblem>), Error> {
         self.load_branches(epoch, select)
     }
+
+    /// As the provided `flat`, reading runs of closed epochs from their
+    /// merged forms ([`crate::merged`]): the same profiles and totals, summed.
+    fn flat(&self, epochs: &[EpochId], detail: Detail, filter: &Filter) -> Result<Flat, Error> {
+        let wanted = |i: &ImageId| detail == Detail::Offsets && filter.keep_image(&i.path);
+        let mut out = Flat::default();
+        for u in self.cover(epochs)? {
+            self.unit_flat(&u, &wanted, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// As the provided `stacks`, reading runs of closed epochs from their merged forms.
+    fn stacks(&self, epochs: &[EpochId]) -> Result<Stacks, Error> {
+        let mut out = Stacks::default();
+        for u in self.cover(epochs)? {
+            self.unit_stack_sum(&u, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// As the provided `images`, reading the merged forms' indexes.
+    fn images(&self, epochs: &[EpochId]) -> Result<Vec<ImageId>, Error> {
+        let mut read = Flat::default();
+        for u in self.cover(epochs)? {
+            self.unit_flat(&u, &|_| false, &mut read)?;
+        }
+        let mut found: Vec<ImageId> = Vec::new();
+        for t in read.totals {
+            if !found.contains(&t.image) {
+                found.push(t.image);
+            }
+        }
+        Ok(found)
+    }
 }
 
 #[cfg(test)]

@@ -7,10 +7,13 @@
  * space once per process), the sampled thread's interpreter frames are
  * walked here, in the interrupt, so a busy thread's Python stack is the
  * one it had when sampled (read later from user space it has moved on).
- * Each frame becomes two words: the code object's address, and
- * (instruction byte offset | co_firstlineno << 32 | entry << 63), innermost
- * first, in a `struct stack` (an odd `nr`: the chain was longer than
- * PY_MAX_FRAMES and its outer frames are missing). The daemon names code
+ * The thread state leads to the current frame (through `cframe` in 3.11
+ * and 3.12, directly in 3.13). Each frame becomes two words: the code
+ * object's address, and (instruction byte offset | co_firstlineno << 32 |
+ * entry << 63), innermost first; entry is 3.11's `is_entry`, or in 3.12+
+ * the frame leafward of an interpreter entry's shim frame (owned by the C
+ * stack, left out). They go in a `struct stack` (an odd `nr`: the chain
+ * was longer than PY_MAX_FRAMES and its outer frames are missing). The daemon names code
  * objects once (address, checked by co_firstlineno) and computes lines.
  *
  * A sample counted in the kernel carries the frames' hash in its key; a
@@ -36,15 +39,29 @@ struct py_proc {
 	__u16 interp_threads_head;
 	__u16 tstate_next;
 	__u16 tstate_native_thread_id;
-	__u16 tstate_cframe;
+	/* cframe (3.11, 3.12), or current_frame with PY_FRAME_DIRECT (3.13) */
+	__u16 tstate_frame;
 	__u16 cframe_current_frame;
+	/* f_code (3.11, 3.12), or f_executable (3.13) */
 	__u16 frame_code;
 	__u16 frame_previous;
-	__u16 frame_prev_instr;
-	__u16 frame_is_entry;
+	/* prev_instr (3.11, 3.12), or instr_ptr (3.13) */
+	__u16 frame_instr;
+	/* is_entry (3.11), or owner with PY_ENTRY_BY_OWNER (3.12+) */
+	__u16 frame_entry;
 	__u16 code_firstlineno;
 	__u16 code_code_adaptive;
+	__u16 flags;
+	__u16 pad[3];
 };
+
+/* The thread state points at the current frame, not at a _PyCFrame. */
+#define PY_FRAME_DIRECT 1
+/* A call from C links a shim frame rootward of the first frame it runs,
+ * owned by the C stack; the frame leafward of it is the entry. */
+#define PY_ENTRY_BY_OWNER 2
+/* FRAME_OWNED_BY_CSTACK in 3.12's and 3.13's enum _frameowner. */
+#define PY_OWNED_BY_CSTACK 3
 
 struct py_sample_key {
 	__u32 tid;
@@ -185,6 +202,16 @@ static __always_inline struct py_thread *py_thread(__u32 tid)
 	return bpf_map_lookup_elem(&py_threads, &tid);
 }
 
+/* Marks the innermost frame read so far as entered from C: the frame
+ * just read was the shim of a 3.12+ interpreter entry. */
+static __always_inline void py_mark_entry(struct stack *out)
+{
+	__u64 n = out->nr;
+
+	if (n >= 2 && n <= MAX_DEPTH)
+		out->pcs[n - 1] |= 1ULL << 63;
+}
+
 /* bpf_loop body over the frame chain: appends one frame's two words. */
 static long py_frame_step(__u64 i, void *ctx)
 {
@@ -192,16 +219,25 @@ static long py_frame_step(__u64 i, void *ctx)
 	__u32 zero = 0;
 	struct py_sample *s = bpf_map_lookup_elem(&py_scratch, &zero);
 	struct stack *out = s ? &s->frames : 0;
-	__u64 code = 0, prev = 0, instr = 0, n;
+	__u64 frame = w->at, code = 0, prev = 0, instr = 0, n;
 	__u32 first = 0;
 	__u8 entry = 0;
 
-	if (!out || !w->at)
+	if (!out || !frame)
 		return 1;
-	if (py_read(&code, sizeof(code), w->at + w->p.frame_code) ||
-	    py_read(&prev, sizeof(prev), w->at + w->p.frame_previous) ||
-	    py_read(&instr, sizeof(instr), w->at + w->p.frame_prev_instr) ||
-	    py_read(&entry, sizeof(entry), w->at + w->p.frame_is_entry) ||
+	if (py_read(&code, sizeof(code), frame + w->p.frame_code) ||
+	    py_read(&prev, sizeof(prev), frame + w->p.frame_previous) ||
+	    py_read(&entry, sizeof(entry), frame + w->p.frame_entry))
+		return 1;
+	w->at = prev;
+	if (w->p.flags & PY_ENTRY_BY_OWNER) {
+		if (entry == PY_OWNED_BY_CSTACK) {
+			py_mark_entry(out);
+			return 0;
+		}
+		entry = 0;
+	}
+	if (py_read(&instr, sizeof(instr), frame + w->p.frame_instr) ||
 	    py_read(&first, sizeof(first), code + w->p.code_firstlineno))
 		return 1;
 	n = out->nr;
@@ -217,21 +253,20 @@ static long py_frame_step(__u64 i, void *ctx)
 	out->pcs[n + 1] = ((instr - code - w->p.code_code_adaptive) & 0xffffffffULL) |
 			  ((__u64)(first & 0x7fffffff) << 32) | ((__u64)(entry != 0) << 63);
 	out->nr = n + 2;
-	w->at = prev;
 	return 0;
 }
 
-/* The Python frames of the current thread of `tgid` (nr 0: no Python
- * code running, or unreadable), or 0 when `tgid` is not a registered
- * CPython process. */
-static __always_inline struct stack *python_stack(__u32 tgid)
+/* Verified once on its own (a global function): inlined, its paths
+ * multiplied the caller's. 1 when `tgid` is a registered CPython process
+ * (its frames, possibly none, are in py_scratch), else 0. */
+__noinline int python_walk(__u32 tgid)
 {
 	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &tgid);
 	struct py_walk w = {};
 	__u32 zero = 0;
 	struct py_sample *s;
 	struct py_thread *t;
-	__u64 tstate, cframe = 0;
+	__u64 tstate, at = 0;
 
 	if (!p)
 		return 0;
@@ -243,14 +278,28 @@ static __always_inline struct stack *python_stack(__u32 tgid)
 	w.tid = (__u32)bpf_get_current_pid_tgid();
 	t = py_thread(w.tid);
 	if (!t)
-		return &s->frames;
+		return 1;
 	tstate = py_thread_state(&w, t);
-	if (!tstate || py_read(&cframe, sizeof(cframe), tstate + w.p.tstate_cframe) || !cframe)
-		return &s->frames;
-	if (py_read(&w.at, sizeof(w.at), cframe + w.p.cframe_current_frame) || !w.at)
-		return &s->frames;
-	bpf_loop(PY_MAX_FRAMES + 1, py_frame_step, &w, 0);
-	return &s->frames;
+	if (!tstate || py_read(&at, sizeof(at), tstate + w.p.tstate_frame) || !at)
+		return 1;
+	/* 3.11, 3.12: the thread state points at a _PyCFrame holding it. */
+	if (!(w.p.flags & PY_FRAME_DIRECT) && py_read(&at, sizeof(at), at + w.p.cframe_current_frame))
+		return 1;
+	w.at = at;
+	/* Room for every frame and a shim frame under each. */
+	bpf_loop(2 * PY_MAX_FRAMES + 2, py_frame_step, &w, 0);
+	return 1;
+}
+
+static __always_inline struct stack *python_stack(__u32 tgid)
+{
+	__u32 zero = 0;
+	struct py_sample *s;
+
+	if (!python_walk(tgid))
+		return 0;
+	s = bpf_map_lookup_elem(&py_scratch, &zero);
+	return s ? &s->frames : 0;
 }
 
 /* Leaves a streamed sample's Python frames for the daemon, numbered in the

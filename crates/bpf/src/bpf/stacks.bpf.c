@@ -6,7 +6,8 @@
  * chains (kernel part by the kernel's unwinder, user part by frame
  * pointers) are named by a hash of their frames and stored once in a hash
  * map; the sample is counted per (tgid, event, mode, pc, user stack,
- * kernel stack) in one of two generations of per-CPU hash maps: the daemon
+ * kernel stack) in one of two generations of per-CPU hash maps (a user-mode
+ * sample's user stack is stored without its leaf, which the key's pc names): the daemon
  * flips `generation`, drains the other generation's counts and reads only
  * the stacks it has not seen before, so after a stack's first sample only
  * counts reach user space. (A stack-trace map was tried first: its
@@ -214,7 +215,7 @@ static __always_inline int count(void *table, struct stack_key *k, __u64 period)
 }
 
 /* Interns both chains in `stacks` and counts the sample in `table`. */
-static __always_inline int walk(struct bpf_perf_event_data *ctx, struct stack_key *k, const struct stack *user, const struct stack *py,
+static __always_inline int walk(struct bpf_perf_event_data *ctx, struct stack_key *k, struct stack *user, const struct stack *py,
 				void *stacks, void *table)
 {
 	struct stack *kern;
@@ -229,6 +230,13 @@ static __always_inline int walk(struct bpf_perf_event_data *ctx, struct stack_ke
 	}
 
 	if (user->nr) {
+		/* The leaf pc is in the key already: a user-mode stack is stored
+		 * with a 0 leaf, so one entry serves every pc of a procedure
+		 * under the same callers (the daemon puts the key's pc back).
+		 * With the leaf in, a busy loop filled the map with one stack per
+		 * instruction and sent the rest to the ring as stack copies. */
+		if (!k->kernel && user->pcs[0] == k->ip)
+			user->pcs[0] = 0;
 		k->user_stack = intern(stacks, user);
 		if (!k->user_stack)
 			return stream(LOUPE_STAT_STREAM_STACKID);

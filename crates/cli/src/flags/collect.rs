@@ -151,7 +151,8 @@ pub struct RecordArgs {
     pub allocs: Allocs,
     /// Count the executions of these procedures of the command's executable exactly, for `loupe calc`: an
     /// entry uprobe for the whole run, and breakpoints on one instruction per frequency class armed in
-    /// windows over whole calls (comma-separated or repeated). Kept in DB/counts/.
+    /// windows over whole calls (comma-separated or repeated). PROCEDURE@IMAGE names one in another image
+    /// (a path, or a file in PATH: a program the command runs, a library it loads). Kept in DB/counts/.
     #[arg(long = "count", value_name = "PROCEDURE", value_delimiter = ',', requires = "command")]
     pub count: Vec<String>,
     /// With --count: a window stops after this many breakpoint traps (about 17 us each here).
@@ -176,6 +177,11 @@ pub struct DaemonArgs {
     /// Merge in-memory profiles into the database within this many seconds; the work is spread evenly over the interval.
     #[arg(long, default_value_t = 60.0)]
     pub flush_every: f64,
+    /// Close the current epoch and start a new one this often, in seconds (0: only when asked, `loupe epoch`), so a
+    /// daemon left running answers questions about time ranges (`--since`, the web overview) and each flush merges
+    /// into an epoch of bounded size. Closed epochs are summed into merged blocks in the background.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
+    pub epoch_every: f64,
     /// Keep the cost of sampling under this percent of each CPU: at start the daemon times one sample's interrupt
     /// on its own thread (a few milliseconds; nothing else spins), then samples at the highest rate that fits,
     /// never above --freq, re-checking its own CPU per sample and the BPF handler's cost every 10 s. Lowering the rate

@@ -43,7 +43,8 @@ pub struct ServeArgs {
     /// Require this token of every request (`Authorization: Bearer TOKEN` or `?token=TOKEN`).
     #[arg(long, env = "LOUPE_SERVE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Commands running at once (default: the number of CPUs, 2 to 8); more get 503.
+    /// Commands running at once (default: the number of CPUs, 2 to 8); up to 64 more wait up to 20 s in line
+    /// for one to end, then get 503.
     #[arg(long)]
     pub workers: Option<usize>,
     /// Seconds one request may take before it gets 503.

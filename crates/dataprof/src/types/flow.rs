@@ -69,6 +69,10 @@ pub enum Unknown {
     Wrapper,
     /// The block was never stored into a typed place within reach.
     NoDestination,
+    /// The instruction is in an assembly routine (glibc's `memcpy`,
+    /// `strchrnul`, `__mpn_mul_1`): it has no variables, its pointers are its
+    /// caller's, and the sample holds no caller frame to take them from.
+    Assembly,
 }
 
 impl Unknown {
@@ -81,6 +85,7 @@ impl Unknown {
             Unknown::NoBaseRegister => "no base register",
             Unknown::Wrapper => "allocated in an untyped wrapper",
             Unknown::NoDestination => "allocation stored nowhere typed",
+            Unknown::Assembly => "in an assembly routine",
         }
     }
 }
@@ -333,6 +338,12 @@ impl ImageTypes {
 
     /// A load into a register: the pointer type of the loaded member.
     fn load_fact(&self, s: &State, ins: &Instruction) -> Option<Fact> {
+        if ins.memory_base() == Register::RIP {
+            // The address of a typed static, from its global offset table slot.
+            if let Some(t) = self.got_target(ins.ip_rel_memory_address()) {
+                return Some(Fact::Ptr(t, 0));
+            }
+        }
         let (t, off) = self.place(s, ins)?;
         let p = self.pointee_ref(self.leaf_at(t, off)?)?;
         Some(Fact::Ptr(p, 0))
@@ -354,9 +365,11 @@ impl ImageTypes {
         match s[b] {
             Some(Fact::Ptr(t, o)) => u64::try_from(o + disp).ok().map(|off| (t, off)),
             Some(Fact::Alloc) => None,
-            None => match self.variable_cached(ins.ip(), b as u16, disp)? {
-                Hit::InReg(v) => Some((self.pointee_ref(v)?, u64::try_from(disp).ok()?)),
-                Hit::InMem(v, off) => Some((v, off as u64)),
+            None => match self.variable_cached(ins.ip(), b as u16, disp) {
+                Some(Hit::InReg(v)) => Some((self.pointee_ref(v)?, u64::try_from(disp).ok()?)),
+                Some(Hit::InMem(v, off)) => Some((v, off as u64)),
+                // A value spilled to the stack and loaded back keeps its type.
+                None => self.spill_place(ins.ip(), b as u16, disp),
             },
         }
     }

@@ -6,7 +6,10 @@
  *   allocator entry  -> pending[thread] = (function, size, caller), or depth++
  *                       when already inside an allocator (operator new calls malloc)
  *   allocator return -> depth--; at depth 0 an alloc event (and a free of the old
- *                       block for a realloc that returned a block)
+ *                       block for a realloc that returned a block), with the
+ *                       registers and a window of the user stack as the caller
+ *                       sees them once the allocator has returned, which user
+ *                       space unwinds (.eh_frame) to the allocation's callers
  *   free entry       -> a free event, unless inside operator delete (which frees once)
  *
  * Events go through a ring buffer in exactly the allocation log's record layout
@@ -46,6 +49,25 @@ struct event {
 	__u64 site;
 };
 
+/*
+ * An allocation with what user space needs to find its callers (EV_ALLOC_STACK,
+ * never in the log: user space unwinds it into an alloc record whose payload is
+ * the callers). At the return probe the registers are the caller's after the
+ * call: ip = the site, sp just above the consumed return address, rbp
+ * callee-saved, so the caller frames are all above sp, untouched.
+ */
+#define STACK_WINDOW 2048
+#define RING_BYTES (32 << 20)
+#define STACK_CHUNK 256
+struct stack_event {
+	struct event e;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u64 len; /* bytes of stack[] read from sp: whole chunks up to the first unreadable one */
+	__u8 stack[STACK_WINDOW];
+};
+
 struct pending {
 	__u64 size;
 	__u64 site;
@@ -77,11 +99,20 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
+	__uint(max_entries, RING_BYTES);
 } events SEC(".maps");
 
 /* Events the ring buffer had no room for. */
 __u64 dropped = 0;
+/* Allocations logged without a stack copy (so without callers): the ring was half full. */
+__u64 no_stack = 0;
+/*
+ * Set by user space before the probes attach when the allocations' callers are
+ * wanted (typing blocks through void * wrappers): a 2 KiB copy per allocation that
+ * the reader must unwind, too slow for the access histories, which must read each
+ * allocation in time to watch it.
+ */
+__u64 want_callers = 0;
 
 /*
  * Object access histories (DProf §4.3): user space sets `want` when it is
@@ -99,7 +130,7 @@ __u64 dropped = 0;
  * and may watch that very block — objects of a program's first milliseconds
  * are not missed.
  */
-enum { EV_ARMED = 4, EV_UNWATCHED = 5, EV_HELD = 6 };
+enum { EV_ARMED = 4, EV_UNWATCHED = 5, EV_HELD = 6, EV_ALLOC_STACK = 7 };
 #define SIGSTOP 19
 
 struct arm_cfg {
@@ -163,6 +194,41 @@ static __always_inline int emit_cpu(__u64 id, __u16 kind, __u16 func, __u64 now,
 	return put_event(id, kind, func, now, base, size, site, bpf_get_smp_processor_id(), BPF_RB_FORCE_WAKEUP);
 }
 
+/* An alloc event with the caller's registers and stack window, see struct stack_event. */
+static __always_inline void emit_alloc(struct pt_regs *ctx, __u64 id, __u16 func, __u64 now, __u64 base, __u64 size,
+				       __u64 site)
+{
+	if (!want_callers) {
+		emit(id, KIND_ALLOC, func, now, base, size, site);
+		return;
+	}
+	/* A reader starved on a loaded machine: keep logging allocations, at 48 bytes each, without callers. */
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > RING_BYTES / 2) {
+		__sync_fetch_and_add(&no_stack, 1);
+		emit(id, KIND_ALLOC, func, now, base, size, site);
+		return;
+	}
+	struct stack_event *s = bpf_ringbuf_reserve(&events, sizeof *s, 0);
+	if (!s) {
+		__sync_fetch_and_add(&dropped, 1);
+		return;
+	}
+	__u64 sp = PT_REGS_SP(ctx);
+	s->e = (struct event){ .kind = EV_ALLOC_STACK, .func = func, .pid = id >> 32, .tid = (__u32)id, .time_ns = now,
+			       .base = base, .size = size, .site = site };
+	s->ip = site;
+	s->sp = sp;
+	s->bp = PT_REGS_FP(ctx);
+	s->len = 0;
+	/* Chunks, so a window running past the stack's top still yields the frames below it. */
+	for (int i = 0; i < STACK_WINDOW / STACK_CHUNK; i++) {
+		if (bpf_probe_read_user(&s->stack[i * STACK_CHUNK], STACK_CHUNK, (void *)(sp + i * STACK_CHUNK)))
+			break;
+		s->len += STACK_CHUNK;
+	}
+	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline int matches_arm(__u64 id, __u64 size, __u64 site)
 {
 	if (arm.tgid && arm.tgid != (__u32)(id >> 32))
@@ -211,7 +277,7 @@ SEC("uretprobe") int BPF_KRETPROBE(alloc_ret)
 	if (func == F_REALLOC && pv.old && (ptr || pv.size == 0))
 		emit(id, KIND_FREE, F_REALLOC, now, pv.old, 0, pv.site);
 	if (ptr)
-		emit(id, KIND_ALLOC, func, now, ptr, pv.size, pv.site);
+		emit_alloc(ctx, id, func, now, ptr, pv.size, pv.site);
 	if (ptr && arm.hold && __sync_val_compare_and_swap(&arm.hold, 1, 0) == 1) {
 		/* Stopped only when user space will hear of it (else the site is placed later, from the maps). */
 		if (emit_cpu(id, EV_HELD, func, now, ptr, pv.size, pv.site))
