@@ -148,6 +148,10 @@ pub fn next(p: &Policy, o: &Observation) -> Verdict {
         if let Some(v) = regrow(p, o, inst) {
             return v;
         }
+        if recent <= 0.0 {
+            // No drift to speak of (an empty usage is "50%" away from any).
+            return verdict(Action::Wait, "installed version current (not sampled since it was installed)".to_string());
+        }
         return verdict(Action::Wait, format!("installed version current (drift {:.0}% over {recent:.0} samples)", d * 100.0));
     }
     if o.share < p.min_share {
@@ -328,6 +332,11 @@ mod tests {
         // The same drift over too few samples is not evidence yet.
         o.recent = shares(&[("run", 30.0), ("other", 70.0)]);
         assert_eq!(next(&p, &o).action, Action::Wait);
+        // Not sampled since it was installed: no drift claimed (an empty usage is 50% from any).
+        o.recent = BTreeMap::new();
+        let v = next(&p, &o);
+        assert_eq!(v.action, Action::Wait);
+        assert!(v.reason.contains("not sampled since it was installed") && !v.reason.contains('%'), "{v:?}");
     }
 
     // Drift with mappable samples keeps the installed version: re-optimize once the mapped profile is
