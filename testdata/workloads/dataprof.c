@@ -9,9 +9,10 @@
  *   conflict SECS    one thread reads the first word of 24 `struct slot`s
  *                    4 KiB apart: all in one L1 set (24 lines > 12 ways),
  *                    a working set of 24 lines
- *   capacity SECS    one thread visits random `struct node`s of a 128 MiB
- *                    heap array (larger than the last-level cache), and
- *                    updates a small `struct tally` now and then
+ *   capacity SECS [MIB]  one thread visits random `struct node`s of a heap
+ *                    array of MIB (default 128) MiB, to be chosen larger than
+ *                    the last-level cache, and updates a small `struct tally`
+ *                    now and then
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -126,8 +127,8 @@ __attribute__((noinline)) static long visit(struct node *n, long x) {
     return n->key + n->val[3];
 }
 
-static int capacity(void) {
-    size_t count = (128u << 20) / sizeof(struct node);
+static int capacity(size_t mib) {
+    size_t count = (mib << 20) / sizeof(struct node);
     struct node *nodes = malloc(count * sizeof *nodes);
     if (!nodes)
         return 1;
@@ -153,7 +154,7 @@ static int capacity(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s falseshare|trueshare|conflict|capacity [SECS]\n", argv[0]);
+        fprintf(stderr, "usage: %s falseshare|trueshare|conflict|capacity [SECS [MIB]]\n", argv[0]);
         return 2;
     }
     secs = argc > 2 ? atof(argv[2]) : 1.0;
@@ -164,7 +165,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "conflict"))
         return conflict();
     if (!strcmp(argv[1], "capacity"))
-        return capacity();
+        return capacity(argc > 3 ? strtoul(argv[3], NULL, 10) : 128);
     fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
 }

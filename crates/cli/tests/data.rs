@@ -11,13 +11,17 @@ use util::*;
 /// Records `mode` of a dataprof binary; returns the address range it printed.
 /// Only the heap mode needs allocation tracking.
 fn record(db: &Path, exe: &str, mode: &str, freq: &str) -> (u64, u64) {
+    record_args(db, exe, &[mode, "1.5"], freq)
+}
+
+fn record_args(db: &Path, exe: &str, args: &[&str], freq: &str) -> (u64, u64) {
     let bin = workloads().join(exe);
     let mut cmd = loupe();
     cmd.args(["record", "--data", "--freq", freq, "--db"]).arg(db);
-    if mode != "capacity" {
+    if args[0] != "capacity" {
         cmd.args(["--allocs", "off"]);
     }
-    let out = run_ok(cmd.arg("--").arg(&bin).args([mode, "1.5"]));
+    let out = run_ok(cmd.arg("--").arg(&bin).args(args));
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("range ")).expect("workload prints its range");
     let mut f = line.split_whitespace().skip(1);
@@ -129,13 +133,20 @@ fn slots_four_kib_apart_are_conflict_in_their_set() {
 
 #[test]
 fn array_larger_than_the_llc_is_capacity_of_its_type() {
-    // Checks random visits to a 128 MiB array of struct node (LLC 32 MiB here): capacity, with struct node the dominant type.
+    // Checks random visits to an array of struct node 4x the last-level cache (at least 128 MiB; LLCs seen here: 32 and
+    // 260 MiB): capacity, with struct node the dominant type. The working set is estimated from distinct lines
+    // sampled (Chao1, about n^2/2 lines at most from n samples), so the run is long enough at 2000/s for an estimate
+    // past the LLC: 1.5 s per 32 MiB of LLC's square root.
     if !require_root() {
         return;
     }
     let _g = serial();
+    use loupe_dataprof::cache::Geometry;
+    let caches = Geometry::read_sysfs();
+    let llc_mib = Geometry::last(&caches).map_or(32.0, |c| c.size as f64 / (1u64 << 20) as f64);
+    let (mib, secs) = ((4.0 * llc_mib).max(128.0).round(), 1.5 * (llc_mib / 32.0).sqrt().max(1.0));
     let db = tempfile::tempdir().unwrap();
-    record(db.path(), "dataprof", "capacity", "2000");
+    record_args(db.path(), "dataprof", &["capacity", &format!("{secs:.1}"), &format!("{mib}")], "2000");
     let c = rows(&view(db.path(), "classify"));
     assert_eq!((c[0].0.as_str(), c[0].2.as_str()), ("struct node", "capacity"), "{c:?}");
     let ws = view(db.path(), "workingset");
