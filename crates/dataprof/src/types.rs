@@ -16,6 +16,7 @@ mod got;
 mod pointed;
 mod slots;
 mod spill;
+mod tls;
 pub use flow::{AllocType, Unknown};
 pub use frame::FRAME_TYPE;
 pub use got::GOT_TYPE;
@@ -105,6 +106,8 @@ pub struct ImageTypes {
     got: Vec<got::Slot>,
     /// Spill slots per function (by entry), found on first use.
     spills: std::cell::RefCell<std::collections::HashMap<u64, Option<std::rc::Rc<spill::Spills>>>>,
+    /// Thread-local variables by their offset in the image's TLS block, sorted.
+    tls: Vec<tls::TlsVar>,
     /// What typed static pointers point to, built on first use.
     pointed: std::cell::RefCell<Option<Vec<pointed::Pointed>>>,
     pub has_dwarf: bool,
@@ -180,6 +183,7 @@ impl ImageTypes {
             got: ImageTypes::got_slots(&file),
             pointed: Default::default(),
             spills: Default::default(),
+            tls: Vec::new(),
             has_dwarf: false,
         };
         t.index()?;
@@ -187,6 +191,7 @@ impl ImageTypes {
         t.add_symbols(&file);
         t.globals.sort_by_key(|g| g.addr);
         t.funcs.sort_by_key(|f| f.low);
+        t.tls.sort_by_key(|v| v.offset());
         Ok(t)
     }
 
@@ -219,6 +224,8 @@ impl ImageTypes {
                     gimli::DW_TAG_variable => {
                         if let Some(g) = self.global(&unit, ui, e) {
                             self.globals.push(g);
+                        } else if let Some(v) = self.tls_var(&unit, ui, e) {
+                            self.tls.push(v);
                         }
                     }
                     _ => {}
