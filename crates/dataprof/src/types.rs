@@ -13,6 +13,7 @@ use std::path::Path;
 mod flow;
 mod frame;
 mod got;
+mod literal;
 mod pointed;
 mod slots;
 mod spill;
@@ -83,6 +84,7 @@ struct Load {
     filesz: u64,
     /// With the zero-filled tail (.bss) that shares the file mapping's last page.
     memsz: u64,
+    writable: bool,
 }
 
 pub struct ImageTypes {
@@ -158,7 +160,11 @@ impl ImageTypes {
             .segments()
             .map(|s| {
                 let (offset, filesz) = s.file_range();
-                Load { vaddr: s.address(), offset, filesz, memsz: s.size() }
+                let writable = match s.flags() {
+                    object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_W != 0,
+                    _ => true,
+                };
+                Load { vaddr: s.address(), offset, filesz, memsz: s.size(), writable }
             })
             .collect();
         let eh_frame = file.section_by_name(".eh_frame").and_then(|sec| {
@@ -295,6 +301,11 @@ impl ImageTypes {
             let type_name = format!("{} {}", self.name_of(unit, ty), g.name);
             Some(Typed { type_name, field: String::new(), field_offset: 0, offset: elem_off, size })
         }
+    }
+
+    /// Whether `vaddr` lies in a writable segment (or in none).
+    fn writable(&self, vaddr: u64) -> bool {
+        self.loads.iter().find(|l| l.vaddr <= vaddr && vaddr < l.vaddr + l.memsz).is_none_or(|l| l.writable)
     }
 
     fn global_at(&self, vaddr: u64) -> Option<&Global> {
