@@ -177,7 +177,7 @@ impl<H: Heap> Resolver<H> {
     pub fn resolve(&mut self, r: &AccessRecord) -> Resolved {
         let maps = self.maps.get(&r.pid).cloned().unwrap_or_default();
         let region = maps::region(&maps, r.addr);
-        if let Some(t) = self.static_at(&region, r.addr) {
+        if let Some(t) = self.static_at(&region, r.addr).or_else(|| self.literal(&maps, &region, r)) {
             let object = Some((r.addr - t.offset, t.size));
             let (offset, how) = (t.offset, How::Static);
             return Resolved {
@@ -343,6 +343,19 @@ impl<H: Heap> Resolver<H> {
         };
         let img = self.images[i].1.as_ref()?;
         self.static_cache.entry((i, vaddr)).or_insert_with(|| img.static_at(vaddr)).clone()
+    }
+
+    /// A floating-point literal of the instruction's own image that it reads
+    /// by a RIP-relative operand (no base register, no static there).
+    fn literal(&mut self, maps: &[Mapping], region: &Region, r: &AccessRecord) -> Option<Typed> {
+        let Region::Image { path, file_offset } = region else { return None };
+        let Region::Image { path: code, file_offset: code_offset } = maps::region(maps, r.insn()) else { return None };
+        if code != *path {
+            return None;
+        }
+        let i = self.image_index(path);
+        let img = self.images[i].1.as_ref()?;
+        img.literal_at(img.vaddr_of(code_offset)?, img.vaddr_of(*file_offset)?)
     }
 
     /// The base register's type at the instruction: the DWARF variable in

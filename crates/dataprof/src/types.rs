@@ -13,9 +13,11 @@ use std::path::Path;
 mod flow;
 mod frame;
 mod got;
+mod literal;
 mod pointed;
 mod slots;
 mod spill;
+mod tls;
 pub use flow::{AllocType, Unknown};
 pub use frame::FRAME_TYPE;
 pub use got::GOT_TYPE;
@@ -82,6 +84,7 @@ struct Load {
     filesz: u64,
     /// With the zero-filled tail (.bss) that shares the file mapping's last page.
     memsz: u64,
+    writable: bool,
 }
 
 pub struct ImageTypes {
@@ -105,6 +108,8 @@ pub struct ImageTypes {
     got: Vec<got::Slot>,
     /// Spill slots per function (by entry), found on first use.
     spills: std::cell::RefCell<std::collections::HashMap<u64, Option<std::rc::Rc<spill::Spills>>>>,
+    /// Thread-local variables by their offset in the image's TLS block, sorted.
+    tls: Vec<tls::TlsVar>,
     /// What typed static pointers point to, built on first use.
     pointed: std::cell::RefCell<Option<Vec<pointed::Pointed>>>,
     pub has_dwarf: bool,
@@ -155,7 +160,11 @@ impl ImageTypes {
             .segments()
             .map(|s| {
                 let (offset, filesz) = s.file_range();
-                Load { vaddr: s.address(), offset, filesz, memsz: s.size() }
+                let writable = match s.flags() {
+                    object::SegmentFlags::Elf { p_flags } => p_flags & object::elf::PF_W != 0,
+                    _ => true,
+                };
+                Load { vaddr: s.address(), offset, filesz, memsz: s.size(), writable }
             })
             .collect();
         let eh_frame = file.section_by_name(".eh_frame").and_then(|sec| {
@@ -180,6 +189,7 @@ impl ImageTypes {
             got: ImageTypes::got_slots(&file),
             pointed: Default::default(),
             spills: Default::default(),
+            tls: Vec::new(),
             has_dwarf: false,
         };
         t.index()?;
@@ -187,6 +197,7 @@ impl ImageTypes {
         t.add_symbols(&file);
         t.globals.sort_by_key(|g| g.addr);
         t.funcs.sort_by_key(|f| f.low);
+        t.tls.sort_by_key(|v| v.offset());
         Ok(t)
     }
 
@@ -219,6 +230,8 @@ impl ImageTypes {
                     gimli::DW_TAG_variable => {
                         if let Some(g) = self.global(&unit, ui, e) {
                             self.globals.push(g);
+                        } else if let Some(v) = self.tls_var(&unit, ui, e) {
+                            self.tls.push(v);
                         }
                     }
                     _ => {}
@@ -288,6 +301,11 @@ impl ImageTypes {
             let type_name = format!("{} {}", self.name_of(unit, ty), g.name);
             Some(Typed { type_name, field: String::new(), field_offset: 0, offset: elem_off, size })
         }
+    }
+
+    /// Whether `vaddr` lies in a writable segment (or in none).
+    fn writable(&self, vaddr: u64) -> bool {
+        self.loads.iter().find(|l| l.vaddr <= vaddr && vaddr < l.vaddr + l.memsz).is_none_or(|l| l.writable)
     }
 
     fn global_at(&self, vaddr: u64) -> Option<&Global> {

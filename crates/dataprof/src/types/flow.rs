@@ -20,8 +20,15 @@ use std::rc::Rc;
 enum Fact {
     /// A pointer this many bytes into an object of the type.
     Ptr(TypeRef, i64),
+    /// A pointer walking an array of the type (paths met with it whole
+    /// elements apart), this many bytes into an element (`0..size`).
+    Elem(TypeRef, i64),
     /// The block the allocator just returned (allocation typing only).
     Alloc,
+    /// The offset from the thread pointer of this many bytes into a
+    /// thread-local of the type (read from its `TPOFF64` GOT slot): only
+    /// an `%fs:` access through it reaches the variable.
+    Tls(TypeRef, i64),
 }
 
 /// Facts by DWARF register number (0-15).
@@ -112,7 +119,9 @@ fn immediate(ins: &Instruction) -> Option<i64> {
     }
 }
 
-fn merge(into: &mut Option<State>, s: &State) -> bool {
+/// Joins the state of another path into a branch target's; `join` gives
+/// what two different facts still agree on (see [`ImageTypes::join_elements`]).
+fn merge(into: &mut Option<State>, s: &State, join: &dyn Fn(Fact, Fact) -> Option<Fact>) -> bool {
     match into {
         None => {
             *into = Some(*s);
@@ -121,8 +130,13 @@ fn merge(into: &mut Option<State>, s: &State) -> bool {
         Some(old) => {
             let mut changed = false;
             for (o, n) in old.iter_mut().zip(s) {
-                if o.is_some() && o != n {
-                    *o = None;
+                let joined = match (*o, *n) {
+                    (Some(a), Some(b)) if a == b => Some(a),
+                    (Some(a), Some(b)) => join(a, b),
+                    _ => None,
+                };
+                if *o != joined {
+                    *o = joined;
                     changed = true;
                 }
             }
@@ -147,6 +161,7 @@ impl ImageTypes {
         let s = f.states[i].ok_or(Unknown::Unreached)?;
         match s.get(usize::from(reg)).copied().flatten() {
             Some(Fact::Ptr(t, o)) if o + offset >= 0 => Ok(self.describe(t, (o + offset) as u64)),
+            Some(Fact::Elem(t, o)) => Ok(self.describe(t, self.in_element(t, o + offset))),
             _ => Err(Unknown::UntypedRegister),
         }
     }
@@ -245,6 +260,8 @@ impl ImageTypes {
                 matches!(insns[i - 1].flow_control(), FlowControl::UnconditionalBranch | FlowControl::Return | FlowControl::IndirectBranch)
             })
             .collect();
+        let join = |a, b| self.join_elements(a, b);
+        let merge = |into: &mut Option<State>, s: &State| merge(into, s, &join);
         let mut states: Vec<Option<State>> = vec![None; insns.len()];
         *states.first_mut()? = Some([None; 16]);
         for _ in 0..MAX_PASSES {
@@ -316,6 +333,22 @@ impl ImageTypes {
         }
     }
 
+    /// Two pointers into objects of one type at the same offset in their
+    /// element are one pointer walking an array: a loop stepping a `T *`
+    /// (`p--` over `mp_limb_t`s, `p++` over structs) enters its head with
+    /// the pointer whole elements apart on each path, as C pointer
+    /// arithmetic moves it, so the field it reaches is the same.
+    fn join_elements(&self, a: Fact, b: Fact) -> Option<Fact> {
+        let (Fact::Ptr(t, x) | Fact::Elem(t, x), Fact::Ptr(u, y) | Fact::Elem(u, y)) = (a, b) else { return None };
+        let size = self.size_of(t.ui, &self.units[t.ui], t.ty) as i64;
+        (t == u && size > 0 && (x - y) % size == 0).then(|| Fact::Elem(t, x.rem_euclid(size)))
+    }
+
+    /// An offset from a pointer walking an array of `t`, in its element.
+    fn in_element(&self, t: TypeRef, off: i64) -> u64 {
+        off.rem_euclid(self.size_of(t.ui, &self.units[t.ui], t.ty).max(1) as i64) as u64
+    }
+
     /// `add`/`sub` on a register: a constant moves a typed pointer inside
     /// its object; adding a register to a typed pointer steps over array
     /// elements of its type (C pointer arithmetic), so the offset in the
@@ -325,13 +358,14 @@ impl ImageTypes {
         if let Some(k) = immediate(ins) {
             return match s[d] {
                 Some(Fact::Ptr(t, o)) => Some(Fact::Ptr(t, if sub { o - k } else { o + k })),
+                Some(Fact::Elem(t, o)) => Some(Fact::Elem(t, self.in_element(t, if sub { o - k } else { o + k }) as i64)),
                 _ => None,
             };
         }
         let src = reg_op(ins, 1).and_then(|r| s[r]);
         match (s[d], src, sub) {
-            (Some(p @ Fact::Ptr(..)), None, _) => Some(p),
-            (None, Some(p @ Fact::Ptr(..)), false) => Some(p),
+            (Some(p @ (Fact::Ptr(..) | Fact::Elem(..))), None, _) => Some(p),
+            (None, Some(p @ (Fact::Ptr(..) | Fact::Elem(..))), false) => Some(p),
             _ => None,
         }
     }
@@ -343,10 +377,24 @@ impl ImageTypes {
             if let Some(t) = self.got_target(ins.ip_rel_memory_address()) {
                 return Some(Fact::Ptr(t, 0));
             }
+            if let Some((t, off)) = self.got_tls(ins.ip_rel_memory_address()) {
+                return Some(Fact::Tls(t, off as i64));
+            }
         }
-        let (t, off) = self.place(s, ins)?;
+        let (t, off) = if ins.segment_prefix() == Register::FS { self.tls_place(s, ins)? } else { self.place(s, ins)? };
         let p = self.pointee_ref(self.leaf_at(t, off)?)?;
         Some(Fact::Ptr(p, 0))
+    }
+
+    /// The thread-local an `%fs:` operand reaches through a register holding
+    /// its offset from the thread pointer (no index), and the offset into it.
+    fn tls_place(&self, s: &State, ins: &Instruction) -> Option<(TypeRef, u64)> {
+        let b = reg64(ins.memory_base())?;
+        let Some(Fact::Tls(t, o)) = s[b] else { return None };
+        if ins.memory_index() != Register::None {
+            return None;
+        }
+        u64::try_from(o + ins.memory_displacement64() as i64).ok().map(|off| (t, off))
     }
 
     /// The typed object the memory operand of `ins` addresses, and the
@@ -364,7 +412,8 @@ impl ImageTypes {
         let disp = ins.memory_displacement64() as i64;
         match s[b] {
             Some(Fact::Ptr(t, o)) => u64::try_from(o + disp).ok().map(|off| (t, off)),
-            Some(Fact::Alloc) => None,
+            Some(Fact::Elem(t, o)) => Some((t, self.in_element(t, o + disp))),
+            Some(Fact::Alloc | Fact::Tls(..)) => None,
             None => match self.variable_cached(ins.ip(), b as u16, disp) {
                 Some(Hit::InReg(v)) => Some((self.pointee_ref(v)?, u64::try_from(disp).ok()?)),
                 Some(Hit::InMem(v, off)) => Some((v, off as u64)),
@@ -487,6 +536,43 @@ mod tests {
         }
     }
 
+    /// A loop the compiler strength-reduces into one pointer stepped back a
+    /// whole `struct item` per iteration; no DWARF variable holds it.
+    const WALK: &str = r#"
+struct item { long key; long v; };
+struct table { long n; struct item *items; };
+__attribute__((noinline)) void walk(struct table *t, long d) {
+    for (long i = t->n; i-- > 0;) t->items[i].v = t->items[i].key / d;
+}
+int main(void) { struct item it[4] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}}; struct table t = {4, it}; walk(&t, 3); return (int)it[2].v; }
+"#;
+
+    #[test]
+    fn a_pointer_stepped_over_an_array_in_a_loop_keeps_its_type() {
+        // Checks at -O2 that in `walk` the loop's load of items[i].key and store to items[i].v, through a pointer `sub`'d by 16 each iteration (no DWARF variable in it), are struct item.key and .v by type flow: the loop head joins the entry's pointer and the back edge's one element apart.
+        let dir = tempfile::tempdir().unwrap();
+        let (src, bin) = (dir.path().join("w.c"), dir.path().join("w"));
+        std::fs::write(&src, WALK).unwrap();
+        let st = std::process::Command::new("cc").args(["-O2", "-g", "-o"]).arg(&bin).arg(&src).status().unwrap();
+        assert!(st.success());
+        let data = std::fs::read(&bin).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let f = file.symbols().find(|s| s.name() == Ok("walk")).map(|s| (s.address(), s.size())).unwrap();
+        let t = ImageTypes::load(&bin).unwrap();
+        let code = insns(&t, f);
+        let step = code.iter().find(|i| i.mnemonic() == Mnemonic::Sub && i.immediate(1) == 16).expect("a pointer stepped by one element");
+        let walker = step.op0_register();
+        let mut fields = Vec::new();
+        for i in code.iter().filter(|i| i.op_kinds().any(|k| k == OpKind::Memory) && i.memory_base() == walker) {
+            let (reg, disp) = (reg64(walker).unwrap() as u16, i.memory_displacement64() as i64);
+            assert_eq!(t.pointee_at(i.ip(), reg, disp), None, "a DWARF variable holds the walking pointer: nothing to check");
+            fields.push(named(t.flow_pointee(i.ip(), reg, disp).unwrap()).1);
+        }
+        fields.sort();
+        assert_eq!(fields, ["key", "v"]);
+        assert_eq!(named(t.flow_pointee(step.ip(), reg64(walker).unwrap() as u16, 8).unwrap()).0, "struct item");
+    }
+
     #[test]
     fn merging_paths_forgets_what_they_disagree_on() {
         // Checks the merge rule: an unreached target takes the state; a disagreeing register becomes unknown; agreement stays.
@@ -496,11 +582,22 @@ mod tests {
         s1[0] = Some(Fact::Ptr(a, 0));
         s1[3] = Some(Fact::Ptr(a, 8));
         let mut into = None;
-        assert!(merge(&mut into, &s1));
+        let never = |_, _| None;
+        assert!(merge(&mut into, &s1, &never));
         let mut s2 = s1;
         s2[0] = Some(Fact::Ptr(b, 0));
-        assert!(merge(&mut into, &s2));
+        assert!(merge(&mut into, &s2, &never));
         assert_eq!((into.unwrap()[0], into.unwrap()[3]), (None, Some(Fact::Ptr(a, 8))));
-        assert!(!merge(&mut into, &s2));
+        assert!(!merge(&mut into, &s2, &never));
+        // A pointer one element further on the other path joins into one walking the array.
+        let mut s3 = s2;
+        s3[3] = Some(Fact::Ptr(a, 24));
+        let elements = |x: Fact, y: Fact| match (x, y) {
+            (Fact::Ptr(t, i) | Fact::Elem(t, i), Fact::Ptr(u, j)) if t == u && (i - j) % 16 == 0 => Some(Fact::Elem(t, i.rem_euclid(16))),
+            _ => None,
+        };
+        assert!(merge(&mut into, &s3, &elements));
+        assert_eq!(into.unwrap()[3], Some(Fact::Elem(a, 8)));
+        assert!(!merge(&mut into, &s3, &elements), "joined once, it stays");
     }
 }

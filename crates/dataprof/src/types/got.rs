@@ -25,6 +25,8 @@ pub(crate) struct Slot {
     place: u64,
     holds: String,
     target: Option<u64>,
+    /// For a `TPOFF64` slot, the thread-local's offset in this image's TLS block.
+    tls: Option<u64>,
 }
 
 impl ImageTypes {
@@ -44,14 +46,15 @@ impl ImageTypes {
                 };
                 let name = sym.as_ref().and_then(|s| s.name().ok()).filter(|n| !n.is_empty()).map(str::to_string);
                 let defined = sym.as_ref().filter(|s| !s.is_undefined()).map(|s| s.address());
-                let (holds, target) = match (r_type, name) {
-                    (R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT, Some(n)) => (format!("address of {n}"), defined),
-                    (R_X86_64_TPOFF64, Some(n)) => (format!("TLS offset of {n}"), None),
-                    (R_X86_64_TPOFF64, None) => (format!("TLS offset {:+#x}", r.addend()), None),
-                    (R_X86_64_IRELATIVE, _) => ("address of an ifunc's choice".to_string(), None),
+                let (holds, target, tls) = match (r_type, name) {
+                    (R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT, Some(n)) => (format!("address of {n}"), defined, None),
+                    // A thread-local symbol's value is its offset in the TLS block; another image's is not ours.
+                    (R_X86_64_TPOFF64, Some(n)) => (format!("TLS offset of {n}"), None, defined.map(|v| v.wrapping_add(r.addend() as u64))),
+                    (R_X86_64_TPOFF64, None) => (format!("TLS offset {:+#x}", r.addend()), None, Some(r.addend() as u64)),
+                    (R_X86_64_IRELATIVE, _) => ("address of an ifunc's choice".to_string(), None, None),
                     _ => return None,
                 };
-                Some(Slot { place, holds, target })
+                Some(Slot { place, holds, target, tls })
             })
             .collect();
         out.sort_by_key(|s| s.place);
@@ -75,6 +78,13 @@ impl ImageTypes {
         let s = self.got_slot(vaddr).filter(|s| s.place == vaddr)?;
         let (t, 0) = self.static_raw(s.target?)? else { return None };
         Some(t)
+    }
+
+    /// The thread-local whose offset from the thread pointer the slot at
+    /// `vaddr` holds: its type and the offset into it.
+    pub(crate) fn got_tls(&self, vaddr: u64) -> Option<(TypeRef, u64)> {
+        let s = self.got_slot(vaddr).filter(|s| s.place == vaddr)?;
+        self.tls_at(s.tls?)
     }
 }
 
