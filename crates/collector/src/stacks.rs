@@ -45,9 +45,11 @@ pub struct StackState {
     /// Processes whose mappings changed since the BPF stack walker was last
     /// told about them (see [`crate::kstacks`]).
     pub(crate) changed: foldhash::HashSet<u32>,
-    /// Each stack once, shared with the derived stacks of [`crate::kstacks`]
-    /// that name it (a stack was kept three times: derived, table, key).
-    stacks: HashMap<Arc<[(u32, u64)]>, u32>,
+    /// Ids in `table` by the hash of their frames: each stack is kept once,
+    /// in `table`, shared with the derived stacks of [`crate::kstacks`] that
+    /// name it (a map keyed by the frames held a 16-byte key per stack more).
+    stacks: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
     table: Vec<Arc<[(u32, u64)]>>,
     counts: HashMap<Key, u64>,
     /// By event index (a handful of events: an array, not a map, per entry).
@@ -65,7 +67,8 @@ impl StackState {
         StackState {
             unwinders: Unwinders::new(vdso),
             changed: <foldhash::HashSet<u32> as foldhash::HashSetExt>::new(),
-            stacks: HashMap::new(),
+            stacks: hashbrown::HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
             table: Vec::new(),
             counts: HashMap::new(),
             period_sums: Vec::new(),
@@ -95,10 +98,17 @@ impl StackState {
 
     /// The id of `frames` in the table being filled, added when new.
     pub(crate) fn intern(&mut self, frames: &[(u32, u64)]) -> u32 {
-        match self.stacks.get(frames) {
-            Some(&s) => s,
-            None => self.add(frames.into()),
+        match self.find(frames) {
+            (Some(s), _) => s,
+            (None, hash) => self.add(hash, frames.into()),
         }
+    }
+
+    /// The id of `frames` if the table has them, and their hash.
+    fn find(&self, frames: &[(u32, u64)]) -> (Option<u32>, u64) {
+        use std::hash::BuildHasher;
+        let hash = self.hasher.hash_one(frames);
+        (self.stacks.find(hash, |&i| self.table[i as usize][..] == *frames).copied(), hash)
     }
 
     /// The table's copy of `frames` (added when new), its id remembered in
@@ -111,16 +121,18 @@ impl StackState {
 
     /// [`StackState::intern`] of frames already shared: kept without a copy.
     fn intern_shared(&mut self, frames: &Arc<[(u32, u64)]>) -> u32 {
-        match self.stacks.get(&frames[..]) {
-            Some(&s) => s,
-            None => self.add(frames.clone()),
+        match self.find(frames) {
+            (Some(s), _) => s,
+            (None, hash) => self.add(hash, frames.clone()),
         }
     }
 
-    fn add(&mut self, frames: Arc<[(u32, u64)]>) -> u32 {
+    fn add(&mut self, hash: u64, frames: Arc<[(u32, u64)]>) -> u32 {
+        use std::hash::BuildHasher;
         let s = self.table.len() as u32;
-        self.table.push(frames.clone());
-        self.stacks.insert(frames, s);
+        self.table.push(frames);
+        let (table, hasher) = (&self.table, &self.hasher);
+        self.stacks.insert_unique(hash, s, |&j| hasher.hash_one(&table[j as usize][..]));
         s
     }
 
@@ -234,26 +246,34 @@ impl Collector {
         let dir = self.jit.dir().cloned();
         self.keep_python_tables(dir.as_ref());
         let Some(st) = self.stacks.as_mut() else { return Vec::new() };
+        // The interval's table is given back as the profiles grow (at a flush
+        // both were whole at once): its index first, each stack after its
+        // last count, the counts in stack order.
+        st.stacks = hashbrown::HashTable::new();
+        let mut table = std::mem::take(&mut st.table);
+        let mut counts: Vec<(Key, u64)> = std::mem::take(&mut st.counts).into_iter().collect();
+        counts.sort_unstable_by_key(|(k, _)| k.stack);
+        let gone: Arc<[(u32, u64)]> = Arc::new([]);
         let mut out: HashMap<u16, StackProfile> = HashMap::new();
         let mut image_ix: HashMap<(u16, u32), u32> = HashMap::new();
-        for (k, n) in st.counts.drain() {
+        let mut frames: Vec<Frame> = Vec::new();
+        for (i, &(k, n)) in counts.iter().enumerate() {
             let p = out.entry(k.event).or_insert_with(|| StackProfile::new(self.events[k.event as usize].clone()));
-            let frames: Vec<Frame> = st.table[k.stack as usize]
-                .iter()
-                .map(|&(img, off)| {
-                    let img = if img == anon { jit.get(&k.pid).copied().unwrap_or(img) } else { img };
-                    let image = *image_ix.entry((k.event, img)).or_insert_with(|| p.intern_image(self.images.get(img)));
-                    Frame { image, offset: ImageOffset(off) }
-                })
-                .collect();
+            frames.clear();
+            frames.extend(table[k.stack as usize].iter().map(|&(img, off)| {
+                let img = if img == anon { jit.get(&k.pid).copied().unwrap_or(img) } else { img };
+                let image = *image_ix.entry((k.event, img)).or_insert_with(|| p.intern_image(self.images.get(img)));
+                Frame { image, offset: ImageOffset(off) }
+            }));
             p.add_frames(&ProcessKey::new(k.pid, self.agg.comm(k.comm)), &frames, n);
+            if counts.get(i + 1).is_none_or(|next| next.0.stack != k.stack) {
+                table[k.stack as usize] = gone.clone();
+            }
         }
         for (ev, p) in out.iter_mut() {
             p.period_sum = st.period_sums.get(*ev as usize).copied().unwrap_or(0);
         }
         st.period_sums.clear();
-        st.stacks.clear();
-        st.table.clear();
         st.table_generation = (st.table_generation + 1) % u32::MAX;
         let mut v: Vec<StackProfile> = out.into_values().collect();
         v.sort_by(|a, b| a.event.cmp(&b.event));

@@ -625,25 +625,37 @@ impl Database {
         (out, problems)
     }
 
-    /// Adds stack tables into the epoch: one file per event, read, merged
-    /// and replaced atomically like the flat profiles; a corrupt one is
-    /// moved aside and started anew.
+    /// Adds stack tables into the epoch: per event, a new part file
+    /// ([`stacks`]) written atomically; the epoch's earlier parts are not
+    /// read (a corrupt one stays named by every load until compaction).
     pub fn merge_stacks(&self, epoch: EpochId, profiles: &[StackProfile]) -> Result<MergeReport, Error> {
         let (_lock, dir) = self.lock_for_merge(epoch)?;
+        let names: Vec<String> =
+            fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten().filter_map(|d| d.file_name().into_string().ok()).collect();
         let mut report = MergeReport::default();
         for p in profiles.iter().filter(|p| !p.counts.is_empty()) {
-            let path = dir.join(stacks::file_name(&p.event));
-            let mut merged = read_for_merge(&path, stacks::decode, || StackProfile::new(p.event.clone()), &mut report.problems)?;
-            merged.merge(p).map_err(|e| Error::new(ErrorKind::Io, &path, e))?;
+            let part = stacks::next_part(&p.event, names.iter().map(String::as_str));
             report.samples_added += p.total_samples();
-            report.write(&path, &stacks::encode(&merged))?;
+            report.write(&dir.join(stacks::part_name(&p.event, part)), &stacks::encode(p))?;
         }
         Ok(report)
     }
 
-    /// The epoch's stack tables, one per event; corrupt files are named and skipped.
+    /// The epoch's stack tables, one per event (its parts summed in flush
+    /// order); corrupt files are named and skipped.
     pub fn load_stacks(&self, epoch: EpochId) -> Result<(Vec<StackProfile>, Vec<FileProblem>), Error> {
-        self.load_files(epoch, |n| n.starts_with("stacks.") && n.ends_with(".stacks"), stacks::decode)
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
+        }
+        self.load_stack_files(&dir)
+    }
+
+    /// The stack tables of any folder laid out as an epoch's (parts summed).
+    pub(crate) fn load_stack_files(&self, dir: &Path) -> Result<(Vec<StackProfile>, Vec<FileProblem>), Error> {
+        let (parts, problems) = self.load_files_in(dir, |n| stacks::parse_name(n).is_some(), stacks::decode)?;
+        let merged = stacks::merge_parts(parts).map_err(|e| Error::new(ErrorKind::Corrupt, dir, e))?;
+        Ok((merged, problems))
     }
 
     /// Adds branch records into the epoch: one file per (image, event),
@@ -707,7 +719,8 @@ impl Database {
             .filter_map(|d| d.file_name().into_string().ok())
             .filter(|n| keep(n))
             .collect();
-        names.sort();
+        // By name; a stack table's parts by number (flush order), not as text ("10" < "2").
+        names.sort_by(|a, b| stacks::parse_name(a).cmp(&stacks::parse_name(b)).then_with(|| a.cmp(b)));
         let (mut out, mut problems) = (Vec::new(), Vec::new());
         for name in names {
             let path = dir.join(&name);
@@ -851,7 +864,8 @@ mod tests {
 
     #[test]
     fn stacks_merge_across_flushes_and_leave_flat_files_alone() {
-        // Checks that two stack merges sum, the index ignores stack files, and a corrupt stack file is set aside.
+        // Checks that two stack flushes sum, the index ignores stack files, and a corrupt stack part is named and
+        // skipped while the parts after it are read.
         let (_d, db) = db();
         let e = db.current_epoch().unwrap();
         let mut s = StackProfile::new(EventName::new("cpu-clock"));
@@ -867,9 +881,31 @@ mod tests {
         assert!(problems.is_empty() && index.entries.len() == 1);
         fs::write(db.epoch_dir(e).join("stacks.cpu-clock.stacks"), b"LOUPEPRF garbage garbage").unwrap();
         assert_eq!(db.load_stacks(e).unwrap().1.len(), 1);
-        let r = db.merge_stacks(e, &[s]).unwrap();
-        assert_eq!(r.problems.len(), 1);
-        assert_eq!(db.load_stacks(e).unwrap().0[0].total_samples(), 2);
+        let r = db.merge_stacks(e, &[s.clone()]).unwrap();
+        assert_eq!((r.problems.len(), r.samples_added), (0, 2));
+        let (got, problems) = db.load_stacks(e).unwrap();
+        assert_eq!((got.len(), got[0].total_samples(), problems.len()), (1, 2 + 2, 1), "the part of the second flush and the third");
+        db.merge_stacks(e, &[s]).unwrap();
+        assert_eq!(db.load_stacks(e).unwrap().0[0].total_samples(), 6);
+    }
+
+    #[test]
+    fn stack_parts_past_nine_are_summed_in_flush_order() {
+        // Checks that twelve flushes of distinct stacks read back as the table merging them one by one gives
+        // (ids in flush order: part 10 after part 9, not after part 1).
+        let (_d, db) = db();
+        let e = db.current_epoch().unwrap();
+        let mut want = StackProfile::new(EventName::new("cpu-clock"));
+        for i in 0..12u64 {
+            let mut s = StackProfile::new(EventName::new("cpu-clock"));
+            s.add(&ProcessKey::new(1 + i as u32 % 3, "app"), &[(ImageId::elf("/bin/app", None), ImageOffset(0x10 * i))], i + 1);
+            s.period_sum = i;
+            db.merge_stacks(e, &[s.clone()]).unwrap();
+            want.merge(&s).unwrap();
+        }
+        let (got, problems) = db.load_stacks(e).unwrap();
+        assert!(problems.is_empty());
+        assert_eq!(got, vec![want]);
     }
 
     #[test]

@@ -218,9 +218,7 @@ impl Database {
     pub(crate) fn unit_stacks(&self, u: &Unit) -> Result<(Vec<StackProfile>, Vec<FileProblem>), Error> {
         match u {
             Unit::Epoch(e) => self.load_stacks(*e),
-            Unit::Block(b) => {
-                self.load_files_in(&self.block_dir(*b), |n| n.starts_with("stacks.") && n.ends_with(".stacks"), stacks::decode)
-            }
+            Unit::Block(b) => self.load_stack_files(&self.block_dir(*b)),
         }
     }
 

@@ -1,4 +1,9 @@
-//! Stack files (profile kind 2): one per (epoch, event), `stacks.<event>.stacks`.
+//! Stack files (profile kind 2): per (epoch, event), `stacks.<event>.stacks`
+//! from the first flush, then one part per later flush, `stacks.<event>.<n>.stacks`
+//! (n = 1, 2, ...). A flush writes only what it collected: reading, merging
+//! and rewriting the epoch's whole table at every flush cost the daemon CPU
+//! and memory that grew with the epoch. Readers sum the parts in order
+//! ([`merge_parts`]), which gives the table one merged file would hold.
 //!
 //! ```text
 //! magic    "LOUPEPRF", version u16 LE 1, kind u16 LE 2
@@ -26,6 +31,42 @@ pub const KIND_STACKS: u16 = 2;
 /// File name of an event's stack table.
 pub fn file_name(event: &EventName) -> String {
     format!("stacks.{}.stacks", event_key(event))
+}
+
+/// File name of part `n` of an event's stack table (0: the first flush's).
+pub fn part_name(event: &EventName, n: u32) -> String {
+    match n {
+        0 => file_name(event),
+        n => format!("stacks.{}.{n}.stacks", event_key(event)),
+    }
+}
+
+/// Is `name` a stack file? Then its event key and part number.
+pub fn parse_name(name: &str) -> Option<(&str, u32)> {
+    let inner = name.strip_prefix("stacks.")?.strip_suffix(".stacks")?;
+    match inner.rsplit_once('.') {
+        Some((key, n)) => Some((key, n.parse().ok().filter(|&n| n > 0)?)),
+        None => Some((inner, 0)),
+    }
+}
+
+/// The next free part number of `event` among the file names `names`.
+pub fn next_part<'a>(event: &EventName, names: impl Iterator<Item = &'a str>) -> u32 {
+    let key = event_key(event);
+    names.filter_map(parse_name).filter(|(k, _)| *k == key).map(|(_, n)| n + 1).max().unwrap_or(0)
+}
+
+/// Parts summed per event, in the order given (flush order), each event
+/// where its first part was.
+pub fn merge_parts(parts: Vec<StackProfile>) -> Result<Vec<StackProfile>, loupe_model::MergeError> {
+    let mut out: Vec<StackProfile> = Vec::new();
+    for p in parts {
+        match out.iter_mut().find(|m| m.event == p.event) {
+            Some(m) => m.merge(&p)?,
+            None => out.push(p),
+        }
+    }
+    Ok(out)
 }
 
 pub fn encode(p: &StackProfile) -> Vec<u8> {
@@ -123,6 +164,34 @@ mod tests {
         p.add(&ProcessKey::new(8, "b b"), &[(app, ImageOffset(u64::MAX))], 1);
         p.period_sum = 42;
         p
+    }
+
+    #[test]
+    fn part_names_parse_back_and_number_on() {
+        // Checks part file names: the first flush's name, numbered parts after it, other files refused.
+        let ev = EventName::new("cpu-clock");
+        assert_eq!((part_name(&ev, 0).as_str(), part_name(&ev, 12).as_str()), ("stacks.cpu-clock.stacks", "stacks.cpu-clock.12.stacks"));
+        assert_eq!(parse_name("stacks.cpu-clock.stacks"), Some(("cpu-clock", 0)));
+        assert_eq!(parse_name("stacks.cpu-clock.12.stacks"), Some(("cpu-clock", 12)));
+        assert_eq!(parse_name("stacks.cpu-clock.0.stacks"), None);
+        assert_eq!(parse_name("stacks.cpu-clock.x.stacks"), None);
+        assert_eq!(parse_name("app.cpu-clock.prof"), None);
+        assert_eq!(next_part(&ev, [].into_iter()), 0);
+        let names = ["stacks.cpu-clock.stacks", "stacks.cpu-clock.2.stacks", "stacks.other.7.stacks", "x.prof"];
+        assert_eq!(next_part(&ev, names.into_iter()), 3);
+    }
+
+    #[test]
+    fn parts_merged_equal_one_merged_table() {
+        // Checks that summing parts per event gives what merging the same profiles one after another gives.
+        let (a, mut b) = (sample(), StackProfile::new(EventName::new("cpu-clock")));
+        b.add(&ProcessKey::new(9, "c"), &[(ImageId::elf("/bin/c", None), ImageOffset(4))], 5);
+        let other = StackProfile::new(EventName::new("other"));
+        let mut want = a.clone();
+        want.merge(&b).unwrap();
+        want.merge(&a).unwrap();
+        let got = merge_parts(vec![a.clone(), other.clone(), b, a]).unwrap();
+        assert_eq!(got, vec![want, other]);
     }
 
     #[test]
