@@ -94,9 +94,6 @@ mod tests {
         assert_eq!(counting_points(0, &BRANCH_LOOP, &cfg::NoMemory), vec![0, 6, 0xb]);
         // The prologue and epilogue are outside the loop; its head and its arm inside it.
         assert_eq!(counting_ladder(0, &BRANCH_LOOP, &cfg::NoMemory), vec![(0, 0, false), (6, 1, true), (0xb, 1, false)]);
-        // Each block's bytes with its class's index in the ladder: the head and tail are one class, the arm another.
-        let blocks = counting_ladder_and_blocks(0, &BRANCH_LOOP, &cfg::NoMemory).1;
-        assert_eq!(blocks, vec![(0, 6, 0), (6, 0xb, 1), (0xb, 0xe, 2), (0xe, 0x12, 1), (0x12, 0x14, 0)]);
         let samples: HashMap<u64, u64> = [(6, 300), (9, 10), (0xb, 200), (0xe, 90), (0x10, 5)].into_iter().collect();
         let counted = [
             Counted { address: 0, executions: 1000.0, half_width: 0.0 },
@@ -302,29 +299,18 @@ pub fn counting_points(start: u64, bytes: &[u8], mem: &dyn cfg::Memory) -> Vec<u
 /// deepest says best how often that is), and whether the class holds a
 /// loop's header at that depth (it runs every iteration of that loop).
 pub fn counting_ladder(start: u64, bytes: &[u8], mem: &dyn cfg::Memory) -> Vec<(u64, u32, bool)> {
-    counting_ladder_and_blocks(start, bytes, mem).0
-}
-
-/// [`counting_ladder`], and the address range `[start, end)` of every
-/// reachable block with the index of its class in the ladder: where each
-/// class's timer samples fall, so that the counting can arm first the
-/// classes that hold the procedure's time.
-pub fn counting_ladder_and_blocks(start: u64, bytes: &[u8], mem: &dyn cfg::Memory) -> (Vec<(u64, u32, bool)>, Vec<(u64, u64, usize)>) {
     let g = cfg::build(decode::decode(start, bytes), mem);
     let classes = equiv::classes(&g);
     let depth = loops::depths(&g);
     let heads = loops::headers(&g);
     let mut at: Vec<Option<usize>> = vec![None; classes.count];
     let mut out: Vec<(u64, u32, bool)> = Vec::new();
-    let mut blocks = Vec::new();
     for (b, blk) in g.blocks.iter().enumerate() {
         let Some(k) = classes.block[b].filter(|_| blk.reachable) else { continue };
         let i = *at[k].get_or_insert_with(|| {
             out.push((g.start(b), 0, false));
             out.len() - 1
         });
-        let last = g.last(b);
-        blocks.push((g.start(b), last.addr + last.len as u64, i));
         if depth[b] > out[i].1 {
             out[i].1 = depth[b];
             out[i].2 = false;
@@ -333,7 +319,7 @@ pub fn counting_ladder_and_blocks(start: u64, bytes: &[u8], mem: &dyn cfg::Memor
             out[i].2 = true;
         }
     }
-    (out, blocks)
+    out
 }
 
 /// [`analyze_with`], where the instructions in `counted` were counted: their

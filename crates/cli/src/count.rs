@@ -60,8 +60,6 @@ pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64, pause: Vec<
     let mut syms = loupe_symbolize::Symbolizer::new(crate::symbols::options());
     let done = Arc::new(AtomicBool::new(false));
     let budget = Budget { max_hits: hits, ..Budget::default() };
-    // The procedures' windows take turns on the debug registers.
-    let registers = Arc::new(count::Registers::default());
     let mut each = Vec::new();
     for spec in procedures {
         let (name, file) = match spec.rsplit_once('@') {
@@ -76,8 +74,7 @@ pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64, pause: Vec<
         let segs = loupe_probe::segments(&path).with_context(|| format!("cannot read the segments of {}", path.display()))?;
         let p = crate::procedure::find_procedure(&code, name, &image.path)?;
         let bytes = code.bytes(p.start, p.size).ok_or_else(|| anyhow!("{name} has no bytes in {}", path.display()))?;
-        let (ladder, blocks) = loupe_calc::counting_ladder_and_blocks(p.start, bytes, &Mem(&code));
-        let blocks = blocks.into_iter().map(|(a, b, k)| (ElfAddr(a), ElfAddr(b), k)).collect();
+        let ladder = loupe_calc::counting_ladder(p.start, bytes, &Mem(&code));
         let points: Vec<ElfAddr> = ladder.iter().map(|x| ElfAddr(x.0)).collect();
         let (depths, heads) = ladder.iter().map(|x| (x.1, x.2)).unzip();
         let entry = ElfAddr(p.start);
@@ -88,9 +85,8 @@ pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64, pause: Vec<
         let scope = (path == exe.canonicalize().unwrap_or_default()).then_some(pid);
         let entries =
             Arc::new(EntryCounter::open(&path, off, scope).with_context(|| format!("cannot count the entries of {name} (uprobe)"))?);
-        let target = Target { image: path.clone(), entry, classes: points, depths, heads, blocks };
+        let target = Target { image: path.clone(), entry, classes: points, depths, heads };
         let (d, quiet, e, e2) = (done.clone(), pause.clone(), entries.clone(), entries.clone());
-        let registers = registers.clone();
         let overrun = Arc::new(AtomicBool::new(false));
         let over = overrun.clone();
         // Opened while the command is gated: its main thread's whole CPU time is counted.
@@ -106,7 +102,7 @@ pub fn start(exe: &Path, pid: i32, procedures: &[String], hits: u64, pause: Vec<
                 d.load(Ordering::Relaxed) || over.load(Ordering::Relaxed)
             };
             let entries = move || e.read().unwrap_or(u64::MAX);
-            let w = count::count_windows(pid as u32, &target, &budget, &quiet, &done, &entries, clocks, &registers);
+            let w = count::count_windows(pid as u32, &target, &budget, &quiet, &done, &entries, clocks);
             // The windows may end long before the run (every group settled): the uprobe stays, and so does its cap.
             while !done() {
                 std::thread::sleep(std::time::Duration::from_millis(10));

@@ -503,109 +503,6 @@ pub struct Target {
     pub depths: Vec<u32>,
     /// Whether each class holds a loop's header (it runs every iteration): a deeper group's leader.
     pub heads: Vec<bool>,
-    /// Every reachable block, `[start, end)`, with its class (an index into `classes`): the timer samples
-    /// taken between windows weigh the classes, and the groups holding the most samples are armed first.
-    pub blocks: Vec<(ElfAddr, ElfAddr, usize)>,
-}
-
-/// The debug registers of the counted threads, shared by every procedure
-/// counted in one run: one group fills all four, so a second procedure's
-/// window armed on a thread while the first's is failed (ENOSPC) and was
-/// lost. A procedure waits for the other's window to end instead; each then
-/// pauses on its own as before. (One shared pause for all of them, tried,
-/// cut zstd's windows from 442 to 88 in a run, its counted classes from 39
-/// to 3.)
-#[derive(Debug, Default)]
-pub struct Registers {
-    armed: std::sync::Mutex<()>,
-}
-
-impl Registers {
-    /// Waits until no other window is armed; holding the guard arms the next one.
-    fn take(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.armed.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Each group's share of the timer samples taken between windows: the
-/// samples of its classes (not its leader's: another group counts that),
-/// plus those of the deeper groups it leads into (their counts chain from
-/// its), so that a hot inner loop pulls the rungs above it along.
-/// `class_samples` is parallel to the target's classes.
-pub fn group_weights(groups: &[Vec<ElfAddr>], classes: &[ElfAddr], class_samples: &[u64], entry: ElfAddr) -> Vec<u64> {
-    let samples = |a: &ElfAddr| classes.iter().position(|c| c == a).and_then(|i| class_samples.get(i)).copied().unwrap_or(0);
-    let mut w: Vec<u64> = groups.iter().map(|g| g[1..].iter().map(samples).sum()).collect();
-    // A group's leader sits in an earlier group (the ladder climbs down the loop nest): sum from the deepest up.
-    for k in (0..groups.len()).rev() {
-        let lead = groups[k][0];
-        if lead == entry {
-            continue;
-        }
-        if let Some(up) = (0..k).rev().find(|&j| groups[j][1..].contains(&lead)) {
-            w[up] += w[k];
-        }
-    }
-    w
-}
-
-/// The group to arm next among those still armed (`scale` non-zero): the
-/// most samples per window it has had (`weights` + 1 over `windows` + 1), so
-/// that the hot groups get their windows first and a group nobody's samples
-/// fall in waits until they have theirs; ties go round from `turn`.
-pub fn next_group(weights: &[u64], windows: &[usize], scale: &[u32], turn: usize) -> Option<usize> {
-    let n = scale.len();
-    let priority = |k: usize| (weights.get(k).copied().unwrap_or(0) as f64 + 1.0) / (windows[k] as f64 + 1.0);
-    (0..n).map(|j| (turn + j) % n).filter(|&k| scale[k] > 0).fold(None, |best: Option<usize>, k| match best {
-        Some(b) if priority(b) >= priority(k) => Some(b),
-        _ => Some(k),
-    })
-}
-
-/// Timer samples of the thread the windows are armed on, taken between
-/// windows only, added to the classes their blocks belong to.
-struct ClassSampler {
-    /// The thread sampled, its process's load bias, and its sampler.
-    sampler: Option<(u32, i64, crate::Sampler)>,
-    samples: Vec<u64>,
-    ips: Vec<RuntimeAddr>,
-}
-
-/// One sample per millisecond of the thread's CPU time: enough to rank the groups, a fraction of a percent of it.
-const WEIGHT_PERIOD_NS: u64 = 1_000_000;
-
-impl ClassSampler {
-    fn new(classes: usize) -> ClassSampler {
-        ClassSampler { sampler: None, samples: vec![0; classes], ips: Vec::new() }
-    }
-
-    /// Samples `tid` (opening a sampler on it if the last one was another thread's) until [`ClassSampler::stop`].
-    /// (`bias`: its process's load bias).
-    fn start(&mut self, tid: u32, bias: i64) {
-        if self.sampler.as_ref().is_none_or(|s| s.0 != tid) {
-            // No sampler (the thread is gone): the groups are armed by the samples so far, or in turn.
-            self.sampler = crate::Sampler::open(tid, WEIGHT_PERIOD_NS).ok().map(|s| (tid, bias, s));
-        }
-        if let Some((_, _, s)) = &self.sampler {
-            let _ = s.enable();
-        }
-    }
-
-    /// Stops sampling and adds the samples taken to their classes.
-    fn stop(&mut self, t: &Target) {
-        let Some((_, bias, s)) = &mut self.sampler else { return };
-        let bias = *bias;
-        let _ = s.disable();
-        s.drain(&mut self.ips);
-        for ip in self.ips.drain(..) {
-            let elf = (ip.0 as i64 - bias) as u64;
-            let i = t.blocks.partition_point(|b| b.1 .0 <= elf);
-            if let Some(&(lo, hi, k)) = t.blocks.get(i) {
-                if elf >= lo.0 && elf < hi.0 {
-                    self.samples[k] += 1;
-                }
-            }
-        }
-    }
 }
 
 /// What the windows counted: per class, and their cost.
@@ -640,12 +537,7 @@ pub struct Windows {
 /// without a whole call does not grow (the one call outlasts any window) and
 /// its classes chain by induction registers ([`crate::chain`]).
 /// `clocks` read the threads' CPU time (open them on the command before it
-/// runs: its whole CPU time is then exact). `registers` is shared by every
-/// procedure counted in the run: one window at a time ([`Registers`]).
-/// Groups are armed in order of the samples taken between windows
-/// ([`next_group`]), not in turn: a procedure of hundreds of classes gets
-/// the windows of its run where its time is.
-#[allow(clippy::too_many_arguments)]
+/// runs: its whole CPU time is then exact).
 pub fn count_windows(
     root: u32,
     t: &Target,
@@ -654,7 +546,6 @@ pub fn count_windows(
     done: &dyn Fn() -> bool,
     entries: &dyn Fn() -> u64,
     mut clocks: ThreadClocks,
-    registers: &Registers,
 ) -> io::Result<Windows> {
     use std::os::unix::fs::MetadataExt;
     let inode = std::fs::metadata(&t.image)?.ino();
@@ -670,9 +561,6 @@ pub fn count_windows(
     let mut chained = vec![0usize; groups.len()];
     // Per group, windows in a row in which none of its classes ran.
     let mut idle_windows = vec![0usize; groups.len()];
-    // Per group, the windows it was armed in; the samples between windows, per class.
-    let mut armed_windows = vec![0usize; groups.len()];
-    let mut weigh = ClassSampler::new(t.classes.len());
     let (mut turn, mut last_tid) = (0usize, None);
     while !done() {
         let threads = threads_of(root, inode, &segs, t.entry);
@@ -681,9 +569,8 @@ pub fn count_windows(
             break;
         }
         if let (Some(&(tid, bias)), false) = (threads.get(turn % threads.len().max(1)), groups.is_empty()) {
-            // The group still armed that holds the most samples per window it had.
-            let weights = group_weights(&groups, &t.classes, &weigh.samples, t.entry);
-            let k = next_group(&weights, &armed_windows, &scale, turn).unwrap_or(0);
+            // The next group still armed.
+            let k = (0..groups.len()).map(|j| (turn + j) % groups.len()).find(|&j| scale[j] > 0).unwrap_or(0);
             turn = k;
             let g = &groups[k];
             let rt: Vec<RuntimeAddr> = g.iter().map(|&a| crate::runtime(a, bias)).collect();
@@ -693,38 +580,24 @@ pub fn count_windows(
                 _ => Budget { max_hits: budget.max_hits * scale[k] as u64, max_window: budget.max_window * scale[k], ..*budget },
             };
             let toggle = |req| quiet.iter().for_each(|f| drop(sys::ioctl(f.as_raw_fd(), req, 0)));
-            weigh.stop(t);
-            let registers = registers.take();
             toggle(sys::IOC_DISABLE);
             let counted = sequence_window(tid, &rt, &b, &mut clocks);
             toggle(sys::IOC_ENABLE);
-            drop(registers);
-            weigh.start(tid, bias);
             if let Ok(w) = counted {
                 out.armed_secs += w.armed.as_secs_f64();
                 out.traps += w.seq.len() as u64;
                 out.windows += 1;
-                armed_windows[k] += 1;
                 // As long a pause as the window: the program runs at least half the time at full speed.
                 pause = pause.max(w.armed);
                 let whole = whole_invocations(&w.seq, g.len());
                 // A register stepping alike at every hit of a class: the group's counts chain across windows without whole calls.
                 let strided = w.slots[1..].iter().any(|s| s.stride.iter().any(|d| d.is_some_and(|d| d != 0)));
-                // Not even the leader ran, in a procedure called again and again: the thread was elsewhere (zstd
-                // compresses, then decompresses), and the window says nothing of the group. Such windows dropped
-                // every group of ZSTD_compressBlock_doubleFast (1 of 548 classes counted in 229 windows).
-                let absent = entries() > 1 && w.slots.iter().all(|s| s.hits == 0);
-                // The leader ran but no class of the group: a longer window would not help; after a few such, it
-                // is dropped.
-                let idle = !absent && w.slots[1..].iter().all(|s| s.hits == 0);
-                idle_windows[k] = match (idle, absent) {
-                    (true, _) => idle_windows[k] + 1,
-                    (false, true) => idle_windows[k],
-                    (false, false) => 0,
-                };
+                // No class of the group ran while armed: a longer window would not help; after a few such, it is dropped.
+                let idle = w.slots[1..].iter().all(|s| s.hits == 0);
+                idle_windows[k] = if idle { idle_windows[k] + 1 } else { 0 };
                 match (&whole, scale[k], strided && entries() <= 1) {
                     _ if idle_windows[k] >= SETTLED_WINDOWS => scale[k] = 0,
-                    _ if idle || absent => {}
+                    _ if idle => {}
                     // One call so far, longer than the window: a longer window would not hold it either.
                     (None, _, true) => chained[k] += 1,
                     // Calls too long to count whole at any budget: this group is not armed again.
@@ -770,7 +643,6 @@ pub fn count_windows(
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-    weigh.stop(t);
     // The last thread's total: its counter keeps it once the thread has exited (schedstat: only until reaped).
     if let Some(c) = last_tid.and_then(|t| clocks.read(t).map(|c| (t, c))) {
         out.end_cpu.retain(|e| e.0 != c.0);
@@ -933,30 +805,6 @@ mod tests {
         let g =
             groups(e, &[e, a(1), a(2), a(3), a(4), a(5), a(6)], &[0, 0, 1, 2, 2, 1, 1], &[false, false, true, false, true, false, false]);
         assert_eq!(g, vec![vec![e, a(2), a(5), a(6)], vec![e, a(1)], vec![a(2), a(3), a(4)]]);
-    }
-
-    #[test]
-    fn groups_are_weighed_by_their_samples_and_the_rungs_below_them() {
-        // Checks group_weights on a ladder: the entry's group [e, 1, 2], the rung [2, 3] led by class 2, and [3, 4]
-        // led by class 3. A group weighs its own classes' samples (not its leader's) plus those of the groups it
-        // leads into: the hot inner loop (4: 500 samples) pulls both rungs above it.
-        let a = ElfAddr;
-        let classes = [a(0), a(1), a(2), a(3), a(4)];
-        let groups = vec![vec![a(0), a(1), a(2)], vec![a(2), a(3)], vec![a(3), a(4)]];
-        let w = group_weights(&groups, &classes, &[7, 1, 2, 30, 500], a(0));
-        assert_eq!(w, vec![1 + 2 + 30 + 500, 30 + 500, 500]);
-    }
-
-    #[test]
-    fn the_group_with_the_most_samples_per_window_is_armed_next() {
-        // Checks next_group: no samples yet, the groups go in turn from `turn` (fewest windows first); with samples,
-        // the hot group (100) comes back until its windows outnumber its samples per window of the cold ones; a
-        // group no longer armed (scale 0) never comes back; none armed: None.
-        assert_eq!(next_group(&[0, 0, 0], &[0, 0, 0], &[1, 1, 1], 1), Some(1));
-        assert_eq!(next_group(&[0, 0, 0], &[1, 0, 1], &[1, 1, 1], 2), Some(1));
-        assert_eq!(next_group(&[100, 0, 3], &[4, 0, 0], &[1, 1, 1], 0), Some(0));
-        assert_eq!(next_group(&[100, 0, 3], &[4, 0, 0], &[0, 1, 1], 0), Some(2));
-        assert_eq!(next_group(&[1, 1], &[0, 0], &[0, 0], 0), None);
     }
 
     /// Counts of entry (slot 0) and one class (slot 1) from windows' hit sequences, with `entries` by the uprobe.
