@@ -627,16 +627,35 @@ impl Database {
 
     /// Adds stack tables into the epoch: per event, a new part file
     /// ([`stacks`]) written atomically; the epoch's earlier parts are not
-    /// read (a corrupt one stays named by every load until compaction).
+    /// read, until an event has [`stacks::MAX_PARTS`]: then this flush
+    /// writes their sum with its own as one compaction and deletes them
+    /// (a corrupt one is moved aside).
     pub fn merge_stacks(&self, epoch: EpochId, profiles: &[StackProfile]) -> Result<MergeReport, Error> {
         let (_lock, dir) = self.lock_for_merge(epoch)?;
-        let names: Vec<String> =
-            fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?.flatten().filter_map(|d| d.file_name().into_string().ok()).collect();
+        let names = file_names(&dir)?;
+        let live = stacks::live_files(&names);
         let mut report = MergeReport::default();
         for p in profiles.iter().filter(|p| !p.counts.is_empty()) {
             let part = stacks::next_part(&p.event, names.iter().map(String::as_str));
             report.samples_added += p.total_samples();
-            report.write(&dir.join(stacks::part_name(&p.event, part)), &stacks::encode(p))?;
+            let key = format::event_key(&p.event);
+            let mine: Vec<&String> = live.iter().filter(|n| stacks::parse_name(n).is_some_and(|f| f.0 == key.as_str())).collect();
+            if mine.len() < stacks::MAX_PARTS {
+                report.write(&dir.join(stacks::part_name(&p.event, part)), &stacks::encode(p))?;
+                continue;
+            }
+            let mut sum = StackProfile::new(p.event.clone());
+            for name in &mine {
+                let path = dir.join(name);
+                let part = read_for_merge(&path, stacks::decode, || StackProfile::new(p.event.clone()), &mut report.problems)?;
+                sum.merge(&part).map_err(|e| Error::new(ErrorKind::Io, &path, e))?;
+            }
+            sum.merge(p).map_err(|e| Error::new(ErrorKind::Io, &dir, e))?;
+            report.write(&dir.join(stacks::compacted_name(&p.event, part)), &stacks::encode(&sum))?;
+            // Superseded now: readers leave them out whether or not they are gone yet.
+            for name in names.iter().filter(|n| stacks::parse_name(n).is_some_and(|f| f.0 == key.as_str() && f.1 < part)) {
+                let _ = fs::remove_file(dir.join(name));
+            }
         }
         Ok(report)
     }
@@ -652,10 +671,28 @@ impl Database {
     }
 
     /// The stack tables of any folder laid out as an epoch's (parts summed).
+    /// A compaction landing while it reads deletes parts it listed: it reads
+    /// the folder again then, so the table is never counted short.
     pub(crate) fn load_stack_files(&self, dir: &Path) -> Result<(Vec<StackProfile>, Vec<FileProblem>), Error> {
-        let (parts, problems) = self.load_files_in(dir, |n| stacks::parse_name(n).is_some(), stacks::decode)?;
-        let merged = stacks::merge_parts(parts).map_err(|e| Error::new(ErrorKind::Corrupt, dir, e))?;
-        Ok((merged, problems))
+        for attempt in 0.. {
+            let (mut parts, mut problems, mut vanished) = (Vec::new(), Vec::new(), false);
+            for name in stacks::live_files(&file_names(dir)?) {
+                let path = dir.join(&name);
+                match fs::read(&path) {
+                    Ok(b) => match stacks::decode(&b) {
+                        Ok(p) => parts.push(p),
+                        Err(e) => problems.push(FileProblem { path, reason: e.to_string() }),
+                    },
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt < 3 => vanished = true,
+                    Err(e) => problems.push(FileProblem { path, reason: e.to_string() }),
+                }
+            }
+            if !vanished {
+                let merged = stacks::merge_parts(parts).map_err(|e| Error::new(ErrorKind::Corrupt, dir, e))?;
+                return Ok((merged, problems));
+            }
+        }
+        unreachable!("the loop returns by its fourth attempt")
     }
 
     /// Adds branch records into the epoch: one file per (image, event),
@@ -719,8 +756,7 @@ impl Database {
             .filter_map(|d| d.file_name().into_string().ok())
             .filter(|n| keep(n))
             .collect();
-        // By name; a stack table's parts by number (flush order), not as text ("10" < "2").
-        names.sort_by(|a, b| stacks::parse_name(a).cmp(&stacks::parse_name(b)).then_with(|| a.cmp(b)));
+        names.sort();
         let (mut out, mut problems) = (Vec::new(), Vec::new());
         for name in names {
             let path = dir.join(&name);
@@ -750,6 +786,11 @@ fn move_aside(path: &Path, reason: impl fmt::Display, problems: &mut Vec<FilePro
 
 /// The current contents of a file about to be merged into: `fresh()` when
 /// it does not exist yet or is corrupt (then moved aside and named).
+/// The names of the files in `dir`.
+fn file_names(dir: &Path) -> Result<Vec<String>, Error> {
+    Ok(fs::read_dir(dir).map_err(|e| Error::io(dir, e))?.flatten().filter_map(|d| d.file_name().into_string().ok()).collect())
+}
+
 fn read_for_merge<T>(
     path: &Path,
     decode: fn(&[u8]) -> Result<T, format::FormatError>,
@@ -887,6 +928,39 @@ mod tests {
         assert_eq!((got.len(), got[0].total_samples(), problems.len()), (1, 2 + 2, 1), "the part of the second flush and the third");
         db.merge_stacks(e, &[s]).unwrap();
         assert_eq!(db.load_stacks(e).unwrap().0[0].total_samples(), 6);
+    }
+
+    #[test]
+    fn many_flushes_are_compacted_into_one_file_that_reads_the_same() {
+        // Checks that past MAX_PARTS parts a flush writes one compaction holding every earlier part and its own,
+        // deletes the parts (a corrupt one moved aside and named), and the table reads as the sum of all flushes.
+        let (_d, db) = db();
+        let e = db.current_epoch().unwrap();
+        let mut want = StackProfile::new(EventName::new("cpu-clock"));
+        let flushes = stacks::MAX_PARTS as u64 + 6;
+        for i in 0..flushes {
+            let mut s = StackProfile::new(EventName::new("cpu-clock"));
+            s.add(&ProcessKey::new(1 + i as u32 % 5, "app"), &[(ImageId::elf("/bin/app", None), ImageOffset(0x10 * (i % 7)))], i + 1);
+            if i == 3 {
+                // A part that will not decode: named at every read, its samples lost.
+                let r = db.merge_stacks(e, &[s]).unwrap();
+                let name = stacks::part_name(&EventName::new("cpu-clock"), 3);
+                assert_eq!(r.samples_added, 4);
+                fs::write(db.epoch_dir(e).join(name), b"LOUPEPRF garbage garbage").unwrap();
+                continue;
+            }
+            db.merge_stacks(e, &[s.clone()]).unwrap();
+            want.merge(&s).unwrap();
+            let files = file_names(&db.epoch_dir(e)).unwrap().into_iter().filter(|n| stacks::parse_name(n).is_some()).count();
+            assert!(files <= stacks::MAX_PARTS, "{files} stack files after flush {i}");
+        }
+        let names = file_names(&db.epoch_dir(e)).unwrap();
+        assert!(names.iter().any(|n| n.ends_with(".corrupt")), "{names:?}");
+        assert_eq!(names.iter().filter(|n| stacks::parse_name(n).is_some_and(|f| f.2)).count(), 1, "{names:?}");
+        let (got, problems) = db.load_stacks(e).unwrap();
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].total_samples(), got[0].counts.len()), (want.total_samples(), want.counts.len()));
     }
 
     #[test]

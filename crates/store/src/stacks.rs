@@ -33,6 +33,11 @@ pub fn file_name(event: &EventName) -> String {
     format!("stacks.{}.stacks", event_key(event))
 }
 
+/// Parts an event's table may have before a flush compacts them: the
+/// default daemon (a 60-s flush, an epoch an hour) never reaches it; a
+/// run with second-long flushes and no epochs merges 64 files a read at most.
+pub const MAX_PARTS: usize = 64;
+
 /// File name of part `n` of an event's stack table (0: the first flush's).
 pub fn part_name(event: &EventName, n: u32) -> String {
     match n {
@@ -41,19 +46,59 @@ pub fn part_name(event: &EventName, n: u32) -> String {
     }
 }
 
-/// Is `name` a stack file? Then its event key and part number.
-pub fn parse_name(name: &str) -> Option<(&str, u32)> {
+/// File name of a compaction: the sum of an event's parts 0 to `n`, which
+/// supersedes them (they are deleted after it is written; a reader that
+/// still sees them leaves them out).
+pub fn compacted_name(event: &EventName, n: u32) -> String {
+    format!("stacks.{}.upto{n}.stacks", event_key(event))
+}
+
+/// Is `name` a stack file? Then its event key, part number and whether it
+/// is a compaction of the parts up to that number.
+pub fn parse_name(name: &str) -> Option<(&str, u32, bool)> {
     let inner = name.strip_prefix("stacks.")?.strip_suffix(".stacks")?;
     match inner.rsplit_once('.') {
-        Some((key, n)) => Some((key, n.parse().ok().filter(|&n| n > 0)?)),
-        None => Some((inner, 0)),
+        Some((key, n)) => match n.strip_prefix("upto") {
+            Some(n) => Some((key, n.parse().ok()?, true)),
+            None => Some((key, n.parse().ok().filter(|&n| n > 0)?, false)),
+        },
+        None => Some((inner, 0, false)),
     }
 }
 
 /// The next free part number of `event` among the file names `names`.
 pub fn next_part<'a>(event: &EventName, names: impl Iterator<Item = &'a str>) -> u32 {
     let key = event_key(event);
-    names.filter_map(parse_name).filter(|(k, _)| *k == key).map(|(_, n)| n + 1).max().unwrap_or(0)
+    names.filter_map(parse_name).filter(|(k, _, _)| *k == key).map(|(_, n, _)| n + 1).max().unwrap_or(0)
+}
+
+/// The stack files among `names` that hold an event's table now, in flush
+/// order: per event, its newest compaction and the parts after it (older
+/// compactions and the parts they sum are left out).
+pub fn live_files(names: &[String]) -> Vec<String> {
+    let mut newest: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    for (key, n, _) in names.iter().filter_map(|n| parse_name(n)).filter(|f| f.2) {
+        let e = newest.entry(key).or_insert(n);
+        *e = (*e).max(n);
+    }
+    let mut live: Vec<&String> = names
+        .iter()
+        .filter(|name| match parse_name(name) {
+            Some((key, n, compacted)) => match newest.get(key) {
+                Some(&upto) => {
+                    if compacted {
+                        n == upto
+                    } else {
+                        n > upto
+                    }
+                }
+                None => true,
+            },
+            None => false,
+        })
+        .collect();
+    live.sort_by_key(|n| parse_name(n));
+    live.into_iter().cloned().collect()
 }
 
 /// Parts summed per event, in the order given (flush order), each event
@@ -171,14 +216,46 @@ mod tests {
         // Checks part file names: the first flush's name, numbered parts after it, other files refused.
         let ev = EventName::new("cpu-clock");
         assert_eq!((part_name(&ev, 0).as_str(), part_name(&ev, 12).as_str()), ("stacks.cpu-clock.stacks", "stacks.cpu-clock.12.stacks"));
-        assert_eq!(parse_name("stacks.cpu-clock.stacks"), Some(("cpu-clock", 0)));
-        assert_eq!(parse_name("stacks.cpu-clock.12.stacks"), Some(("cpu-clock", 12)));
+        assert_eq!(parse_name("stacks.cpu-clock.stacks"), Some(("cpu-clock", 0, false)));
+        assert_eq!(parse_name("stacks.cpu-clock.12.stacks"), Some(("cpu-clock", 12, false)));
+        assert_eq!(parse_name(&compacted_name(&ev, 64)), Some(("cpu-clock", 64, true)));
         assert_eq!(parse_name("stacks.cpu-clock.0.stacks"), None);
         assert_eq!(parse_name("stacks.cpu-clock.x.stacks"), None);
         assert_eq!(parse_name("app.cpu-clock.prof"), None);
         assert_eq!(next_part(&ev, [].into_iter()), 0);
         let names = ["stacks.cpu-clock.stacks", "stacks.cpu-clock.2.stacks", "stacks.other.7.stacks", "x.prof"];
         assert_eq!(next_part(&ev, names.into_iter()), 3);
+        assert_eq!(next_part(&ev, ["stacks.cpu-clock.1.stacks", "stacks.cpu-clock.upto5.stacks"].into_iter()), 6);
+    }
+
+    #[test]
+    fn a_compaction_supersedes_the_parts_it_sums() {
+        // Checks which files hold the table: the newest compaction and the parts after it, in flush order; older
+        // compactions and the parts up to the newest (left behind until deleted) are out; other events untouched.
+        let names: Vec<String> = [
+            "stacks.cpu-clock.stacks",
+            "stacks.cpu-clock.2.stacks",
+            "stacks.cpu-clock.upto2.stacks",
+            "stacks.cpu-clock.11.stacks",
+            "stacks.cpu-clock.upto9.stacks",
+            "stacks.cpu-clock.10.stacks",
+            "stacks.off-cpu.3.stacks",
+            "stacks.off-cpu.stacks",
+            "a.prof",
+        ]
+        .map(String::from)
+        .to_vec();
+        let live = live_files(&names);
+        assert_eq!(
+            live,
+            [
+                "stacks.cpu-clock.upto9.stacks",
+                "stacks.cpu-clock.10.stacks",
+                "stacks.cpu-clock.11.stacks",
+                "stacks.off-cpu.stacks",
+                "stacks.off-cpu.3.stacks"
+            ]
+        );
     }
 
     #[test]
