@@ -71,7 +71,17 @@ fn saturation_profile_of_two_loads_ranks_the_lock_nearest_saturation_first() {
     };
     let (a, ta) = run("1", "100", "150", "100");
     let (b, tb) = run("2", "300", "160", "120");
-    assert!(a["locks"][0]["name"].as_str().unwrap().starts_with("lock_cold"), "held longest at load 1: {a}");
+    // Held longest at load 1 by construction: lock_cold (150 us against 100). A busy machine preempts threads
+    // inside their sections and can reorder them, so the first row is checked against the program's own hold
+    // times; locks held within 10% of the longest are all acceptable firsts (loupe's hold times are within 5%).
+    let hold = |l: &str| ta["locks"][l]["hold_s"].as_f64().unwrap();
+    let longest = LOCKS.iter().map(|(t, _)| hold(t)).fold(0.0, f64::max);
+    let firsts: Vec<&str> = LOCKS.iter().filter(|(t, _)| hold(t) >= 0.9 * longest).map(|(_, p)| *p).collect();
+    let first = a["locks"][0]["name"].as_str().unwrap();
+    assert!(
+        firsts.iter().any(|p| first.starts_with(p)),
+        "held longest at load 1: {first}, by the program's own times {firsts:?}: {a}\n{ta}"
+    );
     let (fa, fb) = (dir.path().join("a.json"), dir.path().join("b.json"));
     std::fs::write(&fa, a.to_string()).unwrap();
     std::fs::write(&fb, b.to_string()).unwrap();
