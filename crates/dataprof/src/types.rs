@@ -802,6 +802,43 @@ impl ImageTypes {
     }
 }
 
+/// Test support: a C source built with `cc`, its types and its functions' instructions.
+#[cfg(test)]
+pub(crate) mod built {
+    use super::ImageTypes;
+    use iced_x86::{Decoder, DecoderOptions, Instruction};
+    use object::{Object, ObjectSymbol};
+    use std::collections::HashMap;
+
+    /// The build: its folder (removed on drop), types and symbols (address, size).
+    pub(crate) struct Built {
+        _dir: tempfile::TempDir,
+        pub types: ImageTypes,
+        pub symbols: HashMap<String, (u64, u64)>,
+    }
+
+    /// `source` built with `cc FLAGS -g` (a `-shared` one as a library).
+    pub(crate) fn c(source: &str, flags: &[&str]) -> Built {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, out) = (dir.path().join("t.c"), dir.path().join(if flags.contains(&"-shared") { "libt.so" } else { "t" }));
+        std::fs::write(&src, source).unwrap();
+        let st = std::process::Command::new("cc").args(flags).args(["-g", "-o"]).arg(&out).arg(&src).status().expect("cc");
+        assert!(st.success(), "cc {flags:?}");
+        let data = std::fs::read(&out).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let symbols = file.symbols().filter_map(|s| Some((s.name().ok()?.to_string(), (s.address(), s.size())))).collect();
+        Built { types: ImageTypes::load(&out).unwrap(), symbols, _dir: dir }
+    }
+
+    impl Built {
+        /// The instructions of function `name`.
+        pub(crate) fn function(&self, name: &str) -> Vec<Instruction> {
+            let (addr, size) = self.symbols[name];
+            Decoder::with_ip(64, self.types.code(addr, addr + size).unwrap(), addr, DecoderOptions::NONE).into_iter().collect()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

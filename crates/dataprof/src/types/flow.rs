@@ -550,16 +550,8 @@ int main(void) { struct item it[4] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}}; struct ta
     #[test]
     fn a_pointer_stepped_over_an_array_in_a_loop_keeps_its_type() {
         // Checks at -O2 that in `walk` the loop's load of items[i].key and store to items[i].v, through a pointer `sub`'d by 16 each iteration (no DWARF variable in it), are struct item.key and .v by type flow: the loop head joins the entry's pointer and the back edge's one element apart.
-        let dir = tempfile::tempdir().unwrap();
-        let (src, bin) = (dir.path().join("w.c"), dir.path().join("w"));
-        std::fs::write(&src, WALK).unwrap();
-        let st = std::process::Command::new("cc").args(["-O2", "-g", "-o"]).arg(&bin).arg(&src).status().unwrap();
-        assert!(st.success());
-        let data = std::fs::read(&bin).unwrap();
-        let file = object::File::parse(&*data).unwrap();
-        let f = file.symbols().find(|s| s.name() == Ok("walk")).map(|s| (s.address(), s.size())).unwrap();
-        let t = ImageTypes::load(&bin).unwrap();
-        let code = insns(&t, f);
+        let bin = crate::types::built::c(WALK, &["-O2"]);
+        let (t, code) = (&bin.types, bin.function("walk"));
         let step = code.iter().find(|i| i.mnemonic() == Mnemonic::Sub && i.immediate(1) == 16).expect("a pointer stepped by one element");
         let walker = step.op0_register();
         let mut fields = Vec::new();

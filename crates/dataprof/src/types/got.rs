@@ -91,7 +91,7 @@ impl ImageTypes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iced_x86::{Decoder, DecoderOptions, Register};
+    use iced_x86::Register;
 
     const LIB: &str = r#"
 struct tally { long hits; long misses; };
@@ -102,16 +102,8 @@ long miss(void) { return ++tally_global.misses; }
     #[test]
     fn a_global_reached_through_the_got_is_typed_and_so_is_its_slot() {
         // Checks in a shared library (-fPIC -O2) that `++tally_global.misses` loads the global's address from a GOT slot named `address of tally_global` and the dereference of it is struct tally.misses by type flow.
-        let dir = tempfile::tempdir().unwrap();
-        let (src, lib) = (dir.path().join("t.c"), dir.path().join("libt.so"));
-        std::fs::write(&src, LIB).unwrap();
-        let st = std::process::Command::new("cc").args(["-O2", "-g", "-fPIC", "-shared", "-o"]).arg(&lib).arg(&src).status().unwrap();
-        assert!(st.success());
-        let data = std::fs::read(&lib).unwrap();
-        let file = object::File::parse(&*data).unwrap();
-        let (addr, size) = file.symbols().find(|s| s.name() == Ok("miss")).map(|s| (s.address(), s.size())).unwrap();
-        let t = ImageTypes::load(&lib).unwrap();
-        let insns: Vec<_> = Decoder::with_ip(64, t.code(addr, addr + size).unwrap(), addr, DecoderOptions::NONE).into_iter().collect();
+        let lib = crate::types::built::c(LIB, &["-O2", "-fPIC", "-shared"]);
+        let (t, insns) = (&lib.types, lib.function("miss"));
         let load = insns.iter().position(|i| i.memory_base() == Register::RIP).expect("a GOT load");
         let slot = insns[load].ip_rel_memory_address();
         let named = t.got_at(slot).map(|x| (x.type_name, x.field));

@@ -32,9 +32,7 @@ impl ImageTypes {
 
 #[cfg(test)]
 mod tests {
-    use crate::types::ImageTypes;
-    use iced_x86::{Decoder, DecoderOptions, MemorySize, Register};
-    use object::{Object, ObjectSymbol};
+    use iced_x86::{MemorySize, Register};
 
     const SOURCE: &str = r#"
 double scale_by;
@@ -47,31 +45,23 @@ int main(int argc, char **argv) { (void)argv; return (int)(scale(argc) + halve(a
     fn floating_point_literals_are_named_by_the_instruction_reading_them() {
         // Checks at -O1 and -O2 that the RIP-relative reads of 0.37 in `scale` and 0.61f in `halve` are `double (literal)` and `float (literal)`, that the read of the static `scale_by` is not a literal, and that an address the operand does not name is not.
         for opt in ["-O1", "-O2"] {
-            let dir = tempfile::tempdir().unwrap();
-            let (src, bin) = (dir.path().join("t.c"), dir.path().join("t"));
-            std::fs::write(&src, SOURCE).unwrap();
-            let st = std::process::Command::new("cc").args([opt, "-g", "-o"]).arg(&bin).arg(&src).status().unwrap();
-            assert!(st.success());
-            let data = std::fs::read(&bin).unwrap();
-            let file = object::File::parse(&*data).unwrap();
-            let sym = |n: &str| file.symbols().find(|s| s.name() == Ok(n)).map(|s| (s.address(), s.size())).unwrap();
-            let t = ImageTypes::load(&bin).unwrap();
-            let rip_reads = |(addr, size): (u64, u64)| -> Vec<(u64, u64, MemorySize)> {
-                Decoder::with_ip(64, t.code(addr, addr + size).unwrap(), addr, DecoderOptions::NONE)
-                    .into_iter()
+            let bin = crate::types::built::c(SOURCE, &[opt]);
+            let (t, sym) = (&bin.types, |n: &str| bin.symbols[n]);
+            let rip_reads = |f: &str| -> Vec<(u64, u64, MemorySize)> {
+                bin.function(f)
+                    .iter()
                     .filter(|i| i.memory_base() == Register::RIP)
                     .map(|i| (i.ip(), i.ip_rel_memory_address(), i.memory_size()))
                     .collect()
             };
-            let names = |f| -> Vec<Option<String>> {
-                rip_reads(sym(f)).iter().map(|&(pc, a, _)| t.literal_at(pc, a).map(|x| x.type_name)).collect()
-            };
+            let names =
+                |f| -> Vec<Option<String>> { rip_reads(f).iter().map(|&(pc, a, _)| t.literal_at(pc, a).map(|x| x.type_name)).collect() };
             let scale = names("scale");
             assert!(scale.contains(&Some("double (literal)".into())), "{opt}: {scale:?}");
-            let static_read = rip_reads(sym("scale")).into_iter().find(|&(_, a, _)| a == sym("scale_by").0).expect("scale reads scale_by");
+            let static_read = rip_reads("scale").into_iter().find(|&(_, a, _)| a == sym("scale_by").0).expect("scale reads scale_by");
             assert_eq!(t.literal_at(static_read.0, static_read.1), None, "{opt}: a static is no literal");
             assert_eq!(names("halve"), [Some("float (literal)".to_string())], "{opt}");
-            let (pc, a, _) = rip_reads(sym("halve"))[0];
+            let (pc, a, _) = rip_reads("halve")[0];
             assert_eq!(t.literal_at(pc, a + 4), None, "{opt}: another address than the operand's");
         }
     }

@@ -47,9 +47,7 @@ impl ImageTypes {
 
 #[cfg(test)]
 mod tests {
-    use crate::types::ImageTypes;
-    use iced_x86::{Decoder, DecoderOptions, Register};
-    use object::{Object, ObjectSymbol};
+    use iced_x86::Register;
 
     const LIB: &str = r#"
 struct counters { long calls; long misses; };
@@ -62,16 +60,8 @@ long miss(void) { return ++mine->misses; }
     fn a_pointer_read_from_an_initial_exec_thread_local_has_its_pointee_type() {
         // Checks in a shared library (-fPIC, -O1 and -O2) that `++mine->misses`, `mine` a `static __thread struct counters *` reached through a TPOFF64 GOT slot and %fs, is struct counters.misses by type flow.
         for opt in ["-O1", "-O2"] {
-            let dir = tempfile::tempdir().unwrap();
-            let (src, lib) = (dir.path().join("t.c"), dir.path().join("libt.so"));
-            std::fs::write(&src, LIB).unwrap();
-            let st = std::process::Command::new("cc").args([opt, "-g", "-fPIC", "-shared", "-o"]).arg(&lib).arg(&src).status().unwrap();
-            assert!(st.success());
-            let data = std::fs::read(&lib).unwrap();
-            let file = object::File::parse(&*data).unwrap();
-            let (addr, size) = file.symbols().find(|s| s.name() == Ok("miss")).map(|s| (s.address(), s.size())).unwrap();
-            let t = ImageTypes::load(&lib).unwrap();
-            let insns: Vec<_> = Decoder::with_ip(64, t.code(addr, addr + size).unwrap(), addr, DecoderOptions::NONE).into_iter().collect();
+            let lib = crate::types::built::c(LIB, &[opt, "-fPIC", "-shared"]);
+            let (t, insns) = (&lib.types, lib.function("miss"));
             let read = insns.iter().position(|i| i.segment_prefix() == Register::FS).expect("a read through %fs");
             let to = insns[read].op0_register();
             let deref = insns[read + 1..].iter().find(|i| i.memory_base() == to).expect("a dereference of the thread-local's value");
