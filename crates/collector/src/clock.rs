@@ -14,25 +14,27 @@ use loupe_perf::thread_cpu_ns;
 /// register runs at one add per cycle on every x86-64 core. (Adds of an
 /// immediate do not serve: Intel's cores since Golden Cove fold chains of
 /// them in the renamer, and a Sapphire Rapids VM read 14-17 GHz at 2.9.)
-/// Timed in this thread's CPU
-/// time, the clock `cpu-clock` samples count, so other busy processes do
+/// Timed in this thread's CPU time, the clock `cpu-clock` samples count, so other busy processes do
 /// not slow it; best of twenty ~5 ms runs (about 0.1 s of CPU). (The median
 /// of 41 runs was tried: on the shared, loaded VM single runs read up to
 /// 4.4 GHz against a median of 3.6, but on the quiet machine the median,
 /// 3.55, made the divide chain's counts 10-20% low: the workload ran at the
 /// best run's clock.)
 pub fn measure_ghz() -> f64 {
-    let mut best = 0.0f64;
-    for _ in 0..20 {
-        let iters: u64 = 200_000;
-        let t = thread_cpu_ns();
-        add_chain(iters);
-        let ns = (thread_cpu_ns() - t) as f64;
-        if ns > 0.0 {
-            best = best.max(iters as f64 * 100.0 / ns);
-        }
+    (0..20).map(|_| chain_ghz(add_chain, 1.0)).fold(0.0, f64::max)
+}
+
+/// One run of `chain` (200,000 rounds of 100 dependent instructions of
+/// `latency` cycles each, ~5 ms) in cycles per ns of this thread's CPU time;
+/// 0 when the clock did not move.
+fn chain_ghz(chain: fn(u64), latency: f64) -> f64 {
+    let iters: u64 = 200_000;
+    let t = thread_cpu_ns();
+    chain(iters);
+    match thread_cpu_ns() - t {
+        0 => 0.0,
+        ns => iters as f64 * 100.0 * latency / ns as f64,
     }
-    best
 }
 
 /// The TSC's rate as the kernel reports it (`cpu MHz` of /proc/cpuinfo
@@ -45,29 +47,35 @@ pub fn tsc_mhz() -> Option<f64> {
     text.lines().find(|l| l.starts_with("cpu MHz"))?.split(':').nth(1)?.trim().parse().ok()
 }
 
-#[cfg(target_arch = "x86_64")]
-fn add_chain(iters: u64) {
-    let mut x = 0u64;
-    let mut n = iters;
-    // The addend comes from a register the compiler cannot see through.
-    let one = std::hint::black_box(1u64);
-    // SAFETY: register-only arithmetic and a local loop; no memory, no stack.
-    unsafe {
-        std::arch::asm!(
-            "2:",
-            ".rept 100",
-            "add {x}, {one}",
-            ".endr",
-            "dec {n}",
-            "jnz 2b",
-            x = inout(reg) x,
-            n = inout(reg) n,
-            one = in(reg) one,
-            options(nomem, nostack),
-        );
-    }
-    std::hint::black_box((x, n));
+/// `fn $name(iters)`: `iters` rounds of 100 `$insn`s, each depending on the
+/// last through register `x`; the other operand, `k`, comes from a register
+/// the compiler cannot see through.
+macro_rules! latency_chain {
+    ($name:ident, $insn:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        fn $name(iters: u64) {
+            let (mut x, mut n, k) = (1u64, iters, std::hint::black_box(3u64));
+            // SAFETY: register-only arithmetic and a local loop; no memory, no stack.
+            unsafe {
+                std::arch::asm!(
+                    "2:",
+                    ".rept 100",
+                    $insn,
+                    ".endr",
+                    "dec {n}",
+                    "jnz 2b",
+                    x = inout(reg) x,
+                    n = inout(reg) n,
+                    k = in(reg) k,
+                    options(nomem, nostack),
+                );
+            }
+            std::hint::black_box((x, n));
+        }
+    };
 }
+
+latency_chain!(add_chain, "add {x}, {k}");
 
 #[cfg(not(target_arch = "x86_64"))]
 fn add_chain(_: u64) {}
@@ -90,38 +98,11 @@ mod tests {
         // cycles on every x86-64 core since Nehalem and Zen. Best of 20 runs each, interleaved; within 15%.
         let (mut add, mut mul) = (0.0f64, 0.0f64);
         for _ in 0..20 {
-            add = add.max(measure_once(add_chain));
-            mul = mul.max(3.0 * measure_once(mul_chain));
+            add = add.max(chain_ghz(add_chain, 1.0));
+            mul = mul.max(chain_ghz(mul_chain, 3.0));
         }
         assert!((add / mul - 1.0).abs() < 0.15, "add chain {add:.2} GHz, multiply chain {mul:.2} GHz");
     }
 
-    #[cfg(target_arch = "x86_64")]
-    fn measure_once(chain: fn(u64)) -> f64 {
-        let iters: u64 = 200_000;
-        let t = thread_cpu_ns();
-        chain(iters);
-        iters as f64 * 100.0 / (thread_cpu_ns() - t).max(1) as f64
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    fn mul_chain(iters: u64) {
-        let (mut x, mut n, three) = (1u64, iters, std::hint::black_box(3u64));
-        // SAFETY: register-only arithmetic and a local loop; no memory, no stack.
-        unsafe {
-            std::arch::asm!(
-                "2:",
-                ".rept 100",
-                "imul {x}, {three}",
-                ".endr",
-                "dec {n}",
-                "jnz 2b",
-                x = inout(reg) x,
-                n = inout(reg) n,
-                three = in(reg) three,
-                options(nomem, nostack),
-            );
-        }
-        std::hint::black_box((x, n));
-    }
+    latency_chain!(mul_chain, "imul {x}, {k}");
 }

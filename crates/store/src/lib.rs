@@ -557,10 +557,7 @@ impl Database {
     /// The epoch's index; rebuilt from the profile files when it is missing
     /// or unreadable (corrupt files are skipped and reported).
     pub fn index(&self, epoch: EpochId) -> Result<(EpochIndex, Vec<FileProblem>), Error> {
-        let dir = self.epoch_dir(epoch);
-        if !dir.is_dir() {
-            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
-        }
+        self.existing_epoch_dir(epoch)?;
         if let Some(idx) = self.read_index(epoch) {
             return Ok((idx, Vec::new()));
         }
@@ -663,10 +660,7 @@ impl Database {
     /// The epoch's stack tables, one per event (its parts summed in flush
     /// order); corrupt files are named and skipped.
     pub fn load_stacks(&self, epoch: EpochId) -> Result<(Vec<StackProfile>, Vec<FileProblem>), Error> {
-        let dir = self.epoch_dir(epoch);
-        if !dir.is_dir() {
-            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
-        }
+        let dir = self.existing_epoch_dir(epoch)?;
         self.load_stack_files(&dir)
     }
 
@@ -736,26 +730,8 @@ impl Database {
         keep: fn(&str) -> bool,
         decode: fn(&[u8]) -> Result<T, format::FormatError>,
     ) -> Result<(Vec<T>, Vec<FileProblem>), Error> {
-        let dir = self.epoch_dir(epoch);
-        if !dir.is_dir() {
-            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
-        }
-        self.load_files_in(&dir, keep, decode)
-    }
-
-    /// [`Database::load_files`] of any folder laid out as an epoch's.
-    fn load_files_in<T>(
-        &self,
-        dir: &Path,
-        keep: fn(&str) -> bool,
-        decode: fn(&[u8]) -> Result<T, format::FormatError>,
-    ) -> Result<(Vec<T>, Vec<FileProblem>), Error> {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .map_err(|e| Error::io(dir, e))?
-            .flatten()
-            .filter_map(|d| d.file_name().into_string().ok())
-            .filter(|n| keep(n))
-            .collect();
+        let dir = self.existing_epoch_dir(epoch)?;
+        let mut names: Vec<String> = file_names(&dir)?.into_iter().filter(|n| keep(n)).collect();
         names.sort();
         let (mut out, mut problems) = (Vec::new(), Vec::new());
         for name in names {
@@ -766,6 +742,15 @@ impl Database {
             }
         }
         Ok((out, problems))
+    }
+
+    /// The folder of `epoch`; an error when there is no such epoch.
+    fn existing_epoch_dir(&self, epoch: EpochId) -> Result<PathBuf, Error> {
+        let dir = self.epoch_dir(epoch);
+        if !dir.is_dir() {
+            return Err(Error::new(ErrorKind::NoSuchEpoch, &dir, format!("no epoch {epoch}")));
+        }
+        Ok(dir)
     }
 
     pub fn read_profile_file(path: &Path) -> Result<Profile, Error> {
@@ -784,13 +769,13 @@ fn move_aside(path: &Path, reason: impl fmt::Display, problems: &mut Vec<FilePro
     problems.push(FileProblem { path: path.to_path_buf(), reason: format!("{reason}; moved aside to {}", aside.display()) });
 }
 
-/// The current contents of a file about to be merged into: `fresh()` when
-/// it does not exist yet or is corrupt (then moved aside and named).
 /// The names of the files in `dir`.
 fn file_names(dir: &Path) -> Result<Vec<String>, Error> {
     Ok(fs::read_dir(dir).map_err(|e| Error::io(dir, e))?.flatten().filter_map(|d| d.file_name().into_string().ok()).collect())
 }
 
+/// The current contents of a file about to be merged into: `fresh()` when
+/// it does not exist yet or is corrupt (then moved aside and named).
 fn read_for_merge<T>(
     path: &Path,
     decode: fn(&[u8]) -> Result<T, format::FormatError>,
