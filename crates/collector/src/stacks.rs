@@ -48,8 +48,7 @@ pub struct StackState {
     /// Ids in `table` by the hash of their frames: each stack is kept once,
     /// in `table`, shared with the derived stacks of [`crate::kstacks`] that
     /// name it (a map keyed by the frames held a 16-byte key per stack more).
-    stacks: hashbrown::HashTable<u32>,
-    hasher: foldhash::fast::RandomState,
+    stacks: loupe_model::stacks::SliceIndex,
     table: Vec<Arc<[(u32, u64)]>>,
     counts: HashMap<Key, u64>,
     /// By event index (a handful of events: an array, not a map, per entry).
@@ -67,8 +66,7 @@ impl StackState {
         StackState {
             unwinders: Unwinders::new(vdso),
             changed: <foldhash::HashSet<u32> as foldhash::HashSetExt>::new(),
-            stacks: hashbrown::HashTable::new(),
-            hasher: foldhash::fast::RandomState::default(),
+            stacks: Default::default(),
             table: Vec::new(),
             counts: HashMap::new(),
             period_sums: Vec::new(),
@@ -106,9 +104,7 @@ impl StackState {
 
     /// The id of `frames` if the table has them, and their hash.
     fn find(&self, frames: &[(u32, u64)]) -> (Option<u32>, u64) {
-        use std::hash::BuildHasher;
-        let hash = self.hasher.hash_one(frames);
-        (self.stacks.find(hash, |&i| self.table[i as usize][..] == *frames).copied(), hash)
+        self.stacks.find(&self.table, frames)
     }
 
     /// The table's copy of `frames` (added when new), its id remembered in
@@ -128,11 +124,9 @@ impl StackState {
     }
 
     fn add(&mut self, hash: u64, frames: Arc<[(u32, u64)]>) -> u32 {
-        use std::hash::BuildHasher;
         let s = self.table.len() as u32;
         self.table.push(frames);
-        let (table, hasher) = (&self.table, &self.hasher);
-        self.stacks.insert_unique(hash, s, |&j| hasher.hash_one(&table[j as usize][..]));
+        self.stacks.insert(&self.table, hash, s);
         s
     }
 
@@ -249,7 +243,7 @@ impl Collector {
         // The interval's table is given back as the profiles grow (at a flush
         // both were whole at once): its index first, each stack after its
         // last count, the counts in stack order.
-        st.stacks = hashbrown::HashTable::new();
+        st.stacks = Default::default();
         let mut table = std::mem::take(&mut st.table);
         let mut counts: Vec<(Key, u64)> = std::mem::take(&mut st.counts).into_iter().collect();
         counts.sort_unstable_by_key(|(k, _)| k.stack);

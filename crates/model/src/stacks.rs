@@ -62,8 +62,7 @@ struct Interner {
     /// Stack ids by the hash of their frame ids: the frames are kept once,
     /// in [`StackProfile::stacks`] (a map keyed by them kept a second copy
     /// of every stack: a third of a large profile's memory while building it).
-    stacks: hashbrown::HashTable<u32>,
-    hasher: foldhash::fast::RandomState,
+    stacks: SliceIndex,
     processes: HashMap<ProcessKey, u32>,
     built: bool,
 }
@@ -75,18 +74,53 @@ impl PartialEq for Interner {
 }
 impl Eq for Interner {}
 
+/// Ids of the rows of a table of slices (stacks), found by the slices'
+/// hash: each row is kept once, in the table, where a map keyed by the
+/// slices would keep a second copy of every one.
+#[derive(Clone, Debug, Default)]
+pub struct SliceIndex {
+    ids: hashbrown::HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl SliceIndex {
+    /// The id of `key` in `table`, if indexed, and the hash to add it with.
+    pub fn find<T: std::hash::Hash + Eq, R: AsRef<[T]>>(&self, table: &[R], key: &[T]) -> (Option<u32>, u64) {
+        use std::hash::BuildHasher;
+        let hash = self.hasher.hash_one(key);
+        (self.ids.find(hash, |&i| table[i as usize].as_ref() == key).copied(), hash)
+    }
+
+    /// Indexes row `id` of `table`, whose slice hashes to `hash` (from [`SliceIndex::find`]).
+    pub fn insert<T: std::hash::Hash, R: AsRef<[T]>>(&mut self, table: &[R], hash: u64, id: u32) {
+        use std::hash::BuildHasher;
+        let hasher = &self.hasher;
+        self.ids.insert_unique(hash, id, |&j| hasher.hash_one(table[j as usize].as_ref()));
+    }
+
+    /// Points `key`'s entry at row `id` (added when new): a table listing a
+    /// slice twice answers to its last row.
+    pub fn set<T: std::hash::Hash + Eq, R: AsRef<[T]>>(&mut self, table: &[R], key: &[T], id: u32) {
+        use std::hash::BuildHasher;
+        let hash = self.hasher.hash_one(key);
+        match self.ids.find_mut(hash, |&j| table[j as usize].as_ref() == key) {
+            Some(j) => *j = id,
+            None => self.insert(table, hash, id),
+        }
+    }
+}
+
 /// The id of the stack of frame ids `ids` in `stacks`, added when new.
 fn intern_stack(ix: &mut Interner, stacks: &mut Vec<Vec<u32>>, ids: &[u32]) -> u32 {
-    use std::hash::BuildHasher;
-    let hasher = ix.hasher.clone();
-    let hash = hasher.hash_one(ids);
-    if let Some(&i) = ix.stacks.find(hash, |&i| stacks[i as usize] == ids) {
-        return i;
+    match ix.stacks.find(stacks, ids) {
+        (Some(i), _) => i,
+        (None, hash) => {
+            stacks.push(ids.to_vec());
+            let i = (stacks.len() - 1) as u32;
+            ix.stacks.insert(stacks, hash, i);
+            i
+        }
     }
-    stacks.push(ids.to_vec());
-    let i = (stacks.len() - 1) as u32;
-    ix.stacks.insert_unique(hash, i, |&j| hasher.hash_one(&stacks[j as usize][..]));
-    i
 }
 
 fn intern<K: std::hash::Hash + Eq + Clone>(map: &mut HashMap<K, u32>, table: &mut Vec<K>, k: &K) -> u32 {
@@ -120,17 +154,10 @@ impl StackProfile {
         let ix = &mut self.index;
         ix.images = self.images.iter().enumerate().map(|(i, x)| (x.clone(), i as u32)).collect();
         ix.frames = self.frames.iter().enumerate().map(|(i, x)| (*x, i as u32)).collect();
-        ix.stacks = hashbrown::HashTable::with_capacity(self.stacks.len());
-        let (hasher, stacks) = (&ix.hasher, &self.stacks);
-        let hash = |s: &[u32]| std::hash::BuildHasher::hash_one(hasher, s);
-        for (i, x) in stacks.iter().enumerate() {
+        ix.stacks = SliceIndex::default();
+        for (i, x) in self.stacks.iter().enumerate() {
             // A stack listed twice answers to its last row, as a map built from the rows did.
-            match ix.stacks.find_mut(hash(x), |&j| stacks[j as usize] == *x) {
-                Some(j) => *j = i as u32,
-                None => {
-                    ix.stacks.insert_unique(hash(x), i as u32, |&j| hash(&stacks[j as usize]));
-                }
-            }
+            ix.stacks.set(&self.stacks, x, i as u32);
         }
         ix.processes = self.processes.iter().enumerate().map(|(i, x)| (x.clone(), i as u32)).collect();
         ix.built = true;
